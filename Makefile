@@ -1,0 +1,33 @@
+# make test   : create .venv if missing, install the package with its test extras, run the suite
+# make replay : same set-up, then the main job
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: test replay bench lint clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -n 2 -q
+
+replay: $(STAMP)
+	$(BIN)/python -m pytest_toolguard.demo
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run.py
+
+lint: $(STAMP)
+	$(BIN)/python -m pip install --quiet ruff mypy
+	$(BIN)/ruff check pytest_toolguard tests benchmarks
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
