@@ -1,0 +1,257 @@
+"""Lifecycle hooks: PreToolUse decides, PostToolUse observes.
+
+A PreToolUse hook runs after the policy allowed a call and before any
+idempotency claim or handler. It answers ``allow`` (also counts as the
+approval that external and dangerous tools need), ``deny`` (BLOCKED),
+``ask`` (APPROVAL_REQUIRED) or ``proceed`` (no opinion), and may rewrite the
+arguments; rewritten arguments go through the schema and the policy again.
+
+A PostToolUse hook sees every call whose handler ran, after the result is
+final. It observes and updates its own state; it can never change or undo
+the result (an exception it raises is recorded, not propagated).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+from .contract import ToolCall, ToolResult
+from .sandbox import SandboxError, Workspace
+from .schema import SchemaValidator
+
+if TYPE_CHECKING:
+    from .registry import ToolSpec
+
+HookAction = Literal["allow", "deny", "ask", "proceed"]
+
+
+@dataclass(frozen=True, slots=True)
+class HookDecision:
+    """A PreToolUse hook's answer. ``arguments``, when set, replaces the
+    call's arguments (validated and authorised again)."""
+
+    action: HookAction
+    reason: str = ""
+    arguments: Mapping[str, Any] | None = None
+
+    @classmethod
+    def allow(cls, reason: str = "", arguments: Mapping[str, Any] | None = None) -> HookDecision:
+        return cls("allow", reason, arguments)
+
+    @classmethod
+    def deny(cls, reason: str) -> HookDecision:
+        return cls("deny", reason)
+
+    @classmethod
+    def ask(cls, reason: str) -> HookDecision:
+        return cls("ask", reason)
+
+    @classmethod
+    def proceed(cls, arguments: Mapping[str, Any] | None = None) -> HookDecision:
+        return cls("proceed", "", arguments)
+
+
+@dataclass(frozen=True, slots=True)
+class PreToolUseEvent:
+    """What a PreToolUse hook sees: the call, its tool and the arguments as
+    they stand (parsed, schema-valid, authorised)."""
+
+    call: ToolCall
+    spec: ToolSpec
+    arguments: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class PostToolUseEvent:
+    """What a PostToolUse hook sees: the call, its tool, the arguments the
+    handler ran with and the final result."""
+
+    call: ToolCall
+    spec: ToolSpec
+    arguments: Mapping[str, Any]
+    result: ToolResult
+
+
+@runtime_checkable
+class PreToolUse(Protocol):
+    name: str
+
+    def pre_tool_use(self, event: PreToolUseEvent) -> HookDecision: ...
+
+
+@runtime_checkable
+class PostToolUse(Protocol):
+    name: str
+
+    def post_tool_use(self, event: PostToolUseEvent) -> None: ...
+
+
+class Approver:
+    """Turns a callback into the approval external and dangerous tools need.
+
+    ``callback(event)`` returns True (allow), False (deny) or None (ask a
+    human: APPROVAL_REQUIRED). Tools of lower risk pass untouched.
+    """
+
+    name = "approver"
+
+    def __init__(self, callback: Callable[[PreToolUseEvent], bool | None]) -> None:
+        self._callback = callback
+
+    def pre_tool_use(self, event: PreToolUseEvent) -> HookDecision:
+        if not event.spec.risk.needs_approval:
+            return HookDecision.proceed()
+        verdict = self._callback(event)
+        if verdict is True:
+            return HookDecision.allow(f"approved {event.spec.name}")
+        if verdict is False:
+            return HookDecision.deny(f"approval refused for {event.spec.name}")
+        return HookDecision.ask(f"{event.spec.name} ({event.spec.risk}) needs approval")
+
+
+@dataclass(frozen=True, slots=True)
+class Artifact:
+    """A file a plan step must leave behind, optionally JSON matching a schema."""
+
+    path: str
+    schema: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PlanStep:
+    """One step: the tools it allows, and the tools whose success completes it
+    (default: any allowed tool succeeding once)."""
+
+    id: str
+    allowed_tools: frozenset[str]
+    required_tools: tuple[str, ...] = ()
+    artifacts: tuple[Artifact, ...] = ()
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "allowed_tools", frozenset(self.allowed_tools))
+        object.__setattr__(self, "required_tools", tuple(self.required_tools))
+        object.__setattr__(self, "artifacts", tuple(self.artifacts))
+
+
+StepStatus = Literal["pending", "active", "done", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class StopReport:
+    """The end-of-run check: ``ok`` only when every step is done and every
+    artifact exists and matches its schema."""
+
+    ok: bool
+    problems: tuple[str, ...] = field(default=())
+
+
+class PlanProgress:
+    """The seed's plan hook: a call must use a tool of the current step.
+
+    PreToolUse blocks a tool the current step does not allow (``tool X is not
+    allowed for current plan step step_1``) and every call once the plan is
+    complete. PostToolUse records successes, advances when the step's
+    required tools all succeeded, and marks the step failed when its handler
+    failed; a later success on the same step makes it active again (the model
+    may retry). Thread-safe.
+    """
+
+    name = "plan_progress"
+
+    def __init__(self, steps: Sequence[PlanStep]) -> None:
+        if not steps:
+            raise ValueError("a plan needs at least one step")
+        ids = [step.id for step in steps]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"plan step ids must be unique: {ids}")
+        self.steps: tuple[PlanStep, ...] = tuple(steps)
+        self._index = 0
+        self._succeeded: set[str] = set()
+        self._failed = False
+        self._lock = threading.Lock()
+
+    @property
+    def current_step(self) -> PlanStep | None:
+        with self._lock:
+            return self.steps[self._index] if self._index < len(self.steps) else None
+
+    @property
+    def is_complete(self) -> bool:
+        with self._lock:
+            return self._index >= len(self.steps)
+
+    def status(self, step_id: str) -> StepStatus:
+        with self._lock:
+            for position, step in enumerate(self.steps):
+                if step.id == step_id:
+                    if position < self._index:
+                        return "done"
+                    if position > self._index:
+                        return "pending"
+                    return "failed" if self._failed else "active"
+        raise KeyError(step_id)
+
+    def pre_tool_use(self, event: PreToolUseEvent) -> HookDecision:
+        step = self.current_step
+        tool_name = event.spec.name
+        if step is None:
+            return HookDecision.deny(f"plan is complete; tool {tool_name} is not allowed")
+        if tool_name not in step.allowed_tools:
+            return HookDecision.deny(
+                f"tool {tool_name} is not allowed for current plan step {step.id}"
+            )
+        return HookDecision.proceed()
+
+    def post_tool_use(self, event: PostToolUseEvent) -> None:
+        with self._lock:
+            if self._index >= len(self.steps):
+                return
+            step = self.steps[self._index]
+            if event.spec.name not in step.allowed_tools:
+                return
+            if not event.result.ok:
+                self._failed = True
+                return
+            self._failed = False
+            self._succeeded.add(event.spec.name)
+            required = step.required_tools or tuple(step.allowed_tools)
+            done = (
+                all(name in self._succeeded for name in required)
+                if step.required_tools
+                else any(name in self._succeeded for name in required)
+            )
+            if done:
+                self._index += 1
+                self._succeeded.clear()
+
+    def stop_validation(self, workspace: Workspace) -> StopReport:
+        """Check at the end of a run that the plan finished and that every
+        step's artifacts exist and match their schemas."""
+        problems: list[str] = []
+        for step in self.steps:
+            status = self.status(step.id)
+            if status != "done":
+                problems.append(f"step {step.id} is {status}")
+            for artifact in step.artifacts:
+                problems.extend(_check_artifact(workspace, artifact))
+        return StopReport(ok=not problems, problems=tuple(problems))
+
+
+def _check_artifact(workspace: Workspace, artifact: Artifact) -> list[str]:
+    try:
+        text = workspace.read_text(artifact.path)
+    except (OSError, SandboxError):
+        return [f"artifact {artifact.path} is missing"]
+    if artifact.schema is None:
+        return []
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        return [f"artifact {artifact.path} is not valid JSON: {exc}"]
+    validator = SchemaValidator(artifact.schema, root=artifact.path)
+    return validator.errors(value)

@@ -1,0 +1,243 @@
+"""Running a handler under a deadline: in a thread, or in a killable process.
+
+Thread mode (the default, and the only mode replay can use, because a fake
+filesystem lives in this process's memory) cannot kill a handler: Python
+threads are not killable. A handler that overruns its deadline is answered
+TIMEOUT at once and its thread is *tracked* as an orphan; ``close()`` joins
+orphans with a bound and reports any still alive, so a test can fail loudly
+instead of letting a late write hit the real disk after teardown. Worker
+threads are reused between calls (a new thread per call costs more than the
+rest of the pipeline) and are daemons, so a hung handler never blocks the
+interpreter's exit.
+
+Process mode forks a child in its own process group and kills the group with
+SIGKILL at the deadline: a handler that sleeps past its timeout and then
+writes leaves nothing. The child inherits the workspace's descriptors; the
+result (JSON-like data, or the exception) comes back through a pipe, pickled.
+Caveats: POSIX only; the child must not touch the audit store; a handler that
+depends on locks held by other threads at fork time may hang until killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import queue
+import select
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+IsolationMode = Literal["thread", "process"]
+
+
+class HandlerTimeout(Exception):
+    """The handler overran its deadline."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"handler did not finish within {seconds:g} s")
+        self.seconds = seconds
+
+
+class HandlerCrashed(Exception):
+    """Process mode: the child died without sending a result, or sent an
+    exception that could not be carried back as itself."""
+
+
+class Isolation(Protocol):
+    def run(self, fn: Callable[[], Any], timeout: float, name: str) -> Any: ...
+
+    def close(self, join_timeout: float = 5.0) -> list[str]: ...
+
+
+@dataclass
+class _Job:
+    fn: Callable[[], Any]
+    done: threading.Event = field(default_factory=threading.Event)
+    value: Any = None
+    error: BaseException | None = None
+
+
+class _Worker:
+    """A daemon thread that runs jobs from its own queue until told to stop."""
+
+    def __init__(self, pool: ThreadIsolation) -> None:
+        self._pool = pool
+        self.jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self.orphaned = False
+        self.label = ""
+        self.thread = threading.Thread(target=self._loop, name="toolguard-worker", daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            try:
+                job.value = job.fn()
+            except BaseException as exc:  # carried back to the caller
+                job.error = exc
+            job.done.set()
+            if self._pool._leave_if_orphaned(self):
+                return
+
+
+class ThreadIsolation:
+    """Runs handlers on reusable daemon worker threads with a deadline."""
+
+    def __init__(self, max_idle: int = 8) -> None:
+        self._max_idle = max_idle
+        self._idle: list[_Worker] = []
+        self._orphans: list[_Worker] = []
+        self._lock = threading.Lock()
+
+    def run(self, fn: Callable[[], Any], timeout: float, name: str) -> Any:
+        """Return ``fn()``'s value, re-raise its exception, or raise
+        ``HandlerTimeout`` at the deadline (leaving the thread tracked)."""
+        with self._lock:
+            worker = self._idle.pop() if self._idle else None
+        if worker is None:
+            worker = _Worker(self)
+        job = _Job(fn)
+        worker.label = name
+        worker.jobs.put(job)
+        if not job.done.wait(timeout):
+            with self._lock:
+                if not job.done.is_set():
+                    worker.orphaned = True
+                    self._orphans.append(worker)
+                    raise HandlerTimeout(timeout)
+        self._return(worker)
+        if job.error is not None:
+            raise job.error
+        return job.value
+
+    def _return(self, worker: _Worker) -> None:
+        with self._lock:
+            if len(self._idle) < self._max_idle:
+                self._idle.append(worker)
+                return
+        worker.jobs.put(None)
+
+    def _leave_if_orphaned(self, worker: _Worker) -> bool:
+        # Under the lock, so a deadline that passes just as the job ends
+        # either sees the job done or marks the worker before it reads this.
+        with self._lock:
+            if worker.orphaned:
+                self._orphans.remove(worker)
+            return worker.orphaned
+
+    def orphans(self) -> list[str]:
+        """Labels of handlers still running past their deadline."""
+        with self._lock:
+            return [w.label for w in self._orphans if w.thread.is_alive()]
+
+    def close(self, join_timeout: float = 5.0) -> list[str]:
+        """Stop idle workers and wait up to ``join_timeout`` seconds in all for
+        orphaned handlers to end. Returns the labels of those still alive."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+            orphans = list(self._orphans)
+        for worker in idle:
+            worker.jobs.put(None)
+        deadline = time.monotonic() + join_timeout
+        for worker in orphans:
+            worker.thread.join(max(0.0, deadline - time.monotonic()))
+        for worker in idle:
+            worker.thread.join(max(0.0, deadline - time.monotonic()))
+        return [w.label for w in orphans if w.thread.is_alive()]
+
+
+class ProcessIsolation:
+    """Runs each handler in a forked child, killed with its process group at
+    the deadline."""
+
+    def run(self, fn: Callable[[], Any], timeout: float, name: str) -> Any:
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: run, report, and leave without cleanup handlers
+            os.close(read_end)
+            _child(fn, write_end)
+        os.close(write_end)
+        with contextlib.suppress(OSError):  # the child may already have done it, or exited
+            os.setpgid(pid, pid)
+        try:
+            payload = _read_until(read_end, time.monotonic() + timeout)
+        finally:
+            os.close(read_end)
+        if payload is None:
+            _kill_group(pid)
+            raise HandlerTimeout(timeout)
+        _reap(pid)
+        if not payload:
+            raise HandlerCrashed("the handler's process died without a result")
+        kind, value = pickle.loads(payload)
+        if kind == "ok":
+            return value
+        raise value
+
+    def close(self, join_timeout: float = 5.0) -> list[str]:
+        return []
+
+
+def _child(fn: Callable[[], Any], write_end: int) -> None:
+    code = 0
+    try:
+        os.setpgid(0, 0)
+        try:
+            payload = pickle.dumps(("ok", fn()))
+        except BaseException as exc:
+            try:
+                payload = pickle.dumps(("error", exc))
+            except Exception:
+                payload = pickle.dumps(("error", HandlerCrashed(f"{type(exc).__name__}: {exc}")))
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(write_end, view) :]
+    except BaseException:
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def _read_until(fd: int, deadline: float) -> bytes | None:
+    """Everything written to ``fd`` until EOF, or None at the deadline."""
+    chunks: list[bytes] = []
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return None
+        ready, _, _ = select.select([fd], [], [], remaining)
+        if not ready:
+            return None
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def _kill_group(pid: int) -> None:
+    for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            target()
+    _reap(pid)
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+
+
+def make_isolation(mode: IsolationMode) -> Isolation:
+    if mode == "thread":
+        return ThreadIsolation()
+    if mode == "process":
+        if not hasattr(os, "fork"):
+            raise ValueError("isolation='process' needs os.fork (POSIX)")
+        return ProcessIsolation()
+    raise ValueError(f"isolation must be 'thread' or 'process', not {mode!r}")

@@ -1,0 +1,193 @@
+"""Tools: what a model may call, with the contract the executor enforces.
+
+A ``ToolSpec`` is the whole server-side truth about a tool: its schemas, its
+risk, its limits and which arguments are paths. The model only ever sees
+``ToolRegistry.specs_for(capabilities)``: name, description, input schema.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from .policy import Capabilities, Risk
+from .schema import SchemaValidator
+
+if TYPE_CHECKING:
+    from .redaction import Redactor
+    from .runtime import ToolContext
+
+Handler = Callable[..., Any]
+"""``handler(ctx: ToolContext, **arguments) -> JSON-like data``."""
+
+AccessMode = Literal["read", "write"]
+
+
+@dataclass(frozen=True, slots=True)
+class PathAccess:
+    """One path a call touches, built from a template over its arguments.
+
+    ``template`` uses ``{name}`` fields: ``"{path}"`` or
+    ``"runs/{run_id}/artifacts/{artifact_name}"``. A field is filled from the
+    runtime's ``variables`` first (so a model cannot pick another ``run_id``)
+    and then from the call's arguments. When an argument is absent the
+    ``default`` is used, and with no default the access is skipped (an
+    optional path argument).
+
+    ``content`` names the argument whose UTF-8 size counts against
+    ``max_write_bytes`` (strings as they are, anything else as the JSON the
+    tool will write).
+    """
+
+    template: str
+    mode: AccessMode = "read"
+    content: str | None = None
+    default: str | None = None
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return tuple(name for _, name, _, _ in string.Formatter().parse(self.template) if name)
+
+    @classmethod
+    def read(cls, template: str, *, default: str | None = None) -> PathAccess:
+        return cls(template, "read", default=default)
+
+    @classmethod
+    def write(cls, template: str, *, content: str | None = None) -> PathAccess:
+        return cls(template, "write", content=content)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A registered tool. Construction compiles its schemas (an invalid
+    schema raises ``InvalidSchema`` here, never at call time).
+
+    ``handler`` is called as ``handler(ctx, **arguments)``; it must return
+    JSON-serialisable data and touch files only through ``ctx.workspace``.
+    """
+
+    name: str
+    description: str
+    input_schema: Mapping[str, Any]
+    handler: Handler
+    risk: Risk = Risk.READ
+    output_schema: Mapping[str, Any] | None = None
+    timeout_seconds: float = 10.0
+    result_limit: int = 8000
+    idempotent: bool = False
+    paths: tuple[PathAccess, ...] = ()
+    network_host_argument: str | None = None
+    """For external tools: the argument holding the URL or host the call
+    reaches; it must be in ``Capabilities.network_hosts``."""
+    allow_hardlinks: bool = False
+    redactor: Redactor | None = None
+    """Replaces the runtime's redactor for this tool's arguments and output."""
+    input_validator: SchemaValidator = field(init=False, repr=False, compare=False)
+    output_validator: SchemaValidator | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise ValueError("a tool needs a non-empty name")
+        if self.timeout_seconds <= 0 or self.result_limit <= 0:
+            raise ValueError(f"tool {self.name}: timeout_seconds and result_limit must be positive")
+        object.__setattr__(self, "risk", Risk(self.risk))
+        object.__setattr__(self, "input_validator", SchemaValidator(self.input_schema))
+        output = SchemaValidator(self.output_schema, root="output") if self.output_schema else None
+        object.__setattr__(self, "output_validator", output)
+
+    def describe(self) -> dict[str, Any]:
+        """What the model sees: name, description and input schema."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": dict(self.input_schema),
+        }
+
+
+def tool(
+    *,
+    input_schema: Mapping[str, Any],
+    name: str | None = None,
+    description: str | None = None,
+    risk: Risk | str = Risk.READ,
+    output_schema: Mapping[str, Any] | None = None,
+    timeout_seconds: float = 10.0,
+    result_limit: int = 8000,
+    idempotent: bool = False,
+    paths: Sequence[PathAccess] = (),
+    network_host_argument: str | None = None,
+    allow_hardlinks: bool = False,
+    redactor: Redactor | None = None,
+) -> Callable[[Handler], ToolSpec]:
+    """Declare a tool from a handler. The name defaults to the function's
+    name and the description to its docstring::
+
+        @tool(input_schema={...}, paths=[PathAccess.read("{path}")])
+        def read_text(ctx, path, max_chars=4000): ...
+    """
+
+    def wrap(handler: Handler) -> ToolSpec:
+        return ToolSpec(
+            name=name or handler.__name__,
+            description=description or (handler.__doc__ or "").strip(),
+            input_schema=input_schema,
+            handler=handler,
+            risk=Risk(risk),
+            output_schema=output_schema,
+            timeout_seconds=timeout_seconds,
+            result_limit=result_limit,
+            idempotent=idempotent,
+            paths=tuple(paths),
+            network_host_argument=network_host_argument,
+            allow_hardlinks=allow_hardlinks,
+            redactor=redactor,
+        )
+
+    return wrap
+
+
+class ToolRegistry:
+    """The tools a runtime can run. Names are unique; registration refuses a
+    second tool of the same name (``ValueError``)."""
+
+    def __init__(self, specs: Sequence[ToolSpec] = ()) -> None:
+        self._tools: dict[str, ToolSpec] = {}
+        for spec in specs:
+            self.register(spec)
+
+    def register(self, spec: ToolSpec) -> ToolSpec:
+        if not isinstance(spec, ToolSpec):
+            raise TypeError(f"expected a ToolSpec, got {type(spec).__name__}; decorate the handler with @tool")
+        if spec.name in self._tools:
+            raise ValueError(f"duplicate tool: {spec.name}")
+        self._tools[spec.name] = spec
+        return spec
+
+    def get(self, name: str) -> ToolSpec | None:
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._tools)
+
+    def specs_for(self, capabilities: Capabilities) -> list[dict[str, Any]]:
+        """The tools this session may call, as the model should see them."""
+        return [
+            spec.describe()
+            for name, spec in sorted(self._tools.items())
+            if capabilities.permits_tool(name) and capabilities.permits_risk(spec.risk)
+        ]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[ToolSpec]:
+        return iter(self._tools[name] for name in sorted(self._tools))
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+
+if TYPE_CHECKING:  # the handler's first argument, for readers of this module
+    _ = ToolContext

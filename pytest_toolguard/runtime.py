@@ -1,0 +1,783 @@
+"""``ToolRuntime.execute``: every call through the whole pipeline, in order.
+
+The runtime orchestrates and owns no policy: each step asks the module that
+knows (schema, policy, hooks, idempotency, audit, isolation) and turns its
+answer into a ``ToolResult``. ``execute`` never raises for anything a call
+can contain, and every call leaves exactly one audit row.
+
+Order: parse -> lookup -> input schema -> policy -> PreToolUse hooks (and
+approval) -> idempotency claim + RUNNING row (one transaction) -> handler
+under its deadline -> output schema -> truncation -> PostToolUse hooks ->
+row finished.
+
+When the store cannot take the RUNNING row the handler never runs
+(AUDIT_UNAVAILABLE). When it cannot take a refused call's row, or the
+finishing update after a handler ran, the result is still returned as it is
+(the refusal or the side effect is real, and answering AUDIT_UNAVAILABLE
+would invite a second side effect) and the write is queued:
+``flush_audit()`` retries it, every later ``execute`` tries first, and
+``close()`` reports what could still not be written. A RUNNING row left by a
+crash is marked INTERRUPTED by ``SQLiteAuditStore.recover``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import os
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from .audit import AuditRecord, AuditStore, AuditUnavailable
+from .contract import CallState, ErrorCode, ToolCall, ToolResult
+from .hooks import (
+    HookDecision,
+    PostToolUse,
+    PostToolUseEvent,
+    PreToolUse,
+    PreToolUseEvent,
+)
+from .idempotency import Claim, ClaimOutcome, canonical_json
+from .isolation import HandlerTimeout, IsolationMode, make_isolation
+from .policy import Capabilities, Decision, authorize
+from .redaction import Redactor
+from .registry import ToolRegistry, ToolSpec
+from .rollback import ChangeJournal
+from .sandbox import SandboxError, Workspace
+
+MAX_ID_LENGTH = 256
+PREVIEW_LIMIT = 500
+"""Characters of redacted output kept in the audit row."""
+ARGUMENTS_LIMIT = 16_000
+"""Characters of redacted arguments kept in the audit row (the hash covers all)."""
+MESSAGE_LIMIT = 2_000
+PENDING_LIMIT = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """What a handler gets besides its arguments. Files only through
+    ``workspace``: it is the sandbox, journaled for rollback."""
+
+    call_id: str
+    session_id: str
+    actor: str
+    workspace: Workspace
+    capabilities: Capabilities
+    variables: Mapping[str, str]
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def max_read_bytes(self) -> int:
+        return self.capabilities.max_read_bytes
+
+    @property
+    def max_write_bytes(self) -> int:
+        return self.capabilities.max_write_bytes
+
+
+class _Refusal(Exception):
+    """Internal: the pipeline stops here with this outcome (no handler ran)."""
+
+    def __init__(self, code: ErrorCode, message: str, rule: str, state: CallState) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.rule = rule
+        self.state = state
+
+
+@dataclass
+class _Attempt:
+    """The per-call facts the pipeline gathers as it goes."""
+
+    call_id: str
+    tool_name: str
+    actor: str
+    session_id: str
+    idempotency_key: str | None
+    metadata: Mapping[str, Any]
+    started_at: str
+    t0: float
+    spec: ToolSpec | None = None
+    arguments: Mapping[str, Any] | None = None
+    decision: str = "none"
+    rule: str = ""
+    reason: str = ""
+    idempotency_outcome: str | None = None
+    replay_of: str | None = None
+
+
+class ToolRuntime:
+    """The execution boundary. Safe to call from several threads at once.
+
+    ``workspace`` may be a ``Workspace`` or a directory path; ``audit``
+    defaults to an in-memory store. ``close()`` closes what the runtime made
+    itself (never a workspace or store it was given), ends its workers and
+    reports what it could not finish.
+    """
+
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        workspace: Workspace | str | os.PathLike[str],
+        capabilities: Capabilities | None = None,
+        audit: AuditStore | None = None,
+        *,
+        hooks: Sequence[PreToolUse | PostToolUse] = (),
+        redactor: Redactor | None = None,
+        isolation: IsolationMode = "thread",
+        variables: Mapping[str, str] | None = None,
+        idempotency_scope: str | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        from .audit import SQLiteAuditStore
+
+        self.registry = registry
+        self._owned: list[Workspace | AuditStore] = []
+        if not isinstance(workspace, Workspace):
+            workspace = Workspace(workspace)
+            self._owned.append(workspace)
+        if audit is None:
+            audit = SQLiteAuditStore(":memory:")
+            self._owned.append(audit)
+        self.workspace = workspace
+        self.audit: AuditStore = audit
+        self.capabilities = capabilities or Capabilities()
+        self.hooks = tuple(hooks)
+        self.redactor = redactor or Redactor()
+        self.variables: Mapping[str, str] = dict(variables or {})
+        self.idempotency_scope = idempotency_scope
+        self.journal = ChangeJournal()
+        self._clock = clock or (lambda: datetime.now(timezone.utc))
+        self._isolation_mode = isolation
+        self._isolation = make_isolation(isolation)
+        self._pending: list[Callable[[], object]] = []
+        self._pending_lock = threading.Lock()
+        self._host_paths = tuple(
+            sorted({self.workspace.root, os.path.realpath(self.workspace.root)}, key=len, reverse=True)
+        )
+
+    # -- the pipeline -------------------------------------------------------
+
+    def execute(self, call: ToolCall) -> ToolResult:
+        """Run one call through every layer and answer a ``ToolResult``.
+        Never raises for anything the call contains."""
+        if self._pending:
+            self.flush_audit()
+        attempt = self._receive(call)
+        try:
+            if not isinstance(call, ToolCall):
+                raise _Refusal(
+                    ErrorCode.INVALID_REQUEST,
+                    f"expected a ToolCall, got {type(call).__name__}",
+                    "request.type",
+                    CallState.FAILED,
+                )
+            self._check_fields(call, attempt)
+            arguments = self._parse(call.arguments)
+            attempt.arguments = arguments
+            spec = self._lookup(attempt.tool_name)
+            attempt.spec = spec
+            self._admit(call, spec, attempt)
+            return self._run(call, spec, attempt)
+        except _Refusal as refusal:
+            return self._refuse(attempt, refusal)
+        except Exception as exc:  # a bug of ours must still answer, and be recorded
+            return self._refuse(
+                attempt,
+                _Refusal(
+                    ErrorCode.EXECUTION_ERROR,
+                    f"internal error in the executor: {type(exc).__name__}",
+                    "runtime.internal",
+                    CallState.FAILED,
+                ),
+            )
+
+    def _receive(self, call: object) -> _Attempt:
+        def text(name: str, fallback: str) -> str:
+            value = getattr(call, name, None)
+            return _storable(value)[:MAX_ID_LENGTH] if isinstance(value, str) and value else fallback
+
+        call_id = text("call_id", "")
+        if not call_id:
+            call_id = f"tg-{uuid.uuid4().hex}"
+        key = getattr(call, "idempotency_key", None)
+        metadata = getattr(call, "metadata", None)
+        return _Attempt(
+            call_id=call_id,
+            tool_name=text("tool_name", "<invalid>"),
+            actor=text("actor", "<invalid>"),
+            session_id=text("session_id", "<invalid>"),
+            idempotency_key=_storable(key)[:MAX_ID_LENGTH] if isinstance(key, str) else None,
+            metadata=metadata if isinstance(metadata, Mapping) else {},
+            started_at=self._now(),
+            t0=time.perf_counter(),
+        )
+
+    def _check_fields(self, call: ToolCall, attempt: _Attempt) -> None:
+        for name in ("call_id", "tool_name", "actor", "session_id"):
+            value = getattr(call, name)
+            if not isinstance(value, str) or not value or len(value) > MAX_ID_LENGTH:
+                raise _Refusal(
+                    ErrorCode.INVALID_REQUEST,
+                    f"{name} must be a non-empty string of at most {MAX_ID_LENGTH} characters",
+                    "request.fields",
+                    CallState.FAILED,
+                )
+        key = call.idempotency_key
+        if key is not None and (not isinstance(key, str) or not key or len(key) > MAX_ID_LENGTH):
+            raise _Refusal(
+                ErrorCode.INVALID_REQUEST,
+                f"idempotency_key must be null or a non-empty string of at most {MAX_ID_LENGTH} characters",
+                "request.fields",
+                CallState.FAILED,
+            )
+        if not isinstance(call.metadata, Mapping):
+            raise _Refusal(
+                ErrorCode.INVALID_REQUEST, "metadata must be an object", "request.fields", CallState.FAILED
+            )
+
+    def _parse(self, raw: object) -> dict[str, Any]:
+        if isinstance(raw, (str, bytes, bytearray)):
+            try:
+                raw = json.loads(raw)
+            except (ValueError, RecursionError) as exc:
+                raise _Refusal(
+                    ErrorCode.INVALID_REQUEST,
+                    f"arguments are not valid JSON: {_first_line(exc)}",
+                    "request.parse",
+                    CallState.FAILED,
+                ) from None
+        if not isinstance(raw, Mapping):
+            raise _Refusal(
+                ErrorCode.INVALID_REQUEST,
+                f"arguments must be a JSON object, got {_json_type(raw)}",
+                "request.parse",
+                CallState.FAILED,
+            )
+        try:
+            # Round trip: only JSON data goes further, and its canonical
+            # text (needed for the hash) must encode as UTF-8.
+            canonical_json(raw).encode("utf-8")
+            return dict(json.loads(json.dumps(raw, allow_nan=False)))
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise _Refusal(
+                ErrorCode.INVALID_REQUEST,
+                f"arguments must be plain JSON data: {_first_line(exc)}",
+                "request.parse",
+                CallState.FAILED,
+            ) from None
+
+    def _lookup(self, tool_name: str) -> ToolSpec:
+        spec = self.registry.get(tool_name)
+        if spec is not None:
+            return spec
+        visible = [name for name in self.registry.names() if self.capabilities.permits_tool(name)]
+        close = difflib.get_close_matches(tool_name, visible, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise _Refusal(
+            ErrorCode.TOOL_NOT_FOUND,
+            f"unknown tool: {tool_name}{hint}",
+            "registry.lookup",
+            CallState.FAILED,
+        )
+
+    def _admit(self, call: ToolCall, spec: ToolSpec, attempt: _Attempt) -> None:
+        """Schema, policy and PreToolUse hooks; a rewrite goes through schema
+        and policy again. Refuses with ``_Refusal``."""
+        arguments = attempt.arguments
+        assert arguments is not None
+        self._validate_and_authorize(spec, arguments, attempt)
+        approved = False
+        for hook in self.hooks:
+            if not isinstance(hook, PreToolUse):
+                continue
+            rule = f"hook.{getattr(hook, 'name', type(hook).__name__)}"
+            event = PreToolUseEvent(call=call, spec=spec, arguments=arguments)
+            try:
+                answer = hook.pre_tool_use(event)
+                if not isinstance(answer, HookDecision):
+                    raise TypeError(f"returned {type(answer).__name__}, not a HookDecision")
+            except Exception as exc:  # fail closed
+                raise _Refusal(
+                    ErrorCode.BLOCKED, f"{rule} failed: {type(exc).__name__}: {exc}", rule, CallState.DENIED
+                ) from None
+            if answer.action == "deny":
+                raise _Refusal(ErrorCode.BLOCKED, answer.reason or f"{rule} denied the call", rule, CallState.DENIED)
+            if answer.action == "ask":
+                raise _Refusal(
+                    ErrorCode.APPROVAL_REQUIRED, answer.reason or f"{rule} asks for approval", rule, CallState.DENIED
+                )
+            if answer.arguments is not None:
+                try:
+                    arguments = self._parse(answer.arguments)
+                except _Refusal as refusal:
+                    raise _Refusal(refusal.code, f"{rule} rewrite: {refusal.message}", rule, CallState.DENIED) from None
+                attempt.arguments = arguments
+                self._validate_and_authorize(spec, arguments, attempt, via=f"{rule}.rewrite")
+            if answer.action == "allow":
+                approved = True
+                attempt.rule, attempt.reason = rule, answer.reason or "approved"
+        if spec.risk.needs_approval and not approved:
+            raise _Refusal(
+                ErrorCode.APPROVAL_REQUIRED,
+                f"tool {spec.name} has risk {spec.risk} and needs an approval "
+                "(a PreToolUse hook or an Approver answering allow)",
+                "policy.approval",
+                CallState.DENIED,
+            )
+        attempt.decision = "allow"
+
+    def _validate_and_authorize(
+        self, spec: ToolSpec, arguments: Mapping[str, Any], attempt: _Attempt, via: str = ""
+    ) -> None:
+        errors = spec.input_validator.errors(arguments)
+        if errors:
+            raise _Refusal(
+                ErrorCode.INVALID_ARGUMENT,
+                "; ".join(errors),
+                via or "schema.input",
+                CallState.FAILED,
+            )
+        decision: Decision = authorize(spec, arguments, self.capabilities, self.workspace, self.variables)
+        if not decision.allowed:
+            raise _Refusal(decision.code, decision.reason, via or decision.rule, CallState.DENIED)
+        attempt.rule, attempt.reason = decision.rule, decision.reason
+
+    def _run(self, call: ToolCall, spec: ToolSpec, attempt: _Attempt) -> ToolResult:
+        arguments = attempt.arguments
+        assert arguments is not None
+        claim_key = self._claim_key(spec, attempt)
+        record = self._record(attempt, CallState.RUNNING, None, "", "")
+        try:
+            audit_id, claim = self.audit.start(record, claim_key=claim_key)
+        except AuditUnavailable as exc:
+            return self._audit_down(attempt, exc)
+        if audit_id is None:
+            assert claim is not None
+            return self._answer_claim(attempt, claim)
+        attempt.idempotency_outcome = "claimed" if claim_key else None
+
+        result = self._invoke(spec, arguments, attempt)
+        self._observe(call, spec, arguments, result)
+        stored = _stored_outcome(result, self._redactor(spec)) if claim_key else None
+        self._finish(audit_id, attempt, result, claim_key, stored)
+        return result
+
+    def _claim_key(self, spec: ToolSpec, attempt: _Attempt) -> str | None:
+        if attempt.idempotency_key is None:
+            return None
+        scope = self.idempotency_scope if self.idempotency_scope is not None else attempt.session_id
+        raw = f"{scope}\n{spec.name}\n{attempt.idempotency_key}".encode("utf-8", "backslashreplace")
+        return hashlib.sha256(raw).hexdigest()
+
+    def _answer_claim(self, attempt: _Attempt, claim: Claim) -> ToolResult:
+        attempt.idempotency_outcome = claim.outcome.value.lower()
+        attempt.replay_of = claim.original_call_id
+        if claim.outcome is ClaimOutcome.RUNNING:
+            return self._refuse(
+                attempt,
+                _Refusal(
+                    ErrorCode.DUPLICATE_CALL,
+                    f"a call with this idempotency key ({claim.original_call_id}) is still running; "
+                    "retry later to get its outcome",
+                    "idempotency.running",
+                    CallState.DENIED,
+                ),
+            )
+        if claim.outcome is ClaimOutcome.CONFLICT:
+            return self._refuse(
+                attempt,
+                _Refusal(
+                    ErrorCode.IDEMPOTENCY_CONFLICT,
+                    f"idempotency key already used by call {claim.original_call_id} with other arguments",
+                    "idempotency.conflict",
+                    CallState.DENIED,
+                ),
+            )
+        stored = claim.stored_result or {}
+        original_ok = bool(stored.get("ok"))
+        original_code = str(stored.get("code", "EXECUTION_ERROR"))
+        result = ToolResult(
+            call_id=attempt.call_id,
+            tool_name=attempt.tool_name,
+            ok=original_ok,
+            code=ErrorCode.IDEMPOTENT_REPLAY if original_ok else _code(original_code),
+            message=f"replayed the outcome of call {claim.original_call_id}: {stored.get('message', '')}",
+            data=stored.get("data"),
+            retryable=False,
+            duration_ms=self._elapsed(attempt),
+            state=CallState.SUCCEEDED if original_ok else CallState.FAILED,
+            truncated=bool(stored.get("truncated", False)),
+            total_size=stored.get("total_size"),
+        )
+        attempt.rule, attempt.reason = "idempotency.replay", f"replay of {claim.original_call_id}"
+        self._write_row(attempt, result)
+        return result
+
+    def _invoke(self, spec: ToolSpec, arguments: Mapping[str, Any], attempt: _Attempt) -> ToolResult:
+        call_id = attempt.call_id
+        # In process mode the handler's journal entries are made in the child,
+        # so they travel back with its outcome and are recorded here.
+        captured: list[tuple[str, bytes | None]] = []
+        in_process = self._isolation_mode == "process"
+
+        def on_change(path: str, previous: bytes | None) -> None:
+            if in_process:
+                captured.append((path, previous))
+            else:
+                self.journal.record(call_id, path, previous)
+
+        ctx = ToolContext(
+            call_id=call_id,
+            session_id=attempt.session_id,
+            actor=attempt.actor,
+            workspace=self.workspace.with_journal(on_change),
+            capabilities=self.capabilities,
+            variables=self.variables,
+            metadata=attempt.metadata,
+        )
+        handler_args = dict(arguments)
+
+        def run() -> tuple[bool, Any, list[tuple[str, bytes | None]]]:
+            try:
+                return True, spec.handler(ctx, **handler_args), captured
+            except BaseException as exc:  # SystemExit from a handler is its failure too
+                return False, exc, captured
+
+        try:
+            finished, value, changes = self._isolation.run(run, spec.timeout_seconds, call_id)
+        except HandlerTimeout as exc:
+            return self._failure(attempt, ErrorCode.TIMEOUT, str(exc), CallState.TIMED_OUT)
+        except Exception as exc:  # the process died, or its outcome could not travel back
+            value, finished, changes = exc, False, []
+        if in_process:
+            for path, previous in changes:
+                self.journal.record(call_id, path, previous)
+        if finished:
+            return self._check_output(spec, value, attempt)
+        if isinstance(value, SandboxError):
+            return self._failure(attempt, value.code, self._scrub(str(value)), CallState.FAILED)
+        detail = self._scrub(str(value))
+        message = f"{type(value).__name__}: {detail}" if detail else type(value).__name__
+        return self._failure(attempt, ErrorCode.EXECUTION_ERROR, f"handler raised {message}", CallState.FAILED)
+
+    def _check_output(self, spec: ToolSpec, data: Any, attempt: _Attempt) -> ToolResult:
+        try:
+            text = json.dumps(data, ensure_ascii=False, sort_keys=True, allow_nan=False)
+            data = json.loads(text)
+        except (TypeError, ValueError, RecursionError) as exc:
+            return self._failure(
+                attempt,
+                ErrorCode.OUTPUT_INVALID,
+                f"output is not JSON data: {_first_line(exc)}",
+                CallState.FAILED,
+            )
+        if spec.output_validator is not None:
+            errors = spec.output_validator.errors(data)
+            if errors:
+                return self._failure(attempt, ErrorCode.OUTPUT_INVALID, "; ".join(errors), CallState.FAILED)
+        truncated = len(text) > spec.result_limit
+        return ToolResult(
+            call_id=attempt.call_id,
+            tool_name=attempt.tool_name,
+            ok=True,
+            code=ErrorCode.OK,
+            message="ok" if not truncated else f"ok; output truncated to {spec.result_limit} of {len(text)} characters",
+            data=text[: spec.result_limit] if truncated else data,
+            duration_ms=self._elapsed(attempt),
+            state=CallState.SUCCEEDED,
+            truncated=truncated,
+            total_size=len(text) if truncated else None,
+        )
+
+    def _observe(self, call: ToolCall, spec: ToolSpec, arguments: Mapping[str, Any], result: ToolResult) -> None:
+        event = PostToolUseEvent(call=call, spec=spec, arguments=arguments, result=result)
+        for hook in self.hooks:
+            if isinstance(hook, PostToolUse):
+                try:
+                    hook.post_tool_use(event)
+                except Exception as exc:  # observers never change the outcome
+                    warnings.warn(
+                        f"PostToolUse hook {getattr(hook, 'name', hook)!r} raised {type(exc).__name__}: {exc}",
+                        RuntimeWarning,
+                        stacklevel=2,
+                    )
+
+    # -- results and audit rows ---------------------------------------------
+
+    def _failure(self, attempt: _Attempt, code: ErrorCode, message: str, state: CallState) -> ToolResult:
+        return ToolResult(
+            call_id=attempt.call_id,
+            tool_name=attempt.tool_name,
+            ok=False,
+            code=code,
+            message=_bounded(message),
+            retryable=code.retryable,
+            duration_ms=self._elapsed(attempt),
+            state=state,
+        )
+
+    def _refuse(self, attempt: _Attempt, refusal: _Refusal) -> ToolResult:
+        if refusal.state is CallState.DENIED:
+            attempt.decision = "ask" if refusal.code is ErrorCode.APPROVAL_REQUIRED else "deny"
+        attempt.rule, attempt.reason = refusal.rule, _bounded(refusal.message)
+        result = self._failure(attempt, refusal.code, refusal.message, refusal.state)
+        self._write_row(attempt, result)
+        return result
+
+    def _audit_down(self, attempt: _Attempt, exc: AuditUnavailable) -> ToolResult:
+        # Nothing can be recorded now; the handler never runs.
+        return self._failure(
+            attempt,
+            ErrorCode.AUDIT_UNAVAILABLE,
+            f"the audit log could not record the call, so it did not run: {exc}",
+            CallState.DENIED,
+        )
+
+    def _write_row(self, attempt: _Attempt, result: ToolResult) -> None:
+        record = self._record(
+            attempt,
+            result.state,
+            result.code,
+            self._preview(attempt, result),
+            "" if result.ok else result.message,
+            finished_at=self._now(),
+            duration_ms=result.duration_ms,
+        )
+        self._try_or_queue(lambda: self.audit.record(record))
+
+    def _finish(
+        self,
+        audit_id: int,
+        attempt: _Attempt,
+        result: ToolResult,
+        claim_key: str | None,
+        stored: dict[str, Any] | None,
+    ) -> None:
+        preview = self._preview(attempt, result)
+        finished_at = self._now()
+        error = "" if result.ok else self._redactor(attempt.spec).redact_text(result.message)
+
+        def finish() -> None:
+            self.audit.finish(
+                audit_id,
+                state=result.state,
+                result_code=result.code,
+                result_preview=preview,
+                error_message=error,
+                finished_at=finished_at,
+                duration_ms=result.duration_ms,
+                claim_key=claim_key,
+                stored_result=stored,
+            )
+
+        self._try_or_queue(finish)
+
+    def _try_or_queue(self, write: Callable[[], object]) -> None:
+        try:
+            write()
+        except AuditUnavailable as exc:
+            with self._pending_lock:
+                if len(self._pending) < PENDING_LIMIT:
+                    self._pending.append(write)
+                    kept = "queued for retry"
+                else:
+                    kept = "DROPPED: the retry queue is full"
+            warnings.warn(f"audit write failed ({exc}); {kept}", RuntimeWarning, stacklevel=3)
+
+    def flush_audit(self) -> int:
+        """Retry queued audit writes; returns how many are still pending."""
+        with self._pending_lock:
+            pending, self._pending = self._pending, []
+        failed = []
+        for write in pending:
+            try:
+                write()
+            except AuditUnavailable:
+                failed.append(write)
+        with self._pending_lock:
+            self._pending[:0] = failed
+            return len(self._pending)
+
+    def _record(
+        self,
+        attempt: _Attempt,
+        state: CallState,
+        code: ErrorCode | None,
+        preview: str,
+        error: str,
+        *,
+        finished_at: str | None = None,
+        duration_ms: int | None = None,
+    ) -> AuditRecord:
+        redactor = self._redactor(attempt.spec)
+        if attempt.arguments is not None:
+            shown = canonical_json(redactor.redact(attempt.arguments))
+            digest = hashlib.sha256(canonical_json(attempt.arguments).encode("utf-8")).hexdigest()
+        else:
+            shown, digest = "null", ""
+        if len(shown) > ARGUMENTS_LIMIT:
+            shown = shown[:ARGUMENTS_LIMIT] + f"...(truncated, {len(shown)} characters)"
+        return AuditRecord(
+            call_id=attempt.call_id,
+            session_id=attempt.session_id,
+            actor=attempt.actor,
+            tool_name=attempt.tool_name,
+            risk=str(attempt.spec.risk) if attempt.spec else "",
+            arguments_json=_storable(shown),
+            arguments_hash=digest,
+            idempotency_key=attempt.idempotency_key,
+            decision=attempt.decision,
+            rule=attempt.rule,
+            reason=_storable(redactor.redact_text(attempt.reason)),
+            state=state,
+            result_code=code,
+            result_preview=_storable(preview),
+            error_message=_storable(redactor.redact_text(error)),
+            started_at=attempt.started_at,
+            finished_at=finished_at,
+            duration_ms=duration_ms,
+            replay_of=attempt.replay_of,
+            idempotency_outcome=attempt.idempotency_outcome,
+        )
+
+    def _preview(self, attempt: _Attempt, result: ToolResult) -> str:
+        if result.data is None:
+            return ""
+        redacted = self._redactor(attempt.spec).redact(result.data)
+        text = json.dumps(redacted, ensure_ascii=False, sort_keys=True, default=str)
+        return text[:PREVIEW_LIMIT]
+
+    def _redactor(self, spec: ToolSpec | None) -> Redactor:
+        return spec.redactor if spec is not None and spec.redactor is not None else self.redactor
+
+    def _scrub(self, text: str) -> str:
+        """No absolute host path of the workspace in anything a model sees."""
+        for host_path in self._host_paths:
+            text = text.replace(host_path + os.sep, "").replace(host_path, ".")
+        return text
+
+    def _now(self) -> str:
+        return self._clock().astimezone(timezone.utc).isoformat(timespec="milliseconds")
+
+    @staticmethod
+    def _elapsed(attempt: _Attempt) -> int:
+        return max(0, int((time.perf_counter() - attempt.t0) * 1000))
+
+    # -- after the fact ------------------------------------------------------
+
+    def rollback(self, call_id: str, *, actor: str = "toolguard") -> ToolResult:
+        """Restore every file the call changed to what it held before the
+        call, and record the rollback as its own audit row (tool
+        ``toolguard.rollback``, ``replay_of`` = the call). INVALID_REQUEST
+        when the runtime kept no changes for that call."""
+        attempt = self._receive(ToolCall(call_id=f"rollback-{call_id}", tool_name="toolguard.rollback", actor=actor))
+        attempt.replay_of = call_id
+        try:
+            changes = self.journal.rollback(call_id, self.workspace)
+        except KeyError:
+            return self._refuse(
+                attempt,
+                _Refusal(
+                    ErrorCode.INVALID_REQUEST,
+                    f"no changes recorded for call {call_id}",
+                    "runtime.rollback",
+                    CallState.FAILED,
+                ),
+            )
+        except (SandboxError, OSError) as exc:
+            return self._refuse(
+                attempt,
+                _Refusal(ErrorCode.EXECUTION_ERROR, f"rollback failed: {self._scrub(str(exc))}", "runtime.rollback", CallState.FAILED),
+            )
+        attempt.decision, attempt.rule = "allow", "runtime.rollback"
+        attempt.reason = f"restored {len(changes)} path(s) changed by {call_id}"
+        result = ToolResult(
+            call_id=attempt.call_id,
+            tool_name=attempt.tool_name,
+            ok=True,
+            code=ErrorCode.OK,
+            message=attempt.reason,
+            data={"restored": [c.path for c in changes], "removed": [c.path for c in changes if c.previous is None]},
+            duration_ms=self._elapsed(attempt),
+            state=CallState.SUCCEEDED,
+        )
+        self._write_row(attempt, result)
+        return result
+
+    def orphaned_handlers(self) -> list[str]:
+        """Call ids whose handler overran its deadline and is still running
+        (thread mode)."""
+        orphans = getattr(self._isolation, "orphans", None)
+        return list(orphans()) if orphans else []
+
+    def close(self, join_timeout: float = 5.0) -> list[str]:
+        """Wait up to ``join_timeout`` s for handlers that overran their
+        deadline, retry queued audit writes, and return what is still wrong
+        (call ids of handlers still alive, audit writes still pending). Warns
+        with RuntimeWarning when that list is not empty."""
+        problems = [f"handler still running: {name}" for name in self._isolation.close(join_timeout)]
+        pending = self.flush_audit()
+        if pending:
+            problems.append(f"{pending} audit write(s) could not be stored")
+        if problems:
+            warnings.warn("; ".join(problems), RuntimeWarning, stacklevel=2)
+        for owned in self._owned:
+            owned.close()
+        self._owned.clear()
+        return problems
+
+    def __enter__(self) -> ToolRuntime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _stored_outcome(result: ToolResult, redactor: Redactor) -> dict[str, Any]:
+    return {
+        "ok": result.ok,
+        "code": result.code.value,
+        "message": redactor.redact_text(result.message),
+        "data": redactor.redact(result.data),
+        "truncated": result.truncated,
+        "total_size": result.total_size,
+    }
+
+
+def _code(value: str) -> ErrorCode:
+    try:
+        return ErrorCode(value)
+    except ValueError:
+        return ErrorCode.EXECUTION_ERROR
+
+
+def _storable(text: str) -> str:
+    """Text SQLite and YAML accept: lone surrogates become escapes."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _bounded(text: str) -> str:
+    return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 3] + "..."
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+
+
+def _json_type(value: object) -> str:
+    names = {list: "an array", int: "a number", float: "a number", bool: "a boolean", type(None): "null"}
+    for kind, name in names.items():
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
+

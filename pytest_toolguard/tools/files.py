@@ -1,0 +1,188 @@
+"""General workspace tools: read, write, list and search files.
+
+Every path goes through ``ctx.workspace``; handlers never open host paths.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..policy import Risk
+from ..registry import PathAccess, tool
+from ..runtime import ToolContext
+from ..sandbox import SandboxError
+
+PATH = {"type": "string", "minLength": 1, "maxLength": 300}
+
+
+@tool(
+    input_schema={
+        "type": "object",
+        "properties": {
+            "path": PATH,
+            "max_chars": {"type": "integer", "minimum": 1, "maximum": 20000, "default": 4000},
+        },
+        "required": ["path"],
+        "additionalProperties": False,
+    },
+    output_schema={
+        "type": "object",
+        "properties": {
+            "path": {"type": "string"},
+            "content": {"type": "string"},
+            "truncated": {"type": "boolean"},
+            "total_chars": {"type": "integer", "minimum": 0},
+        },
+        "required": ["path", "content", "truncated", "total_chars"],
+        "additionalProperties": False,
+    },
+    paths=[PathAccess.read("{path}")],
+    result_limit=24000,
+)
+def read_text(ctx: ToolContext, path: str, max_chars: int = 4000) -> dict[str, Any]:
+    """Read a UTF-8 text file of the workspace, at most max_chars characters."""
+    content = ctx.workspace.read_text(path, max_bytes=ctx.max_read_bytes)
+    return {
+        "path": ctx.workspace.resolve(path),
+        "content": content[:max_chars],
+        "truncated": len(content) > max_chars,
+        "total_chars": len(content),
+    }
+
+
+@tool(
+    input_schema={
+        "type": "object",
+        "properties": {"path": PATH, "content": {"type": "string"}},
+        "required": ["path", "content"],
+        "additionalProperties": False,
+    },
+    output_schema={
+        "type": "object",
+        "properties": {
+            "path": {"type": "string"},
+            "bytes_written": {"type": "integer", "minimum": 0},
+            "created": {"type": "boolean"},
+        },
+        "required": ["path", "bytes_written", "created"],
+        "additionalProperties": False,
+    },
+    risk=Risk.WRITE,
+    paths=[PathAccess.write("{path}", content="content")],
+)
+def write_file(ctx: ToolContext, path: str, content: str) -> dict[str, Any]:
+    """Write a UTF-8 text file (atomically: old or new content, never torn)."""
+    target = ctx.workspace.resolve(path)
+    created = not ctx.workspace.exists(target)
+    data = content.encode("utf-8")
+    ctx.workspace.write_bytes(target, data)
+    return {"path": target, "bytes_written": len(data), "created": created}
+
+
+@tool(
+    input_schema={
+        "type": "object",
+        "properties": {
+            "path": {**PATH, "default": "."},
+            "recursive": {"type": "boolean", "default": False},
+        },
+        "additionalProperties": False,
+    },
+    output_schema={
+        "type": "object",
+        "properties": {
+            "path": {"type": "string"},
+            "entries": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "path": {"type": "string"},
+                        "type": {"enum": ["file", "dir", "symlink"]},
+                        "size": {"type": ["integer", "null"]},
+                    },
+                    "required": ["path", "type", "size"],
+                    "additionalProperties": False,
+                },
+            },
+        },
+        "required": ["path", "entries"],
+        "additionalProperties": False,
+    },
+    paths=[PathAccess.read("{path}", default=".")],
+)
+def list_files(ctx: ToolContext, path: str = ".", recursive: bool = False) -> dict[str, Any]:
+    """List a directory of the workspace (recursive: every file beneath it)."""
+    root = ctx.workspace.resolve(path)
+    if recursive:
+        entries = [
+            {"path": file, "type": "file", "size": ctx.workspace.size(file)}
+            for file in ctx.workspace.walk(root)
+        ]
+    else:
+        entries = [
+            {
+                "path": entry.path,
+                "type": "symlink" if entry.is_symlink else "dir" if entry.is_dir else "file",
+                "size": entry.size,
+            }
+            for entry in ctx.workspace.list_dir(root)
+        ]
+    return {"path": root, "entries": entries}
+
+
+@tool(
+    input_schema={
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "minLength": 1, "maxLength": 200},
+            "path": {**PATH, "default": "."},
+            "max_results": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50},
+            "case_sensitive": {"type": "boolean", "default": True},
+        },
+        "required": ["query"],
+        "additionalProperties": False,
+    },
+    output_schema={
+        "type": "object",
+        "properties": {
+            "matches": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "path": {"type": "string"},
+                        "line": {"type": "integer", "minimum": 1},
+                        "text": {"type": "string"},
+                    },
+                    "required": ["path", "line", "text"],
+                    "additionalProperties": False,
+                },
+            },
+            "files_searched": {"type": "integer", "minimum": 0},
+            "truncated": {"type": "boolean"},
+        },
+        "required": ["matches", "files_searched", "truncated"],
+        "additionalProperties": False,
+    },
+    paths=[PathAccess.read("{path}", default=".")],
+)
+def search_text(
+    ctx: ToolContext, query: str, path: str = ".", max_results: int = 50, case_sensitive: bool = True
+) -> dict[str, Any]:
+    """Find lines containing query in the UTF-8 text files beneath path."""
+    needle = query if case_sensitive else query.lower()
+    matches: list[dict[str, Any]] = []
+    searched = 0
+    for file in ctx.workspace.walk(ctx.workspace.resolve(path)):
+        try:
+            text = ctx.workspace.read_text(file, max_bytes=ctx.max_read_bytes)
+        except (UnicodeDecodeError, SandboxError):
+            continue  # binary, too large, or refused (hard link): not searchable
+        searched += 1
+        for number, line in enumerate(text.splitlines(), start=1):
+            if needle in (line if case_sensitive else line.lower()):
+                if len(matches) == max_results:
+                    return {"matches": matches, "files_searched": searched, "truncated": True}
+                matches.append({"path": file, "line": number, "text": line[:300]})
+    return {"matches": matches, "files_searched": searched, "truncated": False}

@@ -1,0 +1,109 @@
+"""Shared helpers: small tools whose calls can be counted and steered."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_toolguard.policy import Capabilities, Risk
+from pytest_toolguard.registry import PathAccess, ToolRegistry, ToolSpec
+
+EVERY_RISK = frozenset(Risk)
+WRITE_ANYWHERE = Capabilities(allowed_risks=EVERY_RISK, write_roots=(".",))
+
+
+class Spy:
+    """Counts handler calls; ``block`` holds handlers until ``release``."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        self.started = threading.Event()
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def block(self) -> None:
+        self.gate.clear()
+
+    def release(self) -> None:
+        self.gate.set()
+
+    def record(self, arguments: dict[str, Any]) -> None:
+        with self.lock:
+            self.calls.append(arguments)
+        self.started.set()
+        self.gate.wait(10)
+
+    @property
+    def count(self) -> int:
+        with self.lock:
+            return len(self.calls)
+
+
+def spy_tool(
+    spy: Spy,
+    name: str = "spy",
+    *,
+    risk: Risk = Risk.READ,
+    result: Callable[..., Any] | None = None,
+    schema: dict[str, Any] | None = None,
+    **options: Any,
+) -> ToolSpec:
+    """A tool that records its arguments in ``spy`` and returns ``result(**arguments)``
+    (default: ``{"echo": arguments}``)."""
+
+    def handler(ctx: Any, **arguments: Any) -> Any:
+        spy.record(arguments)
+        return result(ctx, **arguments) if result else {"echo": arguments}
+
+    return ToolSpec(
+        name=name,
+        description=f"test tool {name}",
+        input_schema=schema
+        or {
+            "type": "object",
+            "properties": {"text": {"type": "string"}, "path": {"type": "string"}},
+            "additionalProperties": False,
+        },
+        handler=handler,
+        risk=risk,
+        **options,
+    )
+
+
+def append_tool(spy: Spy, name: str = "append") -> ToolSpec:
+    """A side effect that is visible on disk: appends a line to ``log.txt``."""
+
+    def result(ctx: Any, **arguments: Any) -> Any:
+        old = ctx.workspace.read_text("log.txt") if ctx.workspace.exists("log.txt") else ""
+        ctx.workspace.write_text("log.txt", old + arguments.get("text", "") + "\n")
+        return {"lines": (old + "x\n").count("\n")}
+
+    return spy_tool(
+        spy,
+        name,
+        risk=Risk.WRITE,
+        result=result,
+        paths=(PathAccess.write("log.txt"),),
+    )
+
+
+@pytest.fixture
+def spy() -> Spy:
+    return Spy()
+
+
+@pytest.fixture
+def workspace_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "workspace"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+@pytest.fixture
+def registry_of() -> Callable[..., ToolRegistry]:
+    return lambda *specs: ToolRegistry(list(specs))

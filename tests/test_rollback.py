@@ -1,0 +1,63 @@
+"""Rollback: a write tool's call can be undone, and the undo is audited."""
+
+from __future__ import annotations
+
+from pytest_toolguard import Capabilities, CallState, ErrorCode, Risk, ToolCall
+from pytest_toolguard.tools import builtin_registry
+
+CAPS = Capabilities(allowed_risks=frozenset({Risk.READ, Risk.WRITE}), write_roots=("src",))
+
+
+def write(path, content, call_id):
+    return ToolCall(call_id=call_id, tool_name="write_file", arguments={"path": path, "content": content})
+
+
+def test_rollback_restores_an_overwritten_file(toolguard_runtime, workspace_dir):
+    (workspace_dir / "src").mkdir()
+    (workspace_dir / "src" / "a.py").write_text("old\n")
+    runtime = toolguard_runtime(builtin_registry(), CAPS)
+    assert runtime.execute(write("src/a.py", "new\n", "w1")).ok
+    assert (workspace_dir / "src" / "a.py").read_text() == "new\n"
+    result = runtime.rollback("w1")
+    assert result.ok and result.data == {"restored": ["src/a.py"], "removed": []}
+    assert (workspace_dir / "src" / "a.py").read_text() == "old\n"
+
+
+def test_rollback_removes_a_created_file(toolguard_runtime, workspace_dir):
+    runtime = toolguard_runtime(builtin_registry(), CAPS)
+    assert runtime.execute(write("src/new.py", "x\n", "w1")).ok
+    assert runtime.rollback("w1").ok
+    assert not (workspace_dir / "src" / "new.py").exists()
+
+
+def test_rollback_is_recorded_in_the_audit_log(toolguard_runtime, workspace_dir):
+    runtime = toolguard_runtime(builtin_registry(), CAPS)
+    runtime.execute(write("src/new.py", "x\n", "w1"))
+    runtime.rollback("w1")
+    row = runtime.audit.get("rollback-w1")
+    assert row is not None
+    assert (row.tool_name, row.replay_of, row.state, row.rule) == (
+        "toolguard.rollback", "w1", CallState.SUCCEEDED, "runtime.rollback"
+    )
+
+
+def test_rollback_of_an_unknown_call_is_an_invalid_request(toolguard_runtime):
+    runtime = toolguard_runtime(builtin_registry(), CAPS)
+    assert runtime.rollback("never").code is ErrorCode.INVALID_REQUEST
+
+
+def test_only_the_first_previous_state_of_a_path_is_kept(toolguard_runtime, workspace_dir):
+    from pytest_toolguard.registry import PathAccess, ToolRegistry, tool
+
+    @tool(input_schema={"type": "object"}, risk=Risk.WRITE, paths=[PathAccess.write("src/a.py")])
+    def twice(ctx):
+        ctx.workspace.write_text("src/a.py", "one")
+        ctx.workspace.write_text("src/a.py", "two")
+        return {}
+
+    (workspace_dir / "src").mkdir()
+    (workspace_dir / "src" / "a.py").write_text("zero")
+    runtime = toolguard_runtime(ToolRegistry([twice]), CAPS)
+    assert runtime.execute(ToolCall(call_id="t", tool_name="twice")).ok
+    runtime.rollback("t")
+    assert (workspace_dir / "src" / "a.py").read_text() == "zero"

@@ -1,0 +1,70 @@
+"""Compiled input schemas and their error paths."""
+
+import pytest
+
+from pytest_toolguard.schema import InvalidSchema, SchemaValidator
+
+WRITE_JSON = {
+    "type": "object",
+    "properties": {"artifact_name": {"type": "string"}, "content": {}},
+    "required": ["artifact_name", "content"],
+    "additionalProperties": False,
+}
+READ_TEXT = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string", "minLength": 1},
+        "max_chars": {"type": "integer", "minimum": 1, "maximum": 20000},
+    },
+    "required": ["path"],
+    "additionalProperties": False,
+}
+
+
+def test_missing_field_names_its_path():
+    errors = SchemaValidator(WRITE_JSON).errors({"artifact_name": "a.json"})
+    assert errors == ["arguments.content: field is required"]
+
+
+def test_misspelt_field_is_caught_by_additional_properties():
+    errors = SchemaValidator(READ_TEXT).errors({"path": "README.md", "max_char": 4000})
+    assert len(errors) == 1
+    assert errors[0].startswith("arguments.max_char: unexpected field")
+
+
+def test_every_error_is_reported_sorted_by_path():
+    errors = SchemaValidator(READ_TEXT).errors({"path": "", "max_chars": "all"})
+    assert [e.split(":")[0] for e in errors] == ["arguments.max_chars", "arguments.path"]
+
+
+def test_nested_paths_use_dots_and_indices():
+    schema = {
+        "type": "object",
+        "properties": {
+            "items": {"type": "array", "items": {"type": "object", "required": ["name"]}}
+        },
+    }
+    errors = SchemaValidator(schema).errors({"items": [{"name": "a"}, {}]})
+    assert errors == ["arguments.items[1].name: field is required"]
+
+
+def test_odd_keys_are_quoted():
+    schema = {"type": "object", "properties": {"a b": {"type": "integer"}}}
+    assert SchemaValidator(schema).errors({"a b": "x"})[0].startswith('arguments["a b"]:')
+
+
+def test_huge_values_do_not_flood_the_message():
+    errors = SchemaValidator(READ_TEXT).errors({"path": "x" * 1_000_000, "max_chars": "y" * 100_000})
+    assert sum(len(e) for e in errors) < 1000
+
+
+def test_invalid_schema_is_refused_when_compiled():
+    with pytest.raises(InvalidSchema, match="schema"):
+        SchemaValidator({"type": "objectt"})
+
+
+def test_pathologically_deep_value_is_an_error_not_a_crash():
+    value: object = "x"
+    for _ in range(100_000):
+        value = [value]
+    assert SchemaValidator({"type": "array", "items": {"$ref": "#"}}).errors(value)
