@@ -55,7 +55,9 @@ def _plan() -> PlanProgress:
             ),
             PlanStep(
                 "step_3",
-                frozenset({"write_markdown_file"}),
+                # The model may resubmit the analysis while writing the report.
+                frozenset({"write_markdown_file", "write_json_file"}),
+                required_tools=("write_markdown_file",),
                 artifacts=(Artifact(f"{artifacts}/report.md"),),
             ),
         ]

@@ -199,8 +199,11 @@ def _check_path(
     if given is None:
         return None
     try:
-        workspace.normalize(given)
-        real = workspace.resolve(given)
+        real = workspace.normalize(given)
+        try:
+            real = workspace.resolve(given)
+        except OSError:
+            pass  # e.g. `file.txt/x`: judged by its spelling; the handler meets the error
         # The real target is judged too: a link named `notes` may lead to `.env`.
         workspace.normalize(real)
     except SandboxError as exc:

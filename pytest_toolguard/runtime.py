@@ -263,18 +263,15 @@ class ToolRuntime:
                 "request.parse",
                 CallState.FAILED,
             )
-        try:
-            # Round trip: only JSON data goes further, and its canonical
-            # text (needed for the hash) must encode as UTF-8.
-            canonical_json(raw).encode("utf-8")
-            return dict(json.loads(json.dumps(raw, allow_nan=False)))
-        except (TypeError, ValueError, RecursionError) as exc:
+        problem = _not_plain_json(raw)
+        if problem:
             raise _Refusal(
                 ErrorCode.INVALID_REQUEST,
-                f"arguments must be plain JSON data: {_first_line(exc)}",
+                f"arguments must be plain JSON data: {problem}",
                 "request.parse",
                 CallState.FAILED,
-            ) from None
+            )
+        return _copy_json(raw)
 
     def _lookup(self, tool_name: str) -> ToolSpec:
         spec = self.registry.get(tool_name)
@@ -741,6 +738,47 @@ class ToolRuntime:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+MAX_JSON_DEPTH = 64
+
+
+def _not_plain_json(value: object) -> str:
+    """Why ``value`` is not plain JSON data ('' when it is): string keys,
+    finite numbers, UTF-8-encodable text, at most ``MAX_JSON_DEPTH`` deep."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            return f"nested deeper than {MAX_JSON_DEPTH} levels"
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return "text holds an unpaired surrogate"
+        elif isinstance(item, float):
+            if item != item or item in (float("inf"), float("-inf")):
+                return "numbers must be finite"
+        elif isinstance(item, Mapping):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    return f"object keys must be strings, not {type(key).__name__}"
+                stack.append((key, depth + 1))
+                stack.append((child, depth + 1))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((child, depth + 1) for child in item)
+        elif not (item is None or isinstance(item, (bool, int))):
+            return f"{type(item).__name__} is not a JSON type"
+    return ""
+
+
+def _copy_json(value: Any) -> Any:
+    """A private copy, so a caller mutating its dict cannot change a call in flight."""
+    if isinstance(value, Mapping):
+        return {key: _copy_json(child) for key, child in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_copy_json(child) for child in value]
+    return value
 
 
 def _stored_outcome(result: ToolResult, redactor: Redactor) -> dict[str, Any]:

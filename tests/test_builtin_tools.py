@@ -36,7 +36,7 @@ def run(runtime, tool_name, **arguments):
 
 def test_read_text_returns_relative_path_and_bounded_content(runtime):
     data = run(runtime, "read_text", path="src/app.py", max_chars=10)
-    assert data == {"path": "src/app.py", "content": "def main()", "truncated": True, "total_chars": 36}
+    assert data == {"path": "src/app.py", "content": "def main()", "truncated": True, "total_chars": 35}
 
 
 def test_write_file_reports_bytes_and_creation(runtime, workspace_dir):

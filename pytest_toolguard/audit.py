@@ -1,0 +1,768 @@
+"""The audit log: one row per call, written before the handler runs.
+
+Every call, refused ones included, leaves exactly one row in
+``tool_call_audit`` saying who asked, in which session, for which tool, with
+which (redacted) arguments and their hash, which rule decided and why, the
+state, the code, the duration and a bounded preview. A call that will run
+its handler gets its row in state ``RUNNING`` *committed before the handler
+starts* (``start``), and the row is finished afterwards (``finish``); a call
+refused earlier gets one finished row (``record``). If the store cannot
+write, it raises ``AuditUnavailable`` and the runtime must not run the
+handler (fail closed).
+
+Idempotency keys live in the same database (table ``idempotency_keys``) so
+that claiming a key and writing the RUNNING row are one transaction: see
+``pytest_toolguard.idempotency`` for the semantics.
+
+**The store never redacts.** Callers pass text that is already redacted
+(``pytest_toolguard.redaction``). Redact before the INSERT: an UPDATE that
+redacts later leaves the secret in the ``-wal`` file until a checkpoint
+copies and truncates it, and in free pages of the database file after that.
+The same holds for ``stored_result`` (kept in ``idempotency_keys`` and
+returned by replays): pass a redacted result or accept the secret at rest.
+
+Concurrency. ``SQLiteAuditStore`` opens one connection per thread, in WAL
+mode, with ``synchronous`` as configured and a busy timeout; every write is
+an explicit ``BEGIN IMMEDIATE`` ... ``COMMIT``, so writers queue instead of
+deadlocking. Several processes may share one database file, each with its
+own ``SQLiteAuditStore``. A store is bound to the process that made it:
+after ``fork`` it raises ``AuditUnavailable`` in the child, which must open
+a new ``SQLiteAuditStore``. ``":memory:"`` is one database per connection,
+so a memory store shares a single connection between threads under a lock.
+
+sqlite3 is C code and never sees pyfakefs: the file must be a real path,
+made before a fake filesystem starts, or ``":memory:"``. Simulate "audit
+down" at the store: ``close()``, a read-only URI
+(``SQLiteAuditStore("file:/x/audit.db?mode=ro", uri=True)``) or
+``inject_fault``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pytest_toolguard.contract import CallState, ErrorCode
+from pytest_toolguard.idempotency import Claim, ClaimOutcome, StoredKey, resolve_claim
+
+__all__ = [
+    "INTERRUPTED_MESSAGE",
+    "OPERATIONS",
+    "SCHEMA_VERSION",
+    "AuditRecord",
+    "AuditStore",
+    "AuditUnavailable",
+    "ConnectionSettings",
+    "Decision",
+    "SQLiteAuditStore",
+    "interrupted_result",
+]
+
+SCHEMA_VERSION = 1
+"""Kept in ``PRAGMA user_version``; a database from a newer version is refused."""
+
+INTERRUPTED_MESSAGE = "interrupted: the process died while the handler ran"
+
+Decision = Literal["allow", "deny", "ask", "none"]
+_DECISIONS: frozenset[str] = frozenset({"allow", "deny", "ask", "none"})
+
+OPERATIONS: frozenset[str] = frozenset(
+    {"record", "start", "finish", "release", "get", "rows", "count", "recover"}
+)
+"""The store operations ``SQLiteAuditStore.inject_fault`` can make fail."""
+
+
+class AuditUnavailable(Exception):
+    """The audit store could not read or write. The runtime answers
+    ``AUDIT_UNAVAILABLE`` and does not run the handler. The message names the
+    operation and SQLite's reason, never the database path; ``operation`` is
+    the store method that failed."""
+
+    def __init__(self, message: str, operation: str = "") -> None:
+        super().__init__(message)
+        self.operation = operation
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditRecord:
+    """One row of ``tool_call_audit``: one call, as the runtime saw it.
+
+    Text fields must be redacted already. ``started_at``/``finished_at`` are
+    ISO 8601 UTC text. ``rule`` names what decided (``policy.write_prefix``,
+    ``schema.input``, ``hook.plan_progress``), ``reason`` says why.
+    ``replay_of`` is the original call's id for an ``IDEMPOTENT_REPLAY``;
+    ``idempotency_outcome`` is a ``ClaimOutcome`` value when a key was
+    claimed. ``audit_id`` is the row id: None until stored. ``ValueError``
+    for a decision outside allow/deny/ask/none.
+    """
+
+    call_id: str
+    session_id: str
+    actor: str
+    tool_name: str
+    risk: str
+    arguments_json: str
+    arguments_hash: str
+    idempotency_key: str | None = None
+    decision: Decision = "none"
+    rule: str = ""
+    reason: str = ""
+    state: CallState
+    result_code: ErrorCode | None = None
+    result_preview: str | None = None
+    error_message: str | None = None
+    started_at: str
+    finished_at: str | None = None
+    duration_ms: int | None = None
+    replay_of: str | None = None
+    idempotency_outcome: str | None = None
+    audit_id: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.decision not in _DECISIONS:
+            raise ValueError(
+                f"decision must be one of allow, deny, ask, none; got {self.decision!r}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionSettings:
+    """The SQLite settings of the calling thread's connection, as SQLite reports them."""
+
+    journal_mode: str
+    synchronous: str
+    busy_timeout_ms: int
+    schema_version: int
+
+
+def interrupted_result(call_id: str, tool_name: str) -> dict[str, Any]:
+    """The outcome ``recover`` stores for a key whose call was interrupted:
+    what a later call with that key replays. Uses ``ToolResult``'s field
+    names, as results passed to ``finish`` should."""
+    return {
+        "call_id": call_id,
+        "tool_name": tool_name,
+        "ok": False,
+        "code": ErrorCode.EXECUTION_ERROR.value,
+        "message": INTERRUPTED_MESSAGE,
+        "data": None,
+        "retryable": False,
+        "state": CallState.INTERRUPTED.value,
+    }
+
+
+@runtime_checkable
+class AuditStore(Protocol):
+    """What the runtime needs from an audit log. Every method raises
+    ``AuditUnavailable`` (and nothing from the storage layer) when the store
+    cannot do its work; ``ValueError`` marks a caller's mistake."""
+
+    def record(self, rec: AuditRecord) -> int:
+        """Store one finished row (a refused call); committed; its audit_id."""
+        ...
+
+    def start(
+        self, rec: AuditRecord, *, claim_key: str | None = None
+    ) -> tuple[int | None, Claim | None]:
+        """Claim ``claim_key`` and store the RUNNING row, atomically."""
+        ...
+
+    def finish(
+        self,
+        audit_id: int,
+        *,
+        state: CallState,
+        result_code: ErrorCode | None,
+        result_preview: str | None,
+        error_message: str | None,
+        finished_at: str,
+        duration_ms: int | None,
+        claim_key: str | None = None,
+        stored_result: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Finish a RUNNING row and, with ``claim_key``, store the key's outcome."""
+        ...
+
+    def release(self, claim_key: str) -> None:
+        """Free a key whose call never reached its handler."""
+        ...
+
+    def get(self, call_id: str) -> AuditRecord | None:
+        """The latest row for ``call_id``."""
+        ...
+
+    def rows(self, session_id: str | None = None) -> list[AuditRecord]:
+        """All rows (of one session), oldest first."""
+        ...
+
+    def count(self) -> int:
+        """How many rows."""
+        ...
+
+    def recover(self, now: str) -> int:
+        """Mark rows left RUNNING by a dead process INTERRUPTED."""
+        ...
+
+    def close(self) -> None:
+        """Release the store; later calls raise ``AuditUnavailable``."""
+        ...
+
+
+# --- schema -----------------------------------------------------------------
+
+_AUDIT_COLUMNS: tuple[str, ...] = (
+    "call_id",
+    "session_id",
+    "actor",
+    "tool_name",
+    "risk",
+    "arguments_json",
+    "arguments_hash",
+    "idempotency_key",
+    "decision",
+    "rule",
+    "reason",
+    "state",
+    "result_code",
+    "result_preview",
+    "error_message",
+    "started_at",
+    "finished_at",
+    "duration_ms",
+    "replay_of",
+    "idempotency_outcome",
+)
+
+# _MIGRATIONS[n] takes a database from schema version n to n + 1.
+_MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """
+        CREATE TABLE IF NOT EXISTS tool_call_audit (
+            audit_id INTEGER PRIMARY KEY AUTOINCREMENT,
+            call_id TEXT NOT NULL,
+            session_id TEXT NOT NULL,
+            actor TEXT NOT NULL,
+            tool_name TEXT NOT NULL,
+            risk TEXT NOT NULL,
+            arguments_json TEXT NOT NULL,
+            arguments_hash TEXT NOT NULL,
+            idempotency_key TEXT,
+            decision TEXT NOT NULL CHECK (decision IN ('allow', 'deny', 'ask', 'none')),
+            rule TEXT NOT NULL DEFAULT '',
+            reason TEXT NOT NULL DEFAULT '',
+            state TEXT NOT NULL,
+            result_code TEXT,
+            result_preview TEXT,
+            error_message TEXT,
+            started_at TEXT NOT NULL,
+            finished_at TEXT,
+            duration_ms INTEGER,
+            replay_of TEXT,
+            idempotency_outcome TEXT
+        )
+        """,
+        # call_id is not unique: models reuse ids, and every call still gets its row.
+        "CREATE INDEX IF NOT EXISTS idx_audit_call ON tool_call_audit (call_id)",
+        "CREATE INDEX IF NOT EXISTS idx_audit_session ON tool_call_audit (session_id, started_at)",
+        "CREATE INDEX IF NOT EXISTS idx_audit_idempotency ON tool_call_audit (idempotency_key)",
+        "CREATE INDEX IF NOT EXISTS idx_audit_running ON tool_call_audit (state)"
+        " WHERE state = 'RUNNING'",
+        """
+        CREATE TABLE IF NOT EXISTS idempotency_keys (
+            key TEXT PRIMARY KEY,
+            tool_name TEXT NOT NULL,
+            arguments_hash TEXT NOT NULL,
+            call_id TEXT NOT NULL,
+            audit_id INTEGER REFERENCES tool_call_audit (audit_id),
+            status TEXT NOT NULL CHECK (status IN ('running', 'done')),
+            result_json TEXT,
+            created_at TEXT NOT NULL,
+            finished_at TEXT
+        )
+        """,
+        "CREATE INDEX IF NOT EXISTS idx_keys_audit ON idempotency_keys (audit_id)",
+    ),
+)
+assert len(_MIGRATIONS) == SCHEMA_VERSION
+
+_SELECT_AUDIT = f"SELECT audit_id, {', '.join(_AUDIT_COLUMNS)} FROM tool_call_audit"
+_INSERT_AUDIT = (
+    f"INSERT INTO tool_call_audit ({', '.join(_AUDIT_COLUMNS)})"
+    f" VALUES ({', '.join('?' for _ in _AUDIT_COLUMNS)})"
+)
+_SYNCHRONOUS_NAMES: Mapping[int, str] = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+
+
+def _row_values(rec: AuditRecord, **overrides: Any) -> tuple[Any, ...]:
+    values = {name: getattr(rec, name) for name in _AUDIT_COLUMNS}
+    values.update(overrides)
+    values["state"] = CallState(values["state"]).value
+    if values["result_code"] is not None:
+        values["result_code"] = ErrorCode(values["result_code"]).value
+    return tuple(values[name] for name in _AUDIT_COLUMNS)
+
+
+def _record_from_row(row: tuple[Any, ...]) -> AuditRecord:
+    audit_id, *values = row
+    fields = dict(zip(_AUDIT_COLUMNS, values, strict=True))
+    fields["state"] = CallState(fields["state"])
+    if fields["result_code"] is not None:
+        fields["result_code"] = ErrorCode(fields["result_code"])
+    return AuditRecord(audit_id=audit_id, **fields)
+
+
+def _result_json(result: Mapping[str, Any] | None) -> str | None:
+    if result is None:
+        return None
+    return json.dumps(dict(result), ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _is_memory(target: str, uri: bool) -> bool:
+    if target in (":memory:", ""):
+        return True
+    return uri and ("mode=memory" in target or target.startswith("file::memory:"))
+
+
+@dataclass(frozen=True, slots=True)
+class _Fault:
+    operations: frozenset[str]
+    message: str
+
+
+class SQLiteAuditStore:
+    """``AuditStore`` on SQLite: durable, shared by threads and processes.
+
+    ``path`` is a file path, ``":memory:"``, or with ``uri=True`` a SQLite URI
+    such as ``file:/x/audit.db?mode=ro``. ``synchronous="NORMAL"`` (the
+    default) in WAL mode never corrupts the database and may lose the last
+    commits on power loss; ``"FULL"`` keeps them at some cost per commit.
+    ``busy_timeout_ms`` bounds how long a write waits for another writer.
+
+    The constructor opens the database and creates or migrates the schema;
+    it raises ``AuditUnavailable`` when it cannot, ``ValueError`` for bad
+    settings. See the module docstring for threads, processes and fork.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] = ":memory:",
+        *,
+        synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
+        busy_timeout_ms: int = 5000,
+        uri: bool = False,
+    ) -> None:
+        if synchronous not in ("NORMAL", "FULL"):
+            raise ValueError(f"synchronous must be 'NORMAL' or 'FULL', got {synchronous!r}")
+        if not isinstance(busy_timeout_ms, int) or busy_timeout_ms < 0:
+            raise ValueError(f"busy_timeout_ms must be an int >= 0, got {busy_timeout_ms!r}")
+        self._target = os.fspath(path)
+        self._uri = uri
+        self._synchronous = synchronous
+        self._busy_timeout_ms = busy_timeout_ms
+        self._memory = _is_memory(self._target, uri)
+        self._pid = os.getpid()
+        self._closed = False
+        self._fault: _Fault | None = None
+        self._local = threading.local()
+        self._registry_lock = threading.Lock()
+        self._connections: list[tuple[threading.Thread, sqlite3.Connection]] = []
+        self._shared: sqlite3.Connection | None = None
+        # One :memory: connection is the whole database: threads take turns.
+        self._memory_lock: threading.Lock | None = threading.Lock() if self._memory else None
+        try:
+            self._migrate()
+        except BaseException:
+            self.close()
+            raise
+
+    # --- connections and transactions ---------------------------------------
+
+    def _open(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self._target,
+            timeout=self._busy_timeout_ms / 1000,
+            isolation_level=None,  # autocommit; transactions are explicit
+            check_same_thread=False,  # each is used by one thread; close() may run elsewhere
+            uri=self._uri,
+        )
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms:d}")
+            if not self._memory:
+                conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _register(self, conn: sqlite3.Connection) -> None:
+        with self._registry_lock:
+            if self._closed:
+                conn.close()
+                raise AuditUnavailable("the audit store is closed")
+            # Connections of threads that ended are closed here, so a stream
+            # of short-lived threads does not pile up open connections.
+            alive = []
+            for thread, other in self._connections:
+                if thread.is_alive():
+                    alive.append((thread, other))
+                else:
+                    with suppress(sqlite3.Error):
+                        other.close()
+            alive.append((threading.current_thread(), conn))
+            self._connections = alive
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._closed:
+            raise AuditUnavailable("the audit store is closed")
+        if os.getpid() != self._pid:
+            raise AuditUnavailable(
+                "this audit store was opened in another process; "
+                "open a new SQLiteAuditStore in this process (after fork)"
+            )
+        if self._memory:
+            if self._shared is None:
+                shared = self._open()
+                self._register(shared)
+                self._shared = shared
+            return self._shared
+        conn: sqlite3.Connection | None = getattr(self._local, "connection", None)
+        if conn is None:
+            conn = self._open()
+            self._register(conn)
+            self._local.connection = conn
+        return conn
+
+    def _unavailable(self, operation: str, exc: sqlite3.Error) -> AuditUnavailable:
+        reason = str(exc).replace(self._target, "<audit database>") or type(exc).__name__
+        return AuditUnavailable(f"audit store failed to {operation}: {reason}", operation)
+
+    @contextmanager
+    def _guard(self, operation: str) -> Iterator[sqlite3.Connection]:
+        """The connection to use, with every sqlite3 error turned into
+        ``AuditUnavailable`` and the memory lock held."""
+        lock = self._memory_lock
+        if lock is not None:
+            lock.acquire()
+        try:
+            fault = self._fault
+            if fault is not None and operation in fault.operations:
+                raise sqlite3.OperationalError(fault.message)
+            yield self._connection()
+        except sqlite3.Error as exc:
+            raise self._unavailable(operation, exc) from exc
+        finally:
+            if lock is not None:
+                lock.release()
+
+    @contextmanager
+    def _write(self, operation: str) -> Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction, committed when the block ends
+        normally, rolled back when it raises."""
+        with self._guard(operation) as conn:
+            if conn.in_transaction:  # left over from a failed rollback
+                conn.execute("ROLLBACK")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                with suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error:
+                with suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+
+    def _migrate(self) -> None:
+        with self._guard("open") as conn:
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        if version == SCHEMA_VERSION:
+            return
+        if version > SCHEMA_VERSION:
+            raise AuditUnavailable(
+                f"the audit database has schema version {version}; this pytest-toolguard "
+                f"reads up to {SCHEMA_VERSION}: upgrade pytest-toolguard or use another file",
+                "open",
+            )
+        with self._write("open") as conn:
+            # Read again under the write lock: another process may have migrated.
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+            for step in _MIGRATIONS[version:]:
+                for statement in step:
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION:d}")
+
+    # --- writes ---------------------------------------------------------------
+
+    def record(self, rec: AuditRecord) -> int:
+        """Store one finished row (a call refused before its handler ran, or
+        answered from an idempotency record) and commit it.
+
+        Returns its audit_id. ``ValueError`` when ``rec.state`` is not a
+        finished state; ``AuditUnavailable`` when the row could not be stored.
+        """
+        if not CallState(rec.state).finished:
+            raise ValueError(f"record() stores finished rows; state {rec.state} is not finished")
+        with self._write("record") as conn:
+            cursor = conn.execute(_INSERT_AUDIT, _row_values(rec))
+            return int(cursor.lastrowid or 0)
+
+    def start(
+        self, rec: AuditRecord, *, claim_key: str | None = None
+    ) -> tuple[int | None, Claim | None]:
+        """Claim ``claim_key`` (when given) and store ``rec`` as the RUNNING
+        row, in one ``BEGIN IMMEDIATE`` transaction committed before return.
+
+        * No key: ``(audit_id, None)``.
+        * Key claimed: ``(audit_id, Claim(CLAIMED, key))``; the row's
+          ``idempotency_key`` defaults to ``claim_key`` and its
+          ``idempotency_outcome`` to ``"claimed"``.
+        * Key held by an earlier call: ``(None, claim)`` with ``REPLAY``,
+          ``RUNNING`` or ``CONFLICT``; nothing is stored, and the caller
+          records its own finished row with ``record``.
+
+        Exactly one of any number of concurrent starts with one key, in any
+        threads or processes, gets ``CLAIMED``. On ``AuditUnavailable``
+        nothing was stored and the key is not held. ``ValueError`` when
+        ``rec.state`` is not RUNNING.
+        """
+        if CallState(rec.state) is not CallState.RUNNING:
+            raise ValueError(f"start() stores RUNNING rows; got state {rec.state}")
+        with self._write("start") as conn:
+            if claim_key is None:
+                cursor = conn.execute(_INSERT_AUDIT, _row_values(rec))
+                return int(cursor.lastrowid or 0), None
+            claimed = conn.execute(
+                "INSERT INTO idempotency_keys"
+                " (key, tool_name, arguments_hash, call_id, status, created_at)"
+                " VALUES (?, ?, ?, ?, 'running', ?) ON CONFLICT (key) DO NOTHING",
+                (claim_key, rec.tool_name, rec.arguments_hash, rec.call_id, rec.started_at),
+            ).rowcount
+            if claimed != 1:
+                stored = self._stored_key(conn, claim_key)
+                return None, resolve_claim(stored, rec.tool_name, rec.arguments_hash)
+            cursor = conn.execute(
+                _INSERT_AUDIT,
+                _row_values(
+                    rec,
+                    idempotency_key=rec.idempotency_key or claim_key,
+                    idempotency_outcome=rec.idempotency_outcome or ClaimOutcome.CLAIMED.value,
+                ),
+            )
+            audit_id = int(cursor.lastrowid or 0)
+            conn.execute(
+                "UPDATE idempotency_keys SET audit_id = ? WHERE key = ?", (audit_id, claim_key)
+            )
+            return audit_id, Claim(ClaimOutcome.CLAIMED, claim_key)
+
+    @staticmethod
+    def _stored_key(conn: sqlite3.Connection, key: str) -> StoredKey:
+        row = conn.execute(
+            "SELECT tool_name, arguments_hash, call_id, status, result_json"
+            " FROM idempotency_keys WHERE key = ?",
+            (key,),
+        ).fetchone()
+        tool_name, args_hash, call_id, status, result_json = row
+        result = json.loads(result_json) if result_json is not None else None
+        return StoredKey(key, tool_name, args_hash, call_id, status, result)
+
+    def finish(
+        self,
+        audit_id: int,
+        *,
+        state: CallState,
+        result_code: ErrorCode | None,
+        result_preview: str | None,
+        error_message: str | None,
+        finished_at: str,
+        duration_ms: int | None,
+        claim_key: str | None = None,
+        stored_result: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Finish the RUNNING row ``audit_id`` and, with ``claim_key``, mark
+        the key done with ``stored_result`` (what later calls replay), in one
+        transaction.
+
+        ``stored_result`` should use ``ToolResult``'s field names; values JSON
+        cannot encode are stored as their ``str``. A key that is no longer
+        running (recovered meanwhile) keeps its first outcome.
+        ``AuditUnavailable`` when the store fails, or when the row is unknown
+        or no longer RUNNING (``recover`` marked it INTERRUPTED): nothing is
+        changed then. ``ValueError`` when ``state`` is not finished.
+        """
+        if not CallState(state).finished:
+            raise ValueError(f"finish() needs a finished state, got {state}")
+        code = ErrorCode(result_code).value if result_code is not None else None
+        result_json = _result_json(stored_result)
+        with self._write("finish") as conn:
+            updated = conn.execute(
+                "UPDATE tool_call_audit SET state = ?, result_code = ?, result_preview = ?,"
+                " error_message = ?, finished_at = ?, duration_ms = ?"
+                " WHERE audit_id = ? AND state = 'RUNNING'",
+                (
+                    CallState(state).value,
+                    code,
+                    result_preview,
+                    error_message,
+                    finished_at,
+                    duration_ms,
+                    audit_id,
+                ),
+            ).rowcount
+            if updated != 1:
+                raise AuditUnavailable(
+                    f"audit row {audit_id} is not RUNNING: unknown, or finished already "
+                    "(recover() marks rows of a dead process INTERRUPTED)",
+                    "finish",
+                )
+            if claim_key is not None:
+                conn.execute(
+                    "UPDATE idempotency_keys SET status = 'done', result_json = ?,"
+                    " finished_at = ? WHERE key = ? AND status = 'running'",
+                    (result_json, finished_at, claim_key),
+                )
+
+    def release(self, claim_key: str) -> None:
+        """Free ``claim_key`` when its call never reached its handler, so a
+        retry runs. A finished key is never freed (its outcome stands); an
+        unknown key is ignored. ``start`` already frees the key when it
+        fails, so this is for failures after a successful ``start``."""
+        with self._write("release") as conn:
+            conn.execute(
+                "DELETE FROM idempotency_keys WHERE key = ? AND status = 'running'", (claim_key,)
+            )
+
+    def recover(self, now: str) -> int:
+        """Mark every RUNNING row INTERRUPTED (code EXECUTION_ERROR,
+        ``INTERRUPTED_MESSAGE``, finished at ``now``) and mark its running
+        idempotency key done with ``interrupted_result``, so a retry after a
+        crash replays the failure instead of repeating a side effect that may
+        have happened. Returns how many rows it marked.
+
+        Call it when no other process is running calls on this database
+        (at start-up of the only writer): it cannot tell a live call in
+        another process from a dead one.
+        """
+        with self._write("recover") as conn:
+            running = conn.execute(
+                "SELECT audit_id, call_id, tool_name FROM tool_call_audit WHERE state = 'RUNNING'"
+            ).fetchall()
+            for audit_id, call_id, tool_name in running:
+                conn.execute(
+                    "UPDATE tool_call_audit SET state = ?, result_code = ?, error_message = ?,"
+                    " finished_at = ? WHERE audit_id = ?",
+                    (
+                        CallState.INTERRUPTED.value,
+                        ErrorCode.EXECUTION_ERROR.value,
+                        INTERRUPTED_MESSAGE,
+                        now,
+                        audit_id,
+                    ),
+                )
+                conn.execute(
+                    "UPDATE idempotency_keys SET status = 'done', result_json = ?,"
+                    " finished_at = ? WHERE audit_id = ? AND status = 'running'",
+                    (_result_json(interrupted_result(call_id, tool_name)), now, audit_id),
+                )
+            return len(running)
+
+    # --- reads ----------------------------------------------------------------
+
+    def get(self, call_id: str) -> AuditRecord | None:
+        """The latest row for ``call_id`` (ids may repeat), or None."""
+        with self._guard("get") as conn:
+            row = conn.execute(
+                f"{_SELECT_AUDIT} WHERE call_id = ? ORDER BY audit_id DESC LIMIT 1", (call_id,)
+            ).fetchone()
+        return _record_from_row(row) if row is not None else None
+
+    def rows(self, session_id: str | None = None) -> list[AuditRecord]:
+        """Every row, or every row of ``session_id``, in insertion order."""
+        with self._guard("rows") as conn:
+            if session_id is None:
+                fetched = conn.execute(f"{_SELECT_AUDIT} ORDER BY audit_id").fetchall()
+            else:
+                fetched = conn.execute(
+                    f"{_SELECT_AUDIT} WHERE session_id = ? ORDER BY audit_id", (session_id,)
+                ).fetchall()
+        return [_record_from_row(row) for row in fetched]
+
+    def count(self) -> int:
+        """How many rows the log holds."""
+        with self._guard("count") as conn:
+            return int(conn.execute("SELECT count(*) FROM tool_call_audit").fetchone()[0])
+
+    def integrity_check(self) -> str:
+        """SQLite's ``PRAGMA integrity_check``: ``"ok"`` for a sound database,
+        else its findings, one per line."""
+        with self._guard("integrity_check") as conn:
+            return "\n".join(str(row[0]) for row in conn.execute("PRAGMA integrity_check"))
+
+    def settings(self) -> ConnectionSettings:
+        """The journal mode, synchronous level, busy timeout and schema
+        version as SQLite reports them on the calling thread's connection."""
+        with self._guard("settings") as conn:
+            journal_mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0])
+            synchronous = int(conn.execute("PRAGMA synchronous").fetchone()[0])
+            busy_timeout = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        return ConnectionSettings(
+            journal_mode=journal_mode.lower(),
+            synchronous=_SYNCHRONOUS_NAMES.get(synchronous, str(synchronous)),
+            busy_timeout_ms=busy_timeout,
+            schema_version=version,
+        )
+
+    # --- faults and lifetime --------------------------------------------------
+
+    def inject_fault(self, *operations: str, message: str = "disk I/O error (injected)") -> None:
+        """Make ``operations`` (method names from ``OPERATIONS``; all of them
+        when none is named) fail as if SQLite raised ``OperationalError``:
+        they raise ``AuditUnavailable`` and change nothing. For tests and the
+        fault harness; ``clear_fault`` ends it. ``ValueError`` for an unknown
+        operation name."""
+        unknown = set(operations) - OPERATIONS
+        if unknown:
+            raise ValueError(
+                f"unknown store operations {sorted(unknown)}; known: {sorted(OPERATIONS)}"
+            )
+        self._fault = _Fault(frozenset(operations) or OPERATIONS, message)
+
+    def clear_fault(self) -> None:
+        """Undo ``inject_fault``."""
+        self._fault = None
+
+    def close(self) -> None:
+        """Close every connection this store opened, in all threads. Later
+        calls raise ``AuditUnavailable``. Idempotent. Call it once no call
+        is in flight: a call running meanwhile fails with
+        ``AuditUnavailable``."""
+        lock = self._memory_lock
+        if lock is not None:
+            lock.acquire()
+        try:
+            with self._registry_lock:
+                self._closed = True
+                connections, self._connections = self._connections, []
+                self._shared = None
+            for _thread, conn in connections:
+                with suppress(sqlite3.Error):
+                    conn.close()
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def __enter__(self) -> SQLiteAuditStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

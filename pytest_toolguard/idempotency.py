@@ -1,0 +1,176 @@
+"""Idempotency keys and what a repeated call gets.
+
+A model repeats calls: it missed the last result, a retry fired after a
+timeout, a workflow resumed from an earlier step. For a tool with side
+effects (send a message, create a ticket) the second call must not act
+again. The semantics follow Stripe's idempotent requests and the IETF
+``Idempotency-Key`` HTTP header draft:
+
+* **The key names a business action, not a call.** ``call_id`` identifies one
+  call record; the idempotency key says "these calls are the same action".
+  ``make_idempotency_key`` derives it from the tool name, the canonical JSON
+  of the arguments and a *scope* (a task, ticket or operation id). The scope
+  should not be the whole session: two legitimate identical edits in one
+  session would be refused. A key a client supplies is scoped the same way
+  with ``scope_client_key``, so it never collides across tools or scopes.
+* **The first outcome wins.** Once a call's handler has started, its outcome,
+  success or failure or timeout, is what every later call with that key
+  gets (``ClaimOutcome.REPLAY``, reported as ``IDEMPOTENT_REPLAY``); the
+  handler never runs twice. A call whose process died while its handler ran
+  is recorded as interrupted and replays as that failure: the side effect
+  may have happened, so it is never attempted again.
+* **Same key while the first is running** -> ``ClaimOutcome.RUNNING``
+  (``DUPLICATE_CALL``, retryable: ask again later for the outcome).
+* **Same key, other arguments** -> ``ClaimOutcome.CONFLICT``
+  (``IDEMPOTENCY_CONFLICT``): the client reused a key for a different action.
+* **A refused call frees its key.** The runtime claims a key only after
+  parsing, schema, policy and hooks have passed, so a refused call never
+  holds one; if the claim was made but the handler never started (the audit
+  row could not be written, say), the claim is released and a retry runs.
+
+The claim itself is atomic: ``SQLiteAuditStore.start`` claims the key and
+writes the RUNNING audit row in one ``BEGIN IMMEDIATE`` transaction. A
+``SELECT`` followed by an ``INSERT`` is not atomic: two concurrent calls both
+see "no key" and both run (``tests/test_idempotency_store.py`` shows it).
+
+This module is pure: key derivation and the decision of what a claim means
+given what is stored. Storage lives in ``pytest_toolguard.audit``.
+
+Note: keys and argument hashes are computed over the raw arguments (two
+calls that differ only in a password must not share an outcome), so a
+low-entropy secret in the arguments can be guessed back from the hash.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pytest_toolguard.contract import ErrorCode
+
+__all__ = [
+    "Claim",
+    "ClaimOutcome",
+    "StoredKey",
+    "arguments_hash",
+    "canonical_json",
+    "make_idempotency_key",
+    "resolve_claim",
+    "scope_client_key",
+]
+
+
+def canonical_json(value: Any) -> str:
+    """The one JSON text of ``value`` used for hashing: keys sorted, no
+    spaces, non-ASCII kept as UTF-8.
+
+    Equal mappings give equal text whatever their key order. ``1`` and
+    ``1.0`` give different text (JSON Schema would call both integers).
+    Raises ``TypeError`` for values JSON cannot encode and ``ValueError`` for
+    circular references.
+    """
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def arguments_hash(arguments: Mapping[str, Any]) -> str:
+    """sha256 hex digest of ``canonical_json(arguments)``; same failure modes."""
+    return hashlib.sha256(canonical_json(arguments).encode("utf-8")).hexdigest()
+
+
+def make_idempotency_key(tool_name: str, arguments: Mapping[str, Any], scope: str) -> str:
+    """sha256 hex digest of ``scope\\ntool_name\\n<canonical JSON of arguments>``.
+
+    The same action (tool, arguments in any key order, scope) always gives
+    the same key; another tool or scope gives another key. Canonical JSON
+    never holds a raw newline, so the text splits one way only provided the
+    tool name has none: ``ValueError`` when it does. ``TypeError`` when the
+    arguments are not JSON-encodable.
+    """
+    if "\n" in tool_name:
+        raise ValueError("a tool name used in an idempotency key must not contain a newline")
+    raw = f"{scope}\n{tool_name}\n{canonical_json(dict(arguments))}"
+    return hashlib.sha256(raw.encode("utf-8")).hexdigest()
+
+
+def scope_client_key(client_key: str, tool_name: str, scope: str) -> str:
+    """The stored key for a key a client supplied (``ToolCall.idempotency_key``).
+
+    Scoped like ``make_idempotency_key`` so one client key used with two
+    tools, or in two scopes, names two actions. Deterministic; ``ValueError``
+    when the tool name contains a newline.
+    """
+    if "\n" in tool_name:
+        raise ValueError("a tool name used in an idempotency key must not contain a newline")
+    raw = f"{scope}\n{tool_name}\nclient-key:{client_key}"
+    return hashlib.sha256(raw.encode("utf-8")).hexdigest()
+
+
+class ClaimOutcome(str, enum.Enum):
+    """What an attempt to claim an idempotency key found."""
+
+    CLAIMED = "claimed"
+    """This call owns the key; its handler will run."""
+    REPLAY = "replay"
+    """An earlier call with this key finished; its stored outcome is returned."""
+    RUNNING = "running"
+    """An earlier call with this key is still running."""
+    CONFLICT = "conflict"
+    """The key was used before with other arguments."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_CODES: Mapping[ClaimOutcome, ErrorCode | None] = {
+    ClaimOutcome.CLAIMED: None,
+    ClaimOutcome.REPLAY: ErrorCode.IDEMPOTENT_REPLAY,
+    ClaimOutcome.RUNNING: ErrorCode.DUPLICATE_CALL,
+    ClaimOutcome.CONFLICT: ErrorCode.IDEMPOTENCY_CONFLICT,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The answer to a claim. ``original_call_id`` is the call that owns the
+    key (None when this call claimed it); ``stored_result`` is the outcome it
+    stored when it finished (``REPLAY`` only, and None if it stored none)."""
+
+    outcome: ClaimOutcome
+    key: str
+    original_call_id: str | None = None
+    stored_result: dict[str, Any] | None = None
+
+    @property
+    def error_code(self) -> ErrorCode | None:
+        """The code the call is answered with instead of running: None for
+        ``CLAIMED``, else ``IDEMPOTENT_REPLAY``, ``DUPLICATE_CALL`` or
+        ``IDEMPOTENCY_CONFLICT``."""
+        return _CODES[self.outcome]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredKey:
+    """An idempotency key as a store holds it."""
+
+    key: str
+    tool_name: str
+    arguments_hash: str
+    call_id: str
+    status: Literal["running", "done"]
+    result: dict[str, Any] | None = None
+
+
+def resolve_claim(stored: StoredKey, tool_name: str, arguments_hash: str) -> Claim:
+    """What a call to ``tool_name`` with ``arguments_hash`` gets when
+    ``stored`` already holds its key. Another tool or other arguments win
+    over status: reusing a key for another action is a conflict even while
+    the first call runs."""
+    if stored.arguments_hash != arguments_hash or stored.tool_name != tool_name:
+        return Claim(ClaimOutcome.CONFLICT, stored.key, stored.call_id, None)
+    if stored.status == "running":
+        return Claim(ClaimOutcome.RUNNING, stored.key, stored.call_id, None)
+    return Claim(ClaimOutcome.REPLAY, stored.key, stored.call_id, stored.result)

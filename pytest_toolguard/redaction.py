@@ -1,0 +1,474 @@
+"""Redaction: secrets never reach the audit log or a cassette.
+
+A ``Redactor`` removes secrets from the arguments and results of tool calls
+before anything is written, by two rules:
+
+* **By key.** In a mapping, the value of a sensitive key is replaced whole,
+  whatever its type, by ``<redacted:KEYWORD>`` (``{"password": 1234}`` ->
+  ``{"password": "<redacted:password>"}``). A key is split into lowercase
+  words at non-alphanumerics and camelCase boundaries (``X-Api-Key`` ->
+  ``x api key``, ``sessionToken`` -> ``session token``) and is sensitive when
+  a phrase such as ``api key``, ``client secret`` or ``set cookie`` occurs in
+  it, when a word such as ``password``, ``secret``, ``authorization``,
+  ``cookie`` or ``credentials`` occurs anywhere, or when it *ends* in
+  ``token``, ``auth`` or ``jwt``. So ``access_token`` and ``basicAuth`` are
+  sensitive while ``max_tokens``, ``token_count``, ``tokens`` and ``author``
+  are not.
+* **By value pattern**, inside every string, also under harmless keys:
+  ``Bearer``/``Basic`` credentials, AWS access key ids and secret keys,
+  GitHub and Slack tokens, Slack webhooks, JWTs, PEM private key blocks,
+  the password in ``scheme://user:PASSWORD@host`` (user and host stay), and
+  ``label=value`` / ``label: value`` assignments whose label is a sensitive
+  key by the rule above. Each is replaced by a stable placeholder such as
+  ``<redacted:jwt>`` or ``<redacted:aws_access_key>``.
+
+Guarantees: the input is never modified; the output is a deep copy made of
+dicts, lists, tuples, strings, numbers, booleans and ``None`` (any other
+object is redacted as ``str(obj)``); redaction is idempotent
+(``redact(redact(x)) == redact(x)``); git SHAs, UUIDs, sha256 digests and
+ordinary words are left alone. Nesting deeper than ``MAX_DEPTH`` (a cycle, for
+instance) is replaced by ``<redacted:depth_limit>`` rather than overflowing
+the stack.
+
+Limits, by design: free text is redacted by pattern, so a secret with no
+recognisable shape and no sensitive label (``the password is hunter2``) is
+not found, and an unquoted value ends at the first space, so only the first
+word of ``password: correct horse`` is removed. Tools that take secrets
+should name them with sensitive keys, or add ``extra_keys`` /
+``extra_patterns``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["MAX_DEPTH", "ExtraPattern", "Redactor", "placeholder"]
+
+MAX_DEPTH = 64
+"""Containers nested deeper than this are replaced by ``<redacted:depth_limit>``."""
+
+ExtraPattern = str | re.Pattern[str] | tuple[str, str | re.Pattern[str]]
+"""An extra value pattern: a regex (placeholder ``<redacted:pattern>``) or a
+``(keyword, regex)`` pair (placeholder ``<redacted:keyword>``). When the regex
+has a group named ``secret`` only that group is replaced."""
+
+_PLACEHOLDER_PREFIX = "<redacted:"
+_PLACEHOLDER = re.compile(r"<redacted:[a-z0-9_]+>")
+
+
+def placeholder(keyword: str) -> str:
+    """The text that replaces a secret: ``<redacted:KEYWORD>``."""
+    return f"{_PLACEHOLDER_PREFIX}{keyword}>"
+
+
+# --- keys -------------------------------------------------------------------
+
+_WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+"""Words of a key: ``XMLHttpToken`` -> XML, Http, Token; ``api_key2`` -> api, key, 2."""
+
+# Phrases that make a key sensitive wherever they occur, most specific first;
+# the placeholder keyword is the phrase joined by "_".
+_PHRASES: tuple[tuple[str, ...], ...] = (
+    ("client", "secret"),
+    ("secret", "access", "key"),
+    ("secret", "key"),
+    ("private", "key"),
+    ("api", "key"),
+    ("access", "key"),
+    ("session", "token"),
+    ("access", "token"),
+    ("refresh", "token"),
+    ("set", "cookie"),
+)
+# The same phrases written as one word (``apikey``, ``clientSecret`` is split anyway).
+_JOINED_PHRASES: Mapping[str, str] = {"".join(p): "_".join(p) for p in _PHRASES}
+
+# Words that make a key sensitive anywhere in it, mapped to the placeholder keyword.
+_ANYWHERE_WORDS: Mapping[str, str] = {
+    "password": "password",
+    "passwords": "password",
+    "passwd": "password",
+    "pwd": "password",
+    "passphrase": "passphrase",
+    "secret": "secret",
+    "secrets": "secret",
+    "authorization": "authorization",
+    "cookie": "cookie",
+    "cookies": "cookie",
+    "credential": "credentials",
+    "credentials": "credentials",
+}
+
+# Words that make a key sensitive only as its last word: ``access_token`` yes,
+# ``token_count`` no; ``basic_auth`` yes, ``auth_method`` no.
+_LAST_WORDS: Mapping[str, str] = {"token": "token", "auth": "auth", "jwt": "jwt"}
+
+
+def _words(key: str) -> tuple[str, ...]:
+    return tuple(word.lower() for word in _WORD.findall(key))
+
+
+def _contains_phrase(words: tuple[str, ...], phrase: tuple[str, ...]) -> bool:
+    size = len(phrase)
+    return any(words[i : i + size] == phrase for i in range(len(words) - size + 1))
+
+
+# --- value patterns ----------------------------------------------------------
+
+_PEM_BLOCK = re.compile(
+    r"-----BEGIN (?P<kind>[A-Z0-9 ]*)PRIVATE KEY(?: BLOCK)?-----"
+    # Up to the matching END line; a block cut short (a truncated preview) is
+    # redacted to the end of the text rather than leaking its body.
+    r"(?s:.*?)(?:-----END (?P=kind)PRIVATE KEY(?: BLOCK)?-----|\Z)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Family:
+    """One kind of secret: where it may start, its regex, and what replaces it."""
+
+    name: str  # the outer group name in the combined regex
+    keyword: str  # placeholder keyword; "" when it depends on the match
+    lead: str  # "" or "\\b" or a one-character lookbehind: what must precede it
+    body: str
+    secret_group: str | None  # only this group is replaced; None: the whole match
+
+    @property
+    def regex(self) -> str:
+        return f"(?P<{self.name}>{self.lead}{self.body})"
+
+    @property
+    def regex_after_placeholder(self) -> str:
+        """The regex where the text just before is a placeholder: no
+        lookbehind applies, and a word boundary means a word character next."""
+        lead = r"(?=\w)" if self.lead == r"\b" else ""
+        return f"(?P<{self.name}>{lead}{self.body})"
+
+
+# Rules that keep redaction idempotent (``tests/test_redaction.py`` fuzzes it):
+# right after a replacement the text is matched as a second pass would see it,
+# after the placeholder's ">" (``regex_after_placeholder``); a family that can
+# meet its own placeholder matches it and replaces it by itself (``assign``,
+# ``url``); and no family's end depends on a character after it that another
+# family's placeholder could replace (so ``basic`` has no trailing lookahead).
+_FAMILIES: tuple[_Family, ...] = (
+    _Family(
+        "aws_secret",
+        "aws_secret_key",
+        r"\b",
+        r"(?i:aws_?secret_?(?:access_?)?key|secret_?access_?key)[\"']?\s*[:=]\s*[\"']?"
+        r"(?P<aws_secret_s>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])",
+        "aws_secret_s",
+    ),
+    # A label that may name a secret, then its value. The label is checked by
+    # the key rules in Python: ``token_count=5`` is matched here and declined.
+    _Family(
+        "assign",
+        "",
+        # The label is a whole identifier run (never its tail, which keeps this
+        # linear) that contains a trigger word.
+        r"(?<![A-Za-z0-9_.-])",
+        r"(?=[A-Za-z0-9_.-]{0,64}?(?i:pass|pwd|secret|token|key|auth|cookie|credential|jwt))"
+        r"(?P<assign_label>[A-Za-z0-9_.-]{1,128})"
+        r"(?P<assign_sep>[\"']?\s*(?:=>|[:=])\s*)"
+        r"(?P<assign_value>"
+        r"<redacted:[a-z0-9_]+>"  # a placeholder is a value too, and is kept
+        r"|\"(?:[^\"\\\n]|\\.)+\"|'[^'\n]+'"
+        r"|(?:(?i:bearer|basic|token|digest)\s+)?[^\s,;&\"'<>(){}\[\]]+)",
+        "assign_value",
+    ),
+    _Family(
+        "github",
+        "github_token",
+        r"\b",
+        r"(?:gh[pousr]_[A-Za-z0-9]{20,255}|github_pat_[A-Za-z0-9_]{20,255})\b",
+        None,
+    ),
+    _Family(
+        "slack_webhook",
+        "slack_webhook",
+        "",
+        r"https://hooks\.slack\.com/(?:services|workflows)/"
+        r"(?P<slack_webhook_s>[A-Za-z0-9_]+/[A-Za-z0-9_]+/[A-Za-z0-9_]+)",
+        "slack_webhook_s",
+    ),
+    _Family("slack", "slack_token", r"\b", r"(?:xox[abeprs]|xapp)-[A-Za-z0-9-]{10,}", None),
+    _Family("jwt", "jwt", r"\b", r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*", None),
+    _Family("aws_key", "aws_access_key", r"\b", r"(?:AKIA|ASIA)[0-9A-Z]{16}\b", None),
+    _Family(
+        "url",
+        "url_password",
+        r"(?<![A-Za-z0-9+.-])",
+        r"[A-Za-z][A-Za-z0-9+.-]{0,31}://[^\s:/@\"'<>]{0,256}:"
+        # The password may be a placeholder already: it is replaced by itself.
+        r"(?P<url_s><redacted:[a-z0-9_]+>|[^\s/@\"'<>]{1,256})@",
+        "url_s",
+    ),
+    _Family(
+        "bearer",
+        "bearer",
+        r"\b",
+        # At least 8 characters with a digit or symbol: "Bearer of bad news" stays.
+        r"(?i:bearer)\s+(?P<bearer_s>(?=[A-Za-z]*[0-9._~+/-])[A-Za-z0-9._~+/-]{8,}=*)",
+        "bearer_s",
+    ),
+    _Family(
+        "basic",
+        "basic_auth",
+        r"\b",
+        r"(?i:basic)\s+(?P<basic_s>[A-Za-z0-9+/]{6,}={0,2})",
+        "basic_s",
+    ),
+)
+
+# At each place the first family that matches wins, in this order. Where one
+# declines, the families after it are tried at the same place:
+# _LATER_FAMILIES[i] (or _LATER_FAMILIES_AFTER_PLACEHOLDER[i]) holds families i...
+_COMBINED = re.compile("|".join(f.regex for f in _FAMILIES))
+_LATER_FAMILIES: tuple[re.Pattern[str], ...] = tuple(
+    re.compile("|".join(f.regex for f in _FAMILIES[i:])) for i in range(len(_FAMILIES))
+)
+_LATER_FAMILIES_AFTER_PLACEHOLDER: tuple[re.Pattern[str], ...] = tuple(
+    re.compile("|".join(f.regex_after_placeholder for f in _FAMILIES[i:]))
+    for i in range(len(_FAMILIES))
+)
+_FAMILY_BY_NAME: Mapping[str, _Family] = {f.name: f for f in _FAMILIES}
+_FAMILY_INDEX: Mapping[str, int] = {f.name: i for i, f in enumerate(_FAMILIES)}
+
+
+def _next_match(
+    text: str, position: int, first_family: int, after_placeholder: bool
+) -> re.Match[str] | None:
+    """The match at ``position`` by family ``first_family`` or a later one,
+    else the first match anywhere after ``position``."""
+    if first_family < len(_FAMILIES):
+        patterns = _LATER_FAMILIES_AFTER_PLACEHOLDER if after_placeholder else _LATER_FAMILIES
+        match = patterns[first_family].match(text, position)
+        if match is not None:
+            return match
+    return _COMBINED.search(text, position + 1)
+
+
+# Every match of ``_COMBINED`` contains ":" or "=" or one of these (lowercased).
+_HINTS = (
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "github_pat_",
+    "xox",
+    "xapp-",
+    "eyj",
+    "akia",
+    "asia",
+    "bearer",
+    "basic",
+)
+
+
+def _may_hold_secret(text: str) -> bool:
+    """A cheap necessary condition for ``_COMBINED`` to match: most strings skip it."""
+    if ":" in text or "=" in text:
+        return True
+    lowered = text.lower()
+    return any(hint in lowered for hint in _HINTS)
+
+
+def _is_basic_credential(text: str) -> bool:
+    """True when ``text`` is base64 of ``user:password``, as HTTP Basic sends."""
+    try:
+        decoded = base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return b":" in decoded
+
+
+@dataclass(frozen=True, slots=True)
+class _ExtraPattern:
+    keyword: str
+    regex: re.Pattern[str]
+
+    def replace(self, match: re.Match[str]) -> str:
+        """The group named ``secret`` replaced, or the whole match when there is none."""
+        if "secret" in self.regex.groupindex and match.start("secret") >= 0:
+            return _splice(
+                match, match.start("secret"), match.end("secret"), placeholder(self.keyword)
+            )
+        return placeholder(self.keyword)
+
+
+def _compile_extra(spec: ExtraPattern) -> _ExtraPattern:
+    if isinstance(spec, tuple):
+        keyword, pattern = spec
+    else:
+        keyword, pattern = "pattern", spec
+    return _ExtraPattern(keyword, re.compile(pattern) if isinstance(pattern, str) else pattern)
+
+
+_KEY_CACHE_LIMIT = 4096
+
+
+class Redactor:
+    """Replaces secrets in JSON-like data by ``<redacted:KEYWORD>`` placeholders.
+
+    ``extra_keys`` adds sensitive key phrases (``"account_number"`` matches
+    ``accountNumber`` and ``customer_account_number``; the keyword is the
+    phrase's words joined by ``_``). ``extra_patterns`` adds value patterns
+    (see ``ExtraPattern``); each must not match its own placeholder, or
+    idempotency is lost. Patterns are compiled once, here.
+
+    A ``Redactor`` may be shared by threads. ``redact`` never raises for
+    JSON-like input; ``re.error`` is raised here for an invalid extra pattern.
+    """
+
+    __slots__ = ("_extra_phrases", "_extra_patterns", "_key_cache")
+
+    def __init__(
+        self,
+        extra_keys: Iterable[str] = (),
+        extra_patterns: Iterable[ExtraPattern] = (),
+    ) -> None:
+        self._extra_phrases: tuple[tuple[str, ...], ...] = tuple(
+            words for words in (_words(key) for key in extra_keys) if words
+        )
+        self._extra_patterns: tuple[_ExtraPattern, ...] = tuple(
+            _compile_extra(spec) for spec in extra_patterns
+        )
+        # Keys repeat across calls; remember their verdicts (bounded, so a
+        # stream of unique keys cannot grow it without end).
+        self._key_cache: dict[str, str | None] = {}
+
+    def sensitive_keyword(self, key: str) -> str | None:
+        """The placeholder keyword when ``key`` names a secret, else ``None``.
+
+        ``sensitive_keyword("X-Api-Key") == "api_key"``,
+        ``sensitive_keyword("max_tokens") is None``.
+        """
+        cached = self._key_cache.get(key, "")
+        if cached != "":
+            return cached
+        keyword = self._classify(_words(key))
+        if len(self._key_cache) < _KEY_CACHE_LIMIT:
+            self._key_cache[key] = keyword
+        return keyword
+
+    def _classify(self, words: tuple[str, ...]) -> str | None:
+        if not words:
+            return None
+        for phrase in self._extra_phrases:
+            if _contains_phrase(words, phrase) or "".join(words) == "".join(phrase):
+                return "_".join(phrase)
+        for phrase in _PHRASES:
+            if _contains_phrase(words, phrase):
+                return "_".join(phrase)
+        for word in words:
+            keyword = _JOINED_PHRASES.get(word) or _ANYWHERE_WORDS.get(word)
+            if keyword:
+                return keyword
+        return _LAST_WORDS.get(words[-1])
+
+    def redact(self, value: Any) -> Any:
+        """A redacted deep copy of ``value`` (see the module docstring)."""
+        return self._redact(value, 0)
+
+    def _redact(self, value: Any, depth: int) -> Any:
+        if isinstance(value, str):
+            return self.redact_text(value)
+        if value is None or isinstance(value, (bool, int, float)):
+            return value
+        if isinstance(value, (Mapping, list, tuple)) and depth >= MAX_DEPTH:
+            return placeholder("depth_limit")
+        if isinstance(value, Mapping):
+            result: dict[Any, Any] = {}
+            for key, item in value.items():
+                if isinstance(key, str):
+                    # Classify the redacted key, so a second pass decides the same.
+                    key = self.redact_text(key)
+                    keyword = self.sensitive_keyword(key)
+                elif key is None or isinstance(key, (bool, int, float)):
+                    keyword = None
+                else:
+                    key = self.redact_text(str(key))
+                    keyword = self.sensitive_keyword(key)
+                result[key] = placeholder(keyword) if keyword else self._redact(item, depth + 1)
+            return result
+        if isinstance(value, list):
+            return [self._redact(item, depth + 1) for item in value]
+        if isinstance(value, tuple):
+            return tuple(self._redact(item, depth + 1) for item in value)
+        return self.redact_text(str(value))
+
+    def redact_text(self, text: str) -> str:
+        """``text`` with every secret found by value pattern replaced."""
+        if "-----BEGIN" in text:
+            text = _PEM_BLOCK.sub(placeholder("private_key"), text)
+        if _may_hold_secret(text):
+            text = self._redact_patterns(text)
+        for extra in self._extra_patterns:
+            text = extra.regex.sub(extra.replace, text)
+        return text
+
+    def _redact_patterns(self, text: str) -> str:
+        # Like ``_COMBINED.sub``, with two differences that keep the result
+        # stable under a second pass. A match found harmless (a label such as
+        # ``token_count``, "Basic" and a plain word) consumes nothing: the
+        # later families are tried at the same place, then scanning goes on
+        # one character later, so a secret that starts inside it or runs past
+        # its end is still found. Right after a replacement, the text is
+        # matched as if it followed the placeholder.
+        pieces: list[str] = []
+        copied = 0  # text[:copied] is in pieces, redacted
+        match = _COMBINED.search(text)
+        while match is not None:
+            start = match.start()
+            replacement = self._replacement(match)
+            if replacement is None:
+                later = _FAMILY_INDEX[match.lastgroup or ""] + 1
+                match = _next_match(text, start, later, after_placeholder=start == copied)
+                continue
+            pieces.append(text[copied:start])
+            pieces.append(replacement)
+            copied = match.end()
+            match = _next_match(text, copied, 0, after_placeholder=True)
+        pieces.append(text[copied:])
+        return "".join(pieces)
+
+    def _replacement(self, match: re.Match[str]) -> str | None:
+        """The text that replaces ``match``, or None when it holds no secret."""
+        family = _FAMILY_BY_NAME[match.lastgroup or ""]
+        if family.name == "assign":
+            return self._replace_assignment(match)
+        if family.name == "basic" and not _is_basic_credential(match["basic_s"]):
+            return None
+        if family.secret_group is None:
+            return placeholder(family.keyword)
+        start, end = match.span(family.secret_group)
+        return _splice(match, start, end, placeholder(family.keyword))
+
+    def _replace_assignment(self, match: re.Match[str]) -> str | None:
+        label: str = match["assign_label"]
+        separator: str = match["assign_sep"]
+        value: str = match["assign_value"]
+        keyword = self.sensitive_keyword(label)
+        if keyword is None:
+            return None
+        # The label may itself hold a secret (a token glued to "password").
+        label = self.redact_text(label)
+        if _PLACEHOLDER.fullmatch(value.strip("\"'")):
+            return label + separator + value  # redacted already
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            # Keep the quotes: JSON and YAML text stays parseable.
+            return label + separator + value[0] + placeholder(keyword) + value[0]
+        return label + separator + placeholder(keyword)
+
+
+def _splice(match: re.Match[str], start: int, end: int, replacement: str) -> str:
+    """The matched text with ``[start, end)`` (offsets in the whole string) replaced."""
+    text, offset = match[0], match.start()
+    return text[: start - offset] + replacement + text[end - offset :]
