@@ -61,6 +61,7 @@ __all__ = [
     "PreToolUse",
     "PreToolUseEvent",
     "Redactor",
+    "Risk",
     "SQLiteAuditStore",
     "SandboxError",
     "StopReport",

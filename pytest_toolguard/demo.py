@@ -72,7 +72,12 @@ def _analysis(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         return "praise"
 
     items = [
-        {"id": row["id"], "channel": row["channel"], "category": category(row["text"]), "evidence": row["text"]}
+        {
+            "id": row["id"],
+            "channel": row["channel"],
+            "category": category(row["text"]),
+            "evidence": row["text"],
+        }
         for row in rows
     ]
     return {
@@ -134,7 +139,11 @@ def run_demo(out: Any = sys.stdout) -> list[ToolResult]:
 
         print("pytest-toolguard demo: the feedback-analysis run of the seed article\n", file=out)
         print(" #  tool                 code                     what the model did", file=out)
-        call("write_markdown_file", {"artifact_name": "report.md", "content": "# early"}, "skips the plan")
+        call(
+            "write_markdown_file",
+            {"artifact_name": "report.md", "content": "# early"},
+            "skips the plan",
+        )
         call("read_text", {"path": ".env"}, "reads the secrets file")
         call("read_text", {"path": "../outside.txt"}, "climbs out of the workspace")
         call("read_csv", '{"path": "data/feedback.csv"', "sends broken JSON")
@@ -142,8 +151,16 @@ def run_demo(out: Any = sys.stdout) -> list[ToolResult]:
         rows = csv_result.data["rows"] if csv_result.ok else []
         call("write_json_file", {"artifact_name": "feedback_analysis.json"}, "forgets content")
         call("write_jsn_file", {"artifact_name": "x.json", "content": {}}, "misspells the tool")
-        call("write_file", {"path": "runs/run-002/notes.md", "content": "x"}, "writes into another run")
-        call("write_json_file", {"artifact_name": "big.json", "content": "x" * 30_000}, "writes too much")
+        call(
+            "write_file",
+            {"path": "runs/run-002/notes.md", "content": "x"},
+            "writes into another run",
+        )
+        call(
+            "write_json_file",
+            {"artifact_name": "big.json", "content": "x" * 30_000},
+            "writes too much",
+        )
         analysis = _analysis(rows)
         arguments = {"artifact_name": "feedback_analysis.json", "content": analysis}
         call("write_json_file", arguments, "step_2: writes the analysis", key="analysis-v1")
@@ -151,15 +168,24 @@ def run_demo(out: Any = sys.stdout) -> list[ToolResult]:
         report = "# Feedback report\n\n" + "\n".join(
             f"- {name}: {count}" for name, count in analysis["categories"].items()
         )
-        call("write_markdown_file", {"artifact_name": "report.md", "content": report}, "step_3: writes the report")
+        call(
+            "write_markdown_file",
+            {"artifact_name": "report.md", "content": report},
+            "step_3: writes the report",
+        )
         call("read_csv", {"path": "data/feedback.csv"}, "calls after the plan is done")
 
         stop = plan.stop_validation(runtime.workspace)
-        print(f"\nstop validation: {'ok' if stop.ok else 'FAILED ' + '; '.join(stop.problems)}", file=out)
+        print(
+            f"\nstop validation: {'ok' if stop.ok else 'FAILED ' + '; '.join(stop.problems)}",
+            file=out,
+        )
         print(f"files written: {', '.join(runtime.workspace.walk(f'runs/{RUN_ID}'))}", file=out)
 
         print("\naudit log (one row per call):", file=out)
-        header = f"{'call':<8} {'tool':<20} {'decision':<8} {'rule':<28} {'state':<10} {'code':<22} idem"
+        header = (
+            f"{'call':<8} {'tool':<20} {'decision':<8} {'rule':<28} {'state':<10} {'code':<22} idem"
+        )
         print(header, file=out)
         print("-" * len(header), file=out)
         for row in audit.rows():
@@ -170,7 +196,11 @@ def run_demo(out: Any = sys.stdout) -> list[ToolResult]:
                 file=out,
             )
         codes = Counter(result.code.value for result in results)
-        print(f"\n{len(results)} calls, {audit.count()} audit rows: {json.dumps(dict(sorted(codes.items())))}", file=out)
+        print(
+            f"\n{len(results)} calls, {audit.count()} audit rows: "
+            f"{json.dumps(dict(sorted(codes.items())))}",
+            file=out,
+        )
         runtime.close()
         audit.close()
         return results

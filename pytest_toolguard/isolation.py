@@ -222,9 +222,12 @@ def _read_until(fd: int, deadline: float) -> bytes | None:
 
 
 def _kill_group(pid: int) -> None:
-    for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            target()
+    # The group first (the handler may have started children), then the
+    # child itself in case it died before joining its own group.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGKILL)
     _reap(pid)
 
 

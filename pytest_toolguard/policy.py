@@ -8,6 +8,7 @@ spelt.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 from collections.abc import Mapping
@@ -200,10 +201,10 @@ def _check_path(
         return None
     try:
         real = workspace.normalize(given)
-        try:
+        # On an OSError (`file.txt/x`) the path is judged by its spelling,
+        # and the handler meets the same error.
+        with contextlib.suppress(OSError):
             real = workspace.resolve(given)
-        except OSError:
-            pass  # e.g. `file.txt/x`: judged by its spelling; the handler meets the error
         # The real target is judged too: a link named `notes` may lead to `.env`.
         workspace.normalize(real)
     except SandboxError as exc:

@@ -159,7 +159,9 @@ class ToolRegistry:
 
     def register(self, spec: ToolSpec) -> ToolSpec:
         if not isinstance(spec, ToolSpec):
-            raise TypeError(f"expected a ToolSpec, got {type(spec).__name__}; decorate the handler with @tool")
+            raise TypeError(
+                f"expected a ToolSpec, got {type(spec).__name__}; decorate the handler with @tool"
+            )
         if spec.name in self._tools:
             raise ValueError(f"duplicate tool: {spec.name}")
         self._tools[spec.name] = spec

@@ -36,6 +36,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .audit import AuditRecord, AuditStore, AuditUnavailable
+from .audit import Decision as AuditDecision
 from .contract import CallState, ErrorCode, ToolCall, ToolResult
 from .hooks import (
     HookDecision,
@@ -108,7 +109,7 @@ class _Attempt:
     t0: float
     spec: ToolSpec | None = None
     arguments: Mapping[str, Any] | None = None
-    decision: str = "none"
+    decision: AuditDecision = "none"
     rule: str = ""
     reason: str = ""
     idempotency_outcome: str | None = None
@@ -162,7 +163,9 @@ class ToolRuntime:
         self._pending: list[Callable[[], object]] = []
         self._pending_lock = threading.Lock()
         self._host_paths = tuple(
-            sorted({self.workspace.root, os.path.realpath(self.workspace.root)}, key=len, reverse=True)
+            sorted(
+                {self.workspace.root, os.path.realpath(self.workspace.root)}, key=len, reverse=True
+            )
         )
 
     # -- the pipeline -------------------------------------------------------
@@ -204,7 +207,9 @@ class ToolRuntime:
     def _receive(self, call: object) -> _Attempt:
         def text(name: str, fallback: str) -> str:
             value = getattr(call, name, None)
-            return _storable(value)[:MAX_ID_LENGTH] if isinstance(value, str) and value else fallback
+            return (
+                _storable(value)[:MAX_ID_LENGTH] if isinstance(value, str) and value else fallback
+            )
 
         call_id = text("call_id", "")
         if not call_id:
@@ -236,13 +241,17 @@ class ToolRuntime:
         if key is not None and (not isinstance(key, str) or not key or len(key) > MAX_ID_LENGTH):
             raise _Refusal(
                 ErrorCode.INVALID_REQUEST,
-                f"idempotency_key must be null or a non-empty string of at most {MAX_ID_LENGTH} characters",
+                "idempotency_key must be null or a non-empty string of at most "
+                f"{MAX_ID_LENGTH} characters",
                 "request.fields",
                 CallState.FAILED,
             )
         if not isinstance(call.metadata, Mapping):
             raise _Refusal(
-                ErrorCode.INVALID_REQUEST, "metadata must be an object", "request.fields", CallState.FAILED
+                ErrorCode.INVALID_REQUEST,
+                "metadata must be an object",
+                "request.fields",
+                CallState.FAILED,
             )
 
     def _parse(self, raw: object) -> dict[str, Any]:
@@ -271,7 +280,8 @@ class ToolRuntime:
                 "request.parse",
                 CallState.FAILED,
             )
-        return _copy_json(raw)
+        copied: dict[str, Any] = _copy_json(raw)
+        return copied
 
     def _lookup(self, tool_name: str) -> ToolSpec:
         spec = self.registry.get(tool_name)
@@ -305,19 +315,32 @@ class ToolRuntime:
                     raise TypeError(f"returned {type(answer).__name__}, not a HookDecision")
             except Exception as exc:  # fail closed
                 raise _Refusal(
-                    ErrorCode.BLOCKED, f"{rule} failed: {type(exc).__name__}: {exc}", rule, CallState.DENIED
+                    ErrorCode.BLOCKED,
+                    f"{rule} failed: {type(exc).__name__}: {exc}",
+                    rule,
+                    CallState.DENIED,
                 ) from None
             if answer.action == "deny":
-                raise _Refusal(ErrorCode.BLOCKED, answer.reason or f"{rule} denied the call", rule, CallState.DENIED)
+                raise _Refusal(
+                    ErrorCode.BLOCKED,
+                    answer.reason or f"{rule} denied the call",
+                    rule,
+                    CallState.DENIED,
+                )
             if answer.action == "ask":
                 raise _Refusal(
-                    ErrorCode.APPROVAL_REQUIRED, answer.reason or f"{rule} asks for approval", rule, CallState.DENIED
+                    ErrorCode.APPROVAL_REQUIRED,
+                    answer.reason or f"{rule} asks for approval",
+                    rule,
+                    CallState.DENIED,
                 )
             if answer.arguments is not None:
                 try:
                     arguments = self._parse(answer.arguments)
                 except _Refusal as refusal:
-                    raise _Refusal(refusal.code, f"{rule} rewrite: {refusal.message}", rule, CallState.DENIED) from None
+                    raise _Refusal(
+                        refusal.code, f"{rule} rewrite: {refusal.message}", rule, CallState.DENIED
+                    ) from None
                 attempt.arguments = arguments
                 self._validate_and_authorize(spec, arguments, attempt, via=f"{rule}.rewrite")
             if answer.action == "allow":
@@ -344,7 +367,9 @@ class ToolRuntime:
                 via or "schema.input",
                 CallState.FAILED,
             )
-        decision: Decision = authorize(spec, arguments, self.capabilities, self.workspace, self.variables)
+        decision: Decision = authorize(
+            spec, arguments, self.capabilities, self.workspace, self.variables
+        )
         if not decision.allowed:
             raise _Refusal(decision.code, decision.reason, via or decision.rule, CallState.DENIED)
         attempt.rule, attempt.reason = decision.rule, decision.reason
@@ -384,7 +409,8 @@ class ToolRuntime:
                 attempt,
                 _Refusal(
                     ErrorCode.DUPLICATE_CALL,
-                    f"a call with this idempotency key ({claim.original_call_id}) is still running; "
+                    f"a call with this idempotency key ({claim.original_call_id}) is still "
+                    "running; "
                     "retry later to get its outcome",
                     "idempotency.running",
                     CallState.DENIED,
@@ -395,7 +421,8 @@ class ToolRuntime:
                 attempt,
                 _Refusal(
                     ErrorCode.IDEMPOTENCY_CONFLICT,
-                    f"idempotency key already used by call {claim.original_call_id} with other arguments",
+                    f"idempotency key already used by call {claim.original_call_id} "
+                    "with other arguments",
                     "idempotency.conflict",
                     CallState.DENIED,
                 ),
@@ -408,7 +435,10 @@ class ToolRuntime:
             tool_name=attempt.tool_name,
             ok=original_ok,
             code=ErrorCode.IDEMPOTENT_REPLAY if original_ok else _code(original_code),
-            message=f"replayed the outcome of call {claim.original_call_id}: {stored.get('message', '')}",
+            message=(
+                f"replayed the outcome of call {claim.original_call_id}: "
+                f"{stored.get('message', '')}"
+            ),
             data=stored.get("data"),
             retryable=False,
             duration_ms=self._elapsed(attempt),
@@ -420,7 +450,9 @@ class ToolRuntime:
         self._write_row(attempt, result)
         return result
 
-    def _invoke(self, spec: ToolSpec, arguments: Mapping[str, Any], attempt: _Attempt) -> ToolResult:
+    def _invoke(
+        self, spec: ToolSpec, arguments: Mapping[str, Any], attempt: _Attempt
+    ) -> ToolResult:
         call_id = attempt.call_id
         # In process mode the handler's journal entries are made in the child,
         # so they travel back with its outcome and are recorded here.
@@ -465,7 +497,9 @@ class ToolRuntime:
             return self._failure(attempt, value.code, self._scrub(str(value)), CallState.FAILED)
         detail = self._scrub(str(value))
         message = f"{type(value).__name__}: {detail}" if detail else type(value).__name__
-        return self._failure(attempt, ErrorCode.EXECUTION_ERROR, f"handler raised {message}", CallState.FAILED)
+        return self._failure(
+            attempt, ErrorCode.EXECUTION_ERROR, f"handler raised {message}", CallState.FAILED
+        )
 
     def _check_output(self, spec: ToolSpec, data: Any, attempt: _Attempt) -> ToolResult:
         try:
@@ -481,14 +515,18 @@ class ToolRuntime:
         if spec.output_validator is not None:
             errors = spec.output_validator.errors(data)
             if errors:
-                return self._failure(attempt, ErrorCode.OUTPUT_INVALID, "; ".join(errors), CallState.FAILED)
+                return self._failure(
+                    attempt, ErrorCode.OUTPUT_INVALID, "; ".join(errors), CallState.FAILED
+                )
         truncated = len(text) > spec.result_limit
         return ToolResult(
             call_id=attempt.call_id,
             tool_name=attempt.tool_name,
             ok=True,
             code=ErrorCode.OK,
-            message="ok" if not truncated else f"ok; output truncated to {spec.result_limit} of {len(text)} characters",
+            message="ok"
+            if not truncated
+            else f"ok; output truncated to {spec.result_limit} of {len(text)} characters",
             data=text[: spec.result_limit] if truncated else data,
             duration_ms=self._elapsed(attempt),
             state=CallState.SUCCEEDED,
@@ -496,7 +534,9 @@ class ToolRuntime:
             total_size=len(text) if truncated else None,
         )
 
-    def _observe(self, call: ToolCall, spec: ToolSpec, arguments: Mapping[str, Any], result: ToolResult) -> None:
+    def _observe(
+        self, call: ToolCall, spec: ToolSpec, arguments: Mapping[str, Any], result: ToolResult
+    ) -> None:
         event = PostToolUseEvent(call=call, spec=spec, arguments=arguments, result=result)
         for hook in self.hooks:
             if isinstance(hook, PostToolUse):
@@ -504,14 +544,17 @@ class ToolRuntime:
                     hook.post_tool_use(event)
                 except Exception as exc:  # observers never change the outcome
                     warnings.warn(
-                        f"PostToolUse hook {getattr(hook, 'name', hook)!r} raised {type(exc).__name__}: {exc}",
+                        f"PostToolUse hook {getattr(hook, 'name', hook)!r} raised "
+                        f"{type(exc).__name__}: {exc}",
                         RuntimeWarning,
                         stacklevel=2,
                     )
 
     # -- results and audit rows ---------------------------------------------
 
-    def _failure(self, attempt: _Attempt, code: ErrorCode, message: str, state: CallState) -> ToolResult:
+    def _failure(
+        self, attempt: _Attempt, code: ErrorCode, message: str, state: CallState
+    ) -> ToolResult:
         return ToolResult(
             call_id=attempt.call_id,
             tool_name=attempt.tool_name,
@@ -677,7 +720,9 @@ class ToolRuntime:
         call, and record the rollback as its own audit row (tool
         ``toolguard.rollback``, ``replay_of`` = the call). INVALID_REQUEST
         when the runtime kept no changes for that call."""
-        attempt = self._receive(ToolCall(call_id=f"rollback-{call_id}", tool_name="toolguard.rollback", actor=actor))
+        attempt = self._receive(
+            ToolCall(call_id=f"rollback-{call_id}", tool_name="toolguard.rollback", actor=actor)
+        )
         attempt.replay_of = call_id
         try:
             changes = self.journal.rollback(call_id, self.workspace)
@@ -694,7 +739,12 @@ class ToolRuntime:
         except (SandboxError, OSError) as exc:
             return self._refuse(
                 attempt,
-                _Refusal(ErrorCode.EXECUTION_ERROR, f"rollback failed: {self._scrub(str(exc))}", "runtime.rollback", CallState.FAILED),
+                _Refusal(
+                    ErrorCode.EXECUTION_ERROR,
+                    f"rollback failed: {self._scrub(str(exc))}",
+                    "runtime.rollback",
+                    CallState.FAILED,
+                ),
             )
         attempt.decision, attempt.rule = "allow", "runtime.rollback"
         attempt.reason = f"restored {len(changes)} path(s) changed by {call_id}"
@@ -704,7 +754,10 @@ class ToolRuntime:
             ok=True,
             code=ErrorCode.OK,
             message=attempt.reason,
-            data={"restored": [c.path for c in changes], "removed": [c.path for c in changes if c.previous is None]},
+            data={
+                "restored": [c.path for c in changes],
+                "removed": [c.path for c in changes if c.previous is None],
+            },
             duration_ms=self._elapsed(attempt),
             state=CallState.SUCCEEDED,
         )
@@ -722,7 +775,9 @@ class ToolRuntime:
         deadline, retry queued audit writes, and return what is still wrong
         (call ids of handlers still alive, audit writes still pending). Warns
         with RuntimeWarning when that list is not empty."""
-        problems = [f"handler still running: {name}" for name in self._isolation.close(join_timeout)]
+        problems = [
+            f"handler still running: {name}" for name in self._isolation.close(join_timeout)
+        ]
         pending = self.flush_audit()
         if pending:
             problems.append(f"{pending} audit write(s) could not be stored")
@@ -813,9 +868,14 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _json_type(value: object) -> str:
-    names = {list: "an array", int: "a number", float: "a number", bool: "a boolean", type(None): "null"}
+    names = {
+        list: "an array",
+        int: "a number",
+        float: "a number",
+        bool: "a boolean",
+        type(None): "null",
+    }
     for kind, name in names.items():
         if isinstance(value, kind):
             return name
     return type(value).__name__
-

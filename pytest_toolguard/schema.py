@@ -48,7 +48,9 @@ class SchemaValidator:
         try:
             Draft202012Validator.check_schema(schema)
         except SchemaError as exc:
-            raise InvalidSchema(f"invalid JSON Schema at {format_path('schema', exc.path)}: {exc.message}") from None
+            raise InvalidSchema(
+                f"invalid JSON Schema at {format_path('schema', exc.path)}: {exc.message}"
+            ) from None
         self.schema = schema
         self.root = root
         self._validator = Draft202012Validator(schema)

@@ -14,10 +14,23 @@ def test_error_codes_are_spelt_as_their_values():
 
 def test_error_code_set_is_the_documented_one():
     assert {code.value for code in ErrorCode} == {
-        "OK", "IDEMPOTENT_REPLAY", "INVALID_REQUEST", "TOOL_NOT_FOUND", "INVALID_ARGUMENT",
-        "PERMISSION_DENIED", "PATH_OUTSIDE_WORKSPACE", "FORBIDDEN_PATH", "LIMIT_EXCEEDED",
-        "BLOCKED", "APPROVAL_REQUIRED", "DUPLICATE_CALL", "IDEMPOTENCY_CONFLICT",
-        "AUDIT_UNAVAILABLE", "TIMEOUT", "EXECUTION_ERROR", "OUTPUT_INVALID",
+        "OK",
+        "IDEMPOTENT_REPLAY",
+        "INVALID_REQUEST",
+        "TOOL_NOT_FOUND",
+        "INVALID_ARGUMENT",
+        "PERMISSION_DENIED",
+        "PATH_OUTSIDE_WORKSPACE",
+        "FORBIDDEN_PATH",
+        "LIMIT_EXCEEDED",
+        "BLOCKED",
+        "APPROVAL_REQUIRED",
+        "DUPLICATE_CALL",
+        "IDEMPOTENCY_CONFLICT",
+        "AUDIT_UNAVAILABLE",
+        "TIMEOUT",
+        "EXECUTION_ERROR",
+        "OUTPUT_INVALID",
     }
 
 
@@ -46,11 +59,19 @@ def _result(data, **kw):
 
 def test_observation_is_json_with_code_and_data():
     body = json.loads(_result({"content": "hi"}).to_observation())
-    assert body == {"ok": True, "code": "OK", "message": "ok", "retryable": False, "data": {"content": "hi"}}
+    assert body == {
+        "ok": True,
+        "code": "OK",
+        "message": "ok",
+        "retryable": False,
+        "data": {"content": "hi"},
+    }
 
 
 @pytest.mark.parametrize("limit", [200, 1000, 8000])
-@pytest.mark.parametrize("payload", ["x" * 50_000, "é\"\\\n" * 20_000, {"rows": list(range(20_000))}])
+@pytest.mark.parametrize(
+    "payload", ["x" * 50_000, 'é"\\\n' * 20_000, {"rows": list(range(20_000))}]
+)
 def test_observation_stays_within_limit_and_valid_json(limit, payload):
     text = _result(payload).to_observation(limit=limit)
     assert len(text) <= limit

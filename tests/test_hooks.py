@@ -55,21 +55,35 @@ def test_deny_answers_blocked_with_the_hooks_reason(toolguard_runtime, registry_
     hook = Hook(lambda e: HookDecision.deny("not on Fridays"))
     runtime = toolguard_runtime(registry_of(spy_tool(spy)), WRITE_ANYWHERE, hooks=[hook])
     result = runtime.execute(call())
-    assert (result.code, result.message, result.state) == (ErrorCode.BLOCKED, "not on Fridays", CallState.DENIED)
+    assert (result.code, result.message, result.state) == (
+        ErrorCode.BLOCKED,
+        "not on Fridays",
+        CallState.DENIED,
+    )
     row = runtime.audit.get("c1")
-    assert row is not None and (row.decision, row.rule, row.reason) == ("deny", "hook.test_hook", "not on Fridays")
+    assert row is not None and (row.decision, row.rule, row.reason) == (
+        "deny",
+        "hook.test_hook",
+        "not on Fridays",
+    )
     assert spy.count == 0
 
 
 def test_ask_answers_approval_required(toolguard_runtime, registry_of, spy):
-    runtime = toolguard_runtime(registry_of(spy_tool(spy)), WRITE_ANYWHERE, hooks=[Hook(lambda e: HookDecision.ask("sure?"))])
+    runtime = toolguard_runtime(
+        registry_of(spy_tool(spy)),
+        WRITE_ANYWHERE,
+        hooks=[Hook(lambda e: HookDecision.ask("sure?"))],
+    )
     assert runtime.execute(call()).code is ErrorCode.APPROVAL_REQUIRED
     assert spy.count == 0
 
 
 def test_allow_from_a_hook_approves_an_external_tool(toolguard_runtime, registry_of, spy):
     runtime = toolguard_runtime(
-        registry_of(spy_tool(spy, risk=Risk.EXTERNAL)), WRITE_ANYWHERE, hooks=[Hook(lambda e: HookDecision.allow("ok"))]
+        registry_of(spy_tool(spy, risk=Risk.EXTERNAL)),
+        WRITE_ANYWHERE,
+        hooks=[Hook(lambda e: HookDecision.allow("ok"))],
     )
     assert runtime.execute(call()).ok
     assert spy.count == 1
@@ -77,7 +91,9 @@ def test_allow_from_a_hook_approves_an_external_tool(toolguard_runtime, registry
 
 def test_hooks_run_after_the_policy(toolguard_runtime, registry_of, spy):
     hook = Hook(lambda e: HookDecision.proceed())
-    runtime = toolguard_runtime(registry_of(spy_tool(spy, risk=Risk.WRITE)), Capabilities(), hooks=[hook])
+    runtime = toolguard_runtime(
+        registry_of(spy_tool(spy, risk=Risk.WRITE)), Capabilities(), hooks=[hook]
+    )
     assert runtime.execute(call()).code is ErrorCode.PERMISSION_DENIED
     assert hook.seen == []
 
@@ -149,9 +165,17 @@ def feedback_plan():
             PlanStep(
                 "step_2",
                 frozenset({"write_json_file"}),
-                artifacts=(Artifact(f"{ARTIFACTS}/analysis.json", {"type": "object", "required": ["items"]}),),
+                artifacts=(
+                    Artifact(
+                        f"{ARTIFACTS}/analysis.json", {"type": "object", "required": ["items"]}
+                    ),
+                ),
             ),
-            PlanStep("step_3", frozenset({"write_markdown_file"}), artifacts=(Artifact(f"{ARTIFACTS}/report.md"),)),
+            PlanStep(
+                "step_3",
+                frozenset({"write_markdown_file"}),
+                artifacts=(Artifact(f"{ARTIFACTS}/report.md"),),
+            ),
         ]
     )
 
@@ -168,7 +192,9 @@ def planned(toolguard_runtime, workspace_dir):
 
 def test_plan_blocks_a_tool_the_current_step_does_not_allow(planned):
     runtime, plan = planned
-    result = runtime.execute(call("write_markdown_file", {"artifact_name": "report.md", "content": "x"}))
+    result = runtime.execute(
+        call("write_markdown_file", {"artifact_name": "report.md", "content": "x"})
+    )
     assert result.code is ErrorCode.BLOCKED
     assert result.message == "tool write_markdown_file is not allowed for current plan step step_1"
     assert runtime.audit.get("c1").rule == "hook.plan_progress"
@@ -178,8 +204,12 @@ def test_plan_advances_on_success_and_blocks_after_completion(planned, workspace
     runtime, plan = planned
     assert runtime.execute(call("read_csv", {"path": "data/feedback.csv"}, "1")).ok
     assert plan.current_step.id == "step_2"
-    assert runtime.execute(call("write_json_file", {"artifact_name": "analysis.json", "content": {"items": []}}, "2")).ok
-    assert runtime.execute(call("write_markdown_file", {"artifact_name": "report.md", "content": "# r"}, "3")).ok
+    assert runtime.execute(
+        call("write_json_file", {"artifact_name": "analysis.json", "content": {"items": []}}, "2")
+    ).ok
+    assert runtime.execute(
+        call("write_markdown_file", {"artifact_name": "report.md", "content": "# r"}, "3")
+    ).ok
     assert plan.is_complete
     late = runtime.execute(call("read_csv", {"path": "data/feedback.csv"}, "4"))
     assert late.code is ErrorCode.BLOCKED and "plan is complete" in late.message
@@ -188,7 +218,10 @@ def test_plan_advances_on_success_and_blocks_after_completion(planned, workspace
 
 def test_failed_handler_marks_the_step_failed_and_a_retry_recovers(planned):
     runtime, plan = planned
-    assert runtime.execute(call("read_csv", {"path": "data/missing.csv"}, "1")).code is ErrorCode.EXECUTION_ERROR
+    assert (
+        runtime.execute(call("read_csv", {"path": "data/missing.csv"}, "1")).code
+        is ErrorCode.EXECUTION_ERROR
+    )
     assert plan.status("step_1") == "failed"
     assert runtime.execute(call("read_csv", {"path": "data/feedback.csv"}, "2")).ok
     assert plan.status("step_1") == "done"
@@ -197,7 +230,9 @@ def test_failed_handler_marks_the_step_failed_and_a_retry_recovers(planned):
 def test_stop_validation_reports_missing_and_invalid_artifacts(planned, workspace_dir):
     runtime, plan = planned
     runtime.execute(call("read_csv", {"path": "data/feedback.csv"}, "1"))
-    runtime.execute(call("write_json_file", {"artifact_name": "analysis.json", "content": {"no_items": 1}}, "2"))
+    runtime.execute(
+        call("write_json_file", {"artifact_name": "analysis.json", "content": {"no_items": 1}}, "2")
+    )
     report = plan.stop_validation(runtime.workspace)
     assert not report.ok
     assert any("analysis.json.items: field is required" in p for p in report.problems)
@@ -207,7 +242,15 @@ def test_stop_validation_reports_missing_and_invalid_artifacts(planned, workspac
 
 def test_required_tools_must_all_succeed_before_the_step_is_done(toolguard_runtime, workspace_dir):
     (workspace_dir / "a.txt").write_text("a")
-    plan = PlanProgress([PlanStep("look", frozenset({"read_text", "list_files"}), required_tools=("read_text", "list_files"))])
+    plan = PlanProgress(
+        [
+            PlanStep(
+                "look",
+                frozenset({"read_text", "list_files"}),
+                required_tools=("read_text", "list_files"),
+            )
+        ]
+    )
     runtime = toolguard_runtime(builtin_registry(), Capabilities(), hooks=[plan])
     runtime.execute(call("read_text", {"path": "a.txt"}, "1"))
     assert not plan.is_complete

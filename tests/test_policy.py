@@ -61,7 +61,9 @@ def test_read_only_session_cannot_use_a_write_tool(toolguard_runtime, files):
     assert not (files / "src" / "a.py").exists()
 
 
-@pytest.mark.parametrize("path", [".env", "config/.env", "config\\.env", "src/../.env", "CONFIG/.ENV", ".env/x"])
+@pytest.mark.parametrize(
+    "path", [".env", "config/.env", "config\\.env", "src/../.env", "CONFIG/.ENV", ".env/x"]
+)
 def test_env_file_in_any_component_with_either_separator_is_forbidden(edit_session, path):
     result = edit_session.execute(call("read_text", {"path": path}))
     assert result.code is ErrorCode.FORBIDDEN_PATH
@@ -80,7 +82,9 @@ def test_symlink_to_env_is_judged_by_its_target(edit_session, files):
     assert result.code is ErrorCode.FORBIDDEN_PATH
 
 
-@pytest.mark.parametrize("path", ["../outside.txt", "/etc/passwd", "src/../../x", "\\etc\\passwd", "C:\\x"])
+@pytest.mark.parametrize(
+    "path", ["../outside.txt", "/etc/passwd", "src/../../x", "\\etc\\passwd", "C:\\x"]
+)
 def test_paths_leaving_the_workspace_are_refused(edit_session, path):
     result = edit_session.execute(call("read_text", {"path": path}))
     assert result.code is ErrorCode.PATH_OUTSIDE_WORKSPACE
@@ -110,7 +114,9 @@ def test_write_root_is_a_component_prefix_not_a_string_prefix(edit_session, file
 
 def test_symlink_cannot_smuggle_a_write_out_of_the_write_roots(edit_session, files):
     os.symlink("../docs", files / "src" / "docs-link")
-    result = edit_session.execute(call("write_file", {"path": "src/docs-link/x.md", "content": "x"}))
+    result = edit_session.execute(
+        call("write_file", {"path": "src/docs-link/x.md", "content": "x"})
+    )
     assert result.code is ErrorCode.PERMISSION_DENIED
     assert not (files / "docs" / "x.md").exists()
 
@@ -126,7 +132,9 @@ def test_write_limit_counts_utf8_bytes_not_characters(edit_session, files):
     result = edit_session.execute(call("write_file", {"path": "src/a.txt", "content": "é" * 60}))
     assert result.code is ErrorCode.LIMIT_EXCEEDED  # 60 characters, 120 bytes > 100
     assert rule_of(edit_session) == "policy.write_limit"
-    assert edit_session.execute(call("write_file", {"path": "src/a.txt", "content": "e" * 60}, "c2")).ok
+    assert edit_session.execute(
+        call("write_file", {"path": "src/a.txt", "content": "e" * 60}, "c2")
+    ).ok
 
 
 def test_read_over_the_limit_is_refused_before_reading(edit_session, files):
@@ -175,7 +183,8 @@ def test_external_tool_without_approval_answers_approval_required(
 
 
 @pytest.mark.parametrize(
-    "verdict, code", [(True, ErrorCode.OK), (False, ErrorCode.BLOCKED), (None, ErrorCode.APPROVAL_REQUIRED)]
+    "verdict, code",
+    [(True, ErrorCode.OK), (False, ErrorCode.BLOCKED), (None, ErrorCode.APPROVAL_REQUIRED)],
 )
 def test_approver_callback_decides_external_calls(
     toolguard_runtime, registry_of, send_message, spy, verdict, code
@@ -190,17 +199,27 @@ def test_approver_callback_decides_external_calls(
 
 
 def test_dangerous_tools_need_approval_too(toolguard_runtime, registry_of, spy):
-    runtime = toolguard_runtime(registry_of(spy_tool(spy, "rm", risk=Risk.DANGEROUS)), external_caps())
+    runtime = toolguard_runtime(
+        registry_of(spy_tool(spy, "rm", risk=Risk.DANGEROUS)), external_caps()
+    )
     assert runtime.execute(call("rm", {})).code is ErrorCode.APPROVAL_REQUIRED
 
 
 @pytest.mark.parametrize(
-    "url", ["https://evil.example.org/x", "https://hooks.example.com.evil.org/", "http://user@evil.org", "nohost://"]
+    "url",
+    [
+        "https://evil.example.org/x",
+        "https://hooks.example.com.evil.org/",
+        "http://user@evil.org",
+        "nohost://",
+    ],
 )
 def test_external_host_outside_the_allowed_hosts_is_denied(
     toolguard_runtime, registry_of, send_message, spy, url
 ):
-    runtime = toolguard_runtime(registry_of(send_message), external_caps(), hooks=[Approver(lambda e: True)])
+    runtime = toolguard_runtime(
+        registry_of(send_message), external_caps(), hooks=[Approver(lambda e: True)]
+    )
     result = runtime.execute(call("send_message", {"url": url}))
     assert result.code is ErrorCode.PERMISSION_DENIED
     assert rule_of(runtime) == "policy.network_host"
@@ -209,7 +228,9 @@ def test_external_host_outside_the_allowed_hosts_is_denied(
 
 def test_wildcard_host_allows_subdomains_only(toolguard_runtime, registry_of, send_message, spy):
     runtime = toolguard_runtime(
-        registry_of(send_message), external_caps(("*.example.com",)), hooks=[Approver(lambda e: True)]
+        registry_of(send_message),
+        external_caps(("*.example.com",)),
+        hooks=[Approver(lambda e: True)],
     )
     assert runtime.execute(call("send_message", {"url": "https://api.example.com/"})).ok
     assert runtime.execute(call("send_message", {"url": "https://example.com/"}, "c2")).code is (

@@ -11,7 +11,9 @@ OBJECT = {"type": "object", "additionalProperties": False}
 
 
 def _spec(name, risk=Risk.READ):
-    return ToolSpec(name=name, description=name, input_schema=OBJECT, handler=lambda ctx: {}, risk=risk)
+    return ToolSpec(
+        name=name, description=name, input_schema=OBJECT, handler=lambda ctx: {}, risk=risk
+    )
 
 
 def test_register_refuses_a_duplicate_name():
@@ -39,8 +41,12 @@ def test_invalid_schema_fails_at_declaration_not_at_call_time():
 
 def test_specs_for_shows_only_what_the_session_may_call():
     registry = ToolRegistry([_spec("read"), _spec("write", Risk.WRITE), _spec("other")])
-    caps = Capabilities(allowed_tools=frozenset({"read", "write"}), allowed_risks=frozenset({Risk.READ}))
-    assert registry.specs_for(caps) == [{"name": "read", "description": "read", "input_schema": OBJECT}]
+    caps = Capabilities(
+        allowed_tools=frozenset({"read", "write"}), allowed_risks=frozenset({Risk.READ})
+    )
+    assert registry.specs_for(caps) == [
+        {"name": "read", "description": "read", "input_schema": OBJECT}
+    ]
 
 
 def test_specs_for_never_exposes_handlers_or_limits():
@@ -49,13 +55,24 @@ def test_specs_for_never_exposes_handlers_or_limits():
 
 
 def test_path_template_fields():
-    assert PathAccess.write("runs/{run_id}/artifacts/{artifact_name}").fields == ("run_id", "artifact_name")
+    assert PathAccess.write("runs/{run_id}/artifacts/{artifact_name}").fields == (
+        "run_id",
+        "artifact_name",
+    )
 
 
 def test_builtin_tools_all_have_output_schemas():
     registry = builtin_registry()
     assert registry.names() == sorted(
-        ["read_text", "write_file", "list_files", "search_text", "read_csv",
-         "write_json_file", "write_markdown_file", "list_run_files"]
+        [
+            "read_text",
+            "write_file",
+            "list_files",
+            "search_text",
+            "read_csv",
+            "write_json_file",
+            "write_markdown_file",
+            "list_run_files",
+        ]
     )
     assert all(spec.output_validator is not None for spec in registry)

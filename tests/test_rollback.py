@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from pytest_toolguard import Capabilities, CallState, ErrorCode, Risk, ToolCall
+from pytest_toolguard import CallState, Capabilities, ErrorCode, Risk, ToolCall
 from pytest_toolguard.tools import builtin_registry
 
 CAPS = Capabilities(allowed_risks=frozenset({Risk.READ, Risk.WRITE}), write_roots=("src",))
 
 
 def write(path, content, call_id):
-    return ToolCall(call_id=call_id, tool_name="write_file", arguments={"path": path, "content": content})
+    return ToolCall(
+        call_id=call_id, tool_name="write_file", arguments={"path": path, "content": content}
+    )
 
 
 def test_rollback_restores_an_overwritten_file(toolguard_runtime, workspace_dir):
@@ -37,7 +39,10 @@ def test_rollback_is_recorded_in_the_audit_log(toolguard_runtime, workspace_dir)
     row = runtime.audit.get("rollback-w1")
     assert row is not None
     assert (row.tool_name, row.replay_of, row.state, row.rule) == (
-        "toolguard.rollback", "w1", CallState.SUCCEEDED, "runtime.rollback"
+        "toolguard.rollback",
+        "w1",
+        CallState.SUCCEEDED,
+        "runtime.rollback",
     )
 
 

@@ -27,7 +27,9 @@ def test_arguments_as_json_text_are_parsed(runtime, spy):
     assert spy.calls == [{"text": "hi"}]
 
 
-@pytest.mark.parametrize("raw", ['{"text": "hi"', "not json", "", "[1, 2]", "42", "null", '{"a": NaN}'])
+@pytest.mark.parametrize(
+    "raw", ['{"text": "hi"', "not json", "", "[1, 2]", "42", "null", '{"a": NaN}']
+)
 def test_unparseable_or_non_object_arguments_are_invalid_requests(runtime, spy, raw):
     result = runtime.execute(call(arguments=raw))
     assert result.code is ErrorCode.INVALID_REQUEST
@@ -50,7 +52,14 @@ def test_arguments_that_are_not_plain_json_are_invalid_requests(runtime, spy, ar
 
 @pytest.mark.parametrize(
     "field, value",
-    [("call_id", 7), ("tool_name", None), ("actor", ""), ("session_id", "s" * 1000), ("idempotency_key", 5), ("metadata", [])],
+    [
+        ("call_id", 7),
+        ("tool_name", None),
+        ("actor", ""),
+        ("session_id", "s" * 1000),
+        ("idempotency_key", 5),
+        ("metadata", []),
+    ],
 )
 def test_malformed_call_fields_are_invalid_requests(runtime, spy, field, value):
     fields = {"call_id": "c1", "tool_name": "spy", "arguments": {}, field: value}
@@ -81,7 +90,9 @@ def test_schema_error_reaches_the_model_with_its_path_and_the_handler_never_runs
         "required": ["artifact_name", "content"],
         "additionalProperties": False,
     }
-    runtime = toolguard_runtime(registry_of(spy_tool(spy, "write_json", schema=schema)), WRITE_ANYWHERE)
+    runtime = toolguard_runtime(
+        registry_of(spy_tool(spy, "write_json", schema=schema)), WRITE_ANYWHERE
+    )
     result = runtime.execute(call("write_json", {"artifact_name": "a.json"}))
     assert result.code is ErrorCode.INVALID_ARGUMENT
     assert "arguments.content: field is required" in result.message
@@ -111,10 +122,18 @@ def test_output_breaking_its_schema_is_output_invalid(toolguard_runtime, registr
     tool = spy_tool(
         spy,
         result=lambda ctx, **a: {"path": 3},
-        output_schema={"type": "object", "required": ["path"], "properties": {"path": {"type": "string"}}},
+        output_schema={
+            "type": "object",
+            "required": ["path"],
+            "properties": {"path": {"type": "string"}},
+        },
     )
     result = toolguard_runtime(registry_of(tool), WRITE_ANYWHERE).execute(call())
-    assert (result.code, result.state, result.ok) == (ErrorCode.OUTPUT_INVALID, CallState.FAILED, False)
+    assert (result.code, result.state, result.ok) == (
+        ErrorCode.OUTPUT_INVALID,
+        CallState.FAILED,
+        False,
+    )
     assert "output.path" in result.message
 
 
@@ -124,7 +143,9 @@ def test_output_that_is_not_json_is_output_invalid(toolguard_runtime, registry_o
     assert result.code is ErrorCode.OUTPUT_INVALID
 
 
-def test_output_over_the_limit_is_truncated_with_flag_and_total_size(toolguard_runtime, registry_of, spy):
+def test_output_over_the_limit_is_truncated_with_flag_and_total_size(
+    toolguard_runtime, registry_of, spy
+):
     tool = spy_tool(spy, result=lambda ctx, **a: {"content": "x" * 50_000}, result_limit=1000)
     runtime = toolguard_runtime(registry_of(tool), WRITE_ANYWHERE)
     result = runtime.execute(call())
@@ -155,7 +176,9 @@ def test_handler_system_exit_is_a_failure_not_a_crash(toolguard_runtime, registr
     def leave(ctx, **a):
         raise SystemExit(3)
 
-    result = toolguard_runtime(registry_of(spy_tool(spy, result=leave)), WRITE_ANYWHERE).execute(call())
+    result = toolguard_runtime(registry_of(spy_tool(spy, result=leave)), WRITE_ANYWHERE).execute(
+        call()
+    )
     assert result.code is ErrorCode.EXECUTION_ERROR
     assert "SystemExit" in result.message
 
@@ -169,7 +192,10 @@ def test_every_call_leaves_exactly_one_finished_row(runtime):
     assert [r.call_id for r in rows] == ["a", "b", "c", "d"]
     assert all(r.state.finished for r in rows)
     assert [r.result_code for r in rows] == [
-        ErrorCode.OK, ErrorCode.TOOL_NOT_FOUND, ErrorCode.INVALID_REQUEST, ErrorCode.INVALID_ARGUMENT
+        ErrorCode.OK,
+        ErrorCode.TOOL_NOT_FOUND,
+        ErrorCode.INVALID_REQUEST,
+        ErrorCode.INVALID_ARGUMENT,
     ]
 
 
@@ -186,7 +212,11 @@ def test_audit_row_holds_the_seed_columns(runtime):
     assert (row.session_id, row.actor, row.tool_name, row.risk) == ("s9", "bot", "spy", "read")
     assert json.loads(row.arguments_json) == {"text": "hi"}
     assert len(row.arguments_hash) == 64
-    assert (row.decision, row.state, row.result_code) == ("allow", CallState.SUCCEEDED, ErrorCode.OK)
+    assert (row.decision, row.state, row.result_code) == (
+        "allow",
+        CallState.SUCCEEDED,
+        ErrorCode.OK,
+    )
     assert row.started_at and row.finished_at and row.duration_ms is not None
     assert json.loads(row.result_preview) == {"echo": {"text": "hi"}}
 
@@ -195,4 +225,8 @@ def test_risk_is_recorded_for_refusals_too(toolguard_runtime, registry_of, spy):
     runtime = toolguard_runtime(registry_of(spy_tool(spy, risk=Risk.WRITE)))
     runtime.execute(call())
     row = runtime.audit.get("c1")
-    assert row is not None and (row.risk, row.decision, row.rule) == ("write", "deny", "policy.risk_allowlist")
+    assert row is not None and (row.risk, row.decision, row.rule) == (
+        "write",
+        "deny",
+        "policy.risk_allowlist",
+    )

@@ -54,7 +54,9 @@ def test_odd_keys_are_quoted():
 
 
 def test_huge_values_do_not_flood_the_message():
-    errors = SchemaValidator(READ_TEXT).errors({"path": "x" * 1_000_000, "max_chars": "y" * 100_000})
+    errors = SchemaValidator(READ_TEXT).errors(
+        {"path": "x" * 1_000_000, "max_chars": "y" * 100_000}
+    )
     assert sum(len(e) for e in errors) < 1000
 
 

@@ -25,7 +25,11 @@ def test_thread_mode_answers_timeout_at_the_deadline_and_tracks_the_orphan(
     tool = spy_tool(spy, result=lambda ctx, **a: release.wait(10) and {}, timeout_seconds=0.2)
     runtime = toolguard_runtime(registry_of(tool), WRITE_ANYWHERE)
     result = runtime.execute(call())
-    assert (result.code, result.state, result.retryable) == (ErrorCode.TIMEOUT, CallState.TIMED_OUT, True)
+    assert (result.code, result.state, result.retryable) == (
+        ErrorCode.TIMEOUT,
+        CallState.TIMED_OUT,
+        True,
+    )
     assert runtime.audit.get("c1").state is CallState.TIMED_OUT
     assert runtime.orphaned_handlers() == ["c1"]
     release.set()
@@ -99,14 +103,18 @@ def test_process_mode_kills_the_handler_so_nothing_is_written_late(
     assert not (workspace_dir / "late.txt").exists()
 
 
-def test_process_mode_returns_results_and_errors(toolguard_runtime, registry_of, spy, workspace_dir):
+def test_process_mode_returns_results_and_errors(
+    toolguard_runtime, registry_of, spy, workspace_dir
+):
     def work(ctx, **arguments):
         if arguments.get("text") == "fail":
             raise PermissionError("no")
         ctx.workspace.write_text("out.txt", "from the child")
         return {"pid": os.getpid()}
 
-    runtime = toolguard_runtime(registry_of(spy_tool(spy, result=work)), WRITE_ANYWHERE, isolation="process")
+    runtime = toolguard_runtime(
+        registry_of(spy_tool(spy, result=work)), WRITE_ANYWHERE, isolation="process"
+    )
     ok = runtime.execute(call())
     assert ok.ok and ok.data["pid"] != os.getpid()
     assert (workspace_dir / "out.txt").read_text() == "from the child"
@@ -114,14 +122,18 @@ def test_process_mode_returns_results_and_errors(toolguard_runtime, registry_of,
     assert failed.code is ErrorCode.EXECUTION_ERROR and "PermissionError" in failed.message
 
 
-def test_process_mode_keeps_changes_for_rollback(toolguard_runtime, registry_of, spy, workspace_dir):
+def test_process_mode_keeps_changes_for_rollback(
+    toolguard_runtime, registry_of, spy, workspace_dir
+):
     (workspace_dir / "out.txt").write_text("before")
 
     def work(ctx, **arguments):
         ctx.workspace.write_text("out.txt", "after")
         return {}
 
-    runtime = toolguard_runtime(registry_of(spy_tool(spy, result=work)), WRITE_ANYWHERE, isolation="process")
+    runtime = toolguard_runtime(
+        registry_of(spy_tool(spy, result=work)), WRITE_ANYWHERE, isolation="process"
+    )
     assert runtime.execute(call()).ok
     assert runtime.rollback("c1").ok
     assert (workspace_dir / "out.txt").read_text() == "before"

@@ -168,7 +168,11 @@ def list_files(ctx: ToolContext, path: str = ".", recursive: bool = False) -> di
     paths=[PathAccess.read("{path}", default=".")],
 )
 def search_text(
-    ctx: ToolContext, query: str, path: str = ".", max_results: int = 50, case_sensitive: bool = True
+    ctx: ToolContext,
+    query: str,
+    path: str = ".",
+    max_results: int = 50,
+    case_sensitive: bool = True,
 ) -> dict[str, Any]:
     """Find lines containing query in the UTF-8 text files beneath path."""
     needle = query if case_sensitive else query.lower()
