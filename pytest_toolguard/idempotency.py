@@ -25,8 +25,9 @@ again. The semantics follow Stripe's idempotent requests and the IETF
   (``IDEMPOTENCY_CONFLICT``): the client reused a key for a different action.
 * **A refused call frees its key.** The runtime claims a key only after
   parsing, schema, policy and hooks have passed, so a refused call never
-  holds one; if the claim was made but the handler never started (the audit
-  row could not be written, say), the claim is released and a retry runs.
+  holds one. The claim and the RUNNING audit row are one transaction, so an
+  audit write that fails leaves no claim; a claim whose handler then fails
+  to start is freed with ``SQLiteAuditStore.release``, and a retry runs.
 
 The claim itself is atomic: ``SQLiteAuditStore.start`` claims the key and
 writes the RUNNING audit row in one ``BEGIN IMMEDIATE`` transaction. A
@@ -76,9 +77,15 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def _utf8(text: str) -> bytes:
+    # JSON text may carry lone surrogates ("\\ud800" parses); hash them rather
+    # than raise. Valid text encodes exactly as UTF-8.
+    return text.encode("utf-8", "surrogatepass")
+
+
 def arguments_hash(arguments: Mapping[str, Any]) -> str:
     """sha256 hex digest of ``canonical_json(arguments)``; same failure modes."""
-    return hashlib.sha256(canonical_json(arguments).encode("utf-8")).hexdigest()
+    return hashlib.sha256(_utf8(canonical_json(arguments))).hexdigest()
 
 
 def make_idempotency_key(tool_name: str, arguments: Mapping[str, Any], scope: str) -> str:
@@ -93,20 +100,19 @@ def make_idempotency_key(tool_name: str, arguments: Mapping[str, Any], scope: st
     if "\n" in tool_name:
         raise ValueError("a tool name used in an idempotency key must not contain a newline")
     raw = f"{scope}\n{tool_name}\n{canonical_json(dict(arguments))}"
-    return hashlib.sha256(raw.encode("utf-8")).hexdigest()
+    return hashlib.sha256(_utf8(raw)).hexdigest()
 
 
 def scope_client_key(client_key: str, tool_name: str, scope: str) -> str:
     """The stored key for a key a client supplied (``ToolCall.idempotency_key``).
 
-    Scoped like ``make_idempotency_key`` so one client key used with two
-    tools, or in two scopes, names two actions. Deterministic; ``ValueError``
-    when the tool name contains a newline.
+    Scoped like ``make_idempotency_key``, so one client key used with two
+    tools, or in two scopes, names two actions. The parts are hashed as a
+    JSON array, so no choice of newlines in scope, tool or key makes two
+    different triples collide. Deterministic; never raises for strings.
     """
-    if "\n" in tool_name:
-        raise ValueError("a tool name used in an idempotency key must not contain a newline")
-    raw = f"{scope}\n{tool_name}\nclient-key:{client_key}"
-    return hashlib.sha256(raw.encode("utf-8")).hexdigest()
+    raw = canonical_json(["client-key", scope, tool_name, client_key])
+    return hashlib.sha256(_utf8(raw)).hexdigest()
 
 
 class ClaimOutcome(str, enum.Enum):

@@ -308,6 +308,8 @@ def _compile_extra(spec: ExtraPattern) -> _ExtraPattern:
         keyword, pattern = spec
     else:
         keyword, pattern = "pattern", spec
+    if not re.fullmatch(r"[a-z0-9_]+", keyword):
+        raise ValueError(f"a placeholder keyword is lowercase letters, digits and _: {keyword!r}")
     return _ExtraPattern(keyword, re.compile(pattern) if isinstance(pattern, str) else pattern)
 
 
@@ -324,7 +326,8 @@ class Redactor:
     idempotency is lost. Patterns are compiled once, here.
 
     A ``Redactor`` may be shared by threads. ``redact`` never raises for
-    JSON-like input; ``re.error`` is raised here for an invalid extra pattern.
+    JSON-like input. The constructor raises ``re.error`` for an invalid extra
+    pattern and ``ValueError`` for a keyword that is not ``[a-z0-9_]+``.
     """
 
     __slots__ = ("_extra_phrases", "_extra_patterns", "_key_cache")

@@ -250,6 +250,11 @@ def test_extra_pattern_without_group_replaces_the_whole_match() -> None:
     assert redactor.redact_text("acct-123456 closed") == "<redacted:pattern> closed"
 
 
+def test_extra_pattern_keyword_must_be_a_plain_word() -> None:
+    with pytest.raises(ValueError, match="keyword"):
+        Redactor(extra_patterns=[("Order PIN", r"\d{4}")])
+
+
 # --- structure ----------------------------------------------------------------
 
 
