@@ -101,10 +101,52 @@ class SchemaValidator:
                     f"{format_path(self.root, [*path, key])}: unexpected field (allowed: {allowed})"
                     for key in sorted(extras)
                 ]
-        return [f"{format_path(self.root, path)}: {_short(error.message)}"]
+        return [f"{format_path(self.root, path)}: {_without_value(error)}"]
+
+
+_JSON_TYPES = {
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    str: "string",
+    list: "array",
+    dict: "object",
+    type(None): "null",
+}
+
+
+def json_type(value: Any) -> str:
+    """The JSON Schema type name of a Python value."""
+    return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+def _without_value(error: ValidationError) -> str:
+    """The error without the offending value: the model knows what it sent,
+    and the value may be a 2 MB string or a secret under a harmless name."""
+    expected = error.validator_value
+    kind = error.validator
+    if kind == "type":
+        names = expected if isinstance(expected, list) else [expected]
+        return f"expected {' or '.join(map(str, names))}, got {json_type(error.instance)}"
+    if kind == "enum":
+        return _short(f"must be one of {json.dumps(expected, ensure_ascii=False)}")
+    if kind == "const":
+        return _short(f"must be {json.dumps(expected, ensure_ascii=False)}")
+    if kind == "pattern":
+        return _short(f"must match the pattern {expected}")
+    if kind in ("minLength", "maxLength") and isinstance(error.instance, str):
+        bound = "at least" if kind == "minLength" else "at most"
+        return f"must be {bound} {expected} characters long (got {len(error.instance)})"
+    if kind == "oneOf" and not error.context:  # no branch failed: several matched
+        return "must match exactly one of the allowed forms, matches several"
+    if kind in ("anyOf", "oneOf"):
+        return "does not match any of the allowed forms"
+    message = error.message
+    shown = repr(error.instance)
+    if message.startswith(shown):  # jsonschema opens most messages with the value
+        message = "value" + message[len(shown) :]
+    return _short(message)
 
 
 def _short(message: str, limit: int = 300) -> str:
-    """jsonschema quotes the whole offending value; a 2 MB string must not
-    end up in an error message."""
     return message if len(message) <= limit else message[: limit - 3] + "..."

@@ -70,3 +70,26 @@ def test_pathologically_deep_value_is_an_error_not_a_crash():
     for _ in range(100_000):
         value = [value]
     assert SchemaValidator({"type": "array", "items": {"$ref": "#"}}).errors(value)
+
+
+@pytest.mark.parametrize(
+    "subschema",
+    [
+        {"type": "integer"},
+        {"enum": ["a", "b"]},
+        {"const": "a"},
+        {"pattern": "^a$"},
+        {"maxLength": 3},
+        {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+        {"oneOf": [{"type": "string"}, {"minLength": 1}]},
+        {"not": {"type": "string"}},
+        {"format": "email", "type": "integer"},
+    ],
+)
+def test_error_messages_never_echo_the_offending_value(subschema):
+    # The value may be a secret under a harmless field name.
+    secret = "sk-live-4f9a8b7c6d5e"
+    schema = {"type": "object", "properties": {"note": subschema}}
+    errors = SchemaValidator(schema).errors({"note": secret})
+    assert errors and all(e.startswith("arguments.note: ") for e in errors)
+    assert not any(secret in e or "4f9a8b7c" in e for e in errors)
