@@ -45,7 +45,7 @@ from .hooks import (
     PreToolUse,
     PreToolUseEvent,
 )
-from .idempotency import Claim, ClaimOutcome, canonical_json
+from .idempotency import Claim, ClaimOutcome, canonical_json, scope_client_key
 from .isolation import HandlerTimeout, IsolationMode, make_isolation
 from .policy import Capabilities, Decision, authorize
 from .redaction import Redactor
@@ -114,6 +114,10 @@ class _Attempt:
     reason: str = ""
     idempotency_outcome: str | None = None
     replay_of: str | None = None
+    output: Any = None
+    """The handler's whole output, before truncation: previews and stored
+    outcomes are redacted from it, never from a cut (a cut token would no
+    longer match its pattern)."""
 
 
 class ToolRuntime:
@@ -390,7 +394,11 @@ class ToolRuntime:
 
         result = self._invoke(spec, arguments, attempt)
         self._observe(call, spec, arguments, result)
-        stored = _stored_outcome(result, self._redactor(spec)) if claim_key else None
+        stored = (
+            _stored_outcome(result, attempt.output, self._redactor(spec), spec.result_limit)
+            if claim_key
+            else None
+        )
         self._finish(audit_id, attempt, result, claim_key, stored)
         return result
 
@@ -398,8 +406,7 @@ class ToolRuntime:
         if attempt.idempotency_key is None:
             return None
         scope = self.idempotency_scope if self.idempotency_scope is not None else attempt.session_id
-        raw = f"{scope}\n{spec.name}\n{attempt.idempotency_key}".encode("utf-8", "backslashreplace")
-        return hashlib.sha256(raw).hexdigest()
+        return scope_client_key(attempt.idempotency_key, spec.name, scope)
 
     def _answer_claim(self, attempt: _Attempt, claim: Claim) -> ToolResult:
         attempt.idempotency_outcome = claim.outcome.value.lower()
@@ -518,20 +525,21 @@ class ToolRuntime:
                 return self._failure(
                     attempt, ErrorCode.OUTPUT_INVALID, "; ".join(errors), CallState.FAILED
                 )
-        truncated = len(text) > spec.result_limit
+        attempt.output = data
+        shown, total = _truncate(data, text, spec.result_limit)
         return ToolResult(
             call_id=attempt.call_id,
             tool_name=attempt.tool_name,
             ok=True,
             code=ErrorCode.OK,
             message="ok"
-            if not truncated
-            else f"ok; output truncated to {spec.result_limit} of {len(text)} characters",
-            data=text[: spec.result_limit] if truncated else data,
+            if total is None
+            else f"ok; output truncated to {spec.result_limit} of {total} characters",
+            data=shown,
             duration_ms=self._elapsed(attempt),
             state=CallState.SUCCEEDED,
-            truncated=truncated,
-            total_size=len(text) if truncated else None,
+            truncated=total is not None,
+            total_size=total,
         )
 
     def _observe(
@@ -555,12 +563,13 @@ class ToolRuntime:
     def _failure(
         self, attempt: _Attempt, code: ErrorCode, message: str, state: CallState
     ) -> ToolResult:
+        # Redacted before it is bounded: a cut secret no longer matches its pattern.
         return ToolResult(
             call_id=attempt.call_id,
             tool_name=attempt.tool_name,
             ok=False,
             code=code,
-            message=_bounded(message),
+            message=_bounded(self._redactor(attempt.spec).redact_text(message)),
             retryable=code.retryable,
             duration_ms=self._elapsed(attempt),
             state=state,
@@ -569,7 +578,8 @@ class ToolRuntime:
     def _refuse(self, attempt: _Attempt, refusal: _Refusal) -> ToolResult:
         if refusal.state is CallState.DENIED:
             attempt.decision = "ask" if refusal.code is ErrorCode.APPROVAL_REQUIRED else "deny"
-        attempt.rule, attempt.reason = refusal.rule, _bounded(refusal.message)
+        attempt.rule = refusal.rule
+        attempt.reason = _bounded(self._redactor(attempt.spec).redact_text(refusal.message))
         result = self._failure(attempt, refusal.code, refusal.message, refusal.state)
         self._write_row(attempt, result)
         return result
@@ -691,9 +701,10 @@ class ToolRuntime:
         )
 
     def _preview(self, attempt: _Attempt, result: ToolResult) -> str:
-        if result.data is None:
+        data = attempt.output if attempt.output is not None else result.data
+        if data is None:
             return ""
-        redacted = self._redactor(attempt.spec).redact(result.data)
+        redacted = self._redactor(attempt.spec).redact(data)
         text = json.dumps(redacted, ensure_ascii=False, sort_keys=True, default=str)
         return text[:PREVIEW_LIMIT]
 
@@ -836,14 +847,33 @@ def _copy_json(value: Any) -> Any:
     return value
 
 
-def _stored_outcome(result: ToolResult, redactor: Redactor) -> dict[str, Any]:
+def _truncate(data: Any, text: str, limit: int) -> tuple[Any, int | None]:
+    """``data`` as it goes to the model, and the full size when it was cut:
+    over ``limit`` characters of JSON, the data becomes its first ``limit``
+    characters of JSON text."""
+    if len(text) <= limit:
+        return data, None
+    return text[:limit], len(text)
+
+
+def _stored_outcome(
+    result: ToolResult, output: Any, redactor: Redactor, limit: int
+) -> dict[str, Any]:
+    """What later calls with the same key get: the result with its data
+    redacted from the whole output, then cut as the original was."""
+    data, total = result.data, result.total_size
+    if result.ok:
+        redacted = redactor.redact(output)
+        data, total = _truncate(
+            redacted, json.dumps(redacted, ensure_ascii=False, sort_keys=True), limit
+        )
     return {
         "ok": result.ok,
         "code": result.code.value,
         "message": redactor.redact_text(result.message),
-        "data": redactor.redact(result.data),
-        "truncated": result.truncated,
-        "total_size": result.total_size,
+        "data": data,
+        "truncated": total is not None,
+        "total_size": total,
     }
 
 

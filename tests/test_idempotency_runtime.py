@@ -351,12 +351,6 @@ def test_idempotency_scope_makes_the_key_one_action_across_sessions(
     assert spy.count == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: ToolRuntime._claim_key joins scope, tool and key with newlines and no "
-    "escaping, so session 's1\\neffect' + key 'k' and session 's1' + key 'effect\\nk' "
-    "hash to the same claim key: the second session gets the first one's outcome",
-)
 def test_keys_stay_scoped_by_session_when_ids_contain_newlines(runtime, spy, workspace):
     first = runtime.execute(keyed("c1", session_id="s1\neffect", idempotency_key="k"))
     other = runtime.execute(keyed("c2", session_id="s1", idempotency_key="effect\nk"))
