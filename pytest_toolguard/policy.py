@@ -8,7 +8,6 @@ spelt.
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import json
 from collections.abc import Mapping
@@ -200,13 +199,15 @@ def _check_path(
     if given is None:
         return None
     try:
-        real = workspace.normalize(given)
-        # On an OSError (`file.txt/x`) the path is judged by its spelling,
-        # and the handler meets the same error.
-        with contextlib.suppress(OSError):
-            real = workspace.resolve(given)
-        # The real target is judged too: a link named `notes` may lead to `.env`.
-        workspace.normalize(real)
+        # Judged by where it really leads: the sandbox applies its rules
+        # (forbidden names included) to every link target on the way.
+        real = workspace.resolve(given)
+    except OSError:
+        # `file.txt/x`: judged by its spelling; the handler meets the error.
+        try:
+            real = workspace.normalize(given)
+        except SandboxError as exc:
+            return Decision.deny(exc.code, _SANDBOX_RULES.get(exc.code, "sandbox"), str(exc))
     except SandboxError as exc:
         return Decision.deny(exc.code, _SANDBOX_RULES.get(exc.code, "sandbox"), str(exc))
     roots = capabilities.read_roots if access.mode == "read" else capabilities.write_roots

@@ -118,6 +118,7 @@ class _Attempt:
     """The handler's whole output, before truncation: previews and stored
     outcomes are redacted from it, never from a cut (a cut token would no
     longer match its pattern)."""
+    redacted_output: Any = None
 
 
 class ToolRuntime:
@@ -395,7 +396,7 @@ class ToolRuntime:
         result = self._invoke(spec, arguments, attempt)
         self._observe(call, spec, arguments, result)
         stored = (
-            _stored_outcome(result, attempt.output, self._redactor(spec), spec.result_limit)
+            _stored_outcome(result, self._redacted_output(attempt), spec.result_limit)
             if claim_key
             else None
         )
@@ -701,12 +702,20 @@ class ToolRuntime:
         )
 
     def _preview(self, attempt: _Attempt, result: ToolResult) -> str:
-        data = attempt.output if attempt.output is not None else result.data
-        if data is None:
+        if attempt.output is not None:
+            redacted = self._redacted_output(attempt)
+        elif result.data is not None:  # a replayed outcome: stored redacted
+            redacted = self._redactor(attempt.spec).redact(result.data)
+        else:
             return ""
-        redacted = self._redactor(attempt.spec).redact(data)
         text = json.dumps(redacted, ensure_ascii=False, sort_keys=True, default=str)
         return text[:PREVIEW_LIMIT]
+
+    def _redacted_output(self, attempt: _Attempt) -> Any:
+        """The handler's whole output, redacted once per call."""
+        if attempt.redacted_output is None:
+            attempt.redacted_output = self._redactor(attempt.spec).redact(attempt.output)
+        return attempt.redacted_output
 
     def _redactor(self, spec: ToolSpec | None) -> Redactor:
         return spec.redactor if spec is not None and spec.redactor is not None else self.redactor
@@ -856,21 +865,18 @@ def _truncate(data: Any, text: str, limit: int) -> tuple[Any, int | None]:
     return text[:limit], len(text)
 
 
-def _stored_outcome(
-    result: ToolResult, output: Any, redactor: Redactor, limit: int
-) -> dict[str, Any]:
+def _stored_outcome(result: ToolResult, redacted_output: Any, limit: int) -> dict[str, Any]:
     """What later calls with the same key get: the result with its data
-    redacted from the whole output, then cut as the original was."""
+    redacted from the whole output, then cut as the original was. (Messages
+    are redacted when a result is made.)"""
     data, total = result.data, result.total_size
     if result.ok:
-        redacted = redactor.redact(output)
-        data, total = _truncate(
-            redacted, json.dumps(redacted, ensure_ascii=False, sort_keys=True), limit
-        )
+        text = json.dumps(redacted_output, ensure_ascii=False, sort_keys=True)
+        data, total = _truncate(redacted_output, text, limit)
     return {
         "ok": result.ok,
         "code": result.code.value,
-        "message": redactor.redact_text(result.message),
+        "message": result.message,
         "data": data,
         "truncated": total is not None,
         "total_size": total,
