@@ -93,3 +93,52 @@ def test_error_messages_never_echo_the_offending_value(subschema):
     errors = SchemaValidator(schema).errors({"note": secret})
     assert errors and all(e.startswith("arguments.note: ") for e in errors)
     assert not any(secret in e or "4f9a8b7c" in e for e in errors)
+
+
+# -- the optional jsonschema-rs fast path --------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from pytest_toolguard.tools import BUILTIN_TOOLS  # noqa: E402
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=8),
+    lambda kids: (
+        st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=4)
+    ),
+    max_leaves=12,
+)
+FIELD_NAMES = [
+    "path",
+    "content",
+    "max_chars",
+    "query",
+    "recursive",
+    "max_rows",
+    "entries",
+    "rows",
+    "x",
+]
+argument_like = st.dictionaries(st.sampled_from(FIELD_NAMES), json_values, max_size=4)
+SCHEMAS = [s for spec in BUILTIN_TOOLS for s in (spec.input_schema, spec.output_schema) if s]
+
+
+def test_schemas_with_regex_or_format_are_never_accelerated():
+    assert not SchemaValidator({"type": "string", "pattern": "^a"}).accelerated
+    assert not SchemaValidator({"properties": {"a": {"format": "email"}}}).accelerated
+
+
+@pytest.mark.skipif(
+    not SchemaValidator({"type": "object"}).accelerated, reason="jsonschema-rs not installed"
+)
+@settings(max_examples=300, deadline=None)
+@given(index=st.integers(0, len(SCHEMAS) - 1), value=argument_like | json_values)
+def test_fast_path_agrees_with_jsonschema(index, value):
+    fast = SchemaValidator(SCHEMAS[index])
+    slow = SchemaValidator(SCHEMAS[index], fast=False)
+    assert fast.errors(value) == slow.errors(value)
