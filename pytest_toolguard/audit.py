@@ -22,13 +22,22 @@ The same holds for ``stored_result`` (kept in ``idempotency_keys`` and
 returned by replays): pass a redacted result or accept the secret at rest.
 
 Concurrency. ``SQLiteAuditStore`` opens one connection per thread, in WAL
-mode, with ``synchronous`` as configured and a busy timeout; every write is
-an explicit ``BEGIN IMMEDIATE`` ... ``COMMIT``, so writers queue instead of
-deadlocking. Several processes may share one database file, each with its
+mode, with ``synchronous`` as configured and a busy timeout. A write of one
+statement (``record``, ``release``, and ``start``/``finish`` without a key)
+is committed on its own (autocommit): one statement is atomic, and SQLite
+takes the write lock when the statement starts, as ``BEGIN IMMEDIATE``
+would, without the two extra statements per write. A write of several
+statements (a claim with its RUNNING row, a finish with its key's outcome,
+``recover``) is one ``BEGIN IMMEDIATE`` ... ``COMMIT``, so writers queue
+instead of deadlocking. Several processes may share one database file, each with its
 own ``SQLiteAuditStore``. A store is bound to the process that made it:
 after ``fork`` it raises ``AuditUnavailable`` in the child, which must open
 a new ``SQLiteAuditStore``. ``":memory:"`` is one database per connection,
 so a memory store shares a single connection between threads under a lock.
+
+Indexes cost every call: each one is written by the INSERT of every row.
+The table has the one its per-call reads need (``call_id``, for ``get``);
+``rows(session_id)`` and ``recover`` scan the table instead (see there).
 
 sqlite3 is C code and never sees pyfakefs: the file must be a real path,
 made before a fake filesystem starts, or ``":memory:"``. Simulate "audit
@@ -40,10 +49,12 @@ down" at the store: ``close()``, a read-only URI
 from __future__ import annotations
 
 import json
+import operator
 import os
 import sqlite3
+import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -65,7 +76,12 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
-"""Kept in ``PRAGMA user_version``; a database from a newer version is refused."""
+"""Kept in ``PRAGMA user_version``; a database from a newer version is refused.
+
+Still 1 though the schema lost ``AUTOINCREMENT`` and four indexes before the
+first release: no database of the earlier shape exists outside this
+project's own runs. One would still be read correctly (the columns and their
+meaning are the same); it would only keep paying for the dropped indexes."""
 
 INTERRUPTED_MESSAGE = "interrupted: the process died while the handler ran"
 
@@ -244,7 +260,10 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
         """
         CREATE TABLE IF NOT EXISTS tool_call_audit (
-            audit_id INTEGER PRIMARY KEY AUTOINCREMENT,
+            -- Not AUTOINCREMENT, which writes sqlite_sequence on every INSERT: a
+            -- plain rowid could be reused only after the newest rows were
+            -- deleted, and the store never deletes rows.
+            audit_id INTEGER PRIMARY KEY,
             call_id TEXT NOT NULL,
             session_id TEXT NOT NULL,
             actor TEXT NOT NULL,
@@ -267,12 +286,8 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
             idempotency_outcome TEXT
         )
         """,
-        # call_id is not unique: models reuse ids, and every call still gets its row.
+        # For get(). Not unique: models reuse ids, and every call still gets its row.
         "CREATE INDEX IF NOT EXISTS idx_audit_call ON tool_call_audit (call_id)",
-        "CREATE INDEX IF NOT EXISTS idx_audit_session ON tool_call_audit (session_id, started_at)",
-        "CREATE INDEX IF NOT EXISTS idx_audit_idempotency ON tool_call_audit (idempotency_key)",
-        "CREATE INDEX IF NOT EXISTS idx_audit_running ON tool_call_audit (state)"
-        " WHERE state = 'RUNNING'",
         """
         CREATE TABLE IF NOT EXISTS idempotency_keys (
             key TEXT PRIMARY KEY,
@@ -286,7 +301,6 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
             finished_at TEXT
         )
         """,
-        "CREATE INDEX IF NOT EXISTS idx_keys_audit ON idempotency_keys (audit_id)",
     ),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
@@ -296,16 +310,41 @@ _INSERT_AUDIT = (
     f"INSERT INTO tool_call_audit ({', '.join(_AUDIT_COLUMNS)})"
     f" VALUES ({', '.join('?' for _ in _AUDIT_COLUMNS)})"
 )
+_FINISH_AUDIT = (
+    "UPDATE tool_call_audit SET state = ?, result_code = ?, result_preview = ?,"
+    " error_message = ?, finished_at = ?, duration_ms = ?"
+    " WHERE audit_id = ? AND state = 'RUNNING'"
+)
 _SYNCHRONOUS_NAMES: Mapping[int, str] = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
 
 
-def _row_values(rec: AuditRecord, **overrides: Any) -> tuple[Any, ...]:
-    values = {name: getattr(rec, name) for name in _AUDIT_COLUMNS}
-    values.update(overrides)
-    values["state"] = CallState(values["state"]).value
-    if values["result_code"] is not None:
-        values["result_code"] = ErrorCode(values["result_code"]).value
-    return tuple(values[name] for name in _AUDIT_COLUMNS)
+_FIELD_VALUES = operator.attrgetter(*_AUDIT_COLUMNS)
+_STATE, _RESULT_CODE, _IDEMPOTENCY_KEY, _IDEMPOTENCY_OUTCOME = (
+    _AUDIT_COLUMNS.index(name)
+    for name in ("state", "result_code", "idempotency_key", "idempotency_outcome")
+)
+
+
+def _row_values(
+    rec: AuditRecord,
+    state: CallState,
+    *,
+    idempotency_key: str | None = None,
+    idempotency_outcome: str | None = None,
+) -> list[Any]:
+    """``rec``'s values in ``_AUDIT_COLUMNS`` order, enums as their text;
+    ``state`` is ``rec.state`` checked by the caller, the two idempotency
+    values replace ``rec``'s when given."""
+    values = list(_FIELD_VALUES(rec))
+    values[_STATE] = state.value
+    code = values[_RESULT_CODE]
+    if code is not None:
+        values[_RESULT_CODE] = ErrorCode(code).value
+    if idempotency_key is not None:
+        values[_IDEMPOTENCY_KEY] = idempotency_key
+    if idempotency_outcome is not None:
+        values[_IDEMPOTENCY_OUTCOME] = idempotency_outcome
+    return values
 
 
 def _record_from_row(row: tuple[Any, ...]) -> AuditRecord:
@@ -327,6 +366,30 @@ def _is_memory(target: str, uri: bool) -> bool:
     if target in (":memory:", ""):
         return True
     return uri and ("mode=memory" in target or target.startswith("file::memory:"))
+
+
+def _not_running(audit_id: int) -> AuditUnavailable:
+    return AuditUnavailable(
+        f"audit row {audit_id} is not RUNNING: unknown, or finished already "
+        "(recover() marks rows of a dead process INTERRUPTED)",
+        "finish",
+    )
+
+
+# Bumped in the child after every os.fork(). A store remembers the value it
+# was opened under and compares it on each operation: the same check as
+# os.getpid() != its pid, without a system call per operation. Module state,
+# because the fork hooks cannot be unregistered (one per store would pile up).
+_fork_generation = 0
+
+
+def _count_fork() -> None:
+    global _fork_generation
+    _fork_generation += 1
+
+
+if sys.platform != "win32":
+    os.register_at_fork(after_in_child=_count_fork)
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,7 +429,7 @@ class SQLiteAuditStore:
         self._synchronous = synchronous
         self._busy_timeout_ms = busy_timeout_ms
         self._memory = _is_memory(self._target, uri)
-        self._pid = os.getpid()
+        self._fork_generation = _fork_generation
         self._closed = False
         self._fault: _Fault | None = None
         self._local = threading.local()
@@ -418,14 +481,24 @@ class SQLiteAuditStore:
             alive.append((threading.current_thread(), conn))
             self._connections = alive
 
-    def _connection(self) -> sqlite3.Connection:
+    def _connection(self, operation: str) -> sqlite3.Connection:
+        """The calling thread's connection, opened on first use.
+
+        ``AuditUnavailable`` when the store is closed or was inherited through
+        ``fork``; ``sqlite3.OperationalError`` for an injected fault or when
+        the connection cannot be opened (callers turn it into
+        ``AuditUnavailable``)."""
         if self._closed:
-            raise AuditUnavailable("the audit store is closed")
-        if os.getpid() != self._pid:
+            raise AuditUnavailable("the audit store is closed", operation)
+        if self._fork_generation != _fork_generation:
             raise AuditUnavailable(
                 "this audit store was opened in another process; "
-                "open a new SQLiteAuditStore in this process (after fork)"
+                "open a new SQLiteAuditStore in this process (after fork)",
+                operation,
             )
+        fault = self._fault
+        if fault is not None and operation in fault.operations:
+            raise sqlite3.OperationalError(fault.message)
         if self._memory:
             if self._shared is None:
                 shared = self._open()
@@ -443,18 +516,22 @@ class SQLiteAuditStore:
         reason = str(exc).replace(self._target, "<audit database>") or type(exc).__name__
         return AuditUnavailable(f"audit store failed to {operation}: {reason}", operation)
 
-    @contextmanager
-    def _guard(self, operation: str) -> Iterator[sqlite3.Connection]:
-        """The connection to use, with every sqlite3 error turned into
-        ``AuditUnavailable`` and the memory lock held."""
+    def _write_one(
+        self, operation: str, statement: str, parameters: Sequence[Any]
+    ) -> sqlite3.Cursor:
+        """Run one write statement as its own transaction, committed before
+        this returns (autocommit: SQLite takes the write lock when the
+        statement starts, as ``BEGIN IMMEDIATE`` would, and rolls the
+        statement back when it fails). Every sqlite3 error becomes
+        ``AuditUnavailable``."""
         lock = self._memory_lock
         if lock is not None:
             lock.acquire()
         try:
-            fault = self._fault
-            if fault is not None and operation in fault.operations:
-                raise sqlite3.OperationalError(fault.message)
-            yield self._connection()
+            conn = self._connection(operation)
+            if conn.in_transaction:  # left over from a failed ROLLBACK: never write inside it
+                conn.execute("ROLLBACK")
+            return conn.execute(statement, parameters)
         except sqlite3.Error as exc:
             raise self._unavailable(operation, exc) from exc
         finally:
@@ -462,28 +539,50 @@ class SQLiteAuditStore:
                 lock.release()
 
     @contextmanager
-    def _write(self, operation: str) -> Iterator[sqlite3.Connection]:
+    def _transaction(self, operation: str) -> Iterator[sqlite3.Connection]:
         """One ``BEGIN IMMEDIATE`` transaction, committed when the block ends
-        normally, rolled back when it raises."""
-        with self._guard(operation) as conn:
-            if conn.in_transaction:  # left over from a failed rollback
+        normally and rolled back when it raises. A block that decides to
+        store nothing may end the transaction itself with ``ROLLBACK``.
+        Every sqlite3 error becomes ``AuditUnavailable``."""
+        lock = self._memory_lock
+        if lock is not None:
+            lock.acquire()
+        try:
+            conn = self._connection(operation)
+            if conn.in_transaction:  # left over from a failed ROLLBACK
                 conn.execute("ROLLBACK")
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
             except BaseException:
                 with suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
                 raise
-            try:
-                conn.execute("COMMIT")
-            except sqlite3.Error:
-                with suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-                raise
+        except sqlite3.Error as exc:
+            raise self._unavailable(operation, exc) from exc
+        finally:
+            if lock is not None:
+                lock.release()
+
+    @contextmanager
+    def _reading(self, operation: str) -> Iterator[sqlite3.Connection]:
+        """The connection for reads, every sqlite3 error turned into
+        ``AuditUnavailable``."""
+        lock = self._memory_lock
+        if lock is not None:
+            lock.acquire()
+        try:
+            yield self._connection(operation)
+        except sqlite3.Error as exc:
+            raise self._unavailable(operation, exc) from exc
+        finally:
+            if lock is not None:
+                lock.release()
 
     def _migrate(self) -> None:
-        with self._guard("open") as conn:
+        with self._reading("open") as conn:
             version = int(conn.execute("PRAGMA user_version").fetchone()[0])
         if version == SCHEMA_VERSION:
             return
@@ -493,7 +592,7 @@ class SQLiteAuditStore:
                 f"reads up to {SCHEMA_VERSION}: upgrade pytest-toolguard or use another file",
                 "open",
             )
-        with self._write("open") as conn:
+        with self._transaction("open") as conn:
             # Read again under the write lock: another process may have migrated.
             version = int(conn.execute("PRAGMA user_version").fetchone()[0])
             for step in _MIGRATIONS[version:]:
@@ -510,17 +609,17 @@ class SQLiteAuditStore:
         Returns its audit_id. ``ValueError`` when ``rec.state`` is not a
         finished state; ``AuditUnavailable`` when the row could not be stored.
         """
-        if not CallState(rec.state).finished:
-            raise ValueError(f"record() stores finished rows; state {rec.state} is not finished")
-        with self._write("record") as conn:
-            cursor = conn.execute(_INSERT_AUDIT, _row_values(rec))
-            return int(cursor.lastrowid or 0)
+        state = CallState(rec.state)
+        if not state.finished:
+            raise ValueError(f"record() stores finished rows; state {state} is not finished")
+        cursor = self._write_one("record", _INSERT_AUDIT, _row_values(rec, state))
+        return int(cursor.lastrowid or 0)
 
     def start(
         self, rec: AuditRecord, *, claim_key: str | None = None
     ) -> tuple[int | None, Claim | None]:
         """Claim ``claim_key`` (when given) and store ``rec`` as the RUNNING
-        row, in one ``BEGIN IMMEDIATE`` transaction committed before return.
+        row, in one transaction committed before return.
 
         * No key: ``(audit_id, None)``.
         * Key claimed: ``(audit_id, Claim(CLAIMED, key))``; the row's
@@ -535,34 +634,40 @@ class SQLiteAuditStore:
         nothing was stored and the key is not held. ``ValueError`` when
         ``rec.state`` is not RUNNING.
         """
-        if CallState(rec.state) is not CallState.RUNNING:
-            raise ValueError(f"start() stores RUNNING rows; got state {rec.state}")
-        with self._write("start") as conn:
-            if claim_key is None:
-                cursor = conn.execute(_INSERT_AUDIT, _row_values(rec))
-                return int(cursor.lastrowid or 0), None
+        state = CallState(rec.state)
+        if state is not CallState.RUNNING:
+            raise ValueError(f"start() stores RUNNING rows; got state {state}")
+        if claim_key is None:
+            cursor = self._write_one("start", _INSERT_AUDIT, _row_values(rec, state))
+            return int(cursor.lastrowid or 0), None
+        values = _row_values(
+            rec,
+            state,
+            idempotency_key=rec.idempotency_key or claim_key,
+            idempotency_outcome=rec.idempotency_outcome or ClaimOutcome.CLAIMED.value,
+        )
+        with self._transaction("start") as conn:
+            # The row first, so that the claim carries its audit_id in one
+            # statement; when the key is held, both are rolled back.
+            audit_id = int(conn.execute(_INSERT_AUDIT, values).lastrowid or 0)
             claimed = conn.execute(
                 "INSERT INTO idempotency_keys"
-                " (key, tool_name, arguments_hash, call_id, status, created_at)"
-                " VALUES (?, ?, ?, ?, 'running', ?) ON CONFLICT (key) DO NOTHING",
-                (claim_key, rec.tool_name, rec.arguments_hash, rec.call_id, rec.started_at),
-            ).rowcount
-            if claimed != 1:
-                stored = self._stored_key(conn, claim_key)
-                return None, resolve_claim(stored, rec.tool_name, rec.arguments_hash)
-            cursor = conn.execute(
-                _INSERT_AUDIT,
-                _row_values(
-                    rec,
-                    idempotency_key=rec.idempotency_key or claim_key,
-                    idempotency_outcome=rec.idempotency_outcome or ClaimOutcome.CLAIMED.value,
+                " (key, tool_name, arguments_hash, call_id, audit_id, status, created_at)"
+                " VALUES (?, ?, ?, ?, ?, 'running', ?) ON CONFLICT (key) DO NOTHING",
+                (
+                    claim_key,
+                    rec.tool_name,
+                    rec.arguments_hash,
+                    rec.call_id,
+                    audit_id,
+                    rec.started_at,
                 ),
-            )
-            audit_id = int(cursor.lastrowid or 0)
-            conn.execute(
-                "UPDATE idempotency_keys SET audit_id = ? WHERE key = ?", (audit_id, claim_key)
-            )
-            return audit_id, Claim(ClaimOutcome.CLAIMED, claim_key)
+            ).rowcount
+            if claimed == 1:
+                return audit_id, Claim(ClaimOutcome.CLAIMED, claim_key)
+            stored = self._stored_key(conn, claim_key)
+            conn.execute("ROLLBACK")
+        return None, resolve_claim(stored, rec.tool_name, rec.arguments_hash)
 
     @staticmethod
     def _stored_key(conn: sqlite3.Connection, key: str) -> StoredKey:
@@ -590,7 +695,7 @@ class SQLiteAuditStore:
     ) -> None:
         """Finish the RUNNING row ``audit_id`` and, with ``claim_key``, mark
         the key done with ``stored_result`` (what later calls replay), in one
-        transaction.
+        transaction committed before return.
 
         ``stored_result`` should use ``ToolResult``'s field names; values JSON
         cannot encode are stored as their ``str``. A key that is no longer
@@ -599,47 +704,43 @@ class SQLiteAuditStore:
         or no longer RUNNING (``recover`` marked it INTERRUPTED): nothing is
         changed then. ``ValueError`` when ``state`` is not finished.
         """
-        if not CallState(state).finished:
-            raise ValueError(f"finish() needs a finished state, got {state}")
+        finished = CallState(state)
+        if not finished.finished:
+            raise ValueError(f"finish() needs a finished state, got {finished}")
         code = ErrorCode(result_code).value if result_code is not None else None
+        parameters = (
+            finished.value,
+            code,
+            result_preview,
+            error_message,
+            finished_at,
+            duration_ms,
+            audit_id,
+        )
+        if claim_key is None:
+            if self._write_one("finish", _FINISH_AUDIT, parameters).rowcount != 1:
+                raise _not_running(audit_id)
+            return
         result_json = _result_json(stored_result)
-        with self._write("finish") as conn:
-            updated = conn.execute(
-                "UPDATE tool_call_audit SET state = ?, result_code = ?, result_preview = ?,"
-                " error_message = ?, finished_at = ?, duration_ms = ?"
-                " WHERE audit_id = ? AND state = 'RUNNING'",
-                (
-                    CallState(state).value,
-                    code,
-                    result_preview,
-                    error_message,
-                    finished_at,
-                    duration_ms,
-                    audit_id,
-                ),
-            ).rowcount
-            if updated != 1:
-                raise AuditUnavailable(
-                    f"audit row {audit_id} is not RUNNING: unknown, or finished already "
-                    "(recover() marks rows of a dead process INTERRUPTED)",
-                    "finish",
-                )
-            if claim_key is not None:
-                conn.execute(
-                    "UPDATE idempotency_keys SET status = 'done', result_json = ?,"
-                    " finished_at = ? WHERE key = ? AND status = 'running'",
-                    (result_json, finished_at, claim_key),
-                )
+        with self._transaction("finish") as conn:
+            if conn.execute(_FINISH_AUDIT, parameters).rowcount != 1:
+                raise _not_running(audit_id)
+            conn.execute(
+                "UPDATE idempotency_keys SET status = 'done', result_json = ?,"
+                " finished_at = ? WHERE key = ? AND status = 'running'",
+                (result_json, finished_at, claim_key),
+            )
 
     def release(self, claim_key: str) -> None:
         """Free ``claim_key`` when its call never reached its handler, so a
         retry runs. A finished key is never freed (its outcome stands); an
         unknown key is ignored. ``start`` already frees the key when it
         fails, so this is for failures after a successful ``start``."""
-        with self._write("release") as conn:
-            conn.execute(
-                "DELETE FROM idempotency_keys WHERE key = ? AND status = 'running'", (claim_key,)
-            )
+        self._write_one(
+            "release",
+            "DELETE FROM idempotency_keys WHERE key = ? AND status = 'running'",
+            (claim_key,),
+        )
 
     def recover(self, now: str) -> int:
         """Mark every RUNNING row INTERRUPTED (code EXECUTION_ERROR,
@@ -650,44 +751,67 @@ class SQLiteAuditStore:
 
         Call it when no other process is running calls on this database
         (at start-up of the only writer): it cannot tell a live call in
-        another process from a dead one.
+        another process from a dead one. It reads the whole audit table, and
+        the running keys' whole table, once: no index serves it, since one on
+        ``state`` would cost every call's INSERT and UPDATE while ``recover``
+        runs once per start-up.
         """
-        with self._write("recover") as conn:
-            running = conn.execute(
-                "SELECT audit_id, call_id, tool_name FROM tool_call_audit WHERE state = 'RUNNING'"
-            ).fetchall()
-            for audit_id, call_id, tool_name in running:
-                conn.execute(
-                    "UPDATE tool_call_audit SET state = ?, result_code = ?, error_message = ?,"
-                    " finished_at = ? WHERE audit_id = ?",
+        with self._transaction("recover") as conn:
+            running = {
+                audit_id: (call_id, tool_name)
+                for audit_id, call_id, tool_name in conn.execute(
+                    "SELECT audit_id, call_id, tool_name FROM tool_call_audit"
+                    " WHERE state = 'RUNNING'"
+                )
+            }
+            if not running:
+                return 0
+            conn.executemany(
+                "UPDATE tool_call_audit SET state = ?, result_code = ?, error_message = ?,"
+                " finished_at = ? WHERE audit_id = ?",
+                (
                     (
                         CallState.INTERRUPTED.value,
                         ErrorCode.EXECUTION_ERROR.value,
                         INTERRUPTED_MESSAGE,
                         now,
                         audit_id,
-                    ),
-                )
-                conn.execute(
-                    "UPDATE idempotency_keys SET status = 'done', result_json = ?,"
-                    " finished_at = ? WHERE audit_id = ? AND status = 'running'",
-                    (_result_json(interrupted_result(call_id, tool_name)), now, audit_id),
-                )
+                    )
+                    for audit_id in running
+                ),
+            )
+            held = conn.execute(
+                "SELECT key, audit_id FROM idempotency_keys WHERE status = 'running'"
+            ).fetchall()
+            conn.executemany(
+                "UPDATE idempotency_keys SET status = 'done', result_json = ?,"
+                " finished_at = ? WHERE key = ?",
+                (
+                    (_result_json(interrupted_result(*running[audit_id])), now, key)
+                    for key, audit_id in held
+                    if audit_id in running
+                ),
+            )
             return len(running)
 
     # --- reads ----------------------------------------------------------------
 
     def get(self, call_id: str) -> AuditRecord | None:
-        """The latest row for ``call_id`` (ids may repeat), or None."""
-        with self._guard("get") as conn:
+        """The latest row for ``call_id`` (ids may repeat), or None. Served
+        by the table's one secondary index."""
+        with self._reading("get") as conn:
             row = conn.execute(
                 f"{_SELECT_AUDIT} WHERE call_id = ? ORDER BY audit_id DESC LIMIT 1", (call_id,)
             ).fetchone()
         return _record_from_row(row) if row is not None else None
 
     def rows(self, session_id: str | None = None) -> list[AuditRecord]:
-        """Every row, or every row of ``session_id``, in insertion order."""
-        with self._guard("rows") as conn:
+        """Every row, or every row of ``session_id``, in insertion order.
+
+        Either way it reads the whole table: no index on ``session_id``,
+        because every call would pay for it on its INSERT while this is a
+        read for reports and tests, not for the calls themselves."""
+        with self._reading("rows") as conn:
             if session_id is None:
                 fetched = conn.execute(f"{_SELECT_AUDIT} ORDER BY audit_id").fetchall()
             else:
@@ -698,19 +822,19 @@ class SQLiteAuditStore:
 
     def count(self) -> int:
         """How many rows the log holds."""
-        with self._guard("count") as conn:
+        with self._reading("count") as conn:
             return int(conn.execute("SELECT count(*) FROM tool_call_audit").fetchone()[0])
 
     def integrity_check(self) -> str:
         """SQLite's ``PRAGMA integrity_check``: ``"ok"`` for a sound database,
         else its findings, one per line."""
-        with self._guard("integrity_check") as conn:
+        with self._reading("integrity_check") as conn:
             return "\n".join(str(row[0]) for row in conn.execute("PRAGMA integrity_check"))
 
     def settings(self) -> ConnectionSettings:
         """The journal mode, synchronous level, busy timeout and schema
         version as SQLite reports them on the calling thread's connection."""
-        with self._guard("settings") as conn:
+        with self._reading("settings") as conn:
             journal_mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0])
             synchronous = int(conn.execute("PRAGMA synchronous").fetchone()[0])
             busy_timeout = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from pytest_toolguard.audit import (
+    _MIGRATIONS,
     INTERRUPTED_MESSAGE,
     SCHEMA_VERSION,
     AuditRecord,
@@ -141,13 +142,17 @@ def test_rows_filters_by_session_in_insertion_order(store: SQLiteAuditStore) -> 
     assert [r.call_id for r in store.rows()] == ["a", "b", "c"]
 
 
+@pytest.mark.parametrize("claim_key", [None, "k"], ids=["no_key", "claimed_key"])
 def test_running_row_is_visible_to_another_store_before_finish(
-    store: SQLiteAuditStore, db_path: Path
+    store: SQLiteAuditStore, db_path: Path, claim_key: str | None
 ) -> None:
-    audit_id, _ = store.start(make_record())
+    audit_id, _ = store.start(make_record(), claim_key=claim_key)
     with SQLiteAuditStore(db_path) as other:
         seen = other.get("call-1")
+        _, rival = other.start(make_record("call-2"), claim_key="k")
     assert seen is not None and (seen.audit_id, seen.state) == (audit_id, CallState.RUNNING)
+    expected = ClaimOutcome.RUNNING if claim_key else ClaimOutcome.CLAIMED
+    assert rival is not None and rival.outcome is expected
 
 
 def test_record_refuses_an_unfinished_state(store: SQLiteAuditStore) -> None:
@@ -234,6 +239,69 @@ def test_database_from_a_newer_schema_is_refused(db_path: Path) -> None:
         SQLiteAuditStore(db_path)
 
 
+def test_schema_has_one_secondary_index_and_no_autoincrement(
+    store: SQLiteAuditStore, db_path: Path
+) -> None:
+    """Every index is written by every call's INSERT: only get() has one."""
+    raw = sqlite3.connect(db_path)
+    try:
+        indexes = raw.execute(
+            "SELECT tbl_name, name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"
+        ).fetchall()
+        tables = {row[0] for row in raw.execute("SELECT name FROM sqlite_master")}
+        plan = raw.execute(
+            "EXPLAIN QUERY PLAN SELECT * FROM tool_call_audit WHERE call_id = ?"
+            " ORDER BY audit_id DESC LIMIT 1",
+            ("c",),
+        ).fetchall()
+    finally:
+        raw.close()
+    assert indexes == [("tool_call_audit", "idx_audit_call")]
+    assert "sqlite_sequence" not in tables  # made only by AUTOINCREMENT
+    assert any("idx_audit_call" in str(step) for step in plan)
+
+
+PRE_RELEASE_INDEXES = (
+    "CREATE INDEX idx_audit_session ON tool_call_audit (session_id, started_at)",
+    "CREATE INDEX idx_audit_idempotency ON tool_call_audit (idempotency_key)",
+    "CREATE INDEX idx_audit_running ON tool_call_audit (state) WHERE state = 'RUNNING'",
+    "CREATE INDEX idx_keys_audit ON idempotency_keys (audit_id)",
+)
+
+
+def test_database_of_the_pre_release_shape_is_read_and_written(db_path: Path) -> None:
+    """Schema version 1 once had AUTOINCREMENT and four more indexes; such a
+    file reads and writes the same (only its inserts cost more)."""
+    table, *_ = _MIGRATIONS[0]
+    raw = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        old_table = table.replace("INTEGER PRIMARY KEY,", "INTEGER PRIMARY KEY AUTOINCREMENT,")
+        assert old_table != table
+        raw.execute(old_table)
+        for statement in _MIGRATIONS[0][1:]:
+            raw.execute(statement)
+        for statement in PRE_RELEASE_INDEXES:
+            raw.execute(statement)
+        raw.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    finally:
+        raw.close()
+    with SQLiteAuditStore(db_path) as old:
+        denied = old.record(make_denied("denied"))
+        finished, _ = old.start(make_record("finished"), claim_key="k1")
+        crashed, _ = old.start(make_record("crashed"), claim_key="k2")
+        assert finished is not None and crashed is not None
+        finish_ok(old, finished, claim_key="k1", stored_result={"code": "OK"})
+        assert old.recover(T1) == 1
+        assert [(r.call_id, r.audit_id, r.state) for r in old.rows("session-1")] == [
+            ("denied", denied, CallState.DENIED),
+            ("finished", finished, CallState.SUCCEEDED),
+            ("crashed", crashed, CallState.INTERRUPTED),
+        ]
+        _, retry = old.start(make_record("retry"), claim_key="k2")
+        assert old.integrity_check() == "ok"
+    assert retry is not None and retry.outcome is ClaimOutcome.REPLAY
+
+
 def test_reopening_keeps_rows_and_schema(db_path: Path) -> None:
     with SQLiteAuditStore(db_path) as first:
         first.record(make_denied())
@@ -312,6 +380,45 @@ def test_injected_fault_on_start_stores_nothing_and_holds_no_key(
     assert claim is not None and claim.outcome is ClaimOutcome.CLAIMED
 
 
+def _fail_writes_to(db_path: Path, table: str, event: str) -> None:
+    """A trigger that fails the second statement of a store transaction,
+    after the first one succeeded: the fault a full disk can cause."""
+    raw = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        raw.execute(
+            f"CREATE TRIGGER fail_{event.lower()} BEFORE {event} ON {table}"
+            " BEGIN SELECT RAISE(ABORT, 'database or disk is full (simulated)'); END"
+        )
+    finally:
+        raw.close()
+
+
+def test_claim_failing_after_its_row_was_inserted_stores_neither(
+    store: SQLiteAuditStore, db_path: Path
+) -> None:
+    _fail_writes_to(db_path, "idempotency_keys", "INSERT")
+    with pytest.raises(AuditUnavailable, match="disk is full") as caught:
+        store.start(make_record(), claim_key="k")
+    assert caught.value.operation == "start"
+    assert store.count() == 0
+    store.start(make_record("plain"))  # the store still works for calls without a key
+    assert [r.call_id for r in store.rows()] == ["plain"]
+
+
+def test_finish_failing_on_its_key_leaves_row_and_key_running(
+    store: SQLiteAuditStore, db_path: Path
+) -> None:
+    audit_id, _ = store.start(make_record(), claim_key="k")
+    assert audit_id is not None
+    _fail_writes_to(db_path, "idempotency_keys", "UPDATE")
+    with pytest.raises(AuditUnavailable, match="disk is full"):
+        finish_ok(store, audit_id, claim_key="k", stored_result={"code": "OK"})
+    row = store.get("call-1")
+    assert row is not None and row.state is CallState.RUNNING
+    _, claim = store.start(make_record("call-2"), claim_key="k")
+    assert claim is not None and claim.outcome is ClaimOutcome.RUNNING
+
+
 def test_injected_fault_on_finish_leaves_the_row_running(store: SQLiteAuditStore) -> None:
     audit_id, _ = store.start(make_record())
     assert audit_id is not None
@@ -379,6 +486,88 @@ def test_store_inherited_through_fork_is_unavailable_in_the_child(
     assert store.count() == 0  # the parent's store still works
 
 
+def _open_store_in_child(path: str, results: Any) -> None:
+    try:
+        with SQLiteAuditStore(path) as fresh:
+            fresh.record(make_denied("from-child"))
+        results.put("worked")
+    except AuditUnavailable as exc:
+        results.put(f"unavailable: {exc}")
+
+
+def test_store_opened_in_a_forked_child_works(store: SQLiteAuditStore, db_path: Path) -> None:
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("fork is not available on this platform")
+    store.record(make_denied("from-parent"))
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    child = context.Process(target=_open_store_in_child, args=(str(db_path), results))
+    child.start()
+    outcome = results.get(timeout=30)
+    child.join(timeout=30)
+    assert outcome == "worked"
+    assert [r.call_id for r in store.rows()] == ["from-parent", "from-child"]
+
+
+# --- concurrent writers ------------------------------------------------------------
+
+
+def _start_and_finish(store: SQLiteAuditStore, prefix: str, calls: int) -> None:
+    for index in range(calls):
+        audit_id, _ = store.start(make_record(f"{prefix}-{index}"))
+        assert audit_id is not None
+        finish_ok(store, audit_id)
+
+
+def test_writes_from_eight_threads_all_commit(store: SQLiteAuditStore) -> None:
+    errors: list[BaseException] = []
+
+    def writer(name: str) -> None:
+        try:
+            _start_and_finish(store, name, 50)
+        except BaseException as exc:  # reported below, not lost in the thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(f"t{i}",)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    rows = store.rows()
+    assert len(rows) == 400
+    assert {r.state for r in rows} == {CallState.SUCCEEDED}
+    assert len({r.audit_id for r in rows}) == 400
+
+
+def _write_in_process(path: str, ready: Any, name: str) -> None:
+    with SQLiteAuditStore(path) as store:
+        ready.wait(timeout=30)
+        _start_and_finish(store, name, 100)
+
+
+def test_writes_from_four_processes_all_commit(db_path: Path) -> None:
+    SQLiteAuditStore(db_path).close()  # schema made before the race
+    context = multiprocessing.get_context("spawn")
+    ready = context.Barrier(4)
+    processes = [
+        context.Process(target=_write_in_process, args=(str(db_path), ready, f"p{i}"))
+        for i in range(4)
+    ]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(timeout=120)
+        if process.is_alive():
+            process.kill()
+    assert [p.exitcode for p in processes] == [0, 0, 0, 0]
+    with SQLiteAuditStore(db_path) as store:
+        rows = store.rows()
+        assert store.integrity_check() == "ok"
+    assert len(rows) == 400
+    assert {r.state for r in rows} == {CallState.SUCCEEDED}
+
+
 # --- recovery -----------------------------------------------------------------------
 
 
@@ -423,6 +612,38 @@ def test_finish_after_recover_is_refused_and_keeps_interrupted(store: SQLiteAudi
         finish_ok(store, audit_id, claim_key="k", stored_result={"code": "OK"})
     row = store.get("call-1")
     assert row is not None and row.state is CallState.INTERRUPTED
+    _, retry = store.start(make_record("retry"), claim_key="k")
+    assert retry is not None and retry.stored_result is not None
+    assert retry.stored_result["state"] == "INTERRUPTED"
+
+
+def test_recover_finds_crashed_calls_and_their_keys_among_many_finished(
+    store: SQLiteAuditStore,
+) -> None:
+    for index in range(300):
+        audit_id, _ = store.start(make_record(f"done-{index}"), claim_key=f"done-{index}")
+        assert audit_id is not None
+        finish_ok(store, audit_id, claim_key=f"done-{index}", stored_result={"code": "OK"})
+    store.start(make_record("crashed-keyed"), claim_key="crashed")
+    store.start(make_record("crashed-plain"))
+    store.start(make_record("held"), claim_key="held")
+    store.release("held")  # a key freed before its handler ran is not anyone's outcome
+
+    assert store.recover(T1) == 3
+
+    states = {r.call_id: r.state for r in store.rows()}
+    assert [c for c, s in states.items() if s is not CallState.SUCCEEDED] == [
+        "crashed-keyed",
+        "crashed-plain",
+        "held",
+    ]
+    _, crashed = store.start(make_record("retry"), claim_key="crashed")
+    _, done = store.start(make_record("retry"), claim_key="done-7")
+    _, freed = store.start(make_record("retry"), claim_key="held")
+    assert crashed is not None and crashed.stored_result is not None
+    assert (crashed.outcome, crashed.stored_result["state"]) == (ClaimOutcome.REPLAY, "INTERRUPTED")
+    assert done is not None and done.stored_result == {"code": "OK"}
+    assert freed is not None and freed.outcome is ClaimOutcome.CLAIMED
 
 
 # --- secrets at rest --------------------------------------------------------------
