@@ -87,12 +87,17 @@ class ToolContext:
 class _Refusal(Exception):
     """Internal: the pipeline stops here with this outcome (no handler ran)."""
 
-    def __init__(self, code: ErrorCode, message: str, rule: str, state: CallState) -> None:
+    def __init__(
+        self, code: ErrorCode, message: str, rule: str, state: CallState, *, redacted: bool = False
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.rule = rule
         self.state = state
+        self.redacted = redacted
+        """True when the message is already safe to show and store (schema
+        errors: value-free, keys redacted); free text is redacted otherwise."""
 
 
 @dataclass
@@ -350,7 +355,8 @@ class ToolRuntime:
                 self._validate_and_authorize(spec, arguments, attempt, via=f"{rule}.rewrite")
             if answer.action == "allow":
                 approved = True
-                attempt.rule, attempt.reason = rule, answer.reason or "approved"
+                attempt.rule = rule
+                attempt.reason = self._redactor(spec).redact_text(answer.reason or "approved")
         if spec.risk.needs_approval and not approved:
             raise _Refusal(
                 ErrorCode.APPROVAL_REQUIRED,
@@ -364,13 +370,14 @@ class ToolRuntime:
     def _validate_and_authorize(
         self, spec: ToolSpec, arguments: Mapping[str, Any], attempt: _Attempt, via: str = ""
     ) -> None:
-        errors = spec.input_validator.errors(arguments)
+        errors = spec.input_validator.errors(arguments, show_key=self._redactor(spec).redact_text)
         if errors:
             raise _Refusal(
                 ErrorCode.INVALID_ARGUMENT,
                 "; ".join(errors),
                 via or "schema.input",
                 CallState.FAILED,
+                redacted=True,
             )
         decision: Decision = authorize(
             spec, arguments, self.capabilities, self.workspace, self.variables
@@ -521,10 +528,14 @@ class ToolRuntime:
                 CallState.FAILED,
             )
         if spec.output_validator is not None:
-            errors = spec.output_validator.errors(data)
+            errors = spec.output_validator.errors(data, show_key=self._redactor(spec).redact_text)
             if errors:
                 return self._failure(
-                    attempt, ErrorCode.OUTPUT_INVALID, "; ".join(errors), CallState.FAILED
+                    attempt,
+                    ErrorCode.OUTPUT_INVALID,
+                    "; ".join(errors),
+                    CallState.FAILED,
+                    redacted=True,
                 )
         attempt.output = data
         shown, total = _truncate(data, text, spec.result_limit)
@@ -562,15 +573,25 @@ class ToolRuntime:
     # -- results and audit rows ---------------------------------------------
 
     def _failure(
-        self, attempt: _Attempt, code: ErrorCode, message: str, state: CallState
+        self,
+        attempt: _Attempt,
+        code: ErrorCode,
+        message: str,
+        state: CallState,
+        *,
+        redacted: bool = False,
     ) -> ToolResult:
-        # Redacted before it is bounded: a cut secret no longer matches its pattern.
+        """A failed result. Its message is what the model and the audit row
+        get: redacted (before it is bounded: a cut secret would no longer
+        match its pattern) unless ``redacted`` says it already is."""
+        if not redacted:
+            message = self._redactor(attempt.spec).redact_text(message)
         return ToolResult(
             call_id=attempt.call_id,
             tool_name=attempt.tool_name,
             ok=False,
             code=code,
-            message=_bounded(self._redactor(attempt.spec).redact_text(message)),
+            message=_bounded(message),
             retryable=code.retryable,
             duration_ms=self._elapsed(attempt),
             state=state,
@@ -579,9 +600,10 @@ class ToolRuntime:
     def _refuse(self, attempt: _Attempt, refusal: _Refusal) -> ToolResult:
         if refusal.state is CallState.DENIED:
             attempt.decision = "ask" if refusal.code is ErrorCode.APPROVAL_REQUIRED else "deny"
-        attempt.rule = refusal.rule
-        attempt.reason = _bounded(self._redactor(attempt.spec).redact_text(refusal.message))
-        result = self._failure(attempt, refusal.code, refusal.message, refusal.state)
+        result = self._failure(
+            attempt, refusal.code, refusal.message, refusal.state, redacted=refusal.redacted
+        )
+        attempt.rule, attempt.reason = refusal.rule, result.message
         self._write_row(attempt, result)
         return result
 
@@ -616,7 +638,7 @@ class ToolRuntime:
     ) -> None:
         preview = self._preview(attempt, result)
         finished_at = self._now()
-        error = "" if result.ok else self._redactor(attempt.spec).redact_text(result.message)
+        error = "" if result.ok else result.message  # redacted when the result was made
 
         def finish() -> None:
             self.audit.finish(
@@ -689,11 +711,11 @@ class ToolRuntime:
             idempotency_key=attempt.idempotency_key,
             decision=attempt.decision,
             rule=attempt.rule,
-            reason=_storable(redactor.redact_text(attempt.reason)),
+            reason=_storable(attempt.reason),  # our own text, or redacted by _refuse
             state=state,
             result_code=code,
             result_preview=_storable(preview),
-            error_message=_storable(redactor.redact_text(error)),
+            error_message=_storable(error),  # a result's message: redacted by _failure
             started_at=attempt.started_at,
             finished_at=finished_at,
             duration_ms=duration_ms,

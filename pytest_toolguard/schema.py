@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -44,13 +44,19 @@ class InvalidSchema(ValueError):
     """A tool was declared with a schema that is not valid JSON Schema 2020-12."""
 
 
-def format_path(root: str, parts: Iterable[str | int]) -> str:
-    """``arguments`` + ``["items", 0, "name"]`` -> ``arguments.items[0].name``."""
+def format_path(
+    root: str, parts: Iterable[str | int], show: Callable[[str], str] | None = None
+) -> str:
+    """``arguments`` + ``["items", 0, "name"]`` -> ``arguments.items[0].name``.
+    ``show`` rewrites each key first (a redactor's ``redact_text``)."""
     text = root
     for part in parts:
         if isinstance(part, int):
             text += f"[{part}]"
-        elif _IDENTIFIER.match(part):
+            continue
+        if show is not None:
+            part = show(part)
+        if _IDENTIFIER.match(part):
             text += f".{part}"
         else:
             text += f"[{json.dumps(part, ensure_ascii=False)}]"
@@ -92,8 +98,11 @@ class SchemaValidator:
         except Exception:  # a pathological value (deep recursion) is simply invalid
             return False
 
-    def errors(self, value: Any) -> list[str]:
-        """Every error as ``<root>.<path>: <message>``, sorted by path."""
+    def errors(self, value: Any, *, show_key: Callable[[str], str] | None = None) -> list[str]:
+        """Every error as ``<root>.<path>: <message>``, sorted by path.
+
+        Messages never hold the offending value; keys are the caller's, so
+        ``show_key`` may redact them (a misspelt field can be a token)."""
         if self._fast is not None and _shallow(value):
             try:
                 if self._fast.is_valid(value):
@@ -106,20 +115,20 @@ class SchemaValidator:
             return [f"{self.root}: cannot be validated ({type(exc).__name__})"]
         messages: list[str] = []
         for error in sorted(raw, key=lambda e: [str(p) for p in e.absolute_path]):
-            messages.extend(self._describe(error))
+            messages.extend(self._describe(error, show_key))
         unique = list(dict.fromkeys(messages))
         if len(unique) > MAX_REPORTED_ERRORS:
             rest = len(unique) - MAX_REPORTED_ERRORS
             unique = unique[:MAX_REPORTED_ERRORS] + [f"... and {rest} more errors"]
         return unique
 
-    def _describe(self, error: ValidationError) -> list[str]:
+    def _describe(self, error: ValidationError, show: Callable[[str], str] | None) -> list[str]:
         path = list(error.absolute_path)
         instance = error.instance
         if error.validator == "required" and isinstance(instance, dict):
             required = error.validator_value or []
             return [
-                f"{format_path(self.root, [*path, name])}: field is required"
+                f"{format_path(self.root, [*path, name], show)}: field is required"
                 for name in required
                 if name not in instance
             ]
@@ -135,10 +144,11 @@ class SchemaValidator:
             if extras:
                 allowed = ", ".join(sorted(known)) or "none"
                 return [
-                    f"{format_path(self.root, [*path, key])}: unexpected field (allowed: {allowed})"
+                    f"{format_path(self.root, [*path, key], show)}: "
+                    f"unexpected field (allowed: {allowed})"
                     for key in sorted(extras)
                 ]
-        return [f"{format_path(self.root, path)}: {_without_value(error)}"]
+        return [f"{format_path(self.root, path, show)}: {_without_value(error)}"]
 
 
 _REGEX_KEYWORDS = ("pattern", "patternProperties", "format")

@@ -142,3 +142,16 @@ def test_fast_path_agrees_with_jsonschema(index, value):
     fast = SchemaValidator(SCHEMAS[index])
     slow = SchemaValidator(SCHEMAS[index], fast=False)
     assert fast.errors(value) == slow.errors(value)
+
+
+def test_keys_in_error_paths_can_be_redacted():
+    from pytest_toolguard import Redactor
+
+    token = "ghp_" + "a1B2" * 9
+    schema = {
+        "type": "object",
+        "properties": {"path": {"type": "string"}},
+        "additionalProperties": False,
+    }
+    errors = SchemaValidator(schema).errors({token: 1}, show_key=Redactor().redact_text)
+    assert errors == ['arguments["<redacted:github_token>"]: unexpected field (allowed: path)']
