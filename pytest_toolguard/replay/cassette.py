@@ -1,0 +1,524 @@
+"""Cassettes and cases: the YAML files replay reads, and the one recording writes.
+
+A *cassette* is one recorded session: the frozen time, the session (actor,
+capabilities, variables, plan), the workspace files the calls needed before
+the first call, every interaction (the call, its result, its audit row) and
+every file after the last call. A *case* is the same format written by
+hand, where each interaction says only what must hold (a code, a message
+fragment, an audit rule) and ``final_files`` lists only the files it checks.
+
+Loading validates against ``cassette.schema.json`` (shipped beside this
+module) and raises ``CassetteError`` naming the file and the field, never a
+traceback. Dumping is stable: the same session always writes the same bytes.
+See ``docs``: the README's "Cassettes" section.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from jsonschema import Draft202012Validator
+
+from ..contract import ToolCall
+from ..hooks import Artifact, PlanStep
+from ..policy import Capabilities, Risk
+from ..schema import format_path
+
+FORMAT_VERSION = 1
+"""The version this package writes and reads. A file of another version is
+refused with the command that re-records it."""
+
+TEXT_LIMIT = 64_000
+"""Final files larger than this keep only their hash (no diff on change)."""
+
+Kind = Literal["cassette", "case"]
+
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_Dumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+class CassetteError(ValueError):
+    """A cassette or case that cannot be used. ``str()`` reads
+    ``<file>: <field>: <what is wrong>`` and, where it helps, what to do."""
+
+    def __init__(self, path: str | os.PathLike[str], where: str, message: str) -> None:
+        self.path = os.fspath(path)
+        self.where = where
+        super().__init__(f"{self.path}: {where}: {message}")
+
+
+@dataclass(frozen=True, slots=True)
+class Expectation:
+    """What must hold for one call's result. A field left None is not
+    checked (cases); a cassette sets them all."""
+
+    ok: bool | None = None
+    code: str | None = None
+    retryable: bool | None = None
+    state: str | None = None
+    truncated: bool | None = None
+    data: Any = None
+    check_data: bool = False
+    message: str | None = None
+    """Recorded for the reader; never compared (messages may be reworded)."""
+    message_contains: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditExpectation:
+    """What must hold for one call's audit row; None fields are not checked."""
+
+    state: str | None = None
+    decision: str | None = None
+    rule: str | None = None
+    result_code: str | None = None
+    check_result_code: bool = False
+    idempotency_outcome: str | None = None
+    check_idempotency_outcome: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Interaction:
+    """One call and what must hold afterwards."""
+
+    call: ToolCall
+    result: Expectation = field(default_factory=Expectation)
+    audit: AuditExpectation = field(default_factory=AuditExpectation)
+    volatile: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FileState:
+    """A file as recorded: its bytes, or only its hash when it was large."""
+
+    sha256: str
+    content: bytes | None = None
+
+    @classmethod
+    def of(cls, content: bytes) -> FileState:
+        digest = hashlib.sha256(content).hexdigest()
+        return cls(digest, content if len(content) <= TEXT_LIMIT else None)
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """Who calls and what they may do, as when the cassette was recorded."""
+
+    actor: str = "agent"
+    session_id: str = "default"
+    capabilities: Capabilities = field(default_factory=Capabilities)
+    variables: Mapping[str, str] = field(default_factory=dict)
+    idempotency_scope: str | None = None
+    plan: tuple[PlanStep, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkspaceState:
+    """The files before the first call. ``root`` is the absolute path the
+    workspace had; replay recreates it in a fake filesystem."""
+
+    root: str = "/workspace"
+    files: Mapping[str, bytes] = field(default_factory=dict)
+    directories: tuple[str, ...] = ()
+    symlinks: Mapping[str, str] = field(default_factory=dict)
+    outside_files: Mapping[str, bytes] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Cassette:
+    """A cassette or a case, loaded and validated."""
+
+    kind: Kind
+    name: str
+    session: Session
+    workspace: WorkspaceState
+    interactions: tuple[Interaction, ...]
+    final_files: Mapping[str, FileState | None] = field(default_factory=dict)
+    final_files_exact: bool = True
+    recorded_at: str | None = None
+    recorded_by: str | None = None
+    """The command that re-records this cassette."""
+    volatile: tuple[str, ...] = ()
+    description: str = ""
+    source: str = ""
+    """The file it was loaded from ('' when built in memory)."""
+
+
+# -- loading ----------------------------------------------------------------
+
+
+@cache
+def schema() -> dict[str, Any]:
+    """The JSON Schema of the cassette and case format."""
+    text = resources.files(__package__).joinpath("cassette.schema.json").read_text("utf-8")
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
+
+
+@cache
+def _validator() -> Draft202012Validator:
+    return Draft202012Validator(schema())
+
+
+def load(path: str | os.PathLike[str]) -> Cassette:
+    """Read, validate and build a cassette or case. ``CassetteError`` for a
+    file that is unreadable, not YAML, of another format version, or off
+    the schema."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CassetteError(path, "file", f"cannot be read: {exc}") from None
+    return loads(text, source=os.fspath(path))
+
+
+def loads(text: str, *, source: str = "<string>") -> Cassette:
+    """``load`` from YAML text; ``source`` names it in errors."""
+    try:
+        raw = yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "yaml"
+        raise CassetteError(
+            source, where, f"not valid YAML: {getattr(exc, 'problem', exc)}"
+        ) from None
+    if not isinstance(raw, dict):
+        raise CassetteError(source, "document", "must be a mapping with format_version, kind, ...")
+    version = raw.get("format_version")
+    if isinstance(version, int) and version != FORMAT_VERSION:
+        hint = (
+            "re-record it with --toolguard-record-mode=rewrite"
+            if version < FORMAT_VERSION
+            else "upgrade pytest-toolguard to read it"
+        )
+        raise CassetteError(
+            source,
+            "format_version",
+            f"is {version}; this pytest-toolguard reads {FORMAT_VERSION}: {hint}",
+        )
+    errors = sorted(_validator().iter_errors(raw), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        first = errors[0]
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise CassetteError(source, format_path("$", first.absolute_path), first.message + more)
+    try:
+        return _build(raw, source)
+    except (ValueError, TypeError) as exc:
+        raise CassetteError(source, "document", str(exc)) from None
+
+
+def _build(raw: dict[str, Any], source: str) -> Cassette:
+    kind: Kind = raw["kind"]
+    session = _session(raw["session"])
+    interactions = tuple(
+        _interaction(item, index, session, kind) for index, item in enumerate(raw["interactions"])
+    )
+    workspace = raw.get("workspace") or {}
+    final = {
+        path: None if state is None else _file_state(state)
+        for path, state in (raw.get("final_files") or {}).items()
+    }
+    return Cassette(
+        kind=kind,
+        name=raw.get("name") or (Path(source).stem if source else "cassette"),
+        session=session,
+        workspace=WorkspaceState(
+            root=workspace.get("root", "/workspace"),
+            files={path: _content(value) for path, value in (workspace.get("files") or {}).items()},
+            directories=tuple(workspace.get("directories") or ()),
+            symlinks=dict(workspace.get("symlinks") or {}),
+            outside_files={
+                path: _content(value)
+                for path, value in (workspace.get("outside_files") or {}).items()
+            },
+        ),
+        interactions=interactions,
+        final_files=final,
+        final_files_exact=raw.get("final_files_exact", kind == "cassette"),
+        recorded_at=raw.get("recorded_at"),
+        recorded_by=raw.get("recorded_by"),
+        volatile=tuple(raw.get("volatile") or ()),
+        description=raw.get("description", ""),
+        source=source,
+    )
+
+
+def _session(raw: Mapping[str, Any]) -> Session:
+    caps = dict(raw.get("capabilities") or {})
+    if caps.get("allowed_tools") is not None:
+        caps["allowed_tools"] = frozenset(caps["allowed_tools"])
+    if "allowed_risks" in caps:
+        caps["allowed_risks"] = frozenset(Risk(r) for r in caps["allowed_risks"])
+    for name in ("read_roots", "write_roots", "network_hosts"):
+        if name in caps:
+            caps[name] = tuple(caps[name])
+    plan = raw.get("plan")
+    return Session(
+        actor=raw.get("actor", "agent"),
+        session_id=raw.get("session_id", "default"),
+        capabilities=Capabilities(**caps),
+        variables=dict(raw.get("variables") or {}),
+        idempotency_scope=raw.get("idempotency_scope"),
+        plan=None if plan is None else tuple(_plan_step(step) for step in plan),
+    )
+
+
+def _plan_step(raw: Mapping[str, Any]) -> PlanStep:
+    return PlanStep(
+        id=raw["id"],
+        allowed_tools=frozenset(raw["allowed_tools"]),
+        required_tools=tuple(raw.get("required_tools") or ()),
+        artifacts=tuple(Artifact(a["path"], a.get("schema")) for a in raw.get("artifacts") or ()),
+        description=raw.get("description", ""),
+    )
+
+
+def _interaction(raw: Mapping[str, Any], index: int, session: Session, kind: Kind) -> Interaction:
+    call = raw["call"]
+    result = raw.get("result") or {}
+    audit = raw.get("audit") or {}
+    return Interaction(
+        call=ToolCall(
+            call_id=call.get("call_id", f"call-{index + 1}"),
+            tool_name=call["tool_name"],
+            arguments=call.get("arguments", {}),
+            actor=call.get("actor", session.actor),
+            session_id=call.get("session_id", session.session_id),
+            idempotency_key=call.get("idempotency_key"),
+        ),
+        result=Expectation(
+            ok=result.get("ok"),
+            code=result.get("code"),
+            retryable=result.get("retryable"),
+            state=result.get("state"),
+            truncated=result.get("truncated"),
+            data=result.get("data"),
+            check_data="data" in result,
+            message=result.get("message"),
+            message_contains=result.get("message_contains"),
+        ),
+        audit=AuditExpectation(
+            state=audit.get("state"),
+            decision=audit.get("decision"),
+            rule=audit.get("rule"),
+            result_code=audit.get("result_code"),
+            check_result_code="result_code" in audit,
+            idempotency_outcome=audit.get("idempotency_outcome"),
+            check_idempotency_outcome="idempotency_outcome" in audit,
+        ),
+        volatile=tuple(raw.get("volatile") or ()),
+    )
+
+
+def _content(value: str | Mapping[str, str]) -> bytes:
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    return base64.b64decode(value["base64"], validate=True)
+
+
+def _file_state(value: str | Mapping[str, Any]) -> FileState:
+    if isinstance(value, Mapping) and "sha256" in value:
+        return FileState(sha256=value["sha256"])
+    return FileState.of(_content(value))
+
+
+# -- dumping ----------------------------------------------------------------
+
+
+def dumps(cassette: Cassette) -> str:
+    """The YAML text of a cassette: stable (same cassette, same bytes)."""
+    text = yaml.dump(
+        to_dict(cassette),
+        Dumper=_BlockDumper,
+        sort_keys=False,
+        allow_unicode=True,
+        width=100,
+        default_flow_style=False,
+    )
+    return str(text)
+
+
+def dump(cassette: Cassette, path: str | os.PathLike[str]) -> None:
+    """Write a cassette atomically: a temporary file beside it, then a
+    rename, so a crash never leaves half a cassette (vcrpy's lesson)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_text(dumps(cassette), encoding="utf-8")
+        os.replace(temporary, target)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def to_dict(cassette: Cassette) -> dict[str, Any]:
+    """The plain data of a cassette, in the order it is written."""
+    body: dict[str, Any] = {
+        "format_version": FORMAT_VERSION,
+        "kind": cassette.kind,
+        "name": cassette.name,
+    }
+    if cassette.description:
+        body["description"] = cassette.description
+    if cassette.recorded_at:
+        body["recorded_at"] = cassette.recorded_at
+    if cassette.recorded_by:
+        body["recorded_by"] = cassette.recorded_by
+    body["session"] = _session_dict(cassette.session)
+    body["workspace"] = _workspace_dict(cassette.workspace)
+    body["interactions"] = [_interaction_dict(item) for item in cassette.interactions]
+    body["final_files"] = {
+        path: None if state is None else _file_state_dict(state)
+        for path, state in sorted(cassette.final_files.items())
+    }
+    if cassette.kind == "case" and cassette.final_files_exact:
+        body["final_files_exact"] = True
+    if cassette.volatile:
+        body["volatile"] = list(cassette.volatile)
+    return body
+
+
+def capabilities_dict(caps: Capabilities) -> dict[str, Any]:
+    return {
+        "allowed_tools": None if caps.allowed_tools is None else sorted(caps.allowed_tools),
+        "allowed_risks": sorted(r.value for r in caps.allowed_risks),
+        "read_roots": list(caps.read_roots),
+        "write_roots": list(caps.write_roots),
+        "network_hosts": list(caps.network_hosts),
+        "max_read_bytes": caps.max_read_bytes,
+        "max_write_bytes": caps.max_write_bytes,
+    }
+
+
+def _session_dict(session: Session) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "actor": session.actor,
+        "session_id": session.session_id,
+        "capabilities": capabilities_dict(session.capabilities),
+        "variables": dict(sorted(session.variables.items())),
+    }
+    if session.idempotency_scope is not None:
+        body["idempotency_scope"] = session.idempotency_scope
+    if session.plan is not None:
+        body["plan"] = [_plan_step_dict(step) for step in session.plan]
+    return body
+
+
+def _plan_step_dict(step: PlanStep) -> dict[str, Any]:
+    body: dict[str, Any] = {"id": step.id}
+    if step.description:
+        body["description"] = step.description
+    body["allowed_tools"] = sorted(step.allowed_tools)
+    if step.required_tools:
+        body["required_tools"] = list(step.required_tools)
+    if step.artifacts:
+        body["artifacts"] = [
+            {"path": a.path, **({"schema": canonical(a.schema)} if a.schema else {})}
+            for a in step.artifacts
+        ]
+    return body
+
+
+def _workspace_dict(state: WorkspaceState) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "root": state.root,
+        "files": {path: _content_dict(data) for path, data in sorted(state.files.items())},
+    }
+    if state.directories:
+        body["directories"] = sorted(state.directories)
+    if state.symlinks:
+        body["symlinks"] = dict(sorted(state.symlinks.items()))
+    if state.outside_files:
+        body["outside_files"] = {
+            path: _content_dict(data) for path, data in sorted(state.outside_files.items())
+        }
+    return body
+
+
+def _interaction_dict(item: Interaction) -> dict[str, Any]:
+    call = item.call
+    body: dict[str, Any] = {
+        "call": {
+            "call_id": call.call_id,
+            "tool_name": call.tool_name,
+            "arguments": call.arguments
+            if isinstance(call.arguments, str)
+            else canonical(call.arguments),
+        }
+    }
+    if call.idempotency_key is not None:
+        body["call"]["idempotency_key"] = call.idempotency_key
+    result = item.result
+    outcome: dict[str, Any] = {}
+    for name in ("ok", "code", "retryable", "state", "truncated"):
+        value = getattr(result, name)
+        if value is not None:
+            outcome[name] = value
+    if result.check_data:
+        outcome["data"] = canonical(result.data)
+    if result.message is not None:
+        outcome["message"] = result.message
+    if result.message_contains is not None:
+        outcome["message_contains"] = result.message_contains
+    body["result"] = outcome
+    audit = item.audit
+    row: dict[str, Any] = {}
+    for name in ("state", "decision", "rule"):
+        if getattr(audit, name) is not None:
+            row[name] = getattr(audit, name)
+    if audit.check_result_code:
+        row["result_code"] = audit.result_code
+    if audit.check_idempotency_outcome:
+        row["idempotency_outcome"] = audit.idempotency_outcome
+    body["audit"] = row
+    if item.volatile:
+        body["volatile"] = list(item.volatile)
+    return body
+
+
+def _content_dict(data: bytes) -> str | dict[str, str]:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(data).decode("ascii")}
+    if "\x00" in text or "\r" in text:
+        return {"base64": base64.b64encode(data).decode("ascii")}
+    return text
+
+
+def _file_state_dict(state: FileState) -> str | dict[str, Any]:
+    if state.content is not None:
+        return _content_dict(state.content)
+    return {"sha256": state.sha256}
+
+
+def canonical(value: Any) -> Any:
+    """JSON-like data with every mapping's keys sorted, for stable output."""
+    if isinstance(value, Mapping):
+        return {str(key): canonical(value[key]) for key in sorted(value, key=str)}
+    if isinstance(value, (list, tuple)):
+        return [canonical(item) for item in value]
+    return value
+
+
+class _BlockDumper(_Dumper):  # type: ignore[misc]
+    """Multi-line strings as ``|`` blocks, so file contents read as files."""
+
+
+def _represent_str(dumper: Any, value: str) -> Any:
+    style = (
+        "|" if "\n" in value and not value.endswith((" ", "\t")) and " \n" not in value else None
+    )
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_BlockDumper.add_representer(str, _represent_str)

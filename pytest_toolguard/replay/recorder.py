@@ -1,0 +1,256 @@
+"""Recording a session into a cassette, in pytest or in a real agent run.
+
+    with record_session(runtime, "cassettes/feedback.yaml"):
+        runtime.execute(call)          # every call is recorded as it runs
+
+The recorder snapshots the workspace when recording starts, watches every
+``runtime.execute``, and when the block ends without an exception writes
+the cassette atomically (temporary file, then rename). It keeps the files
+the calls read or wrote (the paths their tools declare, a directory meaning
+everything beneath it) as they were before the first call, and the same
+files after the last call. Arguments, results and previews are redacted with
+the runtime's redactor before anything is written: a cassette never holds a
+secret the redactor knows.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from typing import Any
+
+from ..contract import ToolCall, ToolResult
+from ..hooks import PlanProgress
+from ..policy import fill_template, under_root
+from ..redaction import Redactor
+from ..runtime import ToolRuntime
+from ..sandbox import SandboxError
+from .cassette import (
+    AuditExpectation,
+    Cassette,
+    Expectation,
+    FileState,
+    Interaction,
+    Session,
+    WorkspaceState,
+    dump,
+)
+from .environment import read_tree
+
+
+@dataclass(frozen=True, slots=True)
+class _Recorded:
+    call: ToolCall
+    result: ToolResult
+    touched: tuple[str, ...]
+
+
+class Recorder:
+    """Records every call a runtime executes, from ``start()`` on."""
+
+    def __init__(
+        self,
+        runtime: ToolRuntime,
+        *,
+        name: str,
+        recorded_by: str | None = None,
+        description: str = "",
+    ) -> None:
+        self.runtime = runtime
+        self.name = name
+        self.recorded_by = recorded_by
+        self.description = description
+        self._calls: list[_Recorded] = []
+        self._before: dict[str, bytes] = {}
+        self._symlinks: dict[str, str] = {}
+        self._directories: list[str] = []
+        self._started_at = ""
+        self._execute: Any = None
+
+    def start(self) -> None:
+        """Snapshot the workspace and start watching ``runtime.execute``."""
+        root = self.runtime.workspace.root
+        self._started_at = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+        self._before = read_tree(root)
+        self._symlinks, self._directories = _links_and_directories(root)
+        self._execute = self.runtime.execute
+        self.runtime.execute = self._record  # type: ignore[method-assign]
+
+    def stop(self) -> None:
+        """Stop watching; the runtime executes as before."""
+        if self._execute is not None:
+            self.runtime.execute = self._execute  # type: ignore[method-assign]
+            self._execute = None
+
+    def _record(self, call: ToolCall) -> ToolResult:
+        result: ToolResult = self._execute(call)
+        self._calls.append(_Recorded(call, result, self._touched(call)))
+        return result
+
+    def cassette(self) -> Cassette:
+        """The cassette of everything recorded so far."""
+        runtime = self.runtime
+        touched = [path for item in self._calls for path in item.touched]
+        after = read_tree(runtime.workspace.root)
+
+        def kept(path: str) -> bool:
+            # Files no tool may read (.env) never enter a cassette.
+            return any(under_root(path, root) for root in touched) and not _forbidden(runtime, path)
+
+        redact = self.runtime.redactor
+        before = {
+            path: redact_file(redact, data) for path, data in self._before.items() if kept(path)
+        }
+        changed = {
+            path
+            for path in set(after) | set(self._before)
+            if after.get(path) != self._before.get(path) and not _forbidden(runtime, path)
+        }
+        final: dict[str, FileState | None] = {
+            path: FileState.of(redact_file(redact, after[path]))
+            for path in sorted(set(before) | changed)
+            if path in after
+        }
+        first = self._calls[0].call if self._calls else None
+        plan = next((hook.steps for hook in runtime.hooks if isinstance(hook, PlanProgress)), None)
+        return Cassette(
+            kind="cassette",
+            name=self.name,
+            description=self.description,
+            recorded_at=self._started_at,
+            recorded_by=self.recorded_by,
+            session=Session(
+                actor=first.actor if first else "agent",
+                session_id=first.session_id if first else "default",
+                capabilities=runtime.capabilities,
+                variables=dict(runtime.variables),
+                idempotency_scope=runtime.idempotency_scope,
+                plan=plan,
+            ),
+            workspace=WorkspaceState(
+                root=runtime.workspace.root,
+                files=before,
+                directories=tuple(d for d in self._directories if kept(d)),
+                symlinks={link: target for link, target in self._symlinks.items() if kept(link)},
+            ),
+            interactions=tuple(self._interaction(item) for item in self._calls),
+            final_files=final,
+        )
+
+    def _interaction(self, item: _Recorded) -> Interaction:
+        redactor = self.runtime.redactor
+        call, result = item.call, item.result
+        arguments = call.arguments
+        shown = (
+            redactor.redact_text(arguments)
+            if isinstance(arguments, str)
+            else redactor.redact(arguments)
+        )
+        row = self.runtime.audit.get(result.call_id)
+        return Interaction(
+            call=replace(call, arguments=shown, metadata={}),
+            result=Expectation(
+                ok=result.ok,
+                code=result.code.value,
+                retryable=result.retryable,
+                state=result.state.value,
+                truncated=result.truncated,
+                data=redactor.redact(result.data),
+                check_data=True,
+                message=result.message,
+            ),
+            audit=AuditExpectation()
+            if row is None
+            else AuditExpectation(
+                state=row.state.value,
+                decision=row.decision,
+                rule=row.rule,
+                result_code=row.result_code.value if row.result_code else None,
+                check_result_code=True,
+                idempotency_outcome=row.idempotency_outcome,
+                check_idempotency_outcome=True,
+            ),
+        )
+
+    def _touched(self, call: ToolCall) -> tuple[str, ...]:
+        """The workspace paths a call's tool declares, resolved; '.' when
+        they cannot be known (so the whole workspace is kept)."""
+        spec = (
+            self.runtime.registry.get(call.tool_name) if isinstance(call.tool_name, str) else None
+        )
+        if spec is None or not spec.paths:
+            return ()
+        arguments = call.arguments
+        if not isinstance(arguments, Mapping):
+            return ()
+        paths: list[str] = []
+        for access in spec.paths:
+            try:
+                given = fill_template(access, arguments, self.runtime.variables)
+                if given is not None:
+                    paths.append(self.runtime.workspace.resolve(given))
+            except (KeyError, SandboxError, OSError, ValueError):
+                continue  # refused by the policy too: it touched nothing
+        return tuple(paths)
+
+
+def redact_file(redactor: Redactor, content: bytes) -> bytes:
+    """A file's bytes as a cassette keeps them: UTF-8 text redacted like
+    arguments, anything else as it is. Replay redacts what it reads the
+    same way before comparing."""
+    try:
+        text = content.decode("utf-8")
+    except UnicodeDecodeError:
+        return content
+    return redactor.redact_text(text).encode("utf-8")
+
+
+def _forbidden(runtime: ToolRuntime, path: str) -> bool:
+    try:
+        runtime.workspace.normalize(path)
+    except SandboxError:
+        return True
+    return False
+
+
+def _links_and_directories(root: str) -> tuple[dict[str, str], list[str]]:
+    links: dict[str, str] = {}
+    directories: list[str] = []
+    for directory, subdirs, names in os.walk(root):
+        subdirs.sort()
+        for name in sorted(subdirs + names):
+            path = os.path.join(directory, name)
+            relative = os.path.relpath(path, root).replace(os.sep, "/")
+            if os.path.islink(path):
+                links[relative] = os.readlink(path)
+            elif os.path.isdir(path):
+                directories.append(relative)
+    return links, directories
+
+
+@contextmanager
+def record_session(
+    runtime: ToolRuntime,
+    path: str | os.PathLike[str],
+    *,
+    name: str | None = None,
+    recorded_by: str | None = None,
+    description: str = "",
+) -> Iterator[Recorder]:
+    """Record every call ``runtime`` executes in the block into the cassette
+    at ``path``, written (atomically) only when the block ends normally."""
+    recorder = Recorder(
+        runtime,
+        name=name or os.path.splitext(os.path.basename(os.fspath(path)))[0],
+        recorded_by=recorded_by,
+        description=description,
+    )
+    recorder.start()
+    try:
+        yield recorder
+    finally:
+        recorder.stop()
+    dump(recorder.cassette(), path)
