@@ -450,9 +450,10 @@ def _interaction_dict(item: Interaction) -> dict[str, Any]:
         "call": {
             "call_id": call.call_id,
             "tool_name": call.tool_name,
+            # As the model sent them: key order can matter to a tool (JSON it writes).
             "arguments": call.arguments
             if isinstance(call.arguments, str)
-            else canonical(call.arguments),
+            else _plain(call.arguments),
         }
     }
     if call.idempotency_key is not None:
@@ -499,6 +500,15 @@ def _file_state_dict(state: FileState) -> str | dict[str, Any]:
     if state.content is not None:
         return _content_dict(state.content)
     return {"sha256": state.sha256}
+
+
+def _plain(value: Any) -> Any:
+    """JSON-like data as plain dicts and lists, order kept."""
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
 
 
 def canonical(value: Any) -> Any:
