@@ -151,7 +151,8 @@ def test_an_extra_file_in_the_workspace_is_a_difference(recorded):
             "$.interactions[0].call.tool_name",
         ),
         (
-            "format_version: 1\nkind: case\nsession: {capabilities: {allowed_risks: [root]}}\ninteractions: []\n",
+            "format_version: 1\nkind: case\n"
+            "session: {capabilities: {allowed_risks: [root]}}\ninteractions: []\n",
             "$.session.capabilities.allowed_risks[0]",
         ),
         ("format_version: [\n", "line"),
