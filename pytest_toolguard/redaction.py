@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -129,6 +130,19 @@ _PEM_BLOCK = re.compile(
 
 
 @dataclass(frozen=True, slots=True)
+class _Clue:
+    """What every match of a family contains, so a text without it is not
+    scanned for that family: one of ``literals`` (looked for in the text as
+    written, or in ``_fold_case(text)`` when ``folded``) and, when ``needs``
+    is not empty, one of its characters (a fast single-character search that
+    spares the slower literal search in most texts)."""
+
+    literals: tuple[str, ...]
+    folded: bool = False
+    needs: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class _Family:
     """One kind of secret: where it may start, its regex, and what replaces it."""
 
@@ -137,25 +151,36 @@ class _Family:
     lead: str  # "" or "\\b" or a one-character lookbehind: what must precede it
     body: str
     secret_group: str | None  # only this group is replaced; None: the whole match
+    clue: _Clue
+    # "" or a lookahead that every match satisfies, tried first because it
+    # fails faster than the body where the family does not match.
+    guard: str = ""
 
-    @property
-    def regex(self) -> str:
-        return f"(?P<{self.name}>{self.lead}{self.body})"
+    def regex(self, after_placeholder: bool, guarded: bool = True) -> str:
+        """The family's regex, with its outer group. ``after_placeholder``: the
+        text just before is a placeholder, so no lookbehind applies, and a word
+        boundary means a word character next. ``guarded=False`` leaves out the
+        guard, which changes no match, only the speed."""
+        lead = self.lead
+        if after_placeholder:
+            lead = r"(?=\w)" if lead == r"\b" else ""
+        guard = self.guard if guarded else ""
+        return f"(?P<{self.name}>{lead}{guard}{self.body})"
 
-    @property
-    def regex_after_placeholder(self) -> str:
-        """The regex where the text just before is a placeholder: no
-        lookbehind applies, and a word boundary means a word character next."""
-        lead = r"(?=\w)" if self.lead == r"\b" else ""
-        return f"(?P<{self.name}>{lead}{self.body})"
 
+# An assignment's label names a secret only when it holds one of these (any case).
+_LABEL_TRIGGERS = ("pass", "pwd", "secret", "token", "key", "auth", "cookie", "credential", "jwt")
 
 # Rules that keep redaction idempotent (``tests/test_redaction.py`` fuzzes it):
 # right after a replacement the text is matched as a second pass would see it,
-# after the placeholder's ">" (``regex_after_placeholder``); a family that can
+# after the placeholder's ">" (``_Family.regex``); a family that can
 # meet its own placeholder matches it and replaces it by itself (``assign``,
 # ``url``); and no family's end depends on a character after it that another
 # family's placeholder could replace (so ``basic`` has no trailing lookahead).
+#
+# Each family's clue is a necessary condition for its regex to match anywhere
+# (``test_redaction.py`` checks the fast path against a scan by every family):
+# change a regex, change its clue.
 _FAMILIES: tuple[_Family, ...] = (
     _Family(
         "aws_secret",
@@ -164,6 +189,8 @@ _FAMILIES: tuple[_Family, ...] = (
         r"(?i:aws_?secret_?(?:access_?)?key|secret_?access_?key)[\"']?\s*[:=]\s*[\"']?"
         r"(?P<aws_secret_s>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])",
         "aws_secret_s",
+        # Its label holds "secret" in some case, then ":" or "=".
+        _Clue(("secret",), folded=True, needs=":="),
     ),
     # A label that may name a secret, then its value. The label is checked by
     # the key rules in Python: ``token_count=5`` is matched here and declined.
@@ -173,7 +200,7 @@ _FAMILIES: tuple[_Family, ...] = (
         # The label is a whole identifier run (never its tail, which keeps this
         # linear) that contains a trigger word.
         r"(?<![A-Za-z0-9_.-])",
-        r"(?=[A-Za-z0-9_.-]{0,64}?(?i:pass|pwd|secret|token|key|auth|cookie|credential|jwt))"
+        r"(?=[A-Za-z0-9_.-]{0,64}?(?i:" + "|".join(_LABEL_TRIGGERS) + "))"
         r"(?P<assign_label>[A-Za-z0-9_.-]{1,128})"
         r"(?P<assign_sep>[\"']?\s*(?:=>|[:=])\s*)"
         r"(?P<assign_value>"
@@ -181,6 +208,12 @@ _FAMILIES: tuple[_Family, ...] = (
         r"|\"(?:[^\"\\\n]|\\.)+\"|'[^'\n]+'"
         r"|(?:(?i:bearer|basic|token|digest)\s+)?[^\s,;&\"'<>(){}\[\]]+)",
         "assign_value",
+        # The trigger word lies inside the ASCII label (the separator after the
+        # label cannot continue it), then ":" or "=" ("=>" holds "=").
+        _Clue(_LABEL_TRIGGERS, folded=True, needs=":="),
+        # An identifier then a separator: rules out most places (every word
+        # start is one) before the trigger words are looked for.
+        r"(?=[A-Za-z0-9_.-]{1,128}[\"']?\s*(?:=>|[:=]))",
     ),
     _Family(
         "github",
@@ -188,6 +221,8 @@ _FAMILIES: tuple[_Family, ...] = (
         r"\b",
         r"(?:gh[pousr]_[A-Za-z0-9]{20,255}|github_pat_[A-Za-z0-9_]{20,255})\b",
         None,
+        # Its prefixes, case and all.
+        _Clue(("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"), needs="_"),
     ),
     _Family(
         "slack_webhook",
@@ -196,10 +231,36 @@ _FAMILIES: tuple[_Family, ...] = (
         r"https://hooks\.slack\.com/(?:services|workflows)/"
         r"(?P<slack_webhook_s>[A-Za-z0-9_]+/[A-Za-z0-9_]+/[A-Za-z0-9_]+)",
         "slack_webhook_s",
+        # Its host and the slash after it, as written.
+        _Clue(("hooks.slack.com/",)),
     ),
-    _Family("slack", "slack_token", r"\b", r"(?:xox[abeprs]|xapp)-[A-Za-z0-9-]{10,}", None),
-    _Family("jwt", "jwt", r"\b", r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*", None),
-    _Family("aws_key", "aws_access_key", r"\b", r"(?:AKIA|ASIA)[0-9A-Z]{16}\b", None),
+    _Family(
+        "slack",
+        "slack_token",
+        r"\b",
+        r"(?:xox[abeprs]|xapp)-[A-Za-z0-9-]{10,}",
+        None,
+        # Its prefixes, as written, and the "-" after them.
+        _Clue(("xox", "xapp-"), needs="-"),
+    ),
+    _Family(
+        "jwt",
+        "jwt",
+        r"\b",
+        r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",
+        None,
+        # Base64 of '{"' as written, and the dots between its three parts.
+        _Clue(("eyJ",), needs="."),
+    ),
+    _Family(
+        "aws_key",
+        "aws_access_key",
+        r"\b",
+        r"(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+        None,
+        # Its prefixes, as written.
+        _Clue(("AKIA", "ASIA")),
+    ),
     _Family(
         "url",
         "url_password",
@@ -208,6 +269,8 @@ _FAMILIES: tuple[_Family, ...] = (
         # The password may be a placeholder already: it is replaced by itself.
         r"(?P<url_s><redacted:[a-z0-9_]+>|[^\s/@\"'<>]{1,256})@",
         "url_s",
+        # The "://" after the scheme, and the "@" after the password.
+        _Clue(("://",), needs="@"),
     ),
     _Family(
         "bearer",
@@ -216,6 +279,8 @@ _FAMILIES: tuple[_Family, ...] = (
         # At least 8 characters with a digit or symbol: "Bearer of bad news" stays.
         r"(?i:bearer)\s+(?P<bearer_s>(?=[A-Za-z]*[0-9._~+/-])[A-Za-z0-9._~+/-]{8,}=*)",
         "bearer_s",
+        # The scheme's name in some case.
+        _Clue(("bearer",), folded=True),
     ),
     _Family(
         "basic",
@@ -223,61 +288,75 @@ _FAMILIES: tuple[_Family, ...] = (
         r"\b",
         r"(?i:basic)\s+(?P<basic_s>[A-Za-z0-9+/]{6,}={0,2})",
         "basic_s",
+        # The scheme's name in some case.
+        _Clue(("basic",), folded=True),
     ),
-)
-
-# At each place the first family that matches wins, in this order. Where one
-# declines, the families after it are tried at the same place:
-# _LATER_FAMILIES[i] (or _LATER_FAMILIES_AFTER_PLACEHOLDER[i]) holds families i...
-_COMBINED = re.compile("|".join(f.regex for f in _FAMILIES))
-_LATER_FAMILIES: tuple[re.Pattern[str], ...] = tuple(
-    re.compile("|".join(f.regex for f in _FAMILIES[i:])) for i in range(len(_FAMILIES))
-)
-_LATER_FAMILIES_AFTER_PLACEHOLDER: tuple[re.Pattern[str], ...] = tuple(
-    re.compile("|".join(f.regex_after_placeholder for f in _FAMILIES[i:]))
-    for i in range(len(_FAMILIES))
 )
 _FAMILY_BY_NAME: Mapping[str, _Family] = {f.name: f for f in _FAMILIES}
 _FAMILY_INDEX: Mapping[str, int] = {f.name: i for i, f in enumerate(_FAMILIES)}
+_EVERY_FAMILY = (1 << len(_FAMILIES)) - 1
+"""A set of families is a bit mask: bit ``i`` stands for ``_FAMILIES[i]``."""
+
+# Non-ASCII letters that ``re.IGNORECASE`` takes for an ASCII letter, and that
+# ``str.lower`` does not turn into it (or turns into two characters).
+_CASE_FOLDS = (("\u0130", "i"), ("\u0131", "i"), ("\u017f", "s"), ("\u212a", "k"))
 
 
-def _next_match(
-    text: str, position: int, first_family: int, after_placeholder: bool
-) -> re.Match[str] | None:
-    """The match at ``position`` by family ``first_family`` or a later one,
-    else the first match anywhere after ``position``."""
-    if first_family < len(_FAMILIES):
-        patterns = _LATER_FAMILIES_AFTER_PLACEHOLDER if after_placeholder else _LATER_FAMILIES
-        match = patterns[first_family].match(text, position)
-        if match is not None:
-            return match
-    return _COMBINED.search(text, position + 1)
+def _fold_case(text: str) -> str:
+    """``text`` in lowercase, where a case-insensitive regex matching an ASCII
+    word finds that word in lowercase."""
+    if not text.isascii():
+        for letter, ascii_letter in _CASE_FOLDS:
+            text = text.replace(letter, ascii_letter)
+    return text.lower()
 
 
-# Every match of ``_COMBINED`` contains ":" or "=" or one of these (lowercased).
-_HINTS = (
-    "ghp_",
-    "gho_",
-    "ghu_",
-    "ghs_",
-    "ghr_",
-    "github_pat_",
-    "xox",
-    "xapp-",
-    "eyj",
-    "akia",
-    "asia",
-    "bearer",
-    "basic",
+# (family bit, literals, folded, needs) per family, for the loop below.
+_CLUES: tuple[tuple[int, tuple[str, ...], bool, str], ...] = tuple(
+    (1 << index, family.clue.literals, family.clue.folded, family.clue.needs)
+    for index, family in enumerate(_FAMILIES)
 )
+# Any family's literal, in lowercase: finds in one call whether a short text
+# holds a clue at all (on a long one, the plain searches below are faster).
+_ANY_CLUE = re.compile(
+    "|".join(re.escape(literal.lower()) for family in _FAMILIES for literal in family.clue.literals)
+)
+_SHORT_TEXT = 64  # characters; about where the two ways cost the same on prose
 
 
-def _may_hold_secret(text: str) -> bool:
-    """A cheap necessary condition for ``_COMBINED`` to match: most strings skip it."""
-    if ":" in text or "=" in text:
-        return True
-    lowered = text.lower()
-    return any(hint in lowered for hint in _HINTS)
+def _families_that_may_match(text: str) -> int:
+    """The families whose clue is in ``text``: the others cannot match it."""
+    folded = _fold_case(text)
+    if len(text) <= _SHORT_TEXT and _ANY_CLUE.search(folded) is None:
+        return 0
+    families = 0
+    for bit, literals, in_folded, needs in _CLUES:
+        if needs:
+            for character in needs:
+                if character in text:
+                    break
+            else:
+                continue
+        haystack = folded if in_folded else text
+        for literal in literals:
+            if literal in haystack:
+                families |= bit
+                break
+    return families
+
+
+@functools.lru_cache(maxsize=256)
+def _combined(families: int, after_placeholder: bool, guarded: bool = True) -> re.Pattern[str]:
+    """The ``families`` as one regex (see ``_Family.regex``): at each place the
+    first of them in ``_FAMILIES`` order that matches wins. Compiled on first
+    use: a text needs few of them."""
+    return re.compile(
+        "|".join(
+            family.regex(after_placeholder, guarded)
+            for index, family in enumerate(_FAMILIES)
+            if families >> index & 1
+        )
+    )
 
 
 def _is_basic_credential(text: str) -> bool:
@@ -314,6 +393,8 @@ def _compile_extra(spec: ExtraPattern) -> _ExtraPattern:
 
 
 _KEY_CACHE_LIMIT = 4096
+_CACHED_KEY_LENGTH = 256
+"""Longer keys are judged afresh each time, so the cache holds no large strings."""
 
 
 class Redactor:
@@ -357,7 +438,11 @@ class Redactor:
         if cached != "":
             return cached
         keyword = self._classify(_words(key))
-        if len(self._key_cache) < _KEY_CACHE_LIMIT:
+        if len(key) <= _CACHED_KEY_LENGTH:
+            if len(self._key_cache) >= _KEY_CACHE_LIMIT:
+                # Start afresh rather than stop learning: the keys of the
+                # calls to come are likelier those of the recent ones.
+                self._key_cache.clear()
             self._key_cache[key] = keyword
         return keyword
 
@@ -385,9 +470,11 @@ class Redactor:
             return self.redact_text(value)
         if value is None or isinstance(value, (bool, int, float)):
             return value
-        if isinstance(value, (Mapping, list, tuple)) and depth >= MAX_DEPTH:
+        # ``dict`` first: the ``Mapping`` check is the slower one.
+        is_mapping = isinstance(value, (dict, Mapping))
+        if depth >= MAX_DEPTH and (is_mapping or isinstance(value, (list, tuple))):
             return placeholder("depth_limit")
-        if isinstance(value, Mapping):
+        if is_mapping:
             result: dict[Any, Any] = {}
             for key, item in value.items():
                 if isinstance(key, str):
@@ -409,44 +496,63 @@ class Redactor:
 
     def redact_text(self, text: str) -> str:
         """``text`` with every secret found by value pattern replaced."""
+        return self._redact_text(text, exhaustive=False)
+
+    def _redact_text_exhaustive(self, text: str) -> str:
+        """``redact_text`` scanning for every family by its plain regex, with
+        no clue or guard consulted: the reference the fast path is tested
+        against. Not for use: it is slow."""
+        return self._redact_text(text, exhaustive=True)
+
+    def _redact_text(self, text: str, exhaustive: bool) -> str:
         if "-----BEGIN" in text:
             text = _PEM_BLOCK.sub(placeholder("private_key"), text)
-        if _may_hold_secret(text):
-            text = self._redact_patterns(text)
+        # Most text holds no clue of any family and is not scanned at all.
+        families = _EVERY_FAMILY if exhaustive else _families_that_may_match(text)
+        if families:
+            text = self._redact_patterns(text, families, exhaustive)
         for extra in self._extra_patterns:
             text = extra.regex.sub(extra.replace, text)
         return text
 
-    def _redact_patterns(self, text: str) -> str:
-        # Like ``_COMBINED.sub``, with two differences that keep the result
-        # stable under a second pass. A match found harmless (a label such as
-        # ``token_count``, "Basic" and a plain word) consumes nothing: the
-        # later families are tried at the same place, then scanning goes on
-        # one character later, so a secret that starts inside it or runs past
-        # its end is still found. Right after a replacement, the text is
-        # matched as if it followed the placeholder.
+    def _redact_patterns(self, text: str, families: int, exhaustive: bool) -> str:
+        # Like ``_combined(families, False).sub``, with two differences that
+        # keep the result stable under a second pass. A match found harmless (a
+        # label such as ``token_count``, "Basic" and a plain word) consumes
+        # nothing: the later families are tried at the same place, then
+        # scanning goes on one character later, so a secret that starts inside
+        # it or runs past its end is still found. Right after a replacement,
+        # the text is matched as if it followed the placeholder.
         pieces: list[str] = []
         copied = 0  # text[:copied] is in pieces, redacted
-        match = _COMBINED.search(text)
+        guarded = not exhaustive
+        anywhere = _combined(families, False, guarded)
+        after_replacement = _combined(families, True, guarded)
+        match = anywhere.search(text)
         while match is not None:
             start = match.start()
-            replacement = self._replacement(match)
+            replacement = self._replacement(match, exhaustive)
             if replacement is None:
-                later = _FAMILY_INDEX[match.lastgroup or ""] + 1
-                match = _next_match(text, start, later, after_placeholder=start == copied)
+                # The families after the one that declined, in ``_FAMILIES`` order.
+                later = families & -(2 << _FAMILY_INDEX[match.lastgroup or ""])
+                match = (
+                    _combined(later, start == copied, guarded).match(text, start) if later else None
+                )
+                if match is None:
+                    match = anywhere.search(text, start + 1)
                 continue
             pieces.append(text[copied:start])
             pieces.append(replacement)
             copied = match.end()
-            match = _next_match(text, copied, 0, after_placeholder=True)
+            match = after_replacement.match(text, copied) or anywhere.search(text, copied + 1)
         pieces.append(text[copied:])
         return "".join(pieces)
 
-    def _replacement(self, match: re.Match[str]) -> str | None:
+    def _replacement(self, match: re.Match[str], exhaustive: bool) -> str | None:
         """The text that replaces ``match``, or None when it holds no secret."""
         family = _FAMILY_BY_NAME[match.lastgroup or ""]
         if family.name == "assign":
-            return self._replace_assignment(match)
+            return self._replace_assignment(match, exhaustive)
         if family.name == "basic" and not _is_basic_credential(match["basic_s"]):
             return None
         if family.secret_group is None:
@@ -454,7 +560,7 @@ class Redactor:
         start, end = match.span(family.secret_group)
         return _splice(match, start, end, placeholder(family.keyword))
 
-    def _replace_assignment(self, match: re.Match[str]) -> str | None:
+    def _replace_assignment(self, match: re.Match[str], exhaustive: bool) -> str | None:
         label: str = match["assign_label"]
         separator: str = match["assign_sep"]
         value: str = match["assign_value"]
@@ -462,7 +568,7 @@ class Redactor:
         if keyword is None:
             return None
         # The label may itself hold a secret (a token glued to "password").
-        label = self.redact_text(label)
+        label = self._redact_text(label, exhaustive)
         if _PLACEHOLDER.fullmatch(value.strip("\"'")):
             return label + separator + value  # redacted already
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":

@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import json
+import operator
 import re
+import sys
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_toolguard.redaction import MAX_DEPTH, Redactor, placeholder
+from pytest_toolguard.redaction import (
+    _KEY_CACHE_LIMIT,
+    MAX_DEPTH,
+    Redactor,
+    _fold_case,
+    placeholder,
+)
 
 AWS_KEY_ID = "AKIAIOSFODNN7EXAMPLE"
 AWS_SESSION_KEY_ID = "ASIAY34FZKBOKMUTVV7A"
@@ -375,3 +384,127 @@ def test_text_redaction_is_idempotent_on_arbitrary_text(text: str) -> None:
     redactor = Redactor()
     once = redactor.redact_text(text)
     assert redactor.redact_text(once) == once
+
+
+# --- the fast path: only the families whose clue is in the text are scanned ------
+
+# Generated text mixes secrets of every family, their near misses (a clue
+# without the secret, a secret just short of its shape), sensitive and harmless
+# labels, the non-ASCII letters a case-insensitive regex takes for ASCII ones
+# (long s, Kelvin sign, dotted and dotless i) and prose.
+TOKEN_PREFIXES = ["ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "xoxb-", "xoxp-", "xapp-"]
+TOKEN_PREFIXES += ["AKIA", "ASIA", "eyJ", "Bearer ", "bearer\t", "Basic ", "Baſic "]
+TOKEN_BODIES = ["ABCDEFGHIJKLMNOP", "aBcDeFgHiJkLmNoPqRsTuVwXyZ012345", "dXNlcjpwYXNz", "short"]
+TOKEN_BODIES += ["hbGciOiJIUzI1NiIs.eyJzdWIiOiIxMjM0.sig"]
+LABELS = ["password", "PWD", "db_pass", "secret", "api_key", "Token", "basicAuth", "Cookie"]
+LABELS += ["credential", "id_jwt", "aws_secret_access_key", "SecretAccessKey", "AWS_SECRET_KEY"]
+LABELS += ["aws_ſecret_access_key", "aws_secret_access_\u212aey", "paſsword", "max_tokens"]
+LABELS += ["author", "keyboard", "path", "İd", "ıd"]
+ASSIGNMENT_SEPARATORS = ["=", ":", ": ", " = ", '": "', "' => '", "\t:\t"]
+VALUES = [AWS_SECRET, "hunter2", '"cs_42"', "'sk 1'", "<redacted:token>", "Token tk_9F2"]
+SHAPES = [
+    AWS_SECRET,
+    GITHUB_FINE,
+    SLACK_BOT,
+    JWT,
+    PEM,
+    f"https://hooks.slack.com/services/{SLACK_HOOK_PATH}",
+    "postgres://u:pw@h/db",
+    "redis://:pw123@cache:6379/0",
+]
+NEAR_MISSES = ["akiaiosfodnn7example", "github_pat_", "xoxq-1234567890", "eyJhbGciOiJIUzI1NiIs."]
+NEAR_MISSES += ["hooks.slack.com/services/", "https://", "://", "@", "ada@example.com"]
+NEAR_MISSES += ["https://example.com:8080/a", "bearer of bad news", "BASIC", "-----BEGIN"]
+NEAR_MISSES += ["-----END RSA PRIVATE KEY-----", "<redacted:token>", "=>", ":", "=", '"', "'"]
+NEAR_MISSES += ["ſ", "\u212a", "İ", "ı"]
+PROSE = ["- 2026-01-05: reviewed the feedback export, 35 rows, next step: report"]
+PROSE += ["The quick brown fox.", "café naïve", GIT_SHA, UUID, "x", "42"]
+
+FRAGMENT = st.one_of(
+    st.builds(operator.add, st.sampled_from(TOKEN_PREFIXES), st.sampled_from(TOKEN_BODIES)),
+    st.builds(
+        "".join,
+        st.tuples(
+            st.sampled_from(LABELS), st.sampled_from(ASSIGNMENT_SEPARATORS), st.sampled_from(VALUES)
+        ),
+    ),
+    st.sampled_from(LABELS + SHAPES + NEAR_MISSES + PROSE),
+)
+
+
+def test_fast_path_gives_what_a_scan_by_every_family_gives_on_each_fragment(
+    redactor: Redactor,
+) -> None:
+    tokens = [prefix + body for prefix in TOKEN_PREFIXES for body in TOKEN_BODIES]
+    parts = itertools.product(LABELS, ASSIGNMENT_SEPARATORS, VALUES)
+    assignments = ["".join(part) for part in parts]
+    texts = tokens + assignments + LABELS + SHAPES + NEAR_MISSES + PROSE
+    differing = [t for t in texts if redactor.redact_text(t) != redactor._redact_text_exhaustive(t)]
+    assert differing == []
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(FRAGMENT, max_size=8), st.sampled_from(["", " ", "\n", ",", "=", ": ", "_", "-"]))
+def test_fast_path_gives_what_a_scan_by_every_family_gives(
+    fragments: list[str], separator: str
+) -> None:
+    redactor = Redactor()
+    text = separator.join(fragments)
+    assert redactor.redact_text(text) == redactor._redact_text_exhaustive(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            FRAGMENT,
+            st.text(alphabet="aAbBcCeEgGhHiIkKpPsStTwWxXyY019_-.:=/@ \"'<>İıſ\u212a", max_size=8),
+        ),
+        max_size=8,
+    )
+)
+def test_fast_path_gives_what_a_scan_by_every_family_gives_on_glued_text(
+    fragments: list[str],
+) -> None:
+    redactor = Redactor()
+    text = "".join(fragments)
+    assert redactor.redact_text(text) == redactor._redact_text_exhaustive(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "keyword"),
+    [
+        ("Baſic dXNlcjpwYXNz", "basic_auth"),
+        (f"aws_ſecret_access_key={AWS_SECRET}", "aws_secret_key"),
+        (f"aws_secret_access_\u212aey={AWS_SECRET}", "aws_secret_key"),
+        ("BEARER abc123def456", "bearer"),
+    ],
+)
+def test_case_insensitive_words_are_found_even_in_letters_ignorecase_takes_for_ascii(
+    redactor: Redactor, text: str, keyword: str
+) -> None:
+    redacted = redactor.redact_text(text)
+    assert placeholder(keyword) in redacted
+    assert redacted == redactor._redact_text_exhaustive(text)
+
+
+def test_case_folding_covers_every_letter_a_case_insensitive_regex_takes_for_ascii() -> None:
+    # The clues of case-insensitive families are looked for in _fold_case(text);
+    # a letter re.IGNORECASE matches to an ASCII one that it missed would hide them.
+    ascii_letter = re.compile("(?i)[a-z]")
+    lookalikes = [chr(c) for c in range(128, sys.maxunicode + 1) if ascii_letter.fullmatch(chr(c))]
+    assert lookalikes  # "ſ" (long s) and "K" (Kelvin sign) at least
+    for letter in lookalikes:
+        folded = _fold_case(letter)
+        assert folded.isascii() and re.fullmatch(f"(?i){folded}", letter), letter
+
+
+def test_key_cache_stays_bounded_and_its_verdicts_right(redactor: Redactor) -> None:
+    for number in range(2 * _KEY_CACHE_LIMIT):
+        assert redactor.sensitive_keyword(f"field_{number}") is None
+    assert len(redactor._key_cache) <= _KEY_CACHE_LIMIT
+    assert redactor.sensitive_keyword("db_password") == "password"
+    assert redactor.redact({"max_tokens": 5, "api_key": "k"}) == {
+        "max_tokens": 5,
+        "api_key": "<redacted:api_key>",
+    }
