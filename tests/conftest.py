@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-pytest_plugins = ["pytester"]
-
 from pytest_toolguard.policy import Capabilities, Risk
 from pytest_toolguard.registry import PathAccess, ToolRegistry, ToolSpec
+
+pytest_plugins = ["pytester"]
 
 EVERY_RISK = frozenset(Risk)
 WRITE_ANYWHERE = Capabilities(allowed_risks=EVERY_RISK, write_roots=(".",))

@@ -11,7 +11,9 @@ from pytest_toolguard.tools import builtin_registry
 CAPS = Capabilities(allowed_risks=frozenset({Risk.READ, Risk.WRITE}), write_roots=("src", "runs"))
 
 
-def test_no_result_message_or_audit_row_names_the_host_directory(toolguard_runtime, workspace_dir, tmp_path):
+def test_no_result_message_or_audit_row_names_the_host_directory(
+    toolguard_runtime, workspace_dir, tmp_path
+):
     (tmp_path / "outside.txt").write_text("outside")
     (workspace_dir / "src").mkdir()
     (workspace_dir / "src" / "a.txt").write_text("a")

@@ -15,7 +15,8 @@ def test_users_get_a_runtime_with_builtin_tools_on_a_fresh_workspace(pytester):
 
         def test_env_is_forbidden(toolguard_runtime):
             runtime = toolguard_runtime()
-            result = runtime.execute(ToolCall(call_id="1", tool_name="read_text", arguments={"path": ".env"}))
+            call = ToolCall(call_id="1", tool_name="read_text", arguments={"path": ".env"})
+            result = runtime.execute(call)
             assert result.code is ErrorCode.FORBIDDEN_PATH
             assert runtime.audit.count() == 1
         """
