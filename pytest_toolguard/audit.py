@@ -110,12 +110,14 @@ class AuditRecord:
     """One row of ``tool_call_audit``: one call, as the runtime saw it.
 
     Text fields must be redacted already. ``started_at``/``finished_at`` are
-    ISO 8601 UTC text. ``rule`` names what decided (``policy.write_prefix``,
+    ISO 8601 UTC text. ``rule`` names what decided (``policy.write_root``,
     ``schema.input``, ``hook.plan_progress``), ``reason`` says why.
-    ``replay_of`` is the original call's id for an ``IDEMPOTENT_REPLAY``;
-    ``idempotency_outcome`` is a ``ClaimOutcome`` value when a key was
-    claimed. ``audit_id`` is the row id: None until stored. ``ValueError``
-    for a decision outside allow/deny/ask/none.
+    ``replay_of`` names the call that holds the idempotency key (for a
+    replay, a DUPLICATE_CALL or an IDEMPOTENCY_CONFLICT), or the call a
+    rollback undid; ``idempotency_outcome`` is ``claimed``, ``replay``,
+    ``running`` or ``conflict`` when the call carried a key. ``audit_id``
+    is the row id: None until stored. ``ValueError`` for a decision outside
+    allow/deny/ask/none.
     """
 
     call_id: str
