@@ -100,6 +100,10 @@ class _Refusal(Exception):
         errors: value-free, keys redacted); free text is redacted otherwise."""
 
 
+def _bad_request(message: str, rule: str) -> _Refusal:
+    return _Refusal(ErrorCode.INVALID_REQUEST, message, rule, CallState.FAILED)
+
+
 @dataclass
 class _Attempt:
     """The per-call facts the pipeline gathers as it goes."""
@@ -188,11 +192,8 @@ class ToolRuntime:
         attempt = self._receive(call)
         try:
             if not isinstance(call, ToolCall):
-                raise _Refusal(
-                    ErrorCode.INVALID_REQUEST,
-                    f"expected a ToolCall, got {type(call).__name__}",
-                    "request.type",
-                    CallState.FAILED,
+                raise _bad_request(
+                    f"expected a ToolCall, got {type(call).__name__}", "request.type"
                 )
             self._check_fields(call, attempt)
             arguments = self._parse(call.arguments)
@@ -241,55 +242,35 @@ class ToolRuntime:
         for name in ("call_id", "tool_name", "actor", "session_id"):
             value = getattr(call, name)
             if not isinstance(value, str) or not value or len(value) > MAX_ID_LENGTH:
-                raise _Refusal(
-                    ErrorCode.INVALID_REQUEST,
+                raise _bad_request(
                     f"{name} must be a non-empty string of at most {MAX_ID_LENGTH} characters",
                     "request.fields",
-                    CallState.FAILED,
                 )
         key = call.idempotency_key
         if key is not None and (not isinstance(key, str) or not key or len(key) > MAX_ID_LENGTH):
-            raise _Refusal(
-                ErrorCode.INVALID_REQUEST,
+            raise _bad_request(
                 "idempotency_key must be null or a non-empty string of at most "
                 f"{MAX_ID_LENGTH} characters",
                 "request.fields",
-                CallState.FAILED,
             )
         if not isinstance(call.metadata, Mapping):
-            raise _Refusal(
-                ErrorCode.INVALID_REQUEST,
-                "metadata must be an object",
-                "request.fields",
-                CallState.FAILED,
-            )
+            raise _bad_request("metadata must be an object", "request.fields")
 
     def _parse(self, raw: object) -> dict[str, Any]:
         if isinstance(raw, (str, bytes, bytearray)):
             try:
                 raw = json.loads(raw)
             except (ValueError, RecursionError) as exc:
-                raise _Refusal(
-                    ErrorCode.INVALID_REQUEST,
-                    f"arguments are not valid JSON: {_first_line(exc)}",
-                    "request.parse",
-                    CallState.FAILED,
+                raise _bad_request(
+                    f"arguments are not valid JSON: {_first_line(exc)}", "request.parse"
                 ) from None
         if not isinstance(raw, Mapping):
-            raise _Refusal(
-                ErrorCode.INVALID_REQUEST,
-                f"arguments must be a JSON object, got {_json_type(raw)}",
-                "request.parse",
-                CallState.FAILED,
+            raise _bad_request(
+                f"arguments must be a JSON object, got {_json_type(raw)}", "request.parse"
             )
         problem = _not_plain_json(raw)
         if problem:
-            raise _Refusal(
-                ErrorCode.INVALID_REQUEST,
-                f"arguments must be plain JSON data: {problem}",
-                "request.parse",
-                CallState.FAILED,
-            )
+            raise _bad_request(f"arguments must be plain JSON data: {problem}", "request.parse")
         copied: dict[str, Any] = _copy_json(raw)
         return copied
 
