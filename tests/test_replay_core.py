@@ -189,3 +189,19 @@ def test_handlers_on_worker_threads_see_the_frozen_clock(tmp_path):
         assert runtime.execute(ToolCall(call_id="1", tool_name="now")).ok
     runtime.close()
     assert seen == [("toolguard-worker", "2030-05-06T07:08:09+00:00")]
+
+
+def test_a_refused_symlink_escape_recorded_alone_replays(tmp_path):
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (tmp_path / "secret.txt").write_text("outside")
+    (workspace / "link.txt").symlink_to(tmp_path / "secret.txt")
+    runtime = ToolRuntime(builtin_registry(), str(workspace))
+    path = tmp_path / "escape.yaml"
+    with record_session(runtime, path):
+        call = ToolCall(call_id="c1", tool_name="read_text", arguments={"path": "link.txt"})
+        assert runtime.execute(call).code.value == "PATH_OUTSIDE_WORKSPACE"
+    runtime.close()
+    report = replay(load(path), builtin_registry())
+    assert report.differences == ()
+    assert report.results[0].code.value == "PATH_OUTSIDE_WORKSPACE"

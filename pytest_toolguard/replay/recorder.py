@@ -187,13 +187,21 @@ class Recorder:
         if not isinstance(arguments, Mapping):
             return ()
         paths: list[str] = []
+        workspace = self.runtime.workspace
         for access in spec.paths:
             try:
                 given = fill_template(access, arguments, self.runtime.variables)
-                if given is not None:
-                    paths.append(self.runtime.workspace.resolve(given))
-            except (KeyError, SandboxError, OSError, ValueError):
-                continue  # refused by the policy too: it touched nothing
+                if given is None:
+                    continue
+                try:
+                    paths.append(workspace.resolve(given))
+                except (SandboxError, OSError):
+                    # An escaping link is refused, but replay must rebuild the
+                    # link to refuse it again: keep the path as spelt (`..`
+                    # and forbidden names still raise here and stay out).
+                    paths.append(workspace.normalize(given))
+            except (KeyError, SandboxError, ValueError):
+                continue  # refused by its spelling too: it touched nothing
         return tuple(paths)
 
 
