@@ -1,8 +1,34 @@
-"""pytest glue: fixtures and markers only; all logic lives in the library."""
+"""pytest glue: options, ini values, the marker, fixtures, items and hooks.
+
+All record and replay logic lives in ``pytest_toolguard.replay``; this
+module only connects it to pytest.
+
+- ``pytest --toolguard-replay`` collects every ``*.yaml``/``*.yml`` under
+  the ini ``toolguard_cassette_dir`` (default ``cassettes``) and
+  ``toolguard_case_dir`` (default ``cases``), relative to the rootdir, as one
+  item each (``cassettes/feedback.yaml::replay``). When no paths are given on
+  the command line, both directories are added to the run (as
+  ``--doctest-modules`` adds doctests). Without the flag these files are
+  never collected.
+- The replay items are ``pytest.Function``s, so they get fixtures: the tools
+  come from the ``toolguard_registry`` fixture and placeholder values from
+  ``toolguard_secrets``. Their defaults read the ini values
+  ``toolguard_registry`` / ``toolguard_secrets`` (``package.module:attribute``);
+  override either fixture in a ``conftest.py`` (the rootdir's, or the
+  cassette directory's) to supply them in code.
+- The ``toolguard`` fixture records or plays back a test's cassette (see
+  ``pytest_toolguard.replay.tape`` and ``record_mode``).
+- ``@pytest.mark.toolguard(cassette=, capabilities=, volatile=, record_mode=,
+  variables=)``: any other argument, or a wrong value, fails that test at
+  setup with a message naming it (on every marked test, fixture or not).
+- After a run with ``--toolguard-replay``, one summary line; under xdist the
+  workers' counts travel through ``workeroutput`` and the controller prints
+  the totals.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -11,16 +37,367 @@ import pytest
 from .audit import SQLiteAuditStore
 from .policy import Capabilities
 from .registry import ToolRegistry
+from .replay.cassette import Cassette, CassetteError, load
+from .replay.naming import cassette_name, explicit_cassette_name
+from .replay.player import replay
+from .replay.record_mode import CHOICES, Action, RecordMode, action, choose, parse
+from .replay.registry_loading import DEFAULT_REGISTRY, SpecError, load_registry, load_secrets
+from .replay.report import (
+    ReplayFailed,
+    ReplayTotals,
+    format_missing_cassette,
+    format_report,
+    how_to_rerecord,
+    record_command,
+)
+from .replay.tape import PlaybackTape, RecordingTape, TapeOptions, tape_options
 from .runtime import ToolRuntime
 from .tools import builtin_registry
 
 RuntimeFactory = Callable[..., ToolRuntime]
 
+YAML_SUFFIXES = (".yaml", ".yml")
+WORKER_OUTPUT_KEY = "toolguard_totals"
+JOIN_SECONDS = 5.0
+
+_TOTALS = pytest.StashKey[ReplayTotals]()
+_REPLAY_DIRS = pytest.StashKey[tuple[Path, ...]]()
+_PHASES = pytest.StashKey[dict[str, pytest.TestReport]]()
+
+
+# -- options, ini values, marker ------------------------------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("toolguard", "toolguard")
+    group.addoption(
+        "--toolguard-replay",
+        action="store_true",
+        default=False,
+        help="collect every cassette and case (*.yaml, *.yml under toolguard_cassette_dir "
+        "and toolguard_case_dir) as a test item and replay it through the real executor; "
+        "with no paths given, both directories are added to the run",
+    )
+    group.addoption(
+        "--toolguard-record-mode",
+        choices=CHOICES,
+        default=None,
+        help="when the toolguard fixture records: none (never; a missing cassette is an "
+        "error), once (when the cassette is missing), rewrite (always, kept only if the test "
+        "passed). Precedence: this option, then @pytest.mark.toolguard(record_mode=...), "
+        "then the ini toolguard_record_mode (default none)",
+    )
+    parser.addini(
+        "toolguard_cassette_dir",
+        "directory of cassettes, relative to the rootdir (default: cassettes)",
+        default="cassettes",
+    )
+    parser.addini(
+        "toolguard_case_dir",
+        "directory of hand-written cases, relative to the rootdir (default: cases)",
+        default="cases",
+    )
+    parser.addini(
+        "toolguard_registry",
+        "the tools replay and recording use: package.module:attribute naming a ToolRegistry "
+        f"or a function returning one (default: {DEFAULT_REGISTRY})",
+        default=DEFAULT_REGISTRY,
+    )
+    parser.addini(
+        "toolguard_secrets",
+        "package.module:attribute naming a mapping (or a function returning one) from "
+        "placeholder keyword to the real value replay sends (default: none)",
+        default="",
+    )
+    parser.addini(
+        "toolguard_record_mode",
+        f"default record mode of the toolguard fixture: {', '.join(CHOICES)} (default: none)",
+        default="none",
+    )
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "toolguard(**options): pytest-toolguard options for this test"
+        "markers",
+        "toolguard(cassette=None, capabilities=None, volatile=(), record_mode=None, "
+        "variables=None): the cassette of the toolguard fixture, the session's capabilities, "
+        "fields never compared, the record mode and the runtime's variables",
     )
+    try:
+        parse(str(config.getini("toolguard_record_mode")), "ini toolguard_record_mode")
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[_TOTALS] = ReplayTotals()
+    root = config.rootpath
+    config.stash[_REPLAY_DIRS] = tuple(
+        (root / str(config.getini(name))).resolve()
+        for name in ("toolguard_cassette_dir", "toolguard_case_dir")
+    )
+    if config.getoption("toolguard_replay") and config.args_source is not (
+        pytest.Config.ArgsSource.ARGS
+    ):
+        _add_replay_dirs(config)
+
+
+def _add_replay_dirs(config: pytest.Config) -> None:
+    """Add the cassette and case directories to a run whose paths came from
+    ``testpaths`` or the current directory, unless already inside them."""
+    given = [(config.invocation_params.dir / arg.split("::")[0]).resolve() for arg in config.args]
+    for directory in config.stash[_REPLAY_DIRS]:
+        if directory.is_dir() and not any(directory.is_relative_to(path) for path in given):
+            config.args.append(str(directory))
+            given.append(directory)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A bad marker fails its own test at setup, before any fixture runs
+    (a usage error at collection would crash xdist workers)."""
+    for mark in item.iter_markers("toolguard"):
+        try:
+            tape_options(mark.args, mark.kwargs)
+        except ValueError as exc:
+            problem = str(exc)
+        else:
+            continue
+        pytest.fail(f"@pytest.mark.toolguard: {problem}", pytrace=False)
+
+
+# -- replay items ----------------------------------------------------------------
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    config = parent.config
+    if not config.getoption("toolguard_replay") or file_path.suffix not in YAML_SUFFIXES:
+        return None
+    resolved = file_path.resolve()
+    if any(resolved.is_relative_to(directory) for directory in config.stash[_REPLAY_DIRS]):
+        return CassetteFile.from_parent(parent, path=file_path)
+    return None
+
+
+class CassetteFile(pytest.File):
+    """A cassette or case file: one ``replay`` item."""
+
+    def collect(self) -> Iterator[pytest.Item]:
+        yield ReplayItem.from_parent(self, name="replay", callobj=_replay_file)
+
+
+class ReplayItem(pytest.Function):
+    """Replays one cassette or case; a difference or an unusable file is
+    reported as text, without a traceback."""
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, self.name
+
+    def repr_failure(  # type: ignore[override]
+        self, excinfo: pytest.ExceptionInfo[BaseException]
+    ) -> Any:
+        if isinstance(excinfo.value, (CassetteError, ReplayFailed)):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+
+def _replay_file(
+    request: pytest.FixtureRequest,
+    toolguard_registry: ToolRegistry,
+    toolguard_secrets: Mapping[str, str],
+) -> None:
+    """The body of every ReplayItem (its fixtures are its parameters)."""
+    item, config = request.node, request.config
+    shown = item.nodeid.split("::")[0]
+    try:
+        cassette = load(item.path, source=shown)
+    except CassetteError:
+        config.stash[_TOTALS] += ReplayTotals(unreadable=1)
+        raise
+    report = replay(cassette, toolguard_registry, secrets=toolguard_secrets)
+    config.stash[_TOTALS] += ReplayTotals.of(report)
+    if not report.ok:
+        raise ReplayFailed(
+            format_report(report, cassette_path=shown, rerecord=how_to_rerecord(cassette))
+        )
+
+
+# -- summary, and xdist ------------------------------------------------------------
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    workeroutput = getattr(config, "workeroutput", None)
+    if workeroutput is not None and config.getoption("toolguard_replay"):
+        workeroutput[WORKER_OUTPUT_KEY] = config.stash[_TOTALS].as_dict()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """xdist, on the controller: add a finished worker's counts."""
+    data = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT_KEY)
+    if data is not None:
+        node.config.stash[_TOTALS] += ReplayTotals.from_dict(data)
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config
+) -> None:
+    if config.getoption("toolguard_replay") and not hasattr(config, "workerinput"):
+        terminalreporter.write_line(config.stash[_TOTALS].summary())
+
+
+# -- fixtures ---------------------------------------------------------------------
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if "toolguard" in getattr(item, "fixturenames", ()):
+        item.stash.setdefault(_PHASES, {})[report.when] = report
+    return report
+
+
+@pytest.fixture(scope="session")
+def toolguard_registry(pytestconfig: pytest.Config) -> ToolRegistry:
+    """The tools replay and the ``toolguard`` fixture use: the ini
+    ``toolguard_registry`` (default: the built-in tools). Override this
+    fixture in a conftest.py to build the registry in code."""
+    spec = str(pytestconfig.getini("toolguard_registry")) or DEFAULT_REGISTRY
+    try:
+        return load_registry(spec)
+    except SpecError as exc:
+        problem = str(exc)
+    pytest.fail(f"ini toolguard_registry: {problem}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def toolguard_secrets(pytestconfig: pytest.Config) -> Mapping[str, str]:
+    """Real values replay sends in place of placeholders
+    (``{"authorization": "Bearer ..."}`` for ``<redacted:authorization>``):
+    the ini ``toolguard_secrets``, or none. Override in a conftest.py."""
+    spec = str(pytestconfig.getini("toolguard_secrets"))
+    if not spec:
+        return {}
+    try:
+        return load_secrets(spec)
+    except SpecError as exc:
+        problem = str(exc)
+    pytest.fail(f"ini toolguard_secrets: {problem}", pytrace=False)
+
+
+@pytest.fixture
+def toolguard(
+    request: pytest.FixtureRequest, tmp_path: Path, toolguard_registry: ToolRegistry
+) -> Iterator[ToolRuntime]:
+    """A ``ToolRuntime`` bound to this test's cassette
+    (``<toolguard_cassette_dir>/<module path>/<test name>.yaml``, or the
+    marker's ``cassette=``).
+
+    Recording (mode ``once`` with no cassette, or ``rewrite``): a real
+    runtime on a fresh workspace in ``tmp_path``; recording starts at the
+    first call, so files the test writes under ``runtime.workspace.root``
+    first are recorded as the starting state; the cassette is written only
+    if the test passed. Replaying (mode ``none`` or ``once`` with a
+    cassette): the test runs in the cassette's world (fake filesystem,
+    frozen clock); each call must be the cassette's next one, and
+    differences or interactions never replayed fail the test.
+    """
+    config, node = request.config, request.node
+    marker = node.get_closest_marker("toolguard")
+    options = tape_options(marker.args, marker.kwargs) if marker else TapeOptions()
+    option_mode = config.getoption("toolguard_record_mode")
+    mode = choose(
+        None if option_mode is None else RecordMode(option_mode),
+        options.record_mode,
+        parse(str(config.getini("toolguard_record_mode")), "ini toolguard_record_mode"),
+    )
+    relative = (
+        explicit_cassette_name(options.cassette) if options.cassette else cassette_name(node.nodeid)
+    )
+    path = config.rootpath / str(config.getini("toolguard_cassette_dir")) / relative
+    shown = _shown(path, config.rootpath)
+    todo = action(mode, path.is_file())
+    if todo is Action.MISSING:
+        pytest.fail(format_missing_cassette(shown, node.nodeid), pytrace=False)
+    rerecord = record_command(node.nodeid)
+    if todo is Action.REPLAY:
+        yield from _play_back(request, path, shown, rerecord, toolguard_registry, options)
+    else:
+        yield from _record(request, path, tmp_path, rerecord, toolguard_registry, options)
+
+
+def _play_back(
+    request: pytest.FixtureRequest,
+    path: Path,
+    shown: str,
+    rerecord: str,
+    registry: ToolRegistry,
+    options: TapeOptions,
+) -> Iterator[ToolRuntime]:
+    cassette: Cassette | None = None
+    try:
+        cassette = load(path, source=shown)
+    except CassetteError as exc:
+        problem = str(exc)
+    if cassette is None:
+        pytest.fail(f"{problem}\nto re-record it: {rerecord}", pytrace=False)
+    tape = PlaybackTape(
+        cassette,
+        registry,
+        cassette_path=shown,
+        rerecord=rerecord,
+        volatile=options.volatile,
+        capabilities=options.capabilities,
+        variables=options.variables or None,
+    )
+    try:
+        yield tape.start()
+    finally:
+        report = tape.finish(test_completed=_passed(request.node))
+    if not report.ok:
+        pytest.fail(format_report(report, cassette_path=shown, rerecord=rerecord), pytrace=False)
+
+
+def _record(
+    request: pytest.FixtureRequest,
+    path: Path,
+    tmp_path: Path,
+    rerecord: str,
+    registry: ToolRegistry,
+    options: TapeOptions,
+) -> Iterator[ToolRuntime]:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir(exist_ok=True)
+    store = SQLiteAuditStore(":memory:")
+    runtime = ToolRuntime(
+        registry, str(workspace), options.capabilities, store, variables=options.variables
+    )
+    tape = RecordingTape(runtime, name=path.stem, recorded_by=rerecord)
+    try:
+        yield runtime
+    finally:
+        problems = runtime.close(join_timeout=JOIN_SECONDS)
+    try:
+        if problems:
+            pytest.fail("toolguard: not recorded: " + "; ".join(problems), pytrace=False)
+        if _passed(request.node):
+            tape.write(path)
+    finally:
+        store.close()
+
+
+def _passed(item: pytest.Item) -> bool:
+    """Whether the test passed, read in its teardown (no call phase when
+    the setup failed)."""
+    call = item.stash.get(_PHASES, {}).get("call")
+    return call is not None and call.passed
+
+
+def _shown(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
 
 
 @pytest.fixture

@@ -170,15 +170,16 @@ def _validator() -> Draft202012Validator:
     return Draft202012Validator(schema())
 
 
-def load(path: str | os.PathLike[str]) -> Cassette:
+def load(path: str | os.PathLike[str], *, source: str | None = None) -> Cassette:
     """Read, validate and build a cassette or case. ``CassetteError`` for a
     file that is unreadable, not YAML, of another format version, or off
-    the schema."""
+    the schema. ``source`` names the file in errors (default: ``path``)."""
+    source = os.fspath(path) if source is None else source
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise CassetteError(path, "file", f"cannot be read: {exc}") from None
-    return loads(text, source=os.fspath(path))
+        raise CassetteError(source, "file", f"cannot be read: {exc}") from None
+    return loads(text, source=source)
 
 
 def loads(text: str, *, source: str = "<string>") -> Cassette:

@@ -1,0 +1,85 @@
+"""``package.module:attribute`` specs, as the ini options name them.
+
+``toolguard_registry = myproject.agent_tools:registry`` names a
+``ToolRegistry`` or a function called without arguments that returns one;
+``toolguard_secrets = myproject.testing:secrets`` names a mapping of
+placeholder keywords to values (or a function returning one). The attribute
+may be dotted (``module:Class.attribute``).
+
+Every failure raises ``SpecError`` saying which spec, what went wrong
+(malformed, module not importable, attribute missing, wrong type) and what
+to do; the module must be importable from the test run (set ``pythonpath``
+in the pytest ini file for a module beside the tests).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+from ..registry import ToolRegistry
+
+DEFAULT_REGISTRY = "pytest_toolguard.tools:builtin_registry"
+"""The built-in tools, used when no registry is configured."""
+
+
+class SpecError(ValueError):
+    """A ``module:attribute`` spec that does not name what it must."""
+
+
+def resolve(spec: str) -> Any:
+    """The object a ``package.module:attribute`` spec names."""
+    module_name, separator, attribute = spec.strip().partition(":")
+    if not separator or not module_name or not attribute:
+        raise SpecError(f"{spec!r} is not of the form 'package.module:attribute'")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except Exception as exc:  # a module can fail to import in any way
+        raise SpecError(
+            f"{spec!r}: cannot import {module_name!r}: {type(exc).__name__}: {exc} "
+            "(is it importable from the test run? see the 'pythonpath' ini option)"
+        ) from None
+    for part in attribute.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise SpecError(f"{spec!r}: {module_name} has no attribute {attribute!r}") from None
+    return target
+
+
+def load_registry(spec: str) -> ToolRegistry:
+    """The ``ToolRegistry`` a spec names, calling a function without
+    arguments when it names one."""
+    target = resolve(spec)
+    if not isinstance(target, ToolRegistry) and callable(target):
+        target = _call(spec, target)
+    if not isinstance(target, ToolRegistry):
+        raise SpecError(
+            f"{spec!r} is a {type(target).__name__}, not a ToolRegistry "
+            "(or a function returning one)"
+        )
+    return target
+
+
+def load_secrets(spec: str) -> Mapping[str, str]:
+    """The mapping of placeholder keyword to real value a spec names,
+    calling a function without arguments when it names one."""
+    target = resolve(spec)
+    if not isinstance(target, Mapping) and callable(target):
+        target = _call(spec, target)
+    if not isinstance(target, Mapping) or not all(
+        isinstance(key, str) and isinstance(value, str) for key, value in target.items()
+    ):
+        raise SpecError(
+            f"{spec!r} must be a mapping of str to str (or a function returning one), "
+            f"got {type(target).__name__}"
+        )
+    return dict(target)
+
+
+def _call(spec: str, function: Any) -> Any:
+    try:
+        return function()
+    except Exception as exc:  # the user's factory: say where it failed
+        raise SpecError(f"{spec!r}: calling it raised {type(exc).__name__}: {exc}") from None
