@@ -1,11 +1,12 @@
 # make test   : create .venv if missing, install the package with its test extras, run the suite
-# make replay : same set-up, then the main job
+# make replay : same set-up, then the main job: replay cassettes/ and cases/ through the executor
+# make demo   : the seed's feedback-analysis run, printed with its audit rows
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test replay bench lint clean
+.PHONY: test replay demo bench lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +20,9 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q
 
 replay: $(STAMP)
+	$(BIN)/python -m pytest --toolguard-replay cassettes cases -v
+
+demo: $(STAMP)
 	$(BIN)/python -m pytest_toolguard.demo
 
 bench: $(STAMP)
