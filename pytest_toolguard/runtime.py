@@ -151,6 +151,7 @@ class ToolRuntime:
         isolation: IsolationMode = "thread",
         variables: Mapping[str, str] | None = None,
         idempotency_scope: str | None = None,
+        timeouts: Mapping[str, float] | None = None,
         clock: Callable[[], datetime] | None = None,
     ) -> None:
         from .audit import SQLiteAuditStore
@@ -170,6 +171,10 @@ class ToolRuntime:
         self.redactor = redactor or Redactor()
         self.variables: Mapping[str, str] = dict(variables or {})
         self.idempotency_scope = idempotency_scope
+        self.timeouts: Mapping[str, float] = dict(timeouts or {})
+        """Per-tool deadlines for this runtime, replacing ``timeout_seconds``."""
+        if any(seconds <= 0 for seconds in self.timeouts.values()):
+            raise ValueError("timeouts must be positive numbers of seconds")
         self.journal = ChangeJournal()
         self._clock = clock or (lambda: datetime.now(timezone.utc))
         self._isolation_mode = isolation
@@ -479,7 +484,9 @@ class ToolRuntime:
                 return False, exc, captured
 
         try:
-            finished, value, changes = self._isolation.run(run, spec.timeout_seconds, call_id)
+            finished, value, changes = self._isolation.run(
+                run, self.timeouts.get(spec.name, spec.timeout_seconds), call_id
+            )
         except HandlerTimeout as exc:
             return self._failure(attempt, ErrorCode.TIMEOUT, str(exc), CallState.TIMED_OUT)
         except Exception as exc:  # the process died, or its outcome could not travel back

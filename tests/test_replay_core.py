@@ -205,3 +205,14 @@ def test_a_refused_symlink_escape_recorded_alone_replays(tmp_path):
     report = replay(load(path), builtin_registry())
     assert report.differences == ()
     assert report.results[0].code.value == "PATH_OUTSIDE_WORKSPACE"
+
+
+def test_the_sessions_deadlines_are_recorded_and_replayed(tmp_path):
+    runtime = ToolRuntime(builtin_registry(), str(tmp_path), timeouts={"read_text": 2.5})
+    path = tmp_path / "deadlines.yaml"
+    with record_session(runtime, path):
+        runtime.execute(ToolCall(call_id="c1", tool_name="list_files"))
+    runtime.close()
+    cassette = load(path)
+    assert cassette.session.timeouts == {"read_text": 2.5}
+    assert replay(cassette, builtin_registry()).differences == ()

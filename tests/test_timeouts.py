@@ -137,3 +137,18 @@ def test_process_mode_keeps_changes_for_rollback(
     assert runtime.execute(call()).ok
     assert runtime.rollback("c1").ok
     assert (workspace_dir / "out.txt").read_text() == "before"
+
+
+def test_a_runtime_can_tighten_a_tools_deadline(toolguard_runtime, registry_of, spy):
+    release = threading.Event()
+    tool = spy_tool(spy, result=lambda ctx, **a: release.wait(10) and {}, timeout_seconds=30)
+    runtime = toolguard_runtime(registry_of(tool), WRITE_ANYWHERE, timeouts={"spy": 0.1})
+    started = time.monotonic()
+    assert runtime.execute(call()).code is ErrorCode.TIMEOUT
+    assert time.monotonic() - started < 5
+    release.set()
+
+
+def test_timeouts_must_be_positive(toolguard_runtime, registry_of, spy):
+    with pytest.raises(ValueError, match="positive"):
+        toolguard_runtime(registry_of(spy_tool(spy)), WRITE_ANYWHERE, timeouts={"spy": 0})

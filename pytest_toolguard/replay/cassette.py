@@ -120,6 +120,8 @@ class Session:
     variables: Mapping[str, str] = field(default_factory=dict)
     idempotency_scope: str | None = None
     plan: tuple[PlanStep, ...] | None = None
+    timeouts: Mapping[str, float] = field(default_factory=dict)
+    """Per-tool deadlines the runtime had (``ToolRuntime(timeouts=...)``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +272,7 @@ def _session(raw: Mapping[str, Any]) -> Session:
         variables=dict(raw.get("variables") or {}),
         idempotency_scope=raw.get("idempotency_scope"),
         plan=None if plan is None else tuple(_plan_step(step) for step in plan),
+        timeouts=dict(raw.get("timeouts") or {}),
     )
 
 
@@ -411,6 +414,8 @@ def _session_dict(session: Session) -> dict[str, Any]:
         body["idempotency_scope"] = session.idempotency_scope
     if session.plan is not None:
         body["plan"] = [_plan_step_dict(step) for step in session.plan]
+    if session.timeouts:
+        body["timeouts"] = dict(sorted(session.timeouts.items()))
     return body
 
 

@@ -99,6 +99,7 @@ def replay(
             redactor=redactor,
             variables=session.variables,
             idempotency_scope=session.idempotency_scope,
+            timeouts=session.timeouts,
         )
         checker = _Checker(redactor, tuple(cassette.volatile) + tuple(volatile))
         results: list[ToolResult] = []

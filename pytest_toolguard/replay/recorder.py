@@ -129,6 +129,7 @@ class Recorder:
                 variables=dict(runtime.variables),
                 idempotency_scope=runtime.idempotency_scope,
                 plan=plan,
+                timeouts=dict(runtime.timeouts),
             ),
             workspace=WorkspaceState(
                 root=runtime.workspace.root,

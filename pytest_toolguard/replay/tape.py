@@ -229,6 +229,7 @@ class PlaybackTape:
             redactor=self.redactor,
             variables=session.variables,
             idempotency_scope=session.idempotency_scope,
+            timeouts=session.timeouts,
         )
         self._execute = runtime.execute
         runtime.execute = self._play  # type: ignore[method-assign]
