@@ -93,7 +93,7 @@ def component_costs(directory: Path, *, calls: int) -> list[tuple[str, float]]:
         ("thread handoff of a no-op handler", lambda: isolation.run(lambda: None, 10.0, "noop")),
         ("read_text handler (a)", lambda: read_text.handler(ctx, path=SAMPLE_FILE)),
         ("output: JSON dumps + loads", json_round_trip),
-        ("output schema (compiled validator)", lambda: read_text.output_validator.errors(output)),
+        ("output schema (compiled validator)", lambda: output_validator.errors(output)),
         ("redact the output (for the preview)", lambda: redactor.redact(output)),
     ]
     try:

@@ -1,8 +1,9 @@
 """Benchmark of ``ToolRuntime.execute``: measured against its floor and the
 seed's naive executor, in one run, and reported, never asserted.
 
-    make bench                                   # the table
-    .venv/bin/python benchmarks/run.py --profile # the table, then where the time goes
+    make bench                                   # the tables, then replay's (replay_bench.py)
+    .venv/bin/python benchmarks/run.py --profile # the tables, then where the time goes
+    .venv/bin/python benchmarks/run.py --no-replay   # the executor's table alone
 
 Every variant makes one ``read_text`` call of the same 1 KB file per
 iteration (see ``variants.py`` and README.md). The variants run in
@@ -69,12 +70,27 @@ def main(argv: list[str] | None = None) -> int:
     options = _parse(argv)
     directory = Path(tempfile.mkdtemp(prefix="toolguard-bench-", dir=options.dir))
     try:
-        return _run(options, directory)
+        status = _run(options, directory)
     finally:
         if options.keep:
             print(f"\nfiles kept in {directory}")
         else:
             shutil.rmtree(directory, ignore_errors=True)
+    if options.no_replay:
+        return status
+    print()
+    return max(status, _replay(options))
+
+
+def _replay(options: argparse.Namespace) -> int:
+    """The replay benchmark (``replay_bench.py``), with this run's --dir,
+    --keep and --profile."""
+    import replay_bench
+
+    argv = ["--dir", options.dir] if options.dir else []
+    argv += ["--keep"] if options.keep else []
+    argv += ["--profile"] if options.profile else []
+    return replay_bench.main(argv)
 
 
 def _run(options: argparse.Namespace, directory: Path) -> int:
@@ -128,6 +144,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="also print cProfile of the main path and the cost of each pipeline step",
     )
     parser.add_argument("--profile-calls", type=int, default=2000, help="calls to profile")
+    parser.add_argument(
+        "--no-replay",
+        action="store_true",
+        help="skip the replay benchmark that follows (replay_bench.py, about 45 s)",
+    )
     return parser.parse_args(argv)
 
 
