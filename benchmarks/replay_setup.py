@@ -2,7 +2,7 @@
 
 The set-up is what ``replay()`` does once per cassette whatever the
 cassette holds: enter the fake filesystem (pyfakefs) with the recorded
-files, start the frozen clock (freezegun), make the in-memory audit store
+files, start the frozen clock (time-machine or freezegun), make the in-memory audit store
 and the runtime, then, after the last call, close them, compare the files
 and the audit rows and leave the world. It is timed as ``replay()`` of the
 one-call case with its call taken out, in this process, after the pytest
@@ -151,7 +151,7 @@ def _generate(root: Path, kind: str, items: int, tag: str) -> None:
 
 STEPS = (
     "fake filesystem (pyfakefs, the case's file): enter + exit",
-    "frozen clock (freezegun): start + stop",
+    "frozen clock (time-machine if installed, else freezegun): start + stop",
     "audit store + runtime: make + close (in the world)",
     "read the workspace back (read_tree, in the world)",
 )

@@ -171,7 +171,8 @@ def test_an_old_format_says_how_to_re_record():
         loads("format_version: 0\nkind: cassette\nsession: {}\ninteractions: []\n", source="x.yaml")
 
 
-def test_handlers_on_worker_threads_see_the_frozen_clock(tmp_path):
+@pytest.mark.parametrize("backend", ["freezegun", "time-machine"])
+def test_handlers_on_worker_threads_see_the_frozen_clock(tmp_path, backend):
     seen = []
 
     @tool(input_schema={"type": "object"})
@@ -185,7 +186,7 @@ def test_handlers_on_worker_threads_see_the_frozen_clock(tmp_path):
         return {}
 
     runtime = ToolRuntime(ToolRegistry([now]), str(tmp_path))
-    with frozen_clock("2030-05-06T07:08:09+00:00"):
+    with frozen_clock("2030-05-06T07:08:09+00:00", backend):
         assert runtime.execute(ToolCall(call_id="1", tool_name="now")).ok
     runtime.close()
     assert seen == [("toolguard-worker", "2030-05-06T07:08:09+00:00")]
