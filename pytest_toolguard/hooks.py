@@ -8,7 +8,8 @@ arguments; rewritten arguments go through the schema and the policy again.
 
 A PostToolUse hook sees every call whose handler ran, after the result is
 final. It observes and updates its own state; it can never change or undo
-the result (an exception it raises is recorded, not propagated).
+the result: it gets copies, and an exception it raises is reported as a
+RuntimeWarning, never propagated.
 """
 
 from __future__ import annotations
@@ -37,6 +38,13 @@ class HookDecision:
     action: HookAction
     reason: str = ""
     arguments: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        # A typo such as "block" must not pass as "proceed" (fail closed).
+        if self.action not in ("allow", "deny", "ask", "proceed"):
+            raise ValueError(
+                f"HookDecision action must be allow, deny, ask or proceed, not {self.action!r}"
+            )
 
     @classmethod
     def allow(cls, reason: str = "", arguments: Mapping[str, Any] | None = None) -> HookDecision:

@@ -8,6 +8,7 @@ risk, its limits and which arguments are paths. The model only ever sees
 from __future__ import annotations
 
 import string
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -90,8 +91,11 @@ class ToolSpec:
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
             raise ValueError("a tool needs a non-empty name")
-        if self.timeout_seconds <= 0 or self.result_limit <= 0:
-            raise ValueError(f"tool {self.name}: timeout_seconds and result_limit must be positive")
+        if not 0 < self.timeout_seconds <= threading.TIMEOUT_MAX or self.result_limit <= 0:
+            raise ValueError(
+                f"tool {self.name}: timeout_seconds must be positive and finite, "
+                "result_limit positive"
+            )
         object.__setattr__(self, "risk", Risk(self.risk))
         object.__setattr__(self, "input_validator", SchemaValidator(self.input_schema))
         output = SchemaValidator(self.output_schema, root="output") if self.output_schema else None

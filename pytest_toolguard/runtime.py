@@ -22,6 +22,7 @@ crash is marked INTERRUPTED by ``SQLiteAuditStore.recover``.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import hashlib
 import json
@@ -31,8 +32,9 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from types import MappingProxyType
 from typing import Any
 
 from .audit import AuditRecord, AuditStore, AuditUnavailable
@@ -173,8 +175,8 @@ class ToolRuntime:
         self.idempotency_scope = idempotency_scope
         self.timeouts: Mapping[str, float] = dict(timeouts or {})
         """Per-tool deadlines for this runtime, replacing ``timeout_seconds``."""
-        if any(seconds <= 0 for seconds in self.timeouts.values()):
-            raise ValueError("timeouts must be positive numbers of seconds")
+        if not all(_valid_timeout(seconds) for seconds in self.timeouts.values()):
+            raise ValueError(f"timeouts must be positive finite seconds, at most {TIMEOUT_MAX:g}")
         self.journal = ChangeJournal()
         self._clock = clock or (lambda: datetime.now(timezone.utc))
         self._isolation_mode = isolation
@@ -194,7 +196,10 @@ class ToolRuntime:
         Never raises for anything the call contains."""
         if self._pending:
             self.flush_audit()
-        attempt = self._receive(call)
+        try:
+            attempt = self._receive(call)
+        except Exception:  # an object whose attributes raise: a call of nothing
+            attempt = self._receive(None)
         try:
             if not isinstance(call, ToolCall):
                 raise _bad_request(
@@ -223,9 +228,10 @@ class ToolRuntime:
     def _receive(self, call: object) -> _Attempt:
         def text(name: str, fallback: str) -> str:
             value = getattr(call, name, None)
-            return (
-                _storable(value)[:MAX_ID_LENGTH] if isinstance(value, str) and value else fallback
-            )
+            if not isinstance(value, str) or not value:
+                return fallback
+            # Ids come from the model too: a token there must not be stored.
+            return self.redactor.redact_text(_storable(value)[:MAX_ID_LENGTH])
 
         call_id = text("call_id", "")
         if not call_id:
@@ -237,7 +243,9 @@ class ToolRuntime:
             tool_name=text("tool_name", "<invalid>"),
             actor=text("actor", "<invalid>"),
             session_id=text("session_id", "<invalid>"),
-            idempotency_key=_storable(key)[:MAX_ID_LENGTH] if isinstance(key, str) else None,
+            idempotency_key=self.redactor.redact_text(_storable(key)[:MAX_ID_LENGTH])
+            if isinstance(key, str)
+            else None,
             metadata=metadata if isinstance(metadata, Mapping) else {},
             started_at=self._now(),
             t0=time.perf_counter(),
@@ -273,10 +281,15 @@ class ToolRuntime:
             raise _bad_request(
                 f"arguments must be a JSON object, got {_json_type(raw)}", "request.parse"
             )
-        problem = _not_plain_json(raw)
+        copied: dict[str, Any] = {}
+        try:
+            problem = _not_plain_json(raw)
+            if not problem:
+                copied = _copy_json(raw)
+        except Exception as exc:  # a mapping that cannot even be read
+            problem = f"cannot be read ({type(exc).__name__})"
         if problem:
             raise _bad_request(f"arguments must be plain JSON data: {problem}", "request.parse")
-        copied: dict[str, Any] = _copy_json(raw)
         return copied
 
     def _lookup(self, tool_name: str) -> ToolSpec:
@@ -299,12 +312,15 @@ class ToolRuntime:
         arguments = attempt.arguments
         assert arguments is not None
         self._validate_and_authorize(spec, arguments, attempt)
-        approved = False
+        approval: tuple[str, str] | None = None  # the rule and reason that approved
         for hook in self.hooks:
             if not isinstance(hook, PreToolUse):
                 continue
             rule = f"hook.{getattr(hook, 'name', type(hook).__name__)}"
-            event = PreToolUseEvent(call=call, spec=spec, arguments=arguments)
+            # A copy: a hook changing it in place would skip schema and policy.
+            event = PreToolUseEvent(
+                call=call, spec=spec, arguments=MappingProxyType(_copy_json(arguments))
+            )
             try:
                 answer = hook.pre_tool_use(event)
                 if not isinstance(answer, HookDecision):
@@ -312,7 +328,7 @@ class ToolRuntime:
             except Exception as exc:  # fail closed
                 raise _Refusal(
                     ErrorCode.BLOCKED,
-                    f"{rule} failed: {type(exc).__name__}: {exc}",
+                    f"{rule} failed: {type(exc).__name__}: {_text(exc)}",
                     rule,
                     CallState.DENIED,
                 ) from None
@@ -339,11 +355,11 @@ class ToolRuntime:
                     ) from None
                 attempt.arguments = arguments
                 self._validate_and_authorize(spec, arguments, attempt, via=f"{rule}.rewrite")
+                approval = None  # an earlier approval was for other arguments
             if answer.action == "allow":
-                approved = True
-                attempt.rule = rule
-                attempt.reason = self._redactor(spec).redact_text(answer.reason or "approved")
-        if spec.risk.needs_approval and not approved:
+                reason = self._redactor(spec).redact_text(answer.reason or "approved")
+                approval = (rule, reason)
+        if spec.risk.needs_approval and approval is None:
             raise _Refusal(
                 ErrorCode.APPROVAL_REQUIRED,
                 f"tool {spec.name} has risk {spec.risk} and needs an approval "
@@ -351,6 +367,8 @@ class ToolRuntime:
                 "policy.approval",
                 CallState.DENIED,
             )
+        if approval is not None:
+            attempt.rule, attempt.reason = approval
         attempt.decision = "allow"
 
     def _validate_and_authorize(
@@ -385,15 +403,26 @@ class ToolRuntime:
             assert claim is not None
             return self._answer_claim(attempt, claim)
         attempt.idempotency_outcome = "claimed" if claim_key else None
-
-        result = self._invoke(spec, arguments, attempt)
-        self._observe(call, spec, arguments, result)
-        stored = (
-            _stored_outcome(result, self._redacted_output(attempt), spec.result_limit)
-            if claim_key
-            else None
-        )
+        try:
+            result = self._invoke(spec, arguments, attempt)
+            stored = (
+                _stored_outcome(result, self._redacted_output(attempt), spec.result_limit)
+                if claim_key
+                else None
+            )
+        except Exception as exc:  # a bug of ours after the handler may have run
+            attempt.output = attempt.redacted_output = None
+            result = self._failure(
+                attempt,
+                ErrorCode.EXECUTION_ERROR,
+                f"internal error in the executor: {type(exc).__name__}",
+                CallState.FAILED,
+            )
+            stored = _stored_outcome(result, None, spec.result_limit) if claim_key else None
+        # The RUNNING row is always finished, so neither a second row nor a
+        # key stuck at DUPLICATE_CALL is left behind.
         self._finish(audit_id, attempt, result, claim_key, stored)
+        self._observe(call, spec, arguments, result)
         return result
 
     def _claim_key(self, spec: ToolSpec, attempt: _Attempt) -> str | None:
@@ -497,8 +526,8 @@ class ToolRuntime:
         if finished:
             return self._check_output(spec, value, attempt)
         if isinstance(value, SandboxError):
-            return self._failure(attempt, value.code, self._scrub(str(value)), CallState.FAILED)
-        detail = self._scrub(str(value))
+            return self._failure(attempt, value.code, self._scrub(_text(value)), CallState.FAILED)
+        detail = self._scrub(_text(value))
         message = f"{type(value).__name__}: {detail}" if detail else type(value).__name__
         return self._failure(
             attempt, ErrorCode.EXECUTION_ERROR, f"handler raised {message}", CallState.FAILED
@@ -545,17 +574,22 @@ class ToolRuntime:
     def _observe(
         self, call: ToolCall, spec: ToolSpec, arguments: Mapping[str, Any], result: ToolResult
     ) -> None:
-        event = PostToolUseEvent(call=call, spec=spec, arguments=arguments, result=result)
         for hook in self.hooks:
             if isinstance(hook, PostToolUse):
+                # Each observer gets copies: it cannot change what the caller,
+                # the audit row or a later replay of the key sees.
+                event = PostToolUseEvent(
+                    call=call,
+                    spec=spec,
+                    arguments=MappingProxyType(_copy_json(arguments)),
+                    result=replace(result, data=_copy_json(result.data)),
+                )
                 try:
                     hook.post_tool_use(event)
                 except Exception as exc:  # observers never change the outcome
-                    warnings.warn(
-                        f"PostToolUse hook {getattr(hook, 'name', hook)!r} raised "
-                        f"{type(exc).__name__}: {exc}",
-                        RuntimeWarning,
-                        stacklevel=2,
+                    _warn(
+                        f"PostToolUse hook {getattr(hook, 'name', 'hook')!r} raised "
+                        f"{type(exc).__name__}: {_text(exc)}"
                     )
 
     # -- results and audit rows ---------------------------------------------
@@ -596,13 +630,17 @@ class ToolRuntime:
         return result
 
     def _audit_down(self, attempt: _Attempt, exc: AuditUnavailable) -> ToolResult:
-        # Nothing can be recorded now; the handler never runs.
-        return self._failure(
+        # The handler never runs; the row of this refusal is queued like any
+        # other that could not be written, so it is not lost either.
+        result = self._failure(
             attempt,
             ErrorCode.AUDIT_UNAVAILABLE,
-            f"the audit log could not record the call, so it did not run: {exc}",
+            f"the audit log could not record the call, so it did not run: {_text(exc)}",
             CallState.DENIED,
         )
+        attempt.decision, attempt.rule, attempt.reason = "deny", "audit.unavailable", result.message
+        self._write_row(attempt, result)
+        return result
 
     def _write_row(self, attempt: _Attempt, result: ToolResult) -> None:
         record = self._record(
@@ -653,7 +691,7 @@ class ToolRuntime:
                     kept = "queued for retry"
                 else:
                     kept = "DROPPED: the retry queue is full"
-            warnings.warn(f"audit write failed ({exc}); {kept}", RuntimeWarning, stacklevel=3)
+            _warn(f"audit write failed ({_text(exc)}); {kept}")
 
     def flush_audit(self) -> int:
         """Retry queued audit writes; returns how many are still pending."""
@@ -812,7 +850,7 @@ class ToolRuntime:
         if pending:
             problems.append(f"{pending} audit write(s) could not be stored")
         if problems:
-            warnings.warn("; ".join(problems), RuntimeWarning, stacklevel=2)
+            _warn("; ".join(problems))
         for owned in self._owned:
             owned.close()
         self._owned.clear()
@@ -826,6 +864,9 @@ class ToolRuntime:
 
 
 MAX_JSON_DEPTH = 64
+MAX_JSON_INTEGER = 2**128
+"""Larger integers are refused: Python cannot print one of over 4,300 digits
+as JSON, and no tool argument needs one."""
 
 
 def _not_plain_json(value: object) -> str:
@@ -844,6 +885,9 @@ def _not_plain_json(value: object) -> str:
         elif isinstance(item, float):
             if item != item or item in (float("inf"), float("-inf")):
                 return "numbers must be finite"
+        elif isinstance(item, int) and not isinstance(item, bool):
+            if not -MAX_JSON_INTEGER <= item <= MAX_JSON_INTEGER:
+                return f"integers must be within +-{MAX_JSON_INTEGER}"
         elif isinstance(item, Mapping):
             for key, child in item.items():
                 if not isinstance(key, str):
@@ -907,6 +951,28 @@ def _storable(text: str) -> str:
 
 def _bounded(text: str) -> str:
     return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 3] + "..."
+
+
+TIMEOUT_MAX = threading.TIMEOUT_MAX
+
+
+def _valid_timeout(seconds: float) -> bool:
+    return isinstance(seconds, (int, float)) and 0 < seconds <= TIMEOUT_MAX
+
+
+def _text(exc: BaseException) -> str:
+    """``str(exc)``, or its type's name when that raises."""
+    try:
+        return str(exc)
+    except Exception:
+        return type(exc).__name__
+
+
+def _warn(message: str) -> None:
+    """A RuntimeWarning that never raises: under ``-W error`` a warning is
+    an exception, and these are said on paths that must not raise."""
+    with contextlib.suppress(Exception):
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -101,7 +101,8 @@ class SchemaValidator:
     def errors(self, value: Any, *, show_key: Callable[[str], str] | None = None) -> list[str]:
         """Every error as ``<root>.<path>: <message>``, sorted by path.
 
-        Messages never hold the offending value; keys are the caller's, so
+        Messages never hold the offending value (keywords without a message
+        of ours get a generic one); keys are the caller's, so
         ``show_key`` may redact them (a misspelt field can be a token)."""
         if self._fast is not None and _shallow(value):
             try:
@@ -226,11 +227,30 @@ def _without_value(error: ValidationError) -> str:
         return "must match exactly one of the allowed forms, matches several"
     if kind in ("anyOf", "oneOf"):
         return "does not match any of the allowed forms"
-    message = error.message
-    shown = repr(error.instance)
-    if message.startswith(shown):  # jsonschema opens most messages with the value
-        message = "value" + message[len(shown) :]
-    return _short(message)
+    if kind is None:  # a `false` subschema
+        return "is not allowed by the schema"
+    rule = _RULES.get(str(kind))
+    if rule is not None:
+        return _short(rule.format(expected=expected))
+    # Other keywords (and a `false` subschema): jsonschema's own text may
+    # quote the value anywhere, or an unexpected key, so it is never shown.
+    return _short(f"does not satisfy the schema's {kind!r} rule")
+
+
+_RULES = {
+    "minimum": "must be >= {expected}",
+    "maximum": "must be <= {expected}",
+    "exclusiveMinimum": "must be > {expected}",
+    "exclusiveMaximum": "must be < {expected}",
+    "multipleOf": "must be a multiple of {expected}",
+    "minItems": "must have at least {expected} items",
+    "maxItems": "must have at most {expected} items",
+    "uniqueItems": "must not repeat items",
+    "minProperties": "must have at least {expected} fields",
+    "maxProperties": "must have at most {expected} fields",
+    "not": "matches a form that is not allowed",
+    "format": "is not a valid {expected}",
+}
 
 
 def _short(message: str, limit: int = 300) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from conftest import WRITE_ANYWHERE, spy_tool
 
-from pytest_toolguard import CallState, ErrorCode, SQLiteAuditStore, ToolCall
+from pytest_toolguard import CallState, ErrorCode, SQLiteAuditStore, ToolCall, ToolRuntime
 
 
 def call(call_id="c1", tool_name="spy", **arguments):
@@ -48,27 +48,38 @@ def test_running_row_is_committed_before_the_handler_starts(
     assert store.get("c1").state is CallState.SUCCEEDED
 
 
-@pytest.mark.parametrize("how", ["closed", "fault"])
 def test_store_down_at_start_answers_audit_unavailable_and_the_handler_never_runs(
-    toolguard_runtime, registry_of, spy, store, how
+    toolguard_runtime, registry_of, spy, store
 ):
     runtime = toolguard_runtime(registry_of(spy_tool(spy)), WRITE_ANYWHERE, audit=store)
-    if how == "closed":
-        store.close()
-    else:
-        store.inject_fault("start")
+    store.inject_fault("start", "record")
     result = runtime.execute(call())
     assert (result.code, result.retryable, result.ok) == (ErrorCode.AUDIT_UNAVAILABLE, True, False)
     assert spy.count == 0
+    # The refusal's own row is queued, and written once the store is back.
+    store.clear_fault()
+    assert runtime.flush_audit() == 0
+    row = store.get("c1")
+    assert (row.state, row.result_code, row.rule) == (
+        CallState.DENIED,
+        ErrorCode.AUDIT_UNAVAILABLE,
+        "audit.unavailable",
+    )
 
 
-def test_read_only_store_answers_audit_unavailable(toolguard_runtime, registry_of, spy, db):
-    SQLiteAuditStore(db).close()  # create the schema
-    read_only = SQLiteAuditStore(f"file:{db}?mode=ro", uri=True)
-    runtime = toolguard_runtime(registry_of(spy_tool(spy)), WRITE_ANYWHERE, audit=read_only)
+@pytest.mark.parametrize("how", ["closed", "read-only"])
+def test_a_store_that_stays_down_is_reported_by_close(registry_of, spy, db, workspace_dir, how):
+    if how == "closed":
+        store = SQLiteAuditStore(db)
+        store.close()
+    else:
+        SQLiteAuditStore(db).close()  # create the schema
+        store = SQLiteAuditStore(f"file:{db}?mode=ro", uri=True)
+    runtime = ToolRuntime(registry_of(spy_tool(spy)), str(workspace_dir), WRITE_ANYWHERE, store)
     assert runtime.execute(call()).code is ErrorCode.AUDIT_UNAVAILABLE
     assert spy.count == 0
-    read_only.close()
+    assert runtime.close() == ["1 audit write(s) could not be stored"]
+    store.close()
 
 
 def test_store_down_at_finish_keeps_the_result_and_queues_the_row(

@@ -155,3 +155,17 @@ def test_keys_in_error_paths_can_be_redacted():
     }
     errors = SchemaValidator(schema).errors({token: 1}, show_key=Redactor().redact_text)
     assert errors == ['arguments["<redacted:github_token>"]: unexpected field (allowed: path)']
+
+
+@pytest.mark.parametrize(
+    "schema, value",
+    [
+        ({"type": "object", "properties": {"x": False}}, {"x": "SECRET"}),
+        ({"type": "array", "prefixItems": [{"type": "string"}], "items": False}, ["a", "SECRET"]),
+        ({"type": "object", "unevaluatedProperties": False}, {"SECRET": 1}),
+        ({"type": "object", "dependentRequired": {"SECRET": ["other"]}}, {"SECRET": 1}),
+    ],
+)
+def test_no_keyword_lets_a_value_or_key_into_the_message(schema, value):
+    errors = SchemaValidator(schema).errors(value)
+    assert errors and not any("SECRET" in e for e in errors)
