@@ -217,3 +217,24 @@ def test_the_sessions_deadlines_are_recorded_and_replayed(tmp_path):
     cassette = load(path)
     assert cassette.session.timeouts == {"read_text": 2.5}
     assert replay(cassette, builtin_registry()).differences == ()
+
+
+def test_a_tools_own_redactor_is_used_when_recording_and_replaying(tmp_path):
+    from pytest_toolguard import Redactor
+
+    @tool(
+        input_schema={"type": "object", "properties": {"customer_pin": {"type": "string"}}},
+        redactor=Redactor(extra_keys=["customer_pin"]),
+    )
+    def lookup(ctx, customer_pin):
+        return {"customer_pin": customer_pin, "status": "found"}
+
+    runtime = ToolRuntime(ToolRegistry([lookup]), str(tmp_path))
+    path = tmp_path / "pin.yaml"
+    with record_session(runtime, path):
+        runtime.execute(
+            ToolCall(call_id="c1", tool_name="lookup", arguments={"customer_pin": "8642-1357"})
+        )
+    runtime.close()
+    assert "8642-1357" not in path.read_text()
+    assert replay(load(path), ToolRegistry([lookup])).differences == ()

@@ -34,7 +34,7 @@ from ..registry import ToolRegistry
 from ..runtime import ToolRuntime
 from .cassette import AuditExpectation, Cassette, Expectation, FileState, Interaction
 from .environment import fake_filesystem, frozen_clock, read_files, read_tree
-from .recorder import redact_file
+from .redacting import redact_file, tool_redactor
 
 ORPHAN_JOIN_SECONDS = 5.0
 
@@ -101,7 +101,7 @@ def replay(
             idempotency_scope=session.idempotency_scope,
             timeouts=session.timeouts,
         )
-        checker = _Checker(redactor, tuple(cassette.volatile) + tuple(volatile))
+        checker = _Checker(redactor, tuple(cassette.volatile) + tuple(volatile), registry)
         results: list[ToolResult] = []
         try:
             for index, interaction in enumerate(cassette.interactions):
@@ -139,9 +139,12 @@ def _with_secrets(call: ToolCall, secrets: Mapping[str, str] | None) -> ToolCall
 class _Checker:
     """Collects differences and counts the checks made."""
 
-    def __init__(self, redactor: Redactor, volatile: tuple[str, ...]) -> None:
+    def __init__(
+        self, redactor: Redactor, volatile: tuple[str, ...], registry: ToolRegistry | None = None
+    ) -> None:
         self.redactor = redactor
         self.volatile = volatile
+        self.registry = registry
         self.differences: list[Difference] = []
         self.checks = 0
 
@@ -170,7 +173,8 @@ class _Checker:
         if expected.check_data:
             volatile = self.volatile + interaction.volatile
             recorded_data = _without(expected.data, volatile)
-            replayed_data = _without(self.redactor.redact(result.data), volatile)
+            redactor = tool_redactor(self.registry, interaction.call.tool_name, self.redactor)
+            replayed_data = _without(redactor.redact(result.data), volatile)
             self.compare(where, "result.data", recorded_data, replayed_data)
         if expected.message_contains is not None:
             self.checks += 1

@@ -25,7 +25,6 @@ from typing import Any
 from ..contract import ToolCall, ToolResult
 from ..hooks import PlanProgress
 from ..policy import fill_template, under_root
-from ..redaction import Redactor
 from ..runtime import ToolRuntime
 from ..sandbox import SandboxError
 from .cassette import (
@@ -39,6 +38,7 @@ from .cassette import (
     dump,
 )
 from .environment import read_tree
+from .redacting import redact_file, tool_redactor
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,8 +142,9 @@ class Recorder:
         )
 
     def _interaction(self, item: _Recorded) -> Interaction:
-        redactor = self.runtime.redactor
         call, result = item.call, item.result
+        # The tool's own redactor when it has one, as in the audit row.
+        redactor = tool_redactor(self.runtime.registry, call.tool_name, self.runtime.redactor)
         arguments = call.arguments
         shown = (
             redactor.redact_text(arguments)
@@ -204,17 +205,6 @@ class Recorder:
             except (KeyError, SandboxError, ValueError):
                 continue  # refused by its spelling too: it touched nothing
         return tuple(paths)
-
-
-def redact_file(redactor: Redactor, content: bytes) -> bytes:
-    """A file's bytes as a cassette keeps them: UTF-8 text redacted like
-    arguments, anything else as it is. Replay redacts what it reads the
-    same way before comparing."""
-    try:
-        text = content.decode("utf-8")
-    except UnicodeDecodeError:
-        return content
-    return redactor.redact_text(text).encode("utf-8")
 
 
 def _forbidden(runtime: ToolRuntime, path: str) -> bool:

@@ -203,7 +203,9 @@ class PlaybackTape:
         self.asked_capabilities = capabilities
         self.asked_variables = variables
         self._refused: list[Difference] = []
-        self._checker = _Checker(self.redactor, tuple(cassette.volatile) + tuple(volatile))
+        self._checker = _Checker(
+            self.redactor, tuple(cassette.volatile) + tuple(volatile), registry
+        )
         self._stack = ExitStack()
         self._lock = threading.Lock()
         self._next = 0
