@@ -64,6 +64,10 @@ MESSAGE_LIMIT = 2_000
 PENDING_LIMIT = 10_000
 
 
+Listener = Callable[[ToolCall, ToolResult, Any], None]
+"""``listener(call, result, stored_data)``: see ``ToolRuntime.add_listener``."""
+
+
 @dataclass(frozen=True, slots=True)
 class ToolContext:
     """What a handler gets besides its arguments. Files only through
@@ -182,6 +186,7 @@ class ToolRuntime:
         self._isolation_mode = isolation
         self._isolation = make_isolation(isolation)
         self._pending: list[Callable[[], object]] = []
+        self._listeners: list[Listener] = []
         self._pending_lock = threading.Lock()
         self._host_paths = tuple(
             sorted(
@@ -200,6 +205,12 @@ class ToolRuntime:
             attempt = self._receive(call)
         except Exception:  # an object whose attributes raise: a call of nothing
             attempt = self._receive(None)
+        result = self._pipeline(call, attempt)
+        if self._listeners:
+            self._notify(call, result, attempt)
+        return result
+
+    def _pipeline(self, call: ToolCall, attempt: _Attempt) -> ToolResult:
         try:
             if not isinstance(call, ToolCall):
                 raise _bad_request(
@@ -224,6 +235,31 @@ class ToolRuntime:
                     CallState.FAILED,
                 ),
             )
+
+    def add_listener(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener(call, result, stored_data)`` after every
+        ``execute``; ``stored_data`` is the result's data as it may be stored:
+        redacted from the whole output, then cut like the result (what a
+        recorder must keep). Returns the function that removes it. A listener
+        that raises is reported as a RuntimeWarning."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def _notify(self, call: ToolCall, result: ToolResult, attempt: _Attempt) -> None:
+        spec = attempt.spec
+        if attempt.output is not None and spec is not None and result.ok:
+            stored, _ = _truncate(
+                self._redacted_output(attempt),
+                json.dumps(self._redacted_output(attempt), ensure_ascii=False, sort_keys=True),
+                spec.result_limit,
+            )
+        else:  # failures carry no data; replays carry the stored, redacted data
+            stored = self._redactor(spec).redact(result.data)
+        for listener in list(self._listeners):
+            try:
+                listener(call, result, stored)
+            except Exception as exc:
+                _warn(f"execute listener raised {type(exc).__name__}: {_text(exc)}")
 
     def _receive(self, call: object) -> _Attempt:
         def text(name: str, fallback: str) -> str:

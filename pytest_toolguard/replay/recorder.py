@@ -16,7 +16,7 @@ secret the redactor knows.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -45,6 +45,8 @@ from .redacting import redact_file, tool_redactor
 class _Recorded:
     call: ToolCall
     result: ToolResult
+    stored_data: Any
+    """The data as the runtime would store it: redacted, then cut."""
     touched: tuple[str, ...]
 
 
@@ -68,27 +70,24 @@ class Recorder:
         self._symlinks: dict[str, str] = {}
         self._directories: list[str] = []
         self._started_at = ""
-        self._execute: Any = None
+        self._remove_listener: Callable[[], None] | None = None
 
     def start(self) -> None:
-        """Snapshot the workspace and start watching ``runtime.execute``."""
+        """Snapshot the workspace and start listening to ``runtime.execute``."""
         root = self.runtime.workspace.root
         self._started_at = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
         self._before = read_tree(root)
         self._symlinks, self._directories = _links_and_directories(root)
-        self._execute = self.runtime.execute
-        self.runtime.execute = self._record  # type: ignore[method-assign]
+        self._remove_listener = self.runtime.add_listener(self._record)
 
     def stop(self) -> None:
-        """Stop watching; the runtime executes as before."""
-        if self._execute is not None:
-            self.runtime.execute = self._execute  # type: ignore[method-assign]
-            self._execute = None
+        """Stop watching the runtime."""
+        if self._remove_listener is not None:
+            self._remove_listener()
+            self._remove_listener = None
 
-    def _record(self, call: ToolCall) -> ToolResult:
-        result: ToolResult = self._execute(call)
-        self._calls.append(_Recorded(call, result, self._touched(call)))
-        return result
+    def _record(self, call: ToolCall, result: ToolResult, stored_data: Any) -> None:
+        self._calls.append(_Recorded(call, result, stored_data, self._touched(call)))
 
     def cassette(self) -> Cassette:
         """The cassette of everything recorded so far."""
@@ -160,7 +159,7 @@ class Recorder:
                 retryable=result.retryable,
                 state=result.state.value,
                 truncated=result.truncated,
-                data=redactor.redact(result.data),
+                data=item.stored_data,
                 check_data=True,
                 message=result.message,
             ),
