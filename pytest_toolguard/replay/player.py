@@ -34,7 +34,7 @@ from ..registry import ToolRegistry
 from ..runtime import ToolRuntime
 from .cassette import AuditExpectation, Cassette, Expectation, FileState, Interaction
 from .environment import fake_filesystem, frozen_clock, read_files, read_tree
-from .redacting import redact_file, tool_redactor
+from .redacting import redact_file
 
 ORPHAN_JOIN_SECONDS = 5.0
 
@@ -103,11 +103,13 @@ def replay(
         )
         checker = _Checker(redactor, tuple(cassette.volatile) + tuple(volatile), registry)
         results: list[ToolResult] = []
+        stored: list[Any] = []
+        runtime.add_listener(lambda call, result, data: stored.append(data))
         try:
             for index, interaction in enumerate(cassette.interactions):
                 result = runtime.execute(_with_secrets(interaction.call, secrets))
                 results.append(result)
-                checker.result(index, interaction, result)
+                checker.result(index, interaction, result, stored[-1])
         finally:
             orphans = runtime.close(join_timeout=ORPHAN_JOIN_SECONDS)
         for orphan in orphans:
@@ -156,7 +158,12 @@ class _Checker:
         if recorded != replayed:
             self.add(where, name, recorded, replayed, _text_diff(recorded, replayed))
 
-    def result(self, index: int, interaction: Interaction, result: ToolResult) -> None:
+    def result(
+        self, index: int, interaction: Interaction, result: ToolResult, stored_data: Any
+    ) -> None:
+        """Compare one result; ``stored_data`` is its data as the runtime
+        stores it (redacted, then cut: see ``ToolRuntime.add_listener``),
+        which is what the recorder kept."""
         where = f"interaction {index + 1} ({interaction.call.tool_name})"
         expected: Expectation = interaction.result
         replayed = {
@@ -173,8 +180,7 @@ class _Checker:
         if expected.check_data:
             volatile = self.volatile + interaction.volatile
             recorded_data = _without(expected.data, volatile)
-            redactor = tool_redactor(self.registry, interaction.call.tool_name, self.redactor)
-            replayed_data = _without(redactor.redact(result.data), volatile)
+            replayed_data = _without(stored_data, volatile)
             self.compare(where, "result.data", recorded_data, replayed_data)
         if expected.message_contains is not None:
             self.checks += 1

@@ -210,6 +210,7 @@ class PlaybackTape:
         self._lock = threading.Lock()
         self._next = 0
         self._calls = 0
+        self._stored: list[Any] = []
         self._results: list[ToolResult] = []
         self._before: dict[str, bytes] | None = None
         self._runtime: ToolRuntime | None = None
@@ -233,6 +234,7 @@ class PlaybackTape:
             idempotency_scope=session.idempotency_scope,
             timeouts=session.timeouts,
         )
+        runtime.add_listener(lambda call, result, data: self._stored.append(data))
         self._execute = runtime.execute
         runtime.execute = self._play  # type: ignore[method-assign]
         self._runtime = runtime
@@ -261,7 +263,7 @@ class PlaybackTape:
             self._next += 1
         result: ToolResult = self._execute(call)
         self._results.append(result)
-        self._checker.result(index, interactions[index], result)
+        self._checker.result(index, interactions[index], result, self._stored[-1])
         return result
 
     def _mismatch(self, number: int, index: int, call: ToolCall) -> str:
