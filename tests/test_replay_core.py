@@ -271,3 +271,13 @@ def test_output_cut_inside_a_token_replays_without_difference(tmp_path):
         runtime.execute(ToolCall(call_id="c1", tool_name="dump"))
     runtime.close()
     assert replay(load(path), ToolRegistry([dump])).differences == ()
+
+
+def test_a_secret_filled_into_json_text_arguments_stays_one_string():
+    from pytest_toolguard.replay.player import _with_secrets
+
+    call = ToolCall(call_id="c1", tool_name="t", arguments='{"auth": "<redacted:authorization>"}')
+    filled = _with_secrets(call, {"authorization": 'Bearer a"b\\c'})
+    import json
+
+    assert json.loads(filled.arguments) == {"auth": 'Bearer a"b\\c'}

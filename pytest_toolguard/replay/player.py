@@ -135,6 +135,16 @@ def _with_secrets(call: ToolCall, secrets: Mapping[str, str] | None) -> ToolCall
             return [fill(item) for item in value]
         return value
 
+    if isinstance(call.arguments, str):
+        # Arguments recorded as JSON text: each secret goes in JSON-escaped,
+        # so a quote or backslash in it cannot change the document.
+        text = _PLACEHOLDER.sub(
+            lambda m: (
+                json.dumps(secrets[m.group(1)])[1:-1] if m.group(1) in secrets else m.group(0)
+            ),
+            call.arguments,
+        )
+        return replace(call, arguments=text)
     return replace(call, arguments=fill(call.arguments))
 
 
