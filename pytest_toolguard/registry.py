@@ -83,6 +83,8 @@ class ToolSpec:
     """For external tools: the argument holding the URL or host the call
     reaches; it must be in ``Capabilities.network_hosts``."""
     allow_hardlinks: bool = False
+    """Let this tool's handler read and replace hard-linked files, which the
+    sandbox refuses by default (a hard link may share an outside file)."""
     redactor: Redactor | None = None
     """Replaces the runtime's redactor for this tool's arguments and output."""
     input_validator: SchemaValidator = field(init=False, repr=False, compare=False)

@@ -535,7 +535,9 @@ class ToolRuntime:
             call_id=call_id,
             session_id=attempt.session_id,
             actor=attempt.actor,
-            workspace=self.workspace.with_journal(on_change),
+            workspace=self.workspace.with_journal(
+                on_change, allow_hardlinks=spec.allow_hardlinks or None
+            ),
             capabilities=self.capabilities,
             variables=self.variables,
             metadata=attempt.metadata,

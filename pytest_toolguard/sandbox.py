@@ -547,13 +547,20 @@ class Workspace:
     ) -> None:
         self.close()
 
-    def with_journal(self, on_change: OnChange) -> Workspace:
+    def with_journal(
+        self, on_change: OnChange, *, allow_hardlinks: bool | None = None
+    ) -> Workspace:
         """A view of the same root (same descriptor, same rules) whose writes
         and deletes first call ``on_change(relative_path, previous)``.
-        Closing the view does not close the root."""
+        ``allow_hardlinks`` overrides that one rule for the view (a tool that
+        opts in). Closing the view does not close the root."""
         view = object.__new__(Workspace)
         view.root = self.root
-        view._rules = self._rules
+        view._rules = (
+            self._rules
+            if allow_hardlinks is None
+            else _Rules(forbidden=self._rules.forbidden, allow_hardlinks=allow_hardlinks)
+        )
         view._on_change = on_change
         view._handle = self._handle
         view._owns_handle = False

@@ -123,3 +123,31 @@ def test_a_token_in_an_identifier_is_not_stored(toolguard_runtime, registry_of, 
     runtime.execute(call(call_id=token, tool_name=token))
     row = runtime.audit.rows()[0]
     assert token not in row.call_id and token not in row.tool_name
+
+
+def test_only_a_tool_that_opts_in_may_read_a_hard_linked_file(toolguard_runtime, workspace_dir):
+    import os
+
+    from pytest_toolguard.registry import PathAccess, ToolRegistry, tool
+
+    (workspace_dir / "a.txt").write_text("shared")
+    os.link(workspace_dir / "a.txt", workspace_dir / "b.txt")
+
+    def reader(name, allow):
+        @tool(
+            name=name,
+            input_schema={"type": "object"},
+            paths=[PathAccess.read("b.txt")],
+            allow_hardlinks=allow,
+        )
+        def read(ctx):
+            return {"text": ctx.workspace.read_text("b.txt")}
+
+        return read
+
+    runtime = toolguard_runtime(ToolRegistry([reader("strict", False), reader("lenient", True)]))
+    assert (
+        runtime.execute(ToolCall(call_id="1", tool_name="strict")).code is ErrorCode.FORBIDDEN_PATH
+    )
+    lenient = runtime.execute(ToolCall(call_id="2", tool_name="lenient"))
+    assert lenient.ok and lenient.data == {"text": "shared"}
