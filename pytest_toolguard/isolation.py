@@ -175,6 +175,9 @@ class ProcessIsolation:
             os.setpgid(pid, pid)
         try:
             payload = _read_until(read_end, time.monotonic() + timeout)
+        except BaseException:
+            _kill_group(pid)  # never leave a child running past a failure here
+            raise
         finally:
             os.close(read_end)
         if payload is None:
@@ -215,12 +218,13 @@ def _child(fn: Callable[[], Any], write_end: int) -> None:
 def _read_until(fd: int, deadline: float) -> bytes | None:
     """Everything written to ``fd`` until EOF, or None at the deadline."""
     chunks: list[bytes] = []
+    poller = select.poll()  # not select(): it fails for descriptors >= 1024
+    poller.register(fd, select.POLLIN)
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return None
-        ready, _, _ = select.select([fd], [], [], remaining)
-        if not ready:
+        if not poller.poll(max(1, int(remaining * 1000))):
             return None
         chunk = os.read(fd, 65536)
         if not chunk:
