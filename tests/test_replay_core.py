@@ -240,7 +240,7 @@ def test_a_tools_own_redactor_is_used_when_recording_and_replaying(tmp_path):
     assert replay(load(path), ToolRegistry([lookup])).differences == ()
 
 
-def test_output_cut_inside_a_token_leaves_no_fragment_in_the_cassette(tmp_path):
+def test_output_cut_inside_a_token_leaves_no_fragment_and_replays(tmp_path):
     token = "ghp_" + "Q7w9" * 9
     prefix = '{"log": "deploy key ghp_'
 
@@ -255,21 +255,6 @@ def test_output_cut_inside_a_token_leaves_no_fragment_in_the_cassette(tmp_path):
     runtime.close()
     assert result.truncated and token[4:19] in result.data  # the model sees the cut data
     assert token[4:19] not in path.read_text()
-
-
-def test_output_cut_inside_a_token_replays_without_difference(tmp_path):
-    token = "ghp_" + "Q7w9" * 9
-    prefix = '{"log": "deploy key ghp_'
-
-    @tool(input_schema={"type": "object"}, result_limit=len(prefix) + 15)
-    def dump(ctx):
-        return {"log": f"deploy key {token} installed"}
-
-    runtime = ToolRuntime(ToolRegistry([dump]), str(tmp_path))
-    path = tmp_path / "cut.yaml"
-    with record_session(runtime, path):
-        runtime.execute(ToolCall(call_id="c1", tool_name="dump"))
-    runtime.close()
     assert replay(load(path), ToolRegistry([dump])).differences == ()
 
 
