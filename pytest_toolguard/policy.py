@@ -200,10 +200,12 @@ def _check_path(
         return None
     try:
         # Judged by where it really leads: the sandbox applies its rules
-        # (forbidden names included) to every link target on the way.
-        real = workspace.resolve(given)
+        # (forbidden names included) to every link target on the way. The
+        # same walk gives the size a read is judged by.
+        real, size = workspace.resolve_with_size(given)
     except OSError:
         # `file.txt/x`: judged by its spelling; the handler meets the error.
+        size = None
         try:
             real = workspace.normalize(given)
         except SandboxError as exc:
@@ -220,7 +222,6 @@ def _check_path(
             f"{real} is outside the allowed {kind} roots ({allowed})",
         )
     if access.mode == "read":
-        size = _size(workspace, real)
         if size is not None and size > capabilities.max_read_bytes:
             return Decision.deny(
                 ErrorCode.LIMIT_EXCEEDED,
@@ -245,13 +246,6 @@ _SANDBOX_RULES = {
     ErrorCode.INVALID_ARGUMENT: "sandbox.invalid_path",
     ErrorCode.LIMIT_EXCEEDED: "sandbox.limit",
 }
-
-
-def _size(workspace: Workspace, path: str) -> int | None:
-    try:
-        return workspace.size(path)
-    except (SandboxError, OSError):
-        return None  # the handler will meet the same problem and say so
 
 
 def content_size(value: Any) -> int:

@@ -602,22 +602,35 @@ class Workspace:
         leading outside, ``InvalidPath`` for a link loop, and
         ``NotADirectoryError`` when a file is used as a directory.
         """
+        return self._resolve(path)[0]
+
+    def resolve_with_size(self, path: str) -> tuple[str, int | None]:
+        """``resolve``, and in the same walk the size in bytes of the regular
+        file the path names (None when it is missing, a directory or not a
+        regular file). The answer holds for the moment of the call only."""
+        resolved, st = self._resolve(path)
+        size = st.st_size if st is not None and stat.S_ISREG(st.st_mode) else None
+        return resolved, size
+
+    def _resolve(self, path: str) -> tuple[str, os.stat_result | None]:
         parts = _split(path, self._rules)
         with self._cursor(path, missing_ok=True) as cursor:
             if not parts or parts[-1] == "..":
                 cursor.enter(parts)
-                return cursor.rel()
+                return cursor.rel(), None
             cursor.enter(parts[:-1])
             name: str | None = parts[-1]
+            final: os.stat_result | None = None
             while name is not None and not cursor.virtual:
                 try:
                     st = os.stat(name, dir_fd=cursor.fd, follow_symlinks=False)
                 except FileNotFoundError:
                     break
                 if not stat.S_ISLNK(st.st_mode):
+                    final = st
                     break
                 name = cursor.follow(name)
-            return cursor.rel(name)
+            return cursor.rel(name), final
 
     def exists(self, path: str) -> bool:
         """Whether ``path`` names something, symlinks followed. False when it

@@ -878,3 +878,15 @@ def test_under_pyfakefs_hard_links_journal_and_atomic_writes(
         monkeypatch.undo()
         assert ws.read_bytes("sub/f.txt") == b"eff"
         assert not any(name.startswith(TEMP_PREFIX) for name in os.listdir("/fake/ws/sub"))
+
+
+def test_resolve_with_size_gives_the_real_targets_size_in_one_walk(tmp_path):
+    root = tmp_path / "ws"
+    (root / "d").mkdir(parents=True)
+    (root / "d" / "f.txt").write_bytes(b"12345")
+    os.symlink("d/f.txt", root / "link")
+    with Workspace(root) as ws:
+        assert ws.resolve_with_size("link") == ("d/f.txt", 5)
+        assert ws.resolve_with_size("d") == ("d", None)
+        assert ws.resolve_with_size("d/missing.txt") == ("d/missing.txt", None)
+        assert ws.resolve_with_size(".") == (".", None)
