@@ -53,7 +53,8 @@ def test_store_down_at_start_answers_audit_unavailable_and_the_handler_never_run
 ):
     runtime = toolguard_runtime(registry_of(spy_tool(spy)), WRITE_ANYWHERE, audit=store)
     store.inject_fault("start", "record")
-    result = runtime.execute(call())
+    with pytest.warns(RuntimeWarning, match="queued for retry"):
+        result = runtime.execute(call())
     assert (result.code, result.retryable, result.ok) == (ErrorCode.AUDIT_UNAVAILABLE, True, False)
     assert spy.count == 0
     # The refusal's own row is queued, and written once the store is back.
@@ -76,9 +77,11 @@ def test_a_store_that_stays_down_is_reported_by_close(registry_of, spy, db, work
         SQLiteAuditStore(db).close()  # create the schema
         store = SQLiteAuditStore(f"file:{db}?mode=ro", uri=True)
     runtime = ToolRuntime(registry_of(spy_tool(spy)), str(workspace_dir), WRITE_ANYWHERE, store)
-    assert runtime.execute(call()).code is ErrorCode.AUDIT_UNAVAILABLE
+    with pytest.warns(RuntimeWarning, match="queued for retry"):
+        assert runtime.execute(call()).code is ErrorCode.AUDIT_UNAVAILABLE
     assert spy.count == 0
-    assert runtime.close() == ["1 audit write(s) could not be stored"]
+    with pytest.warns(RuntimeWarning, match="could not be stored"):
+        assert runtime.close() == ["1 audit write(s) could not be stored"]
     store.close()
 
 
