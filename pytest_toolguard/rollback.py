@@ -5,7 +5,10 @@ previous bytes (or "absent") are recorded under the call's id, once per path
 per call. ``ChangeJournal.rollback`` restores them in reverse order. The
 journal lives in memory: it survives neither the process nor, in process
 isolation, the child that ran the handler (its changes are carried back with
-the result, see ``runtime``).
+the result, see ``runtime``). It is bounded: past ``max_bytes`` of kept
+content, the oldest calls are forgotten first (their rollback then answers
+that nothing was recorded). Calls are keyed by call id: two calls sent with
+the same id are rolled back together.
 """
 
 from __future__ import annotations
@@ -24,11 +27,17 @@ class Change:
     previous: bytes | None
 
 
-class ChangeJournal:
-    """Thread-safe map of call id to the changes that call made."""
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 
-    def __init__(self) -> None:
-        self._changes: dict[str, list[Change]] = {}
+
+class ChangeJournal:
+    """Thread-safe map of call id to the changes that call made, oldest
+    call first, holding at most ``max_bytes`` of previous contents."""
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._changes: dict[str, list[Change]] = {}  # insertion order: oldest first
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def record(self, call_id: str, path: str, previous: bytes | None) -> None:
@@ -37,6 +46,12 @@ class ChangeJournal:
             changes = self._changes.setdefault(call_id, [])
             if all(change.path != path for change in changes):
                 changes.append(Change(path, previous))
+                self._bytes += len(previous or b"")
+            while self._bytes > self.max_bytes and len(self._changes) > 1:
+                oldest = next(iter(self._changes))
+                if oldest == call_id:
+                    break  # never drop the call being recorded
+                self._bytes -= _size(self._changes.pop(oldest))
 
     def changes(self, call_id: str) -> list[Change]:
         with self._lock:
@@ -47,6 +62,11 @@ class ChangeJournal:
         call. Raises KeyError when nothing was recorded for it."""
         with self._lock:
             changes = self._changes.pop(call_id)
+            self._bytes -= _size(changes)
         for change in reversed(changes):
             workspace.restore(change.path, change.previous)
         return changes
+
+
+def _size(changes: list[Change]) -> int:
+    return sum(len(change.previous or b"") for change in changes)

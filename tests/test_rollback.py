@@ -66,3 +66,13 @@ def test_only_the_first_previous_state_of_a_path_is_kept(toolguard_runtime, work
     assert runtime.execute(ToolCall(call_id="t", tool_name="twice")).ok
     runtime.rollback("t")
     assert (workspace_dir / "src" / "a.py").read_text() == "zero"
+
+
+def test_the_journal_forgets_the_oldest_calls_past_its_budget(tmp_path):
+    from pytest_toolguard.rollback import ChangeJournal
+
+    journal = ChangeJournal(max_bytes=10)
+    journal.record("old", "a.txt", b"123456")
+    journal.record("new", "b.txt", b"789012")
+    assert journal.changes("old") == []
+    assert [c.path for c in journal.changes("new")] == ["b.txt"]
