@@ -18,28 +18,9 @@ import os
 import sqlite3
 from collections.abc import Sequence
 
-COLUMNS: tuple[str, ...] = (
-    "call_id",
-    "session_id",
-    "actor",
-    "tool_name",
-    "risk",
-    "arguments_json",
-    "arguments_hash",
-    "idempotency_key",
-    "decision",
-    "rule",
-    "reason",
-    "state",
-    "result_code",
-    "result_preview",
-    "error_message",
-    "started_at",
-    "finished_at",
-    "duration_ms",
-    "replay_of",
-    "idempotency_outcome",
-)
+from pytest_toolguard.audit import AUDIT_COLUMNS
+
+COLUMNS = AUDIT_COLUMNS  # the same row shape as the real store
 
 _CREATE = (
     "CREATE TABLE IF NOT EXISTS tool_call_audit ("

@@ -63,6 +63,7 @@ from pytest_toolguard.contract import CallState, ErrorCode
 from pytest_toolguard.idempotency import Claim, ClaimOutcome, StoredKey, resolve_claim
 
 __all__ = [
+    "AUDIT_COLUMNS",
     "INTERRUPTED_MESSAGE",
     "OPERATIONS",
     "SCHEMA_VERSION",
@@ -234,7 +235,7 @@ class AuditStore(Protocol):
 
 # --- schema -----------------------------------------------------------------
 
-_AUDIT_COLUMNS: tuple[str, ...] = (
+AUDIT_COLUMNS: tuple[str, ...] = (  # the order of the table's columns
     "call_id",
     "session_id",
     "actor",
@@ -307,10 +308,10 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
-_SELECT_AUDIT = f"SELECT audit_id, {', '.join(_AUDIT_COLUMNS)} FROM tool_call_audit"
+_SELECT_AUDIT = f"SELECT audit_id, {', '.join(AUDIT_COLUMNS)} FROM tool_call_audit"
 _INSERT_AUDIT = (
-    f"INSERT INTO tool_call_audit ({', '.join(_AUDIT_COLUMNS)})"
-    f" VALUES ({', '.join('?' for _ in _AUDIT_COLUMNS)})"
+    f"INSERT INTO tool_call_audit ({', '.join(AUDIT_COLUMNS)})"
+    f" VALUES ({', '.join('?' for _ in AUDIT_COLUMNS)})"
 )
 _FINISH_AUDIT = (
     "UPDATE tool_call_audit SET state = ?, result_code = ?, result_preview = ?,"
@@ -320,9 +321,9 @@ _FINISH_AUDIT = (
 _SYNCHRONOUS_NAMES: Mapping[int, str] = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
 
 
-_FIELD_VALUES = operator.attrgetter(*_AUDIT_COLUMNS)
+_FIELD_VALUES = operator.attrgetter(*AUDIT_COLUMNS)
 _STATE, _RESULT_CODE, _IDEMPOTENCY_KEY, _IDEMPOTENCY_OUTCOME = (
-    _AUDIT_COLUMNS.index(name)
+    AUDIT_COLUMNS.index(name)
     for name in ("state", "result_code", "idempotency_key", "idempotency_outcome")
 )
 
@@ -334,7 +335,7 @@ def _row_values(
     idempotency_key: str | None = None,
     idempotency_outcome: str | None = None,
 ) -> list[Any]:
-    """``rec``'s values in ``_AUDIT_COLUMNS`` order, enums as their text;
+    """``rec``'s values in ``AUDIT_COLUMNS`` order, enums as their text;
     ``state`` is ``rec.state`` checked by the caller, the two idempotency
     values replace ``rec``'s when given."""
     values = list(_FIELD_VALUES(rec))
@@ -351,7 +352,7 @@ def _row_values(
 
 def _record_from_row(row: tuple[Any, ...]) -> AuditRecord:
     audit_id, *values = row
-    fields = dict(zip(_AUDIT_COLUMNS, values, strict=True))
+    fields = dict(zip(AUDIT_COLUMNS, values, strict=True))
     fields["state"] = CallState(fields["state"])
     if fields["result_code"] is not None:
         fields["result_code"] = ErrorCode(fields["result_code"])

@@ -670,15 +670,15 @@ class ToolRuntime:
     def _audit_down(self, attempt: _Attempt, exc: AuditUnavailable) -> ToolResult:
         # The handler never runs; the row of this refusal is queued like any
         # other that could not be written, so it is not lost either.
-        result = self._failure(
+        return self._refuse(
             attempt,
-            ErrorCode.AUDIT_UNAVAILABLE,
-            f"the audit log could not record the call, so it did not run: {_text(exc)}",
-            CallState.DENIED,
+            _Refusal(
+                ErrorCode.AUDIT_UNAVAILABLE,
+                f"the audit log could not record the call, so it did not run: {_text(exc)}",
+                "audit.unavailable",
+                CallState.DENIED,
+            ),
         )
-        attempt.decision, attempt.rule, attempt.reason = "deny", "audit.unavailable", result.message
-        self._write_row(attempt, result)
-        return result
 
     def _write_row(self, attempt: _Attempt, result: ToolResult) -> None:
         record = self._record(
