@@ -25,6 +25,7 @@ from .redaction import Redactor
 from .registry import PathAccess, ToolRegistry, ToolSpec, tool
 from .runtime import ToolContext, ToolRuntime
 from .sandbox import (
+    CallCancelled,
     ForbiddenPath,
     InvalidPath,
     LimitExceeded,
@@ -42,6 +43,7 @@ __all__ = [
     "AuditRecord",
     "AuditStore",
     "AuditUnavailable",
+    "CallCancelled",
     "CallState",
     "Capabilities",
     "Decision",

@@ -672,6 +672,20 @@ class SQLiteAuditStore:
             conn.execute("ROLLBACK")
         return None, resolve_claim(stored, rec.tool_name, rec.arguments_hash)
 
+    def held_claim(self, claim_key: str, tool_name: str, arguments_hash: str) -> Claim | None:
+        """A read-only look at ``claim_key``: the claim a ``start`` with it
+        would meet now, or None when the key is free. The runtime uses it to
+        answer a retry of a finished call before its hooks run (a plan that
+        has moved on must not block the retry of a call it allowed)."""
+        with self._reading("get") as conn:
+            found = conn.execute(
+                "SELECT 1 FROM idempotency_keys WHERE key = ?", (claim_key,)
+            ).fetchone()
+            if found is None:
+                return None
+            stored = self._stored_key(conn, claim_key)
+        return resolve_claim(stored, tool_name, arguments_hash)
+
     @staticmethod
     def _stored_key(conn: sqlite3.Connection, key: str) -> StoredKey:
         row = conn.execute(
@@ -863,6 +877,23 @@ class SQLiteAuditStore:
                 f"unknown store operations {sorted(unknown)}; known: {sorted(OPERATIONS)}"
             )
         self._fault = _Fault(frozenset(operations) or OPERATIONS, message)
+
+    def serialize(self) -> bytes:
+        """The database as SQLite would write it to one file (for a memory
+        store too): what a secret scan reads. ``AuditUnavailable`` when the
+        store is closed."""
+        lock = self._memory_lock
+        if lock is not None:
+            lock.acquire()
+        try:
+            conn = self._connection("get")
+            try:
+                return conn.serialize()
+            except sqlite3.Error as exc:
+                raise self._unavailable("get", exc) from exc
+        finally:
+            if lock is not None:
+                lock.release()
 
     def clear_fault(self) -> None:
         """Undo ``inject_fault``."""

@@ -173,6 +173,13 @@ class ToolRegistry:
         self._tools[spec.name] = spec
         return spec
 
+    def replace(self, spec: ToolSpec) -> ToolSpec | None:
+        """Register ``spec`` in place of the tool of the same name; returns
+        the tool it replaced, if any."""
+        previous = self._tools.get(spec.name)
+        self._tools[spec.name] = spec
+        return previous
+
     def get(self, name: str) -> ToolSpec | None:
         return self._tools.get(name)
 

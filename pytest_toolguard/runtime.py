@@ -53,7 +53,7 @@ from .policy import Capabilities, Decision, authorize
 from .redaction import Redactor
 from .registry import ToolRegistry, ToolSpec
 from .rollback import ChangeJournal
-from .sandbox import SandboxError, Workspace
+from .sandbox import CallCancelled, SandboxError, Workspace
 
 MAX_ID_LENGTH = 256
 PREVIEW_LIMIT = 500
@@ -80,6 +80,10 @@ class ToolContext:
     capabilities: Capabilities
     variables: Mapping[str, str]
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    """Set when the deadline passed and the call was answered TIMEOUT. From
+    then on every write or delete through ``workspace`` raises
+    ``CallCancelled``; a long handler should also check it and return."""
 
     @property
     def max_read_bytes(self) -> int:
@@ -221,7 +225,9 @@ class ToolRuntime:
             attempt.arguments = arguments
             spec = self._lookup(attempt.tool_name)
             attempt.spec = spec
-            self._admit(call, spec, attempt)
+            held = self._admit(call, spec, attempt)
+            if held is not None:
+                return self._answer_claim(attempt, held)
             return self._run(call, spec, attempt)
         except _Refusal as refusal:
             return self._refuse(attempt, refusal)
@@ -342,12 +348,21 @@ class ToolRuntime:
             CallState.FAILED,
         )
 
-    def _admit(self, call: ToolCall, spec: ToolSpec, attempt: _Attempt) -> None:
+    def _admit(self, call: ToolCall, spec: ToolSpec, attempt: _Attempt) -> Claim | None:
         """Schema, policy and PreToolUse hooks; a rewrite goes through schema
-        and policy again. Refuses with ``_Refusal``."""
+        and policy again. Refuses with ``_Refusal``.
+
+        A retry whose key already holds the same call (finished or still
+        running) is answered from the key after schema and policy, before
+        the hooks: returns that claim. A plan that has moved on since must
+        not turn a lost answer's retry into BLOCKED."""
         arguments = attempt.arguments
         assert arguments is not None
         self._validate_and_authorize(spec, arguments, attempt)
+        held = self._held_claim(spec, attempt)
+        if held is not None:
+            attempt.decision = "allow"
+            return held
         approval: tuple[str, str] | None = None  # the rule and reason that approved
         for hook in self.hooks:
             if not isinstance(hook, PreToolUse):
@@ -406,6 +421,24 @@ class ToolRuntime:
         if approval is not None:
             attempt.rule, attempt.reason = approval
         attempt.decision = "allow"
+        return None
+
+    def _held_claim(self, spec: ToolSpec, attempt: _Attempt) -> Claim | None:
+        """The claim on this call's key when it holds this very call (same
+        tool, same arguments); None when free, held by other arguments (the
+        claim at start answers those, after the hooks) or unknown."""
+        claim_key = self._claim_key(spec, attempt)
+        look = getattr(self.audit, "held_claim", None)
+        if claim_key is None or look is None or attempt.arguments is None:
+            return None
+        digest = hashlib.sha256(canonical_json(attempt.arguments).encode("utf-8")).hexdigest()
+        try:
+            claim: Claim | None = look(claim_key, spec.name, digest)
+        except AuditUnavailable:
+            return None  # the start will meet the same store and answer for it
+        if claim is None or claim.outcome is ClaimOutcome.CONFLICT:
+            return None
+        return claim
 
     def _validate_and_authorize(
         self, spec: ToolSpec, arguments: Mapping[str, Any], attempt: _Attempt, via: str = ""
@@ -525,7 +558,13 @@ class ToolRuntime:
         captured: list[tuple[str, bytes | None]] = []
         in_process = self._isolation_mode == "process"
 
+        cancelled = threading.Event()
+
         def on_change(path: str, previous: bytes | None) -> None:
+            if cancelled.is_set():
+                raise CallCancelled(
+                    f"call {call_id} timed out: its handler may not change {path!r}", path
+                )
             if in_process:
                 captured.append((path, previous))
             else:
@@ -541,6 +580,7 @@ class ToolRuntime:
             capabilities=self.capabilities,
             variables=self.variables,
             metadata=attempt.metadata,
+            cancelled=cancelled,
         )
         handler_args = dict(arguments)
 
@@ -555,6 +595,7 @@ class ToolRuntime:
                 run, self.timeouts.get(spec.name, spec.timeout_seconds), call_id
             )
         except HandlerTimeout as exc:
+            cancelled.set()
             return self._failure(attempt, ErrorCode.TIMEOUT, str(exc), CallState.TIMED_OUT)
         except Exception as exc:  # the process died, or its outcome could not travel back
             value, finished, changes = exc, False, []

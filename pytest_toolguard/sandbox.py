@@ -190,6 +190,13 @@ class LimitExceeded(SandboxError):
     code = ErrorCode.LIMIT_EXCEEDED
 
 
+class CallCancelled(SandboxError):
+    """The call's deadline passed: the runtime has answered TIMEOUT, and the
+    handler, still running on its thread, may no longer change files."""
+
+    code = ErrorCode.TIMEOUT
+
+
 def _show(path: str) -> str:
     """The caller's path as it may appear in a message: quoted, bounded."""
     if len(path) > 200:

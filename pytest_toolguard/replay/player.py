@@ -34,7 +34,7 @@ from ..registry import ToolRegistry
 from ..runtime import ToolRuntime
 from .cassette import AuditExpectation, Cassette, Expectation, FileState, Interaction
 from .environment import fake_filesystem, frozen_clock, read_files, read_tree
-from .redacting import redact_file
+from .redacting import redact_file, redact_path
 
 ORPHAN_JOIN_SECONDS = 5.0
 
@@ -117,9 +117,14 @@ def replay(
         rows = tuple(store.rows())
         store.close()
         checker.audit(cassette.interactions, rows)
-        checker.files(cassette, read_tree(cassette.workspace.root))
+        checker.files(cassette, _redacted_paths(redactor, read_tree(cassette.workspace.root)))
         checker.outside(outside_before, read_files(outside_before))
     return ReplayReport(cassette, tuple(results), tuple(checker.differences), checker.checks, rows)
+
+
+def _redacted_paths(redactor: Redactor, files: Mapping[str, bytes]) -> dict[str, bytes]:
+    """``files`` keyed by their paths as a cassette keeps them."""
+    return {redact_path(redactor, path): data for path, data in files.items()}
 
 
 def _with_secrets(call: ToolCall, secrets: Mapping[str, str] | None) -> ToolCall:

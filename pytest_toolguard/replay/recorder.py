@@ -38,7 +38,7 @@ from .cassette import (
     dump,
 )
 from .environment import read_tree
-from .redacting import redact_file, tool_redactor
+from .redacting import redact_file, redact_path, tool_redactor
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +100,10 @@ class Recorder:
             return any(under_root(path, root) for root in touched) and not _forbidden(runtime, path)
 
         redact = self.runtime.redactor
+
+        def shown(path: str) -> str:
+            return redact_path(redact, path)
+
         before = {
             path: redact_file(redact, data) for path, data in self._before.items() if kept(path)
         }
@@ -132,12 +136,16 @@ class Recorder:
             ),
             workspace=WorkspaceState(
                 root=runtime.workspace.root,
-                files=before,
-                directories=tuple(d for d in self._directories if kept(d)),
-                symlinks={link: target for link, target in self._symlinks.items() if kept(link)},
+                files={shown(path): data for path, data in before.items()},
+                directories=tuple(shown(d) for d in self._directories if kept(d)),
+                symlinks={
+                    shown(link): shown(target)
+                    for link, target in self._symlinks.items()
+                    if kept(link)
+                },
             ),
             interactions=tuple(self._interaction(item) for item in self._calls),
-            final_files=final,
+            final_files={shown(path): state for path, state in final.items()},
         )
 
     def _interaction(self, item: _Recorded) -> Interaction:

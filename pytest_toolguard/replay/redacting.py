@@ -21,3 +21,9 @@ def redact_file(redactor: Redactor, content: bytes) -> bytes:
     except UnicodeDecodeError:
         return content
     return redactor.redact_text(text).encode("utf-8")
+
+
+def redact_path(redactor: Redactor, path: str) -> str:
+    """A workspace path as a cassette keeps it: a token in a file's name is
+    as secret as one in its content."""
+    return redactor.redact_text(path)
