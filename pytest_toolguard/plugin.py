@@ -34,7 +34,11 @@ from typing import Any
 
 import pytest
 
+from . import hookspecs
 from .audit import SQLiteAuditStore
+from .faults import Fault, Target, catalogue, run_cell, select_faults
+from .faults.outcome import CellOutcome, MatrixReport
+from .faults.report import rerun_command, terminal_grid, write_report
 from .policy import Capabilities
 from .registry import ToolRegistry
 from .replay.cassette import Cassette, CassetteError, load
@@ -58,11 +62,15 @@ RuntimeFactory = Callable[..., ToolRuntime]
 
 YAML_SUFFIXES = (".yaml", ".yml")
 WORKER_OUTPUT_KEY = "toolguard_totals"
+WORKER_CELLS_KEY = "toolguard_cells"
 JOIN_SECONDS = 5.0
 
 _TOTALS = pytest.StashKey[ReplayTotals]()
 _REPLAY_DIRS = pytest.StashKey[tuple[Path, ...]]()
 _PHASES = pytest.StashKey[dict[str, pytest.TestReport]]()
+_FAULTS = pytest.StashKey[tuple[Fault, ...]]()
+_CELLS = pytest.StashKey[list[CellOutcome]]()
+_COLLECTION_REGISTRY = pytest.StashKey[ToolRegistry | None]()
 
 
 # -- options, ini values, marker ------------------------------------------------
@@ -86,6 +94,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "error), once (when the cassette is missing), rewrite (always, kept only if the test "
         "passed). Precedence: this option, then @pytest.mark.toolguard(record_mode=...), "
         "then the ini toolguard_record_mode (default none)",
+    )
+    group.addoption(
+        "--toolguard-faults",
+        default=None,
+        metavar="all|NAME,...",
+        help="with --toolguard-replay (implied): also collect, for every interaction of "
+        "every cassette and case, one item per applicable fault (all, or comma-separated "
+        "fault names), e.g. cassettes/x.yaml::3-write_file::partial_write",
+    )
+    group.addoption(
+        "--toolguard-report",
+        default=None,
+        metavar="PATH",
+        help="write the fault matrix to PATH: Markdown (.md), JSON (.json) or HTML (.html)",
     )
     parser.addini(
         "toolguard_cassette_dir",
@@ -116,6 +138,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def _replaying(config: pytest.Config) -> bool:
+    return bool(config.getoption("toolguard_replay") or config.getoption("toolguard_faults"))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
@@ -128,15 +158,39 @@ def pytest_configure(config: pytest.Config) -> None:
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[_TOTALS] = ReplayTotals()
+    config.stash[_CELLS] = []
+    config.stash[_FAULTS] = _selected_faults(config)
+    report_path = config.getoption("toolguard_report")
+    if report_path and not config.stash[_FAULTS]:
+        raise pytest.UsageError("--toolguard-report needs --toolguard-faults")
     root = config.rootpath
     config.stash[_REPLAY_DIRS] = tuple(
         (root / str(config.getini(name))).resolve()
         for name in ("toolguard_cassette_dir", "toolguard_case_dir")
     )
-    if config.getoption("toolguard_replay") and config.args_source is not (
-        pytest.Config.ArgsSource.ARGS
-    ):
+    if _replaying(config) and config.args_source is not (pytest.Config.ArgsSource.ARGS):
         _add_replay_dirs(config)
+
+
+def _selected_faults(config: pytest.Config) -> tuple[Fault, ...]:
+    """The faults of ``--toolguard-faults``: the catalogue plus those the
+    ``pytest_toolguard_faults`` hook adds, in that order."""
+    spec = config.getoption("toolguard_faults")
+    if not spec:
+        return ()
+    known = list(catalogue())
+    for added in config.hook.pytest_toolguard_faults(config=config):
+        for fault in added or ():
+            fault = fault() if isinstance(fault, type) else fault
+            if any(f.name == fault.name for f in known):
+                raise pytest.UsageError(
+                    f"pytest_toolguard_faults: a fault named {fault.name!r} already exists"
+                )
+            known.append(fault)
+    try:
+        return select_faults(spec, known)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--toolguard-faults: {exc}") from None
 
 
 def _add_replay_dirs(config: pytest.Config) -> None:
@@ -168,7 +222,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
     config = parent.config
-    if not config.getoption("toolguard_replay") or file_path.suffix not in YAML_SUFFIXES:
+    if not _replaying(config) or file_path.suffix not in YAML_SUFFIXES:
         return None
     resolved = file_path.resolve()
     if any(resolved.is_relative_to(directory) for directory in config.stash[_REPLAY_DIRS]):
@@ -177,10 +231,109 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
 
 class CassetteFile(pytest.File):
-    """A cassette or case file: one ``replay`` item."""
+    """A cassette or case file: one ``replay`` item, then with
+    ``--toolguard-faults`` one collector per interaction holding its cells."""
+
+    def collect(self) -> Iterator[pytest.Item | pytest.Collector]:
+        yield ReplayItem.from_parent(self, name="replay", callobj=_replay_file)
+        faults = self.config.stash[_FAULTS]
+        if not faults:
+            return
+        try:
+            cassette = load(self.path, source=self.shown)
+        except CassetteError:
+            return  # the replay item reports it
+        registry = _collection_registry(self.config)
+        for index, interaction in enumerate(cassette.interactions):
+            spec = registry.get(interaction.call.tool_name) if registry else None
+            target = Target(self.shown, cassette, index, spec)
+            applicable = tuple(fault for fault in faults if fault.applies(target))
+            if applicable:
+                yield InteractionCells.from_parent(
+                    self, name=target.label, target=target, faults=applicable
+                )
+
+    @property
+    def shown(self) -> str:
+        """The file's path as its node id shows it."""
+        return self.nodeid.split("::")[0]
+
+
+class InteractionCells(pytest.Collector):
+    """One interaction of a cassette: one ``FaultCell`` per applicable fault."""
+
+    def __init__(self, *, target: Target, faults: tuple[Fault, ...], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.target = target
+        self.faults = faults
 
     def collect(self) -> Iterator[pytest.Item]:
-        yield ReplayItem.from_parent(self, name="replay", callobj=_replay_file)
+        for fault in self.faults:
+            yield FaultCell.from_parent(self, name=fault.name, callobj=_run_fault_cell)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, self.name
+
+
+class FaultCell(pytest.Function):
+    """One fault against one interaction; a broken oracle is reported as
+    text with the command that reruns the cell."""
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, self.nodeid.split("::", 1)[1]
+
+    def repr_failure(  # type: ignore[override]
+        self, excinfo: pytest.ExceptionInfo[BaseException]
+    ) -> Any:
+        if isinstance(excinfo.value, FaultCellFailed):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+
+class FaultCellFailed(AssertionError):
+    """A fault cell whose oracle did not hold."""
+
+
+def _collection_registry(config: pytest.Config) -> ToolRegistry | None:
+    """The ini registry, loaded once, to decide at collection which faults
+    apply (the ``toolguard_registry`` fixture gives the tools at run time,
+    and each cell asks again); None when it cannot be loaded."""
+    if _COLLECTION_REGISTRY not in config.stash:
+        spec = str(config.getini("toolguard_registry")) or DEFAULT_REGISTRY
+        try:
+            config.stash[_COLLECTION_REGISTRY] = load_registry(spec)
+        except SpecError:
+            config.stash[_COLLECTION_REGISTRY] = None
+    return config.stash[_COLLECTION_REGISTRY]
+
+
+def _run_fault_cell(
+    request: pytest.FixtureRequest,
+    toolguard_registry: ToolRegistry,
+    toolguard_secrets: Mapping[str, str],
+) -> None:
+    """The body of every FaultCell."""
+    item, config = request.node, request.config
+    parent: InteractionCells = item.parent
+    fault = next(f for f in parent.faults if f.name == item.name)
+    planned = parent.target
+    target = Target(
+        planned.source,
+        planned.cassette,
+        planned.index,
+        toolguard_registry.get(planned.call.tool_name),
+    )
+    outcome = run_cell(
+        fault, target, toolguard_registry, secrets=toolguard_secrets, nodeid=item.nodeid
+    )
+    config.stash[_CELLS].append(outcome)
+    if outcome.status == "n/a":
+        pytest.skip(f"{fault.name} does not apply to this call with the fixture's registry")
+    if outcome.status == "fail":
+        lines = [f"{item.nodeid}: {fault.expected}, but:"]
+        lines += [f"  - {problem}" for problem in outcome.problems]
+        lines.append(f"rerun: {rerun_command(outcome)}")
+        raise FaultCellFailed("\n".join(lines))
 
 
 class ReplayItem(pytest.Function):
@@ -225,23 +378,46 @@ def _replay_file(
 def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
     workeroutput = getattr(config, "workeroutput", None)
-    if workeroutput is not None and config.getoption("toolguard_replay"):
+    if workeroutput is not None and _replaying(config):
         workeroutput[WORKER_OUTPUT_KEY] = config.stash[_TOTALS].as_dict()
+        workeroutput[WORKER_CELLS_KEY] = [cell.as_dict() for cell in config.stash[_CELLS]]
+        return
+    path = config.getoption("toolguard_report")
+    if path and workeroutput is None:
+        write_report(_matrix(config), path)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
-    """xdist, on the controller: add a finished worker's counts."""
-    data = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT_KEY)
+    """xdist, on the controller: add a finished worker's counts and cells."""
+    output = getattr(node, "workeroutput", {})
+    data = output.get(WORKER_OUTPUT_KEY)
     if data is not None:
         node.config.stash[_TOTALS] += ReplayTotals.from_dict(data)
+    cells = output.get(WORKER_CELLS_KEY) or []
+    node.config.stash[_CELLS].extend(CellOutcome.from_dict(cell) for cell in cells)
+
+
+def _matrix(config: pytest.Config) -> MatrixReport:
+    faults: tuple[Fault, ...] = config.stash[_FAULTS]
+    cells: list[CellOutcome] = config.stash[_CELLS]
+    return MatrixReport.of([fault.name for fault in faults], cells)
 
 
 def pytest_terminal_summary(
     terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config
 ) -> None:
-    if config.getoption("toolguard_replay") and not hasattr(config, "workerinput"):
-        terminalreporter.write_line(config.stash[_TOTALS].summary())
+    if not _replaying(config) or hasattr(config, "workerinput"):
+        return
+    terminalreporter.write_line(config.stash[_TOTALS].summary())
+    cells: list[CellOutcome] = config.stash[_CELLS]
+    if config.stash[_FAULTS] and cells:
+        width = max(60, terminalreporter._tw.fullwidth - 1)
+        for line in terminal_grid(_matrix(config), width):
+            terminalreporter.write_line(line)
+        path = config.getoption("toolguard_report")
+        if path:
+            terminalreporter.write_line(f"toolguard: fault matrix written to {path}")
 
 
 # -- fixtures ---------------------------------------------------------------------
