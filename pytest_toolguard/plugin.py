@@ -38,7 +38,8 @@ from . import hookspecs
 from .audit import SQLiteAuditStore
 from .faults import Fault, Target, catalogue, run_cell, select_faults
 from .faults.outcome import CellOutcome, MatrixReport
-from .faults.report import rerun_command, terminal_grid, write_report
+from .faults.report import RENDERERS, rerun_command, terminal_grid, write_report
+from .fuzz import FuzzReport, fuzz_tool
 from .policy import Capabilities
 from .registry import ToolRegistry
 from .replay.cassette import Cassette, CassetteError, load
@@ -63,6 +64,8 @@ RuntimeFactory = Callable[..., ToolRuntime]
 YAML_SUFFIXES = (".yaml", ".yml")
 WORKER_OUTPUT_KEY = "toolguard_totals"
 WORKER_CELLS_KEY = "toolguard_cells"
+WORKER_FUZZ_KEY = "toolguard_fuzz"
+FUZZ_EXAMPLES = 100
 JOIN_SECONDS = 5.0
 
 _TOTALS = pytest.StashKey[ReplayTotals]()
@@ -71,6 +74,7 @@ _PHASES = pytest.StashKey[dict[str, pytest.TestReport]]()
 _FAULTS = pytest.StashKey[tuple[Fault, ...]]()
 _CELLS = pytest.StashKey[list[CellOutcome]]()
 _COLLECTION_REGISTRY = pytest.StashKey[ToolRegistry | None]()
+_FUZZED = pytest.StashKey[list[FuzzReport]]()
 
 
 # -- options, ini values, marker ------------------------------------------------
@@ -108,6 +112,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         metavar="PATH",
         help="write the fault matrix to PATH: Markdown (.md), JSON (.json) or HTML (.html)",
+    )
+    group.addoption(
+        "--toolguard-fuzz",
+        action="store_true",
+        default=False,
+        help="add one item per registered tool (toolguard-fuzz::<tool>) that runs it through "
+        "the executor with arguments generated from its input schema, valid and invalid",
+    )
+    group.addoption(
+        "--toolguard-fuzz-examples",
+        type=int,
+        default=FUZZ_EXAMPLES,
+        metavar="N",
+        help=f"generated examples per tool, for valid and for invalid arguments each "
+        f"(default {FUZZ_EXAMPLES})",
+    )
+    group.addoption(
+        "--toolguard-fuzz-seed",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the fuzzer's seed (default 0: the same examples on every run and xdist worker)",
     )
     parser.addini(
         "toolguard_cassette_dir",
@@ -159,10 +185,15 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     config.stash[_TOTALS] = ReplayTotals()
     config.stash[_CELLS] = []
+    config.stash[_FUZZED] = []
     config.stash[_FAULTS] = _selected_faults(config)
     report_path = config.getoption("toolguard_report")
     if report_path and not config.stash[_FAULTS]:
         raise pytest.UsageError("--toolguard-report needs --toolguard-faults")
+    if report_path and Path(report_path).suffix.lower() not in RENDERERS:
+        raise pytest.UsageError(
+            f"--toolguard-report: {report_path}: use one of {', '.join(RENDERERS)}"
+        )
     root = config.rootpath
     config.stash[_REPLAY_DIRS] = tuple(
         (root / str(config.getini(name))).resolve()
@@ -372,15 +403,91 @@ def _replay_file(
         )
 
 
+# -- fuzz items ------------------------------------------------------------------
+
+
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    """With ``--toolguard-fuzz``, one item per tool of the ini registry,
+    after the collected tests (the ``toolguard_registry`` fixture gives the
+    tools at run time)."""
+    if not config.getoption("toolguard_fuzz"):
+        return
+    registry = _collection_registry(config)
+    names = registry.names() if registry is not None else []
+    collector = FuzzTools.from_parent(session, name="toolguard-fuzz", nodeid="toolguard-fuzz")
+    items.extend(
+        FuzzItem.from_parent(collector, name=name, callobj=_fuzz_one_tool) for name in names
+    )
+
+
+class FuzzTools(pytest.Collector):
+    """The parent of the fuzz items (``toolguard-fuzz::<tool>``)."""
+
+    def collect(self) -> list[pytest.Item]:
+        return []
+
+
+class FuzzItem(pytest.Function):
+    """Fuzzes one tool; failing examples are reported as text."""
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, self.nodeid
+
+    def repr_failure(  # type: ignore[override]
+        self, excinfo: pytest.ExceptionInfo[BaseException]
+    ) -> Any:
+        if isinstance(excinfo.value, FuzzFailed):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+
+class FuzzFailed(AssertionError):
+    """A tool the fuzzer found a failing example for."""
+
+
+def _fuzz_one_tool(request: pytest.FixtureRequest, toolguard_registry: ToolRegistry) -> None:
+    """The body of every FuzzItem."""
+    item, config = request.node, request.config
+    spec = toolguard_registry.get(item.name)
+    if spec is None:
+        pytest.fail(f"the toolguard_registry fixture has no tool {item.name!r}", pytrace=False)
+    report = fuzz_tool(
+        spec,
+        registry=toolguard_registry,
+        examples=config.getoption("toolguard_fuzz_examples"),
+        seed=config.getoption("toolguard_fuzz_seed"),
+    )
+    config.stash[_FUZZED].append(report)
+    if report.skipped:
+        pytest.skip(f"cannot fuzz {spec.name}: {report.skipped}")
+    if not report.ok:
+        raise FuzzFailed(report.format())
+
+
+def _fuzz_summary(reports: list[FuzzReport]) -> str:
+    failures = sum(len(report.failures) for report in reports)
+    return (
+        f"toolguard fuzz: {len(reports)} tools, "
+        f"{sum(r.valid_calls for r in reports)} valid and "
+        f"{sum(r.invalid_calls for r in reports)} invalid calls, "
+        f"{sum(1 for r in reports if r.skipped)} skipped, {failures} failing examples"
+    )
+
+
 # -- summary, and xdist ------------------------------------------------------------
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
     workeroutput = getattr(config, "workeroutput", None)
-    if workeroutput is not None and _replaying(config):
-        workeroutput[WORKER_OUTPUT_KEY] = config.stash[_TOTALS].as_dict()
-        workeroutput[WORKER_CELLS_KEY] = [cell.as_dict() for cell in config.stash[_CELLS]]
+    if workeroutput is not None:
+        if config.getoption("toolguard_fuzz"):
+            workeroutput[WORKER_FUZZ_KEY] = [r.as_dict() for r in config.stash[_FUZZED]]
+        if _replaying(config):
+            workeroutput[WORKER_OUTPUT_KEY] = config.stash[_TOTALS].as_dict()
+            workeroutput[WORKER_CELLS_KEY] = [cell.as_dict() for cell in config.stash[_CELLS]]
         return
     path = config.getoption("toolguard_report")
     if path and workeroutput is None:
@@ -396,6 +503,8 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
         node.config.stash[_TOTALS] += ReplayTotals.from_dict(data)
     cells = output.get(WORKER_CELLS_KEY) or []
     node.config.stash[_CELLS].extend(CellOutcome.from_dict(cell) for cell in cells)
+    fuzzed = output.get(WORKER_FUZZ_KEY) or []
+    node.config.stash[_FUZZED].extend(FuzzReport.from_dict(report) for report in fuzzed)
 
 
 def _matrix(config: pytest.Config) -> MatrixReport:
@@ -407,7 +516,11 @@ def _matrix(config: pytest.Config) -> MatrixReport:
 def pytest_terminal_summary(
     terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config
 ) -> None:
-    if not _replaying(config) or hasattr(config, "workerinput"):
+    if hasattr(config, "workerinput"):
+        return
+    if config.getoption("toolguard_fuzz"):
+        terminalreporter.write_line(_fuzz_summary(config.stash[_FUZZED]))
+    if not _replaying(config):
         return
     terminalreporter.write_line(config.stash[_TOTALS].summary())
     cells: list[CellOutcome] = config.stash[_CELLS]
