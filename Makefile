@@ -1,12 +1,13 @@
 # make test   : create .venv if missing, install the package with its test extras, run the suite
 # make replay : same set-up, then the main job: replay cassettes/ and cases/ through the executor
+# make matrix : the fault matrix over cassettes/ and cases/, report in build/matrix.md
 # make demo   : the seed's feedback-analysis run, printed with its audit rows
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test replay demo bench lint clean
+.PHONY: test replay matrix demo bench lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +22,10 @@ test: $(STAMP)
 
 replay: $(STAMP)
 	$(BIN)/python -m pytest --toolguard-replay cassettes cases -v
+
+matrix: $(STAMP)
+	$(BIN)/python -m pytest --toolguard-replay --toolguard-faults=all cassettes cases -q -n 2 \
+		--toolguard-report=build/matrix.md
 
 demo: $(STAMP)
 	$(BIN)/python -m pytest_toolguard.demo

@@ -4,6 +4,7 @@ the reports, the registration hook and xdist."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -169,3 +170,12 @@ def test_select_faults_keeps_catalogue_order_and_refuses_unknown_names() -> None
     with pytest.raises(ValueError, match="unknown fault nope"):
         select_faults("timeout,nope")
     assert all(isinstance(fault, Fault) for fault in catalogue())
+
+
+def test_the_readme_example_fault_runs(project: pytest.Pytester) -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    start = readme.index("# conftest.py\nfrom pytest_toolguard import ErrorCode")
+    project.makeconftest(readme[start : readme.index("```", start)])
+    result = project.runpytest("--toolguard-faults=oversized_arguments", "-v", *NO_XDIST)
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*2-write_file::oversized_arguments PASSED*"])
