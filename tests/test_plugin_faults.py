@@ -179,3 +179,10 @@ def test_the_readme_example_fault_runs(project: pytest.Pytester) -> None:
     result = project.runpytest("--toolguard-faults=oversized_arguments", "-v", *NO_XDIST)
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*2-write_file::oversized_arguments PASSED*"])
+
+
+def test_the_readme_table_lists_every_built_in_fault_as_it_is() -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    for fault in catalogue():
+        row = f"| `{fault.name}` | {fault.applies_to} | {fault.injection} | {fault.expected} |"
+        assert row in readme, f"README's fault table is out of date for {fault.name}"
