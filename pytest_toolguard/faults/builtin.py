@@ -339,11 +339,13 @@ class DuplicateSubmission(Fault):
         results = _at_once(cell, calls, cell.make_runtime(hooks=[]))
         ran = cell.handler_calls - 1
         cell.check(ran == 1, f"{BURST} concurrent submissions ran the handler {ran} times")
-        repeats = [r for r in results if r.code in (_REPEAT_CODES)]
+        # The one that ran answers its outcome; the others DUPLICATE_CALL, or
+        # its stored outcome: IDEMPOTENT_REPLAY, or a failure's own code.
+        others = {r.code for r in results if r.code not in _REPEAT_CODES}
         cell.check(
-            len(repeats) >= BURST - 1,
-            f"{BURST} concurrent submissions: expected {BURST - 1} answered IDEMPOTENT_REPLAY "
-            f"or DUPLICATE_CALL, got {sorted(r.code.value for r in results)}",
+            len(others) <= 1,
+            f"{BURST} concurrent submissions: expected one outcome besides IDEMPOTENT_REPLAY "
+            f"and DUPLICATE_CALL, got {sorted(r.code.value for r in results)}",
         )
 
         spec = cell.spec
@@ -401,7 +403,7 @@ def _at_once(cell: Cell, calls: list[ToolCall], runtime: ToolRuntime) -> list[To
 class PartialWrite(Fault):
     name = "partial_write"
     applies_to = "successful calls of tools that write"
-    injection = "the fake disk fills up halfway through the longest text the call sends (ENOSPC)"
+    injection = "the fake disk has one byte free when the call starts (ENOSPC mid-write)"
     expected = (
         "EXECUTION_ERROR, state FAILED; every file holds its old content (no torn file, "
         "no temporary file left)"
@@ -411,11 +413,12 @@ class PartialWrite(Fault):
         return _needs_handler(target) and target.writes and bool(_strings(target.arguments))
 
     def inject(self, cell: Cell) -> None:
-        longest = max(len(text.encode()) for text in _strings(cell.target.arguments))
         before = cell.tree()
         cell.fs.set_disk_usage(_PLENTY)  # pyfakefs counts usage once a size is set
         used = cell.fs.get_disk_usage().used
-        cell.fs.set_disk_usage(used + max(1, longest // 2))
+        # One byte to spare: a write that first truncates (and so frees) the
+        # old content tears as soon as the new content is longer than it.
+        cell.fs.set_disk_usage(used + 1)
         try:
             result = cell.execute(cell.call())
         finally:
@@ -701,6 +704,7 @@ class CapabilityRevoked(Fault):
             cell.check_unchanged(before, "the call was refused")
         else:
             cell.expect(result, ErrorCode.OK)
+            cell.check_unchanged(before, "a read-only tool ran in a read-only session")
 
 
 # -- unknown_tool ----------------------------------------------------------------------
