@@ -152,9 +152,19 @@ def test_bad_options_are_usage_errors(
 
 def test_xdist_runs_the_same_cells_and_merges_them(project: pytest.Pytester) -> None:
     project.makeconftest(ALWAYS_FAILS)
-    serial = _ids(project.runpytest("--toolguard-faults=all", "--collect-only", "-q", *NO_XDIST))
+    serial = _ids(
+        project.runpytest(
+            "--toolguard-faults=always_fails,unknown_tool,timeout",
+            "--collect-only",
+            "-q",
+            *NO_XDIST,
+        )
+    )
     result = project.runpytest_subprocess(
-        "--toolguard-faults=all", "-n", "2", "--toolguard-report=m.json"
+        "--toolguard-faults=always_fails,unknown_tool,timeout",
+        "-n",
+        "2",
+        "--toolguard-report=m.json",
     )
     result.assert_outcomes(passed=len(serial) - 1, failed=1)
     cells = json.loads((project.path / "m.json").read_text())["cells"]
