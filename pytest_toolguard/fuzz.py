@@ -93,7 +93,7 @@ from .audit import AuditRecord, SQLiteAuditStore
 from .contract import ErrorCode, ToolCall, ToolResult
 from .hooks import Approver
 from .policy import Capabilities
-from .registry import Handler, ToolRegistry, ToolSpec
+from .registry import PATH_ARGUMENT, Handler, ToolRegistry, ToolSpec
 from .runtime import MAX_JSON_DEPTH, MAX_JSON_INTEGER, ToolRuntime
 from .schema import SchemaValidator
 from .strategies import UnsupportedSchema, arguments_for
@@ -170,12 +170,7 @@ PATH_PROBES: tuple[str, ...] = (
 """Strings tried in path-like arguments: workspace files first, then
 escapes (shrinking prefers earlier probes, so a failure names the simplest)."""
 
-PATH_ARGUMENT = re.compile(
-    r"(?:^|_)(?:path|paths|file|files|filename|filepath|dir|dirs|directory|folder"
-    r"|dest|destination|target|source|src|dst)(?:$|_)",
-    re.IGNORECASE,
-)
-"""Argument names that get ``PATH_PROBES``."""
+
 
 ORPHAN_JOIN_SECONDS = 5.0
 """How long a handler past its deadline is waited for before the fake

@@ -7,6 +7,7 @@ risk, its limits and which arguments are paths. The model only ever sees
 
 from __future__ import annotations
 
+import re
 import string
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -24,6 +25,16 @@ Handler = Callable[..., Any]
 """``handler(ctx: ToolContext, **arguments) -> JSON-like data``."""
 
 AccessMode = Literal["read", "write"]
+
+
+PATH_ARGUMENT = re.compile(
+    r"(?:^|_)(?:path|paths|file|files|filename|filepath|dir|dirs|directory|folder"
+    r"|dest|destination|target|source|src|dst)(?:$|_)",
+    re.IGNORECASE,
+)
+"""Argument names that usually hold a path (``path``, ``src_dir``,
+``target_file``, ...): the fuzzer and the ``path_traversal`` fault also
+try escapes in these when a tool does not declare them in ``paths``."""
 
 
 @dataclass(frozen=True, slots=True)

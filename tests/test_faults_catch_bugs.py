@@ -38,12 +38,13 @@ open())
 write_in_chunks rewriting a   none: GAP             partial_write passes
 file with content no longer
 than the old
-read_undeclared_path (no      none: GAP             path_traversal is n/a
-``paths``; reads ../)
+read_undeclared_path (no      path_traversal (its   path_traversal-N: the result holds a file
+``paths``; reads ../)         argument is named     from outside the workspace
+                              like a path)
 read_leaving_a_cache          capability_revoked    a read-only tool ran in a read-only session,
 (Risk.READ, writes a file)                          but the workspace changed: ...
-start_job (its own thread     none: GAP             every fault passes
-outlives the handler)
+start_job (its own thread     every fault that runs threads started during the cell still
+outlives the handler)         the real handler      running: Thread-N (done)
 ============================  ====================  =============================================
 
 Also here: every built-in fault passes (or is n/a) on a fixed subset of the
@@ -333,13 +334,6 @@ def test_tearing_a_rewrite_of_similar_size_is_caught_by_partial_write() -> None:
     assert outcome.status == "fail", outcome
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="GAP: path_traversal applies only to arguments named in the tool's `paths`; "
-    "a tool that declares none is never given a traversal payload (the fuzzer guesses "
-    "path arguments by name; the matrix does not).",
-)
 def test_undeclared_path_argument_is_caught_by_path_traversal() -> None:
     outcome = run("path_traversal", broken.read_undeclared_path, READ)
 
@@ -355,12 +349,6 @@ def test_read_tool_that_writes_is_caught_by_capability_revoked() -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="GAP: the cell checks that no *handler* is running at the end (the runtime's "
-    "orphaned workers); a thread the handler started itself is invisible to it.",
-)
 def test_handler_thread_left_running_is_caught_by_some_fault() -> None:
     done = threading.Event()
     started: list[threading.Thread] = []
@@ -374,14 +362,15 @@ def test_handler_thread_left_running_is_caught_by_some_fault() -> None:
         return {"job": job}
 
     try:
-        outcomes = run_all(start_job, {"job": "nightly"})
+        outcome = run("oversized_output", start_job, {"job": "nightly"})
     finally:
         done.set()
         for worker in started:
             worker.join(5)
 
     assert started, "the tool never ran"
-    assert any(outcome.status == "fail" for outcome in outcomes.values()), outcomes
+    assert outcome.status == "fail", outcome
+    assert "threads started during the cell still running" in str(outcome.problems)
 
 
 # -- the built-in tools pass every fault on the shipped files --------------------------

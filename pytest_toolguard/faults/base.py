@@ -28,6 +28,7 @@ import json
 import posixpath
 import stat
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
@@ -38,7 +39,7 @@ from ..audit import SQLiteAuditStore
 from ..contract import CallState, ErrorCode, ToolCall, ToolResult
 from ..hooks import PlanProgress, PostToolUse, PreToolUse
 from ..policy import Capabilities, Risk
-from ..registry import ToolRegistry, ToolSpec
+from ..registry import PATH_ARGUMENT, ToolRegistry, ToolSpec
 from ..replay.cassette import Cassette, Interaction
 from ..replay.environment import fake_filesystem, frozen_clock, read_tree
 from ..replay.player import _with_secrets
@@ -47,6 +48,9 @@ from .outcome import CellOutcome, CellStatus
 
 JOIN_SECONDS = 5.0
 """How long a cell waits for a handler that overran its deadline to end."""
+
+THREAD_JOIN_SECONDS = 1.0
+"""How long a cell waits, in all, for threads started during it to end."""
 
 DECOY_MARKER = "TOOLGUARD-DECOY-7f3a9c"
 """In every planted file outside the workspace: a result that holds it read
@@ -111,16 +115,19 @@ class Target:
 
     @property
     def path_arguments(self) -> tuple[str, ...]:
-        """Arguments that name a path (fields of the tool's ``paths``
-        templates) and that this call gives as strings."""
+        """Arguments that name a path and that this call gives as strings:
+        fields of the tool's ``paths`` templates, then any other whose name
+        looks like a path (``PATH_ARGUMENT``: a tool may use a path it never
+        declared)."""
         if self.spec is None:
             return ()
         arguments = self.arguments or {}
+        declared = [name for access in self.spec.paths for name in access.fields]
+        guessed = [name for name in arguments if PATH_ARGUMENT.search(name)]
         names: list[str] = []
-        for access in self.spec.paths:
-            for name in access.fields:
-                if isinstance(arguments.get(name), str) and name not in names:
-                    names.append(name)
+        for name in declared + guessed:
+            if isinstance(arguments.get(name), str) and name not in names:
+                names.append(name)
         return tuple(names)
 
 
@@ -268,6 +275,7 @@ class Cell:
         plan = target.cassette.session.plan
         if plan:
             self.hooks.append(PlanProgress(plan))
+        self._threads_before = set(threading.enumerate())
         self.runtime = self.make_runtime()
 
     # -- set-up
@@ -440,11 +448,18 @@ class Cell:
 
     # -- teardown
 
+    def _check_threads(self) -> None:
+        """A thread a handler started must not outlive the cell (after the
+        runtimes are closed, their own workers have ended)."""
+        left = _leftover_threads(self._threads_before, THREAD_JOIN_SECONDS)
+        self.check(not left, f"threads started during the cell still running: {', '.join(left)}")
+
     def finish(self) -> None:
         """Close every runtime (waiting for late handlers) and check that
         each call has one finished audit row."""
         for runtime, _store in self._runtimes:
             self.settle(runtime)
+        self._check_threads()
         for result in self._results:
             shown = json.dumps([result.data, result.message], default=str)
             self.check(
@@ -466,6 +481,20 @@ class Cell:
                 unfinished = [row.state.value for row in mine if not row.state.finished]
                 self.check(not unfinished, f"{call_id}: audit row left {', '.join(unfinished)}")
             store.close()
+
+
+def _leftover_threads(before: set[threading.Thread], wait: float) -> list[str]:
+    """Names of threads started since ``before`` that are still alive after
+    waiting up to ``wait`` seconds in all for them to end."""
+    deadline = time.monotonic() + wait
+    alive = []
+    for thread in threading.enumerate():
+        if thread in before or thread is threading.current_thread():
+            continue
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            alive.append(thread.name)
+    return sorted(alive)
 
 
 def _with_handler(spec: ToolSpec, handler: Callable[..., Any]) -> ToolSpec:

@@ -158,12 +158,16 @@ def _link_points(target: Target) -> tuple[str, ...]:
     if spec is None or arguments is None:
         return ()
     values = {**arguments, **target.cassette.session.variables}
-    points: list[str] = []
+    paths: list[str] = []
     for access in spec.paths:
         try:
-            path = access.template.format_map(values)
+            paths.append(access.template.format_map(values))
         except (KeyError, ValueError, IndexError):
             continue
+    declared = {name for access in spec.paths for name in access.fields}
+    paths += [arguments[name] for name in target.path_arguments if name not in declared]
+    points: list[str] = []
+    for path in paths:
         normal = posixpath.normpath(path)
         if normal.startswith(("/", "..")) or normal == ".":
             continue
