@@ -75,7 +75,6 @@ import enum
 import functools
 import json
 import posixpath
-import re
 import stat
 import threading
 import warnings
