@@ -170,7 +170,6 @@ PATH_PROBES: tuple[str, ...] = (
 escapes (shrinking prefers earlier probes, so a failure names the simplest)."""
 
 
-
 ORPHAN_JOIN_SECONDS = 5.0
 """How long a handler past its deadline is waited for before the fake
 filesystem is torn down."""

@@ -43,6 +43,7 @@ from .fuzz import FuzzReport, fuzz_tool
 from .policy import Capabilities
 from .registry import ToolRegistry
 from .replay.cassette import Cassette, CassetteError, load
+from .replay.environment import close_shared_world
 from .replay.naming import cassette_name, explicit_cassette_name
 from .replay.player import replay
 from .replay.record_mode import CHOICES, Action, RecordMode, action, choose, parse
@@ -201,6 +202,12 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     if _replaying(config) and config.args_source is not (pytest.Config.ArgsSource.ARGS):
         _add_replay_dirs(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """End the fake filesystem shared by every replay and fault cell of this
+    process (paused between them; an atexit hook is the safety net)."""
+    close_shared_world()
 
 
 def _selected_faults(config: pytest.Config) -> tuple[Fault, ...]:
