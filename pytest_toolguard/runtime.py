@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
 import hashlib
 import json
 import os
@@ -192,11 +193,6 @@ class ToolRuntime:
         self._pending: list[Callable[[], object]] = []
         self._listeners: list[Listener] = []
         self._pending_lock = threading.Lock()
-        self._host_paths = tuple(
-            sorted(
-                {self.workspace.root, os.path.realpath(self.workspace.root)}, key=len, reverse=True
-            )
-        )
 
     # -- the pipeline -------------------------------------------------------
 
@@ -846,6 +842,13 @@ class ToolRuntime:
 
     def _redactor(self, spec: ToolSpec | None) -> Redactor:
         return spec.redactor if spec is not None and spec.redactor is not None else self.redactor
+
+    @functools.cached_property
+    def _host_paths(self) -> tuple[str, ...]:
+        """The workspace root as given and resolved, longest first (made on
+        first use: most runtimes never need it)."""
+        root = self.workspace.root
+        return tuple(sorted({root, os.path.realpath(root)}, key=len, reverse=True))
 
     def _scrub(self, text: str) -> str:
         """No absolute host path of the workspace in anything a model sees."""
