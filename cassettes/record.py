@@ -100,6 +100,8 @@ class SessionSpec:
     plan: Sequence[PlanStep] | None = None
     actor: str = "agent"
     session_id: str = "session-1"
+    timeouts: Mapping[str, float] = field(default_factory=dict)
+    """Per-tool deadlines of the session (``ToolRuntime(timeouts=...)``)."""
 
 
 # -- the feedback-analysis run of seed 000 ---------------------------------------
@@ -261,14 +263,14 @@ def refusals() -> SessionSpec:
     analysis = {"items": [{"id": "1", "category": "bug"}], "failed_batches": []}
     return SessionSpec(
         description=(
-            "A session full of refusals, each decided before any handler ran: traversal "
-            "with '..', an absolute path, a symlink whose target is outside, .env, a "
-            "plan violation, a schema error, an unknown tool, JSON that does not parse, "
-            "a write into another run, a write over the size limit, and a duplicate "
-            "submission (same idempotency key: the first outcome is replayed; with other "
-            "arguments: a conflict). Several calls carry fake secrets, redacted here. "
-            "A TIMEOUT cannot be shown: the built-in tools never block (see the "
-            "runtime's timeout tests)."
+            "A session full of refusals: a wait for a file that never appears, stopped "
+            "by the session's 50 ms deadline (TIMEOUT); then, each decided before any "
+            "handler ran: traversal with '..', an absolute path, a symlink whose target "
+            "is outside, .env, a plan violation, a schema error, an unknown tool, JSON "
+            "that does not parse, a write into another run, a write over the size limit, "
+            "and a duplicate submission (same idempotency key: the first outcome is "
+            "replayed; with other arguments: a conflict). Several calls carry fake "
+            "secrets, redacted here."
         ),
         capabilities=Capabilities(
             allowed_tools=frozenset(
@@ -279,6 +281,7 @@ def refusals() -> SessionSpec:
                     "write_file",
                     "write_json_file",
                     "write_markdown_file",
+                    "wait_for_file",
                 }
             ),
             allowed_risks=frozenset({Risk.READ, Risk.WRITE}),
@@ -297,7 +300,7 @@ def refusals() -> SessionSpec:
         plan=(
             PlanStep(
                 "step_1",
-                frozenset({"read_csv", "read_text", "list_files"}),
+                frozenset({"read_csv", "read_text", "list_files", "wait_for_file"}),
                 description="read the feedback",
                 required_tools=("read_csv",),
             ),
@@ -311,11 +314,14 @@ def refusals() -> SessionSpec:
         ),
         actor="careless-agent",
         session_id="refusals-1",
+        timeouts={"wait_for_file": 0.05},
         calls=(
             # Looks around: the listing shows docs/shared.txt is a symlink. (It
             # also makes the recorder keep the link: a refused call through it
             # touches nothing, so alone it would leave the link out.)
             Call("list_files", {"path": "docs"}),
+            # Waits for an export no job will write: the deadline stops it.
+            Call("wait_for_file", {"path": "exports/feedback.json", "wait_seconds": 30}),
             Call("read_text", {"path": "../outside/secret.txt"}),
             Call("read_text", {"path": "data/../../outside/secret.txt"}),
             Call("read_text", {"path": "/etc/passwd"}),
@@ -422,6 +428,7 @@ def record(name: str, out: Path) -> Path:
             store,
             hooks=[PlanProgress(spec.plan)] if spec.plan else [],
             variables=spec.variables,
+            timeouts=spec.timeouts,
         )
         try:
             with (

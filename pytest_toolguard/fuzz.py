@@ -62,8 +62,9 @@ subprocesses, the real clock) are seen; that every argument is tried (the
 search is bounded by ``examples``); that a handler still running past its
 deadline plus ``ORPHAN_JOIN_SECONDS`` (reported as
 ``Problem.HANDLER_STILL_RUNNING``) does not write to the real disk after its
-fake filesystem is gone: threads cannot be killed. Pass ``timeout_seconds``
-to fuzz a slow tool under a shorter deadline. Schemas outside the subset
+fake filesystem is gone: threads cannot be killed. Each call's deadline is
+``DEADLINE_SECONDS`` (or the tool's own, if shorter); pass
+``timeout_seconds`` to change it. Schemas outside the subset
 ``strategies`` translates give a skipped report, never a crash.
 
 This module does not import pytest; the plugin turns reports into items.
@@ -86,14 +87,16 @@ from hypothesis import HealthCheck, Phase, Verbosity, example, find, given, seed
 from hypothesis import strategies as st
 from hypothesis.errors import Flaky, NoSuchExample, Unsatisfiable
 from hypothesis.strategies import SearchStrategy
-from pyfakefs.fake_filesystem_unittest import Patcher
 
 from .audit import AuditRecord, SQLiteAuditStore
 from .contract import ErrorCode, ToolCall, ToolResult
 from .hooks import Approver
 from .policy import Capabilities
 from .registry import PATH_ARGUMENT, Handler, ToolRegistry, ToolSpec
+from .replay.cassette import Cassette, Session, WorkspaceState
+from .replay.environment import shared_world
 from .runtime import MAX_JSON_DEPTH, MAX_JSON_INTEGER, ToolRuntime
+from .sandbox import CallCancelled
 from .schema import SchemaValidator
 from .strategies import UnsupportedSchema, arguments_for
 
@@ -170,6 +173,10 @@ PATH_PROBES: tuple[str, ...] = (
 escapes (shrinking prefers earlier probes, so a failure names the simplest)."""
 
 
+DEADLINE_SECONDS = 0.25
+"""The deadline each fuzzed call gets unless ``timeout_seconds`` says
+otherwise (or the tool's own is shorter)."""
+
 ORPHAN_JOIN_SECONDS = 5.0
 """How long a handler past its deadline is waited for before the fake
 filesystem is torn down."""
@@ -216,7 +223,8 @@ class Problem(str, enum.Enum):
     HANDLER_RAN_TWICE = "handler-ran-twice"
     """One call ran the handler more than once."""
     TIMEOUT = "timeout"
-    """The handler overran its deadline on a small local workspace."""
+    """The handler overran its deadline and ran on instead of stopping when
+    cancelled (``ctx.cancelled``; writes then raise ``CallCancelled``)."""
     HANDLER_STILL_RUNNING = "handler-still-running"
     """The handler was still running ``ORPHAN_JOIN_SECONDS`` after the call
     was answered; it may write to the real disk later."""
@@ -580,7 +588,10 @@ class _Harness:
         )
         self.variables = dict(variables) if variables is not None else {"run_id": RUN_ID}
         self.hooks = [Approver(lambda _event: True)] if approve else []
-        self.timeouts = {spec.name: timeout_seconds} if timeout_seconds is not None else {}
+        deadline = timeout_seconds
+        if deadline is None:
+            deadline = min(spec.timeout_seconds, DEADLINE_SECONDS)
+        self.timeouts = {spec.name: deadline}
         self.codes: dict[str, int] = {}
         """How many calls were answered with each code."""
 
@@ -602,10 +613,9 @@ class _Harness:
         result: ToolResult | None = None
         store = SQLiteAuditStore(":memory:")  # made outside the fake fs; never sees it
         try:
-            with Patcher() as patcher:
-                assert patcher.fs is not None  # set by Patcher.__enter__
-                _build_world(patcher.fs)
-                before = _outside_snapshot(patcher.fs)
+            with shared_world().filesystem(_EMPTY) as fs:
+                _build_world(fs)
+                before = _outside_snapshot(fs)
                 runtime = ToolRuntime(
                     self.registry,
                     WORKSPACE_ROOT,
@@ -637,7 +647,7 @@ class _Harness:
                             "filesystem is gone",
                         )
                     )
-                changed = _outside_changes(before, _outside_snapshot(patcher.fs))
+                changed = _outside_changes(before, _outside_snapshot(fs))
             rows = store.rows()
         finally:
             store.close()
@@ -677,7 +687,9 @@ class _Harness:
             problems.append((Problem.HANDLER_RAN_TWICE, f"the handler ran {run.calls} times"))
         if run.raised is not None and not isinstance(run.raised, Exception):
             problems.append((Problem.HANDLER_BASE_EXCEPTION, f"the handler {_raised(run.raised)}"))
-        if result.code is ErrorCode.TIMEOUT:
+        if result.code is ErrorCode.TIMEOUT and not isinstance(run.raised, CallCancelled):
+            # A handler may wait past a deadline (wait_for_file); it must stop
+            # when cancelled (CallCancelled), not run on and return.
             problems.append((Problem.TIMEOUT, answered))
         if result.code is ErrorCode.OUTPUT_INVALID:
             if run.outputs and not _is_json(run.outputs[0]):
@@ -747,10 +759,21 @@ def _audit_problem(rows: list[AuditRecord], result: ToolResult | None) -> str:
 # -- the fake world ---------------------------------------------------------
 
 
+_EMPTY = Cassette(
+    kind="case",
+    name="fuzz",
+    session=Session(),
+    workspace=WorkspaceState(root=WORKSPACE_ROOT),
+    interactions=(),
+)
+"""The world every example starts from (``_build_world`` adds the files)."""
+
+
 def _build_world(fs: Any) -> None:
     for path, content in OUTSIDE_FILES.items():
         fs.create_file(path, contents=content)
-    fs.create_dir(WORKSPACE_ROOT)
+    if not fs.exists(WORKSPACE_ROOT):
+        fs.create_dir(WORKSPACE_ROOT)
     for relative, content in WORKSPACE_FILES.items():
         fs.create_file(posixpath.join(WORKSPACE_ROOT, relative), contents=content)
     for relative, target in WORKSPACE_SYMLINKS.items():

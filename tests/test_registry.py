@@ -73,6 +73,7 @@ def test_builtin_tools_all_have_output_schemas():
             "write_json_file",
             "write_markdown_file",
             "list_run_files",
+            "wait_for_file",
         ]
     )
     assert all(spec.output_validator is not None for spec in registry)

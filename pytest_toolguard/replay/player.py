@@ -85,7 +85,9 @@ def replay(
     ``data.files_searched``) that are not compared in any interaction.
     """
     redactor = redactor or Redactor()
-    with fake_filesystem(cassette), frozen_clock(cassette.recorded_at):
+    # The clock first: pyfakefs unloads modules first imported while it is
+    # active, so the clock's backend must be imported outside it.
+    with frozen_clock(cassette.recorded_at), fake_filesystem(cassette):
         outside_before = dict(cassette.workspace.outside_files)
         store = SQLiteAuditStore(":memory:")
         session = cassette.session

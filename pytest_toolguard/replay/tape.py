@@ -219,8 +219,8 @@ class PlaybackTape:
 
     def start(self) -> ToolRuntime:
         cassette = self.cassette
+        self._stack.enter_context(frozen_clock(cassette.recorded_at))  # before pyfakefs: see player
         self._stack.enter_context(fake_filesystem(cassette))
-        self._stack.enter_context(frozen_clock(cassette.recorded_at))
         session = cassette.session
         self._store = SQLiteAuditStore(":memory:")
         runtime = ToolRuntime(

@@ -7,7 +7,7 @@ tools need ``ToolRuntime(variables={"run_id": ...})``.
 from __future__ import annotations
 
 from ..registry import ToolRegistry, ToolSpec
-from .files import list_files, read_text, search_text, write_file
+from .files import list_files, read_text, search_text, wait_for_file, write_file
 from .runs import list_run_files, read_csv, write_json_file, write_markdown_file
 
 BUILTIN_TOOLS: tuple[ToolSpec, ...] = (
@@ -19,6 +19,7 @@ BUILTIN_TOOLS: tuple[ToolSpec, ...] = (
     write_json_file,
     write_markdown_file,
     list_run_files,
+    wait_for_file,
 )
 
 
@@ -35,6 +36,7 @@ __all__ = [
     "read_csv",
     "read_text",
     "search_text",
+    "wait_for_file",
     "write_file",
     "write_json_file",
     "write_markdown_file",

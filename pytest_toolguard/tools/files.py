@@ -5,12 +5,13 @@ Every path goes through ``ctx.workspace``; handlers never open host paths.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..policy import Risk
 from ..registry import PathAccess, tool
 from ..runtime import ToolContext
-from ..sandbox import SandboxError
+from ..sandbox import CallCancelled, SandboxError
 
 PATH = {"type": "string", "minLength": 1, "maxLength": 300}
 
@@ -190,3 +191,44 @@ def search_text(
                     return {"matches": matches, "files_searched": searched, "truncated": True}
                 matches.append({"path": file, "line": number, "text": line[:300]})
     return {"matches": matches, "files_searched": searched, "truncated": False}
+
+
+WAIT_POLL_SECONDS = 0.05
+"""How often ``wait_for_file`` looks for its file."""
+
+
+@tool(
+    input_schema={
+        "type": "object",
+        "properties": {
+            "path": PATH,
+            "wait_seconds": {"type": "number", "exclusiveMinimum": 0, "maximum": 300},
+        },
+        "required": ["path", "wait_seconds"],
+        "additionalProperties": False,
+    },
+    output_schema={
+        "type": "object",
+        "properties": {
+            "path": {"type": "string"},
+            "bytes": {"type": "integer", "minimum": 0},
+        },
+        "required": ["path", "bytes"],
+        "additionalProperties": False,
+    },
+    paths=[PathAccess.read("{path}")],
+    timeout_seconds=310.0,
+)
+def wait_for_file(ctx: ToolContext, path: str, wait_seconds: float) -> dict[str, Any]:
+    """Wait up to wait_seconds for a regular file to appear at path (written
+    by a build or a job outside the agent), then give its size."""
+    target = ctx.workspace.resolve(path)
+    # Counted polls, not clock reads: a frozen clock in replay must not
+    # stretch or end the wait. The deadline stops it through ctx.cancelled.
+    for _ in range(max(1, math.ceil(wait_seconds / WAIT_POLL_SECONDS))):
+        size = ctx.workspace.size(target)
+        if size is not None:
+            return {"path": target, "bytes": size}
+        if ctx.cancelled.wait(WAIT_POLL_SECONDS):
+            raise CallCancelled(f"stopped waiting for {path!r}: the call timed out", path)
+    raise TimeoutError(f"no file at {path!r} after {wait_seconds:g} s")

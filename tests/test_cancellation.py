@@ -1,0 +1,79 @@
+"""A timed-out call is cancelled: ``ctx.cancelled`` is set, the workspace
+refuses the late handler's writes, and ``wait_for_file`` stops at once."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from conftest import WRITE_ANYWHERE
+
+from pytest_toolguard import CallState, ErrorCode, ToolCall, ToolRegistry, ToolSpec
+from pytest_toolguard.sandbox import CallCancelled
+from pytest_toolguard.tools import builtin_registry
+
+
+def test_a_late_write_through_the_workspace_is_refused(toolguard_runtime) -> None:
+    released = threading.Event()
+    outcome: list[BaseException | None] = []
+
+    def slow_writer(ctx: Any, **arguments: Any) -> Any:
+        released.wait(10)
+        assert ctx.cancelled.is_set()
+        try:
+            ctx.workspace.write_text("late.txt", "written after the deadline")
+        except CallCancelled as exc:
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+        return {}
+
+    spec = ToolSpec("slow_writer", "writes late", {"type": "object"}, slow_writer)
+    runtime = toolguard_runtime(
+        ToolRegistry([spec]), WRITE_ANYWHERE, timeouts={"slow_writer": 0.01}
+    )
+    result = runtime.execute(ToolCall("c1", "slow_writer", {}))
+    released.set()
+    assert (result.code, result.state) == (ErrorCode.TIMEOUT, CallState.TIMED_OUT)
+    assert runtime.close(join_timeout=5) == []
+    assert len(outcome) == 1 and isinstance(outcome[0], CallCancelled)
+    assert outcome[0].code is ErrorCode.TIMEOUT
+    assert not os.path.exists(os.path.join(runtime.workspace.root, "late.txt"))
+
+
+def test_wait_for_file_answers_once_the_file_appears(toolguard_runtime) -> None:
+    runtime = toolguard_runtime(builtin_registry())
+    root = runtime.workspace.root
+    write = threading.Timer(0.1, lambda: Path(root, "done.txt").write_text("built"))
+    write.start()
+    result = runtime.execute(
+        ToolCall("c1", "wait_for_file", {"path": "done.txt", "wait_seconds": 10})
+    )
+    write.join()
+    assert result.code is ErrorCode.OK
+    assert result.data == {"path": "done.txt", "bytes": 5}
+
+
+def test_wait_for_file_gives_up_after_its_wait(toolguard_runtime) -> None:
+    runtime = toolguard_runtime(builtin_registry())
+    result = runtime.execute(
+        ToolCall("c1", "wait_for_file", {"path": "never.txt", "wait_seconds": 0.1})
+    )
+    assert result.code is ErrorCode.EXECUTION_ERROR
+    assert "TimeoutError: no file at 'never.txt' after 0.1 s" in result.message
+
+
+def test_wait_for_file_stops_when_the_deadline_passes(toolguard_runtime) -> None:
+    runtime = toolguard_runtime(builtin_registry(), timeouts={"wait_for_file": 0.05})
+    result = runtime.execute(
+        ToolCall("c1", "wait_for_file", {"path": "never.txt", "wait_seconds": 300})
+    )
+    assert (result.code, result.state, result.retryable) == (
+        ErrorCode.TIMEOUT,
+        CallState.TIMED_OUT,
+        True,
+    )
+    # The handler saw ctx.cancelled within one poll: nothing is left running.
+    assert runtime.close(join_timeout=2) == []
