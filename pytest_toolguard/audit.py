@@ -900,6 +900,15 @@ class SQLiteAuditStore:
             )
         self._fault = _Fault(frozenset(operations) or OPERATIONS, message)
 
+    def copy(self) -> SQLiteAuditStore:
+        """A new in-memory store holding this one's rows and idempotency
+        keys as they are now (a snapshot; later writes to either stay
+        apart)."""
+        twin = SQLiteAuditStore(":memory:")
+        with self._reading("get") as source, twin._reading("get") as target:
+            source.backup(target)
+        return twin
+
     def serialize(self) -> bytes:
         """The database as SQLite would write it to one file (for a memory
         store too): what a secret scan reads. ``AuditUnavailable`` when the

@@ -183,6 +183,17 @@ class PlanProgress:
         self._failed = False
         self._lock = threading.Lock()
 
+    def copy(self) -> PlanProgress:
+        """A new ``PlanProgress`` over the same steps, at the same point."""
+        twin = PlanProgress(self.steps)
+        with self._lock:
+            twin._index, twin._succeeded, twin._failed = (
+                self._index,
+                set(self._succeeded),
+                self._failed,
+            )
+        return twin
+
     @property
     def current_step(self) -> PlanStep | None:
         with self._lock:

@@ -30,6 +30,7 @@ import stat
 import threading
 import time
 import traceback
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
@@ -277,6 +278,8 @@ class Cell:
             self.hooks.append(PlanProgress(plan))
         self._threads_before = set(threading.enumerate())
         self.runtime = self.make_runtime()
+        """The session's runtime (replaced by ``replay_before`` when the
+        state before the target comes from the cache)."""
 
     # -- set-up
 
@@ -329,11 +332,13 @@ class Cell:
         capabilities: Capabilities | None = None,
         hooks: Sequence[PreToolUse | PostToolUse] | None = None,
         timeouts: Mapping[str, float] | None = None,
+        audit: SQLiteAuditStore | None = None,
     ) -> ToolRuntime:
         """A runtime of the recorded session over this cell's registry, with
-        its own in-memory audit store; the cell closes it and checks its rows."""
+        its own in-memory audit store (or ``audit``, which it then owns);
+        the cell closes it and checks its rows."""
         session = self.target.cassette.session
-        store = SQLiteAuditStore(":memory:")
+        store = audit if audit is not None else SQLiteAuditStore(":memory:")
         runtime = ToolRuntime(
             self.registry,
             self.root,
@@ -347,11 +352,21 @@ class Cell:
         self._runtimes.append((runtime, store))
         return runtime
 
-    def replay_before(self) -> None:
-        """Replay the interactions before the target (no comparisons: the
-        replay items do that), then reset the handler count."""
-        for interaction in self.target.cassette.interactions[: self.target.index]:
-            self.runtime.execute(_with_secrets(interaction.call, self.secrets))
+    def replay_before(self, source: ToolRegistry | None = None) -> None:
+        """Bring the session to the moment before the target's call: replay
+        the interactions before it (no comparisons: the replay items do
+        that), or, when another cell of the same interaction already did,
+        restore what they left (``source``, the registry the cell was given,
+        is part of that cache's key). Then reset the handler count."""
+        index = self.target.index
+        saved = _PREFIXES.get(self.target.cassette, index, source, self.secrets)
+        if saved is not None:
+            saved.restore(self)
+        else:
+            for interaction in self.target.cassette.interactions[:index]:
+                self.runtime.execute(_with_secrets(interaction.call, self.secrets))
+            if index and source is not None:
+                _PREFIXES.put(self.target.cassette, index, source, self.secrets, _Saved.of(self))
         if self._counter is not None:
             self._counter.calls = 0
 
@@ -497,6 +512,100 @@ def _leftover_threads(before: set[threading.Thread], wait: float) -> list[str]:
     return sorted(alive)
 
 
+# -- the state before a target, saved for the next cell -----------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Saved:
+    """What replaying the interactions before a target left behind: the
+    workspace (every entry under the root), the session's audit store (rows
+    and idempotency keys) and the plan's progress."""
+
+    entries: tuple[tuple[str, int, bytes], ...]
+    """(relative path, st_mode, content or link target), parents first."""
+    store: SQLiteAuditStore
+    plan: PlanProgress | None
+
+    @classmethod
+    def of(cls, cell: Cell) -> _Saved:
+        entries: list[tuple[str, int, bytes]] = []
+        pending: list[tuple[str, Any]] = [("", cell.fs.get_object(cell.root))]
+        while pending:
+            prefix, directory = pending.pop(0)
+            for name, entry in sorted(directory.entries.items()):
+                path = f"{prefix}{name}"
+                mode = entry.st_mode
+                entries.append(
+                    (path, mode, b"" if stat.S_ISDIR(mode) else entry.byte_contents or b"")
+                )
+                if stat.S_ISDIR(mode):
+                    pending.append((path + "/", entry))
+        plan = next((hook for hook in cell.hooks if isinstance(hook, PlanProgress)), None)
+        store = cell.store_of(cell.runtime).copy()
+        return cls(tuple(entries), store, plan.copy() if plan else None)
+
+    def restore(self, cell: Cell) -> None:
+        """Put the workspace, the store and the plan back into ``cell``'s
+        fresh world, replacing its session runtime."""
+        fs = cell.fs
+        for name in list(fs.get_object(cell.root).entries):
+            fs.remove_object(posixpath.join(cell.root, name))
+        for path, mode, data in self.entries:
+            full = posixpath.join(cell.root, path)
+            if stat.S_ISDIR(mode):
+                fs.create_dir(full, perm_bits=stat.S_IMODE(mode))
+            elif stat.S_ISLNK(mode):
+                fs.create_symlink(full, data.decode())
+            else:
+                fs.create_file(full, st_mode=mode, contents=data)
+        fresh = cell.runtime
+        cell._runtimes = [(r, st) for r, st in cell._runtimes if r is not fresh]
+        fresh.close()
+        cell.hooks = [self.plan.copy()] if self.plan else []
+        cell.runtime = cell.make_runtime(audit=self.store.copy())
+
+
+class _SavedStates:
+    """The last few saved states, by (cassette, index, registry, secrets)
+    identity. pytest runs an interaction's cells one after another, so a few
+    suffice; each entry keeps its key objects alive, so an id is never
+    reused while it is here."""
+
+    def __init__(self, size: int = 8) -> None:
+        self.size = size
+        self._entries: OrderedDict[tuple[int, ...], tuple[tuple[object, ...], _Saved]] = (
+            OrderedDict()
+        )
+
+    def get(
+        self, cassette: Cassette, index: int, registry: object, secrets: object
+    ) -> _Saved | None:
+        found = self._entries.get((id(cassette), index, id(registry), id(secrets)))
+        if found is None or found[0] != (cassette, registry, secrets):
+            return None
+        return found[1]
+
+    def put(
+        self, cassette: Cassette, index: int, registry: object, secrets: object, saved: _Saved
+    ) -> None:
+        if self.size <= 0:
+            return
+        key = (id(cassette), index, id(registry), id(secrets))
+        self._entries[key] = ((cassette, registry, secrets), saved)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.size:
+            _key, (_keep, dropped) = self._entries.popitem(last=False)
+            dropped.store.close()
+
+    def clear(self) -> None:
+        while self._entries:
+            _key, (_keep, dropped) = self._entries.popitem(last=False)
+            dropped.store.close()
+
+
+_PREFIXES = _SavedStates()
+
+
 def _with_handler(spec: ToolSpec, handler: Callable[..., Any]) -> ToolSpec:
     """A copy of ``spec`` with another handler (schemas not recompiled)."""
     clone = copy.copy(spec)
@@ -548,9 +657,9 @@ def _run(
         stack.enter_context(frozen_clock(cassette.recorded_at))
         fs = stack.enter_context(fake_filesystem(cassette))
         cell = Cell(fault, target, registry, fs, secrets)
-        _plant_decoys(cell)
         try:
-            cell.replay_before()
+            cell.replay_before(registry)
+            _plant_decoys(cell)
             cell.outside_planted()
             fault.inject(cell)
         except Exception:  # the fault itself broke: report it, never crash the run

@@ -1,0 +1,68 @@
+"""The cell world: the state before a target, saved by the first cell of an
+interaction and restored for the next ones, gives every cell the outcome
+that replaying the interactions before it gives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_toolguard.faults import base, iter_cells, run_cell, select_faults
+from pytest_toolguard.faults.outcome import CellOutcome
+from pytest_toolguard.replay.cassette import load
+from pytest_toolguard.tools import builtin_registry
+
+ROOT = Path(__file__).parent.parent
+FAULTS = "duplicate_submission,response_lost,schema_drift,plan_violation,unknown_tool"
+
+
+def _outcomes(size: int) -> dict[tuple[str, str, str], CellOutcome]:
+    registry = builtin_registry()
+    base._PREFIXES.clear()
+    base._PREFIXES.size = size
+    outcomes = {}
+    for name in ("cassettes/feedback_analysis.yaml", "cases/duplicate_idempotency_key.yaml"):
+        cassette = load(ROOT / name, source=name)
+        for target, fault in iter_cells(cassette, registry, name, select_faults(FAULTS)):
+            outcomes[(name, target.label, fault.name)] = run_cell(fault, target, registry)
+    return outcomes
+
+
+@pytest.fixture
+def restore_cache_size():
+    size = base._PREFIXES.size
+    yield
+    base._PREFIXES.clear()
+    base._PREFIXES.size = size
+
+
+@pytest.mark.usefixtures("restore_cache_size")
+def test_saved_states_give_the_outcomes_replaying_gives() -> None:
+    replayed = _outcomes(0)
+    restored = _outcomes(8)
+    assert restored == replayed
+    # The comparison means something: states were saved and cells passed.
+    assert sum(o.status == "pass" for o in replayed.values()) > 20
+    assert any(label.startswith(("4-", "5-", "6-")) for _, label, _ in replayed)
+
+
+@pytest.mark.usefixtures("restore_cache_size")
+def test_a_saved_state_is_used_once_the_first_cell_saved_it() -> None:
+    registry = builtin_registry()
+    name = "cassettes/feedback_analysis.yaml"
+    cassette = load(ROOT / name, source=name)
+    target = base.targets(cassette, registry, name)[4]
+    (fault,) = select_faults("unknown_tool")
+    base._PREFIXES.clear()
+    assert base._PREFIXES.get(cassette, 4, registry, None) is None
+    assert run_cell(fault, target, registry).status == "pass"
+    saved = base._PREFIXES.get(cassette, 4, registry, None)
+    assert saved is not None
+    # What the four calls before it wrote is in the saved workspace.
+    paths = {path for path, _mode, _data in saved.entries}
+    assert "runs/run-001/artifacts/feedback_analysis.json" in paths
+    assert saved.plan is not None and saved.plan.current_step is not None
+    assert saved.plan.current_step.id == "step_3"
+    # Another registry is another key: it replays.
+    assert base._PREFIXES.get(cassette, 4, builtin_registry(), None) is None
