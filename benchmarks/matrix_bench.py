@@ -1,0 +1,649 @@
+"""Benchmark of the fault matrix (``--toolguard-faults=all``): the cost of
+one cell against an empty pytest test, and the speed-up of ``-n 2``.
+Measured in one run, reported, never asserted.
+
+    .venv/bin/python benchmarks/matrix_bench.py            # the tables, about 2 min
+    .venv/bin/python benchmarks/matrix_bench.py --profile  # then where a cell's time goes
+
+The workload is a generated pytest project (``matrix_workload.py``): the
+shipped cassettes and cases, copied until the matrix has at least 500
+cells, and as many empty test functions.
+
+1. Per cell. One pytest run (a subprocess, ``-p no:randomly -p no:cacheprovider
+   -q``) holds the cells, the replay items and the empty tests, the empty
+   tests spread evenly among the others so that both kinds share the
+   machine's noise. A conftest hook wrapper reads the clock around each
+   item's ``pytest_runtest_protocol`` (set-up, call, teardown, reporting).
+   Printed: medians per kind, and the ratio cell / empty test as the median
+   of the ratios of medians in consecutive blocks of the run, with their
+   range. Then the cells' medians by fault and by the target's position
+   (a cell first replays the interactions before its target).
+2. ``-n 2`` against serial. Whole ``pytest --toolguard-replay
+   --toolguard-faults=all`` subprocess runs of the matrix (the replay items
+   and the cells, not the empty tests), serial and ``-n 2`` in alternation,
+   with the start-ups they include measured the same way: ``--collect-only``
+   (serial start-up and collection), and ``-n 2`` with every item
+   deselected (the controller, two workers started, each collecting).
+   Printed: medians of the rounds, and the per-round speed-ups, whole and
+   with the start-ups subtracted.
+
+``--profile`` then runs about 50 cells in this process with ``run_cell``
+(no pytest), timing the parts of each cell without a profiler, and prints
+cProfile's top entries by cumulative time for one pass over them.
+
+A missed target prints MISS and the exit status stays 0; a run that does
+not pass (its items fail, or their count is wrong) exits 1, since its
+timings would mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import platform
+import pstats
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from matrix_workload import REPO, Project, Shipped, generate_project, shipped
+from variants import BenchmarkSetupError
+
+import pytest_toolguard
+from pytest_toolguard.faults import Fault, Target, base, run_cell
+from pytest_toolguard.runtime import ToolRuntime
+from pytest_toolguard.tools import builtin_registry
+
+CLOCK = time.perf_counter  # kept before any frozen clock could replace it
+
+PYTEST = (sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "-q")
+MATRIX = ("--toolguard-replay", "--toolguard-faults=all")
+DESELECT_ALL = ("-k", "matrix_bench_selects_nothing")
+
+CELL_TARGET = 2.5
+SPEEDUP_TARGET = 1.7
+
+
+@dataclass(frozen=True, slots=True)
+class Goal:
+    """A ratio's target: ``<= limit`` or ``>= limit``."""
+
+    limit: float | None
+    at_least: bool = False
+
+    def __str__(self) -> str:
+        if self.limit is None:
+            return ""
+        return f"{'>=' if self.at_least else '<='} {self.limit:.1f}"
+
+    def verdict(self, value: float) -> str:
+        if self.limit is None:
+            return ""
+        met = value >= self.limit if self.at_least else value <= self.limit
+        return "ok" if met else "MISS"
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = _parse(argv)
+    directory = Path(tempfile.mkdtemp(prefix="toolguard-matrix-bench-", dir=options.dir))
+    try:
+        return _run(options, directory)
+    except BenchmarkSetupError as exc:
+        print(f"matrix benchmark not run: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if options.keep:
+            print(f"\nfiles kept in {directory}")
+        else:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def _run(options: argparse.Namespace, directory: Path) -> int:
+    print(_environment(directory))
+    started = CLOCK()
+    files = shipped()
+    copies = options.copies or files.copies_for(options.min_cells)
+    project = generate_project(directory / "project", files, copies)
+    print(
+        f"workload: {len(files.files)} shipped cassettes and cases x {copies} copies = "
+        f"{project.files} files, {project.cells} cells ({files.cells_per_copy} per copy), "
+        f"{project.empty_tests} empty tests; in {project.root}"
+    )
+    _pytest(project, "--collect-only", *MATRIX, "cassettes", "cases")  # warm-up: not timed
+    print()
+    _per_cell(options, project)
+    print()
+    _parallel(options, project)
+    print(f"\nmatrix benchmark: {CLOCK() - started:.1f} s in all")
+    if options.profile:
+        print()
+        _profile(files, options.profile_cells, options.top)
+    return 0
+
+
+# -- running pytest -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    seconds: float
+    """Wall time."""
+    cpu_seconds: float
+    """User + system time of the process and its children (xdist's workers)."""
+    output: str
+
+
+def _pytest(
+    project: Project, *args: str, passed: int | None = None, ok: Sequence[int] = (0,)
+) -> Run:
+    """One pytest subprocess in the project; its wall time, start-up included.
+    Raises ``BenchmarkSetupError`` on an unexpected exit status, or when
+    ``passed`` is given and the summary does not say so."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTEST_ADDOPTS"}
+    used = _children_cpu()
+    start = CLOCK()
+    done = subprocess.run(
+        [*PYTEST, *args],
+        cwd=project.root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+    )
+    seconds = CLOCK() - start
+    cpu_seconds = _children_cpu() - used
+    wanted = f"{passed} passed" if passed is not None else ""
+    if done.returncode not in ok or wanted not in done.stdout:
+        tail = "\n".join(done.stdout.splitlines()[-15:])
+        shown = " ".join(args)
+        raise BenchmarkSetupError(
+            f"pytest {shown}: exit {done.returncode}, expected {wanted or 'success'}\n{tail}"
+        )
+    return Run(seconds, cpu_seconds, done.stdout)
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+# -- 1. per cell ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Timed:
+    """One item of the timed run, in run order."""
+
+    nodeid: str
+    kind: str
+    seconds: float
+
+
+def _per_cell(options: argparse.Namespace, project: Project) -> None:
+    timings = project.root / "timings.json"
+    items = project.cells + project.files + project.empty_tests
+    run = _pytest(
+        project,
+        *MATRIX,
+        f"--matrix-timings={timings}",
+        "--matrix-interleave",
+        "tests",
+        "cassettes",
+        "cases",
+        passed=items,
+    )
+    timed = [Timed(*entry) for entry in json.loads(timings.read_text(encoding="utf-8"))]
+    by_kind: dict[str, list[float]] = defaultdict(list)
+    for item in timed:
+        by_kind[item.kind].append(item.seconds * 1000)
+    expected = {"cell": project.cells, "empty": project.empty_tests, "replay": project.files}
+    counted = {kind: len(by_kind[kind]) for kind in expected}
+    if counted != expected:
+        raise BenchmarkSetupError(f"timed items {counted}, expected {expected}")
+    print(
+        f"1. Per cell. {project.cells} cells, {project.files} replay items and "
+        f"{project.empty_tests} empty tests spread among them, in one pytest run "
+        f"(subprocess, {' '.join(PYTEST[3:])}); one item: its pytest_runtest_protocol "
+        f"(set-up, call, teardown, report); {run.seconds:.1f} s"
+    )
+    widths = (6, 10, 9, 9)
+    print(_row("item", "count", "median ms", "p10 ms", "p90 ms", widths=widths))
+    labels = {
+        "cell": "fault cell (--toolguard-faults=all)",
+        "empty": "empty test (def test_N(): pass)",
+        "replay": "replay item (a whole cassette or case)",
+    }
+    for kind, label in labels.items():
+        values = by_kind[kind]
+        print(
+            _row(
+                label,
+                str(len(values)),
+                f"{statistics.median(values):.3f}",
+                f"{_percentile(values, 0.1):.3f}",
+                f"{_percentile(values, 0.9):.3f}",
+                widths=widths,
+            )
+        )
+    print()
+    blocks = _block_ratios(timed, "cell", "empty", options.blocks)
+    print(_ratio_header(f"ratio (median of {options.blocks} blocks' ratios of medians)"))
+    print(
+        _ratio_row(
+            "cell / empty test",
+            statistics.median(blocks),
+            min(blocks),
+            max(blocks),
+            Goal(CELL_TARGET),
+        )
+    )
+    print()
+    _cells_by(timed)
+
+
+def _block_ratios(timed: list[Timed], top: str, bottom: str, blocks: int) -> list[float]:
+    """For each of ``blocks`` consecutive slices of the run, the median of
+    ``top`` items over the median of ``bottom`` items in it."""
+    size = -(-len(timed) // blocks)
+    ratios = []
+    for start in range(0, len(timed), size):
+        chunk = timed[start : start + size]
+        upper = [item.seconds for item in chunk if item.kind == top]
+        lower = [item.seconds for item in chunk if item.kind == bottom]
+        if upper and lower:
+            ratios.append(statistics.median(upper) / statistics.median(lower))
+    return ratios
+
+
+POSITIONS: tuple[tuple[int, int | None], ...] = ((1, 1), (2, 2), (3, 4), (5, 8), (9, None))
+
+
+def _cells_by(timed: list[Timed]) -> None:
+    """The cells' medians by fault, and by the target's position."""
+    by_fault: dict[str, list[float]] = defaultdict(list)
+    by_position: dict[int, list[float]] = defaultdict(list)
+    for item in timed:
+        if item.kind != "cell":
+            continue
+        _file, interaction, fault = item.nodeid.split("::")
+        by_fault[fault].append(item.seconds * 1000)
+        by_position[int(interaction.split("-", 1)[0])].append(item.seconds * 1000)
+    widths = (6, 10, 10)
+    print(_row("cells by fault (slowest first)", "cells", "median ms", "sum s", widths=widths))
+    for fault, values in sorted(by_fault.items(), key=lambda entry: -statistics.median(entry[1])):
+        print(
+            _row(
+                f"  {fault}",
+                str(len(values)),
+                f"{statistics.median(values):.2f}",
+                f"{sum(values) / 1000:.2f}",
+                widths=widths,
+            )
+        )
+    print(
+        _row(
+            "cells by the target's position (interactions replayed first)",
+            "cells",
+            "median ms",
+            widths=widths,
+        )
+    )
+    for low, high in POSITIONS:
+        values = [
+            time
+            for position, times in by_position.items()
+            if low <= position and (high is None or position <= high)
+            for time in times
+        ]
+        if values:
+            before = _span(low - 1, None if high is None else high - 1)
+            print(
+                _row(
+                    f"  interaction {_span(low, high)} ({before} replayed before it)",
+                    str(len(values)),
+                    f"{statistics.median(values):.2f}",
+                    widths=widths,
+                )
+            )
+
+
+def _span(low: int, high: int | None) -> str:
+    if high is None:
+        return f"{low}+"
+    return f"{low}" if low == high else f"{low}-{high}"
+
+
+# -- 2. -n 2 against serial --------------------------------------------------------------
+
+
+RUNS = ("serial", "xdist", "collect", "xdist_start")
+
+RUN_LABELS = {
+    "serial": "serial",
+    "xdist": "-n 2",
+    "collect": "--collect-only (start-up + collection)",
+    "xdist_start": "-n 2, every item deselected (xdist start-up + collection)",
+}
+
+
+def _parallel(options: argparse.Namespace, project: Project) -> None:
+    items = project.cells + project.files
+    matrix = (*MATRIX, "cassettes", "cases")
+    commands: dict[str, Callable[[], Run]] = {
+        "serial": lambda: _pytest(project, *matrix, passed=items),
+        "xdist": lambda: _pytest(project, *matrix, "-n", "2", passed=items),
+        "collect": lambda: _pytest(project, *matrix, "--collect-only"),
+        "xdist_start": lambda: _pytest(project, *matrix, "-n", "2", *DESELECT_ALL, ok=(0, 5)),
+    }
+    load_before = os.getloadavg()[0]
+    started = CLOCK()
+    runs: dict[str, list[Run]] = {name: [] for name in RUNS}
+    for round_ in range(options.rounds):
+        shift = round_ % len(RUNS)
+        for name in RUNS[shift:] + RUNS[:shift]:
+            runs[name].append(commands[name]())
+    elapsed = CLOCK() - started
+    print(
+        f"2. -n 2 against serial. Whole pytest runs ({' '.join(MATRIX)} cassettes cases: "
+        f"{project.files} replay items + {project.cells} cells), subprocesses, "
+        f"{_count(options.rounds, 'round')} of the four (order rotating); {elapsed:.1f} s; "
+        f"load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
+    )
+    widths = (10, 15, 10)
+    print(_row("run (start-up included)", "median s", "round range", "CPU s", widths=widths))
+    for name in RUNS:
+        wall = [run.seconds for run in runs[name]]
+        print(
+            _row(
+                RUN_LABELS[name],
+                f"{statistics.median(wall):.2f}",
+                f"{min(wall):.2f} - {max(wall):.2f}",
+                f"{statistics.median(run.cpu_seconds for run in runs[name]):.2f}",
+                widths=widths,
+            )
+        )
+    print()
+    per_round = [dict(zip(RUNS, one, strict=True)) for one in zip(*runs.values(), strict=True)]
+    speedup = Goal(SPEEDUP_TARGET, at_least=True)
+    ratios: tuple[tuple[str, Callable[[dict[str, Run]], float], Goal], ...] = (
+        ("serial / -n 2, whole runs", lambda r: _wall(r, "serial") / _wall(r, "xdist"), speedup),
+        (
+            "serial / -n 2, --collect-only subtracted from both",
+            lambda r: _wall(r, "serial", "collect") / _wall(r, "xdist", "collect"),
+            speedup,
+        ),
+        (
+            "(serial - collect-only) / (-n 2 - its deselected run)",
+            lambda r: _wall(r, "serial", "collect") / _wall(r, "xdist", "xdist_start"),
+            Goal(None),
+        ),
+        (
+            "CPU s: -n 2 / serial (best speed-up on 2 free CPUs: 2 / this)",
+            lambda r: r["xdist"].cpu_seconds / r["serial"].cpu_seconds,
+            Goal(None),
+        ),
+    )
+    print(_ratio_header("speed-up (median of the per-round ratios)"))
+    for label, formula, goal in ratios:
+        values = [formula(one) for one in per_round]
+        print(_ratio_row(label, statistics.median(values), min(values), max(values), goal))
+
+
+def _wall(runs: dict[str, Run], name: str, minus: str = "") -> float:
+    """Wall seconds of ``runs[name]``, less those of ``runs[minus]``."""
+    return runs[name].seconds - (runs[minus].seconds if minus else 0.0)
+
+
+# -- --profile ------------------------------------------------------------------------------
+
+
+PARTS = (
+    "the rest: the world (frozen clock, fake filesystem) in and out",
+    "Cell(): counting registry + the session's runtime",
+    "plant decoys outside the workspace",
+    "replay the interactions before the target",
+    "snapshot outside the workspace (twice)",
+    "the fault's inject (its calls and checks)",
+    "finish: close runtimes (join workers), audit rows",
+)
+
+
+def _profile(files: Shipped, count: int, top: int) -> None:
+    """``count`` cells spread over one copy of the matrix, run in this process."""
+    registry = builtin_registry()
+    step = max(1, files.cells_per_copy // count)
+    cells = list(files.cells[::step])[:count]
+    for target, fault in cells:  # warm-up, and a check
+        outcome = run_cell(fault, target, registry)
+        if outcome.status != "pass":
+            raise BenchmarkSetupError(f"{outcome.nodeid or target.label}: {outcome.problems}")
+    replayed = sum(target.index for target, _fault in cells)
+    with _timed_parts() as parts:
+        start = CLOCK()
+        for target, fault in cells:
+            run_cell(fault, target, registry)
+        total = CLOCK() - start
+    print(
+        f"Where a cell's time goes: {len(cells)} cells (every {step}th of one copy), run with "
+        f"run_cell in this process, no pytest; {parts['calls']:.0f} calls through the "
+        f"executor, {replayed} of them replaying interactions before a target"
+    )
+    widths = (12, 8)
+    print(
+        _row(
+            "part (no profiler; sum over the cells / cells)", "ms per cell", "share", widths=widths
+        )
+    )
+    world = total - sum(parts[part] for part in PARTS[1:])
+    for part in PARTS:
+        value = world if part == PARTS[0] else parts[part]
+        print(
+            _row(
+                part,
+                f"{value / len(cells) * 1000:.2f}",
+                f"{value / total:.0%}",
+                widths=widths,
+            )
+        )
+    print(_row("a whole cell", f"{total / len(cells) * 1000:.2f}", "100%", widths=widths))
+    if replayed:
+        each = parts[PARTS[3]] / replayed * 1000
+        print(f"one replayed interaction: {each:.2f} ms")
+    print()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for target, fault in cells:
+        run_cell(fault, target, registry)
+    profiler.disable()
+    stats = pstats.Stats(profiler)
+    print(
+        f"cProfile of the same {len(cells)} cells, top {top} by cumulative time (the profiler "
+        "inflates pure Python, and sees only this thread: a handler's work on its worker "
+        "thread shows as this thread's acquire of the job's lock)"
+    )
+    print(_top(stats, top, len(cells)))
+
+
+@contextmanager
+def _timed_parts() -> Iterator[dict[str, float]]:
+    """For the block's duration, ``base``'s parts of a cell are timed into
+    the yielded dict (seconds summed over the cells, by ``PARTS``; "calls":
+    the executor's calls)."""
+    parts: dict[str, float] = defaultdict(float)
+
+    def timing(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = CLOCK()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                parts[name] += CLOCK() - start
+
+        return timed
+
+    def counting(function: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            parts["calls"] += 1
+            return function(*args, **kwargs)
+
+        return counted
+
+    originals: list[tuple[Any, str, Any]] = []
+
+    def swap(owner: Any, name: str, new: Any) -> None:
+        originals.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, new)
+
+    swap(base.Cell, "__init__", timing(PARTS[1], base.Cell.__init__))
+    swap(base, "_plant_decoys", timing(PARTS[2], base._plant_decoys))
+    swap(base.Cell, "replay_before", timing(PARTS[3], base.Cell.replay_before))
+    swap(base, "_outside", timing(PARTS[4], base._outside))
+    swap(base.Cell, "finish", timing(PARTS[6], base.Cell.finish))
+    swap(ToolRuntime, "execute", counting(ToolRuntime.execute))
+    original_run = base._run
+
+    def run(fault: Fault, target: Target, *args: Any) -> Any:
+        return original_run(_TimedInject(fault, timing(PARTS[5], fault.inject)), target, *args)
+
+    swap(base, "_run", run)
+    try:
+        yield parts
+    finally:
+        for owner, name, value in reversed(originals):
+            setattr(owner, name, value)
+
+
+class _TimedInject:
+    """A fault whose ``inject`` is timed; everything else is the fault's."""
+
+    def __init__(self, fault: Fault, inject: Callable[..., Any]) -> None:
+        self._fault = fault
+        self.inject = inject
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fault, name)
+
+
+def _top(stats: pstats.Stats, top: int, cells: int) -> str:
+    entries: Any = stats.stats  # type: ignore[attr-defined]
+    ordered = sorted(entries.items(), key=lambda entry: -entry[1][3])[:top]
+    out = io.StringIO()
+    out.write(f"{'calls':>8} {'own s':>7} {'cum s':>7} {'cum ms/cell':>11}  function\n")
+    for (filename, line, function), (_prim, calls, own, cumulative, _callers) in ordered:
+        out.write(
+            f"{calls:>8} {own:>7.3f} {cumulative:>7.3f} {cumulative / cells * 1000:>11.2f}  "
+            f"{_where(filename)}:{line}({function})\n"
+        )
+    return out.getvalue().rstrip()
+
+
+def _where(filename: str) -> str:
+    package = os.path.dirname(os.path.dirname(pytest_toolguard.__file__))
+    for prefix in (package, os.path.dirname(os.__file__), *sys.path):
+        if prefix and filename.startswith(prefix + os.sep):
+            return os.path.relpath(filename, prefix)
+    return filename
+
+
+# -- output ---------------------------------------------------------------------------------
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=(__doc__ or "").split("\n\n")[0].replace("\n", " "),
+    )
+    parser.add_argument(
+        "--min-cells",
+        type=int,
+        default=500,
+        help="copy the shipped files until this many cells (default 500)",
+    )
+    parser.add_argument(
+        "--copies", type=int, default=0, help="copies of the shipped files (0: from --min-cells)"
+    )
+    parser.add_argument(
+        "--blocks",
+        type=int,
+        default=10,
+        help="blocks of the per-cell run, for the ratio's range (default 10)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="rounds of serial, -n 2 and start-up runs (default 3)"
+    )
+    parser.add_argument("--dir", default=None, help="where the files go (default: the temp dir)")
+    parser.add_argument("--keep", action="store_true", help="keep the generated project afterwards")
+    parser.add_argument(
+        "--profile", action="store_true", help="also print where a cell's time goes"
+    )
+    parser.add_argument(
+        "--profile-cells", type=int, default=50, help="cells to profile (default 50)"
+    )
+    parser.add_argument("--top", type=int, default=15, help="cProfile entries printed (default 15)")
+    options = parser.parse_args(argv)
+    if options.copies < 0 or options.rounds < 1 or options.blocks < 1:
+        parser.error("--copies must be >= 0, --rounds and --blocks >= 1")
+    return options
+
+
+def _environment(directory: Path) -> str:
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
+    versions = ", ".join(
+        f"{name} {_version(name)}"
+        for name in ("pytest", "pytest-xdist", "pyfakefs", "time-machine", "freezegun")
+    )
+    return (
+        f"matrix env: Python {platform.python_version()}, {versions}; {os.cpu_count()} CPUs "
+        f"({usable} usable), {platform.system()} {platform.machine()}; repo {REPO}; "
+        f"files in {directory}"
+    )
+
+
+def _version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def _ratio_header(title: str) -> str:
+    return _row(title, "value", "range", "target", widths=(10, 15, 9))
+
+
+def _ratio_row(label: str, value: float, low: float, high: float, target: Goal) -> str:
+    cells = _row(label, f"{value:.2f}", f"{low:.2f} - {high:.2f}", str(target), widths=(10, 15, 9))
+    return f"{cells}  {target.verdict(value)}".rstrip()
+
+
+def _row(name: str, *cells: str, widths: tuple[int, ...] = (10, 9, 9)) -> str:
+    """One table line: the name, then right-aligned cells."""
+    widths = widths[: len(cells)]
+    aligned = "".join(f" {cell:>{width}}" for cell, width in zip(cells, widths, strict=True))
+    return f"{name:<66}{aligned}".rstrip()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
