@@ -2,38 +2,48 @@
 and the pytest harness that tests it.
 
 Everything public is re-exported here; submodules hold one noun each.
+The re-exports load on first use (PEP 562), so importing the package, as
+the pytest plugin does in every test run, costs no jsonschema or sqlite
+set-up; ``from pytest_toolguard import ToolRuntime`` works as always.
 """
 
-from .audit import AuditRecord, AuditStore, AuditUnavailable, SQLiteAuditStore
-from .contract import CallState, ErrorCode, ToolCall, ToolResult
-from .hooks import (
-    Approver,
-    Artifact,
-    HookDecision,
-    PlanProgress,
-    PlanStep,
-    PostToolUse,
-    PostToolUseEvent,
-    PreToolUse,
-    PreToolUseEvent,
-    StopReport,
-)
-from .idempotency import make_idempotency_key
-from .isolation import HandlerTimeout
-from .policy import Capabilities, Decision, Risk
-from .redaction import Redactor
-from .registry import PathAccess, ToolRegistry, ToolSpec, tool
-from .runtime import ToolContext, ToolRuntime
-from .sandbox import (
-    CallCancelled,
-    ForbiddenPath,
-    InvalidPath,
-    LimitExceeded,
-    PathOutsideWorkspace,
-    SandboxError,
-    Workspace,
-)
-from .schema import InvalidSchema
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .audit import AuditRecord, AuditStore, AuditUnavailable, SQLiteAuditStore
+    from .contract import CallState, ErrorCode, ToolCall, ToolResult
+    from .hooks import (
+        Approver,
+        Artifact,
+        HookDecision,
+        PlanProgress,
+        PlanStep,
+        PostToolUse,
+        PostToolUseEvent,
+        PreToolUse,
+        PreToolUseEvent,
+        StopReport,
+    )
+    from .idempotency import make_idempotency_key
+    from .isolation import HandlerTimeout
+    from .policy import Capabilities, Decision, Risk
+    from .redaction import Redactor
+    from .registry import PathAccess, ToolRegistry, ToolSpec, tool
+    from .runtime import ToolContext, ToolRuntime
+    from .sandbox import (
+        CallCancelled,
+        ForbiddenPath,
+        InvalidPath,
+        LimitExceeded,
+        PathOutsideWorkspace,
+        SandboxError,
+        Workspace,
+    )
+    from .schema import InvalidSchema
 
 __version__ = "0.1.0"
 
@@ -78,3 +88,39 @@ __all__ = [
     "tool",
     "__version__",
 ]
+
+# The submodule each re-export comes from; keep it in step with the
+# TYPE_CHECKING imports above (tests/test_plugin_import.py resolves every name).
+_EXPORTED_FROM = {
+    "audit": ("AuditRecord", "AuditStore", "AuditUnavailable", "SQLiteAuditStore"),
+    "contract": ("CallState", "ErrorCode", "ToolCall", "ToolResult"),
+    "hooks": (
+        "Approver",
+        "Artifact",
+        "HookDecision",
+        "PlanProgress",
+        "PlanStep",
+        "PostToolUse",
+        "PostToolUseEvent",
+        "PreToolUse",
+        "PreToolUseEvent",
+        "StopReport",
+    ),
+    "idempotency": ("make_idempotency_key",),
+    "isolation": ("HandlerTimeout",),
+    "policy": ("Capabilities", "Decision", "Risk"),
+    "redaction": ("Redactor",),
+    "registry": ("PathAccess", "ToolRegistry", "ToolSpec", "tool"),
+    "runtime": ("ToolContext", "ToolRuntime"),
+    "sandbox": (
+        "CallCancelled",
+        "ForbiddenPath",
+        "InvalidPath",
+        "LimitExceeded",
+        "PathOutsideWorkspace",
+        "SandboxError",
+        "Workspace",
+    ),
+    "schema": ("InvalidSchema",),
+}
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTED_FROM)

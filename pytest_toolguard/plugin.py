@@ -24,43 +24,42 @@ module only connects it to pytest.
 - After a run with ``--toolguard-replay``, one summary line; under xdist the
   workers' counts travel through ``workeroutput`` and the controller prints
   the totals.
+
+Start-up cost: every pytest run of a project that installs this package
+imports this module, so at module level it imports only pytest and
+``hookspecs``. The library (jsonschema, yaml, pyfakefs, hypothesis behind
+it) is imported inside the hook, item or fixture that uses it, so a run that
+never replays, fuzzes or asks for a toolguard fixture does not pay for it.
+``tests/test_plugin_import.py`` checks that.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Generator, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from . import hookspecs
-from .audit import SQLiteAuditStore
-from .faults import Fault, Target, catalogue, run_cell, select_faults
-from .faults.outcome import CellOutcome, MatrixReport
-from .faults.report import RENDERERS, rerun_command, terminal_grid, write_report
-from .fuzz import FuzzReport, fuzz_tool
-from .policy import Capabilities
-from .registry import ToolRegistry
-from .replay.cassette import Cassette, CassetteError, load
-from .replay.environment import close_shared_world
-from .replay.naming import cassette_name, explicit_cassette_name
-from .replay.player import replay
-from .replay.record_mode import CHOICES, Action, RecordMode, action, choose, parse
-from .replay.registry_loading import DEFAULT_REGISTRY, SpecError, load_registry, load_secrets
-from .replay.report import (
-    ReplayFailed,
-    ReplayTotals,
-    format_missing_cassette,
-    format_report,
-    how_to_rerecord,
-    record_command,
-)
-from .replay.tape import PlaybackTape, RecordingTape, TapeOptions, tape_options
-from .runtime import ToolRuntime
-from .tools import builtin_registry
+from .replay.record_mode import CHOICES as RECORD_MODES
+from .replay.record_mode import parse as parse_record_mode
+from .replay.registry_loading import DEFAULT_REGISTRY
 
-RuntimeFactory = Callable[..., ToolRuntime]
+if TYPE_CHECKING:
+    from .faults import Fault, Target
+    from .faults.outcome import CellOutcome, MatrixReport
+    from .fuzz import FuzzReport
+    from .policy import Capabilities
+    from .registry import ToolRegistry
+    from .replay.cassette import Cassette
+    from .replay.report import ReplayTotals
+    from .replay.tape import TapeOptions
+    from .runtime import ToolRuntime
+
+RuntimeFactory = Callable[..., "ToolRuntime"]
+
 
 YAML_SUFFIXES = (".yaml", ".yml")
 WORKER_OUTPUT_KEY = "toolguard_totals"
@@ -69,13 +68,14 @@ WORKER_FUZZ_KEY = "toolguard_fuzz"
 FUZZ_EXAMPLES = 100
 JOIN_SECONDS = 5.0
 
-_TOTALS = pytest.StashKey[ReplayTotals]()
-_REPLAY_DIRS = pytest.StashKey[tuple[Path, ...]]()
-_PHASES = pytest.StashKey[dict[str, pytest.TestReport]]()
-_FAULTS = pytest.StashKey[tuple[Fault, ...]]()
-_CELLS = pytest.StashKey[list[CellOutcome]]()
-_COLLECTION_REGISTRY = pytest.StashKey[ToolRegistry | None]()
-_FUZZED = pytest.StashKey[list[FuzzReport]]()
+# Typed by their annotations (which name the library's types without importing them).
+_TOTALS: pytest.StashKey[ReplayTotals] = pytest.StashKey()
+_REPLAY_DIRS: pytest.StashKey[tuple[Path, ...]] = pytest.StashKey()
+_PHASES: pytest.StashKey[dict[str, pytest.TestReport]] = pytest.StashKey()
+_FAULTS: pytest.StashKey[tuple[Fault, ...]] = pytest.StashKey()
+_CELLS: pytest.StashKey[list[CellOutcome]] = pytest.StashKey()
+_COLLECTION_REGISTRY: pytest.StashKey[ToolRegistry | None] = pytest.StashKey()
+_FUZZED: pytest.StashKey[list[FuzzReport]] = pytest.StashKey()
 
 
 # -- options, ini values, marker ------------------------------------------------
@@ -93,7 +93,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--toolguard-record-mode",
-        choices=CHOICES,
+        choices=RECORD_MODES,
         default=None,
         help="when the toolguard fixture records: none (never; a missing cassette is an "
         "error), once (when the cassette is missing), rewrite (always, kept only if the test "
@@ -160,7 +160,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     parser.addini(
         "toolguard_record_mode",
-        f"default record mode of the toolguard fixture: {', '.join(CHOICES)} (default: none)",
+        f"default record mode of the toolguard fixture: {', '.join(RECORD_MODES)} (default: none)",
         default="none",
     )
 
@@ -180,21 +180,15 @@ def pytest_configure(config: pytest.Config) -> None:
         "variables=None): the cassette of the toolguard fixture, the session's capabilities, "
         "fields never compared, the record mode and the runtime's variables",
     )
-    try:
-        parse(str(config.getini("toolguard_record_mode")), "ini toolguard_record_mode")
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    config.stash[_TOTALS] = ReplayTotals()
+    _check_ini_record_mode(config)
+    if _replaying(config):
+        from .replay.report import ReplayTotals
+
+        config.stash[_TOTALS] = ReplayTotals()
     config.stash[_CELLS] = []
     config.stash[_FUZZED] = []
     config.stash[_FAULTS] = _selected_faults(config)
-    report_path = config.getoption("toolguard_report")
-    if report_path and not config.stash[_FAULTS]:
-        raise pytest.UsageError("--toolguard-report needs --toolguard-faults")
-    if report_path and Path(report_path).suffix.lower() not in RENDERERS:
-        raise pytest.UsageError(
-            f"--toolguard-report: {report_path}: use one of {', '.join(RENDERERS)}"
-        )
+    _check_report_path(config)
     root = config.rootpath
     config.stash[_REPLAY_DIRS] = tuple(
         (root / str(config.getini(name))).resolve()
@@ -206,8 +200,33 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """End the fake filesystem shared by every replay and fault cell of this
-    process (paused between them; an atexit hook is the safety net)."""
-    close_shared_world()
+    process (paused between them; an atexit hook is the safety net). Only a
+    process that imported ``replay.environment`` can have one, and importing
+    it here would load pyfakefs into every run."""
+    environment = sys.modules.get("pytest_toolguard.replay.environment")
+    if environment is not None:
+        environment.close_shared_world()
+
+
+def _check_ini_record_mode(config: pytest.Config) -> None:
+    """A usage error for an unknown ini ``toolguard_record_mode``."""
+    try:
+        parse_record_mode(str(config.getini("toolguard_record_mode")), "ini toolguard_record_mode")
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def _check_report_path(config: pytest.Config) -> None:
+    """``--toolguard-report`` needs faults to report and a format it can write."""
+    path = config.getoption("toolguard_report")
+    if not path:
+        return
+    if not config.stash[_FAULTS]:
+        raise pytest.UsageError("--toolguard-report needs --toolguard-faults")
+    from .faults.report import RENDERERS
+
+    if Path(path).suffix.lower() not in RENDERERS:
+        raise pytest.UsageError(f"--toolguard-report: {path}: use one of {', '.join(RENDERERS)}")
 
 
 def _selected_faults(config: pytest.Config) -> tuple[Fault, ...]:
@@ -216,6 +235,8 @@ def _selected_faults(config: pytest.Config) -> tuple[Fault, ...]:
     spec = config.getoption("toolguard_faults")
     if not spec:
         return ()
+    from .faults import catalogue, select_faults
+
     known = list(catalogue())
     for added in config.hook.pytest_toolguard_faults(config=config):
         for fault in added or ():
@@ -245,7 +266,12 @@ def _add_replay_dirs(config: pytest.Config) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """A bad marker fails its own test at setup, before any fixture runs
     (a usage error at collection would crash xdist workers)."""
-    for mark in item.iter_markers("toolguard"):
+    marks = list(item.iter_markers("toolguard"))
+    if not marks:
+        return
+    from .replay.tape import tape_options
+
+    for mark in marks:
         try:
             tape_options(mark.args, mark.kwargs)
         except ValueError as exc:
@@ -277,6 +303,9 @@ class CassetteFile(pytest.File):
         faults = self.config.stash[_FAULTS]
         if not faults:
             return
+        from .faults import Target
+        from .replay.cassette import CassetteError, load
+
         try:
             cassette = load(self.path, source=self.shown)
         except CassetteError:
@@ -337,6 +366,8 @@ def _collection_registry(config: pytest.Config) -> ToolRegistry | None:
     apply (the ``toolguard_registry`` fixture gives the tools at run time,
     and each cell asks again); None when it cannot be loaded."""
     if _COLLECTION_REGISTRY not in config.stash:
+        from .replay.registry_loading import SpecError, load_registry
+
         spec = str(config.getini("toolguard_registry")) or DEFAULT_REGISTRY
         try:
             config.stash[_COLLECTION_REGISTRY] = load_registry(spec)
@@ -351,6 +382,9 @@ def _run_fault_cell(
     toolguard_secrets: Mapping[str, str],
 ) -> None:
     """The body of every FaultCell."""
+    from .faults import Target, run_cell
+    from .faults.report import rerun_command
+
     item, config = request.node, request.config
     parent: InteractionCells = item.parent
     fault = next(f for f in parent.faults if f.name == item.name)
@@ -384,6 +418,9 @@ class ReplayItem(pytest.Function):
     def repr_failure(  # type: ignore[override]
         self, excinfo: pytest.ExceptionInfo[BaseException]
     ) -> Any:
+        from .replay.cassette import CassetteError
+        from .replay.report import ReplayFailed
+
         if isinstance(excinfo.value, (CassetteError, ReplayFailed)):
             return str(excinfo.value)
         return super().repr_failure(excinfo)
@@ -395,6 +432,10 @@ def _replay_file(
     toolguard_secrets: Mapping[str, str],
 ) -> None:
     """The body of every ReplayItem (its fixtures are its parameters)."""
+    from .replay.cassette import CassetteError, load
+    from .replay.player import replay
+    from .replay.report import ReplayFailed, ReplayTotals, format_report, how_to_rerecord
+
     item, config = request.node, request.config
     shown = item.nodeid.split("::")[0]
     try:
@@ -456,6 +497,8 @@ class FuzzFailed(AssertionError):
 
 def _fuzz_one_tool(request: pytest.FixtureRequest, toolguard_registry: ToolRegistry) -> None:
     """The body of every FuzzItem."""
+    from .fuzz import fuzz_tool
+
     item, config = request.node, request.config
     spec = toolguard_registry.get(item.name)
     if spec is None:
@@ -498,6 +541,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     path = config.getoption("toolguard_report")
     if path and workeroutput is None:
+        from .faults.report import write_report
+
         write_report(_matrix(config), path)
 
 
@@ -507,14 +552,24 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
     output = getattr(node, "workeroutput", {})
     data = output.get(WORKER_OUTPUT_KEY)
     if data is not None:
+        from .replay.report import ReplayTotals
+
         node.config.stash[_TOTALS] += ReplayTotals.from_dict(data)
-    cells = output.get(WORKER_CELLS_KEY) or []
-    node.config.stash[_CELLS].extend(CellOutcome.from_dict(cell) for cell in cells)
-    fuzzed = output.get(WORKER_FUZZ_KEY) or []
-    node.config.stash[_FUZZED].extend(FuzzReport.from_dict(report) for report in fuzzed)
+    cells = output.get(WORKER_CELLS_KEY)
+    if cells:
+        from .faults.outcome import CellOutcome
+
+        node.config.stash[_CELLS].extend(CellOutcome.from_dict(cell) for cell in cells)
+    fuzzed = output.get(WORKER_FUZZ_KEY)
+    if fuzzed:
+        from .fuzz import FuzzReport
+
+        node.config.stash[_FUZZED].extend(FuzzReport.from_dict(report) for report in fuzzed)
 
 
 def _matrix(config: pytest.Config) -> MatrixReport:
+    from .faults.outcome import MatrixReport
+
     faults: tuple[Fault, ...] = config.stash[_FAULTS]
     cells: list[CellOutcome] = config.stash[_CELLS]
     return MatrixReport.of([fault.name for fault in faults], cells)
@@ -532,6 +587,8 @@ def pytest_terminal_summary(
     terminalreporter.write_line(config.stash[_TOTALS].summary())
     cells: list[CellOutcome] = config.stash[_CELLS]
     if config.stash[_FAULTS] and cells:
+        from .faults.report import terminal_grid
+
         width = max(60, terminalreporter._tw.fullwidth - 1)
         for line in terminal_grid(_matrix(config), width):
             terminalreporter.write_line(line)
@@ -558,6 +615,8 @@ def toolguard_registry(pytestconfig: pytest.Config) -> ToolRegistry:
     """The tools replay and the ``toolguard`` fixture use: the ini
     ``toolguard_registry`` (default: the built-in tools). Override this
     fixture in a conftest.py to build the registry in code."""
+    from .replay.registry_loading import SpecError, load_registry
+
     spec = str(pytestconfig.getini("toolguard_registry")) or DEFAULT_REGISTRY
     try:
         return load_registry(spec)
@@ -574,6 +633,8 @@ def toolguard_secrets(pytestconfig: pytest.Config) -> Mapping[str, str]:
     spec = str(pytestconfig.getini("toolguard_secrets"))
     if not spec:
         return {}
+    from .replay.registry_loading import SpecError, load_secrets
+
     try:
         return load_secrets(spec)
     except SpecError as exc:
@@ -598,6 +659,11 @@ def toolguard(
     frozen clock); each call must be the cassette's next one, and
     differences or interactions never replayed fail the test.
     """
+    from .replay.naming import cassette_name, explicit_cassette_name
+    from .replay.record_mode import Action, RecordMode, action, choose
+    from .replay.report import format_missing_cassette, record_command
+    from .replay.tape import TapeOptions, tape_options
+
     config, node = request.config, request.node
     marker = node.get_closest_marker("toolguard")
     options = tape_options(marker.args, marker.kwargs) if marker else TapeOptions()
@@ -605,7 +671,7 @@ def toolguard(
     mode = choose(
         None if option_mode is None else RecordMode(option_mode),
         options.record_mode,
-        parse(str(config.getini("toolguard_record_mode")), "ini toolguard_record_mode"),
+        parse_record_mode(str(config.getini("toolguard_record_mode")), "ini toolguard_record_mode"),
     )
     relative = (
         explicit_cassette_name(options.cassette) if options.cassette else cassette_name(node.nodeid)
@@ -630,6 +696,10 @@ def _play_back(
     registry: ToolRegistry,
     options: TapeOptions,
 ) -> Iterator[ToolRuntime]:
+    from .replay.cassette import CassetteError, load
+    from .replay.report import format_report
+    from .replay.tape import PlaybackTape
+
     cassette: Cassette | None = None
     try:
         cassette = load(path, source=shown)
@@ -662,6 +732,10 @@ def _record(
     registry: ToolRegistry,
     options: TapeOptions,
 ) -> Iterator[ToolRuntime]:
+    from .audit import SQLiteAuditStore
+    from .replay.tape import RecordingTape
+    from .runtime import ToolRuntime
+
     workspace = tmp_path / "workspace"
     workspace.mkdir(exist_ok=True)
     store = SQLiteAuditStore(":memory:")
@@ -702,6 +776,10 @@ def toolguard_runtime(tmp_path: Path) -> Iterator[RuntimeFactory]:
     "workspace"``) with an audit database on real disk. Built-in tools unless
     ``registry=`` is given. At teardown every runtime is closed, and the test
     fails if a handler that overran its deadline is still running."""
+    from .audit import SQLiteAuditStore
+    from .runtime import ToolRuntime
+    from .tools import builtin_registry
+
     made: list[ToolRuntime] = []
     stores: list[SQLiteAuditStore] = []
 

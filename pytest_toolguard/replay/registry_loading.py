@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..registry import ToolRegistry
+if TYPE_CHECKING:
+    from ..registry import ToolRegistry
 
 DEFAULT_REGISTRY = "pytest_toolguard.tools:builtin_registry"
 """The built-in tools, used when no registry is configured."""
@@ -51,6 +52,8 @@ def resolve(spec: str) -> Any:
 def load_registry(spec: str) -> ToolRegistry:
     """The ``ToolRegistry`` a spec names, calling a function without
     arguments when it names one."""
+    from ..registry import ToolRegistry  # here: this module is imported in every pytest run
+
     target = resolve(spec)
     if not isinstance(target, ToolRegistry) and callable(target):
         target = _call(spec, target)
