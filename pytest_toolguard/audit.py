@@ -365,24 +365,36 @@ def _result_json(result: Mapping[str, Any] | None) -> str | None:
     return json.dumps(dict(result), ensure_ascii=False, sort_keys=True, default=str)
 
 
-_template: tuple[int, sqlite3.Connection] | None = None
-_template_lock = threading.Lock()
+class _SchemaTemplate:
+    """A memory database holding the current schema, migrated once per
+    process: a new memory store copies it (``Connection.backup``, 76 us)
+    instead of running every migration (181 us)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+
+    def copy_into(self, conn: sqlite3.Connection) -> None:
+        with self._lock:
+            if self._conn is None:
+                template = sqlite3.connect(
+                    ":memory:", isolation_level=None, check_same_thread=False
+                )
+                for step in _MIGRATIONS:
+                    for statement in step:
+                        template.execute(statement)
+                template.execute(f"PRAGMA user_version = {SCHEMA_VERSION:d}")
+                self._conn = template
+            self._conn.backup(conn)
+
+    def forget(self) -> None:
+        """In a forked child: a new lock (another thread may have held the
+        parent's at the fork) and a new database on next use."""
+        self._lock = threading.Lock()
+        self._conn = None
 
 
-def _copy_memory_template(conn: sqlite3.Connection) -> None:
-    """Fill the new memory database ``conn`` with the current schema, copied
-    (``Connection.backup``) from a memory database migrated once per
-    process instead of running every migration again."""
-    global _template
-    with _template_lock:
-        if _template is None or _template[0] != os.getpid():
-            template = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-            for step in _MIGRATIONS:
-                for statement in step:
-                    template.execute(statement)
-            template.execute(f"PRAGMA user_version = {SCHEMA_VERSION:d}")
-            _template = (os.getpid(), template)
-        _template[1].backup(conn)
+_SCHEMA_TEMPLATE = _SchemaTemplate()
 
 
 def _is_memory(target: str, uri: bool) -> bool:
@@ -409,6 +421,7 @@ _fork_generation = 0
 def _count_fork() -> None:
     global _fork_generation
     _fork_generation += 1
+    _SCHEMA_TEMPLATE.forget()
 
 
 if sys.platform != "win32":
@@ -482,7 +495,7 @@ class SQLiteAuditStore:
             if not self._memory:
                 conn.execute("PRAGMA journal_mode = WAL")
             elif self._target in (":memory:", "") and not self._uri:
-                _copy_memory_template(conn)  # the migrated schema, faster than migrating
+                _SCHEMA_TEMPLATE.copy_into(conn)  # the migrated schema, faster than migrating
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
         except BaseException:
             conn.close()
@@ -693,20 +706,6 @@ class SQLiteAuditStore:
             stored = self._stored_key(conn, claim_key)
             conn.execute("ROLLBACK")
         return None, resolve_claim(stored, rec.tool_name, rec.arguments_hash)
-
-    def held_claim(self, claim_key: str, tool_name: str, arguments_hash: str) -> Claim | None:
-        """A read-only look at ``claim_key``: the claim a ``start`` with it
-        would meet now, or None when the key is free. The runtime uses it to
-        answer a retry of a finished call before its hooks run (a plan that
-        has moved on must not block the retry of a call it allowed)."""
-        with self._reading("get") as conn:
-            found = conn.execute(
-                "SELECT 1 FROM idempotency_keys WHERE key = ?", (claim_key,)
-            ).fetchone()
-            if found is None:
-                return None
-            stored = self._stored_key(conn, claim_key)
-        return resolve_claim(stored, tool_name, arguments_hash)
 
     @staticmethod
     def _stored_key(conn: sqlite3.Connection, key: str) -> StoredKey:

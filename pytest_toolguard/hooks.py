@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from .contract import ToolCall, ToolResult
+from .idempotency import canonical_json
 from .sandbox import SandboxError, Workspace
 from .schema import SchemaValidator
 
@@ -163,7 +164,9 @@ class PlanProgress:
 
     PreToolUse blocks a tool the current step does not allow (``tool X is not
     allowed for current plan step step_1``) and every call once the plan is
-    complete. PostToolUse records successes, advances when the step's
+    complete, except the retry of a keyed call it already let run (same
+    idempotency key, session, tool and arguments: the runtime answers it
+    from the stored outcome). PostToolUse records successes, advances when the step's
     required tools all succeeded, and marks the step failed when its handler
     failed; a later success on the same step makes it active again (the model
     may retry). Thread-safe.
@@ -181,16 +184,19 @@ class PlanProgress:
         self._index = 0
         self._succeeded: set[str] = set()
         self._failed = False
+        self._keyed: set[tuple[str, ...]] = set()
+        """(key, session, tool, arguments) of keyed calls whose handler ran."""
         self._lock = threading.Lock()
 
     def copy(self) -> PlanProgress:
         """A new ``PlanProgress`` over the same steps, at the same point."""
         twin = PlanProgress(self.steps)
         with self._lock:
-            twin._index, twin._succeeded, twin._failed = (
+            twin._index, twin._succeeded, twin._failed, twin._keyed = (
                 self._index,
                 set(self._succeeded),
                 self._failed,
+                set(self._keyed),
             )
         return twin
 
@@ -216,6 +222,11 @@ class PlanProgress:
         raise KeyError(step_id)
 
     def pre_tool_use(self, event: PreToolUseEvent) -> HookDecision:
+        if self._ran(event.call, event.spec.name, event.arguments) in self._keyed:
+            # The retry of a call this plan let run, with its idempotency key:
+            # the runtime answers it with the stored outcome and runs nothing,
+            # so a plan that has moved on since must not block it.
+            return HookDecision.proceed()
         step = self.current_step
         tool_name = event.spec.name
         if step is None:
@@ -226,8 +237,18 @@ class PlanProgress:
             )
         return HookDecision.proceed()
 
+    @staticmethod
+    def _ran(call: ToolCall, tool_name: str, arguments: Mapping[str, Any]) -> tuple[str, ...]:
+        key = call.idempotency_key
+        if not key:
+            return ()
+        return (key, call.session_id, tool_name, canonical_json(dict(arguments)))
+
     def post_tool_use(self, event: PostToolUseEvent) -> None:
+        ran = self._ran(event.call, event.spec.name, event.arguments)
         with self._lock:
+            if ran:
+                self._keyed.add(ran)
             if self._index >= len(self.steps):
                 return
             step = self.steps[self._index]

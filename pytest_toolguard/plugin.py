@@ -311,14 +311,25 @@ class CassetteFile(pytest.File):
         except CassetteError:
             return  # the replay item reports it
         registry = _collection_registry(self.config)
+        unknown: set[str] = set()
         for index, interaction in enumerate(cassette.interactions):
             spec = registry.get(interaction.call.tool_name) if registry else None
+            if spec is None and interaction.result.code != "TOOL_NOT_FOUND":
+                unknown.add(str(interaction.call.tool_name))
             target = Target(self.shown, cassette, index, spec)
             applicable = tuple(fault for fault in faults if fault.applies(target))
             if applicable:
                 yield InteractionCells.from_parent(
                     self, name=target.label, target=target, faults=applicable
                 )
+        if unknown:
+            self.warn(
+                pytest.PytestWarning(
+                    f"{self.shown}: the ini toolguard_registry has no tool "
+                    f"{', '.join(sorted(unknown))}, so most faults of its calls were not "
+                    "collected (collection reads the ini, not a toolguard_registry fixture)"
+                )
+            )
 
     @property
     def shown(self) -> str:

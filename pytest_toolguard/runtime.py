@@ -82,9 +82,10 @@ class ToolContext:
     variables: Mapping[str, str]
     metadata: Mapping[str, Any] = field(default_factory=dict)
     cancelled: threading.Event = field(default_factory=threading.Event)
-    """Set when the deadline passed and the call was answered TIMEOUT. From
-    then on every write or delete through ``workspace`` raises
-    ``CallCancelled``; a long handler should also check it and return."""
+    """Set when the deadline passed and the call was answered TIMEOUT. A
+    write or delete through ``workspace`` that starts after that raises
+    ``CallCancelled`` (one already past its checks still finishes); a long
+    handler should also check it and return."""
 
     @property
     def max_read_bytes(self) -> int:
@@ -221,9 +222,7 @@ class ToolRuntime:
             attempt.arguments = arguments
             spec = self._lookup(attempt.tool_name)
             attempt.spec = spec
-            held = self._admit(call, spec, attempt)
-            if held is not None:
-                return self._answer_claim(attempt, held)
+            self._admit(call, spec, attempt)
             return self._run(call, spec, attempt)
         except _Refusal as refusal:
             return self._refuse(attempt, refusal)
@@ -344,21 +343,12 @@ class ToolRuntime:
             CallState.FAILED,
         )
 
-    def _admit(self, call: ToolCall, spec: ToolSpec, attempt: _Attempt) -> Claim | None:
+    def _admit(self, call: ToolCall, spec: ToolSpec, attempt: _Attempt) -> None:
         """Schema, policy and PreToolUse hooks; a rewrite goes through schema
-        and policy again. Refuses with ``_Refusal``.
-
-        A retry whose key already holds the same call (finished or still
-        running) is answered from the key after schema and policy, before
-        the hooks: returns that claim. A plan that has moved on since must
-        not turn a lost answer's retry into BLOCKED."""
+        and policy again. Refuses with ``_Refusal``."""
         arguments = attempt.arguments
         assert arguments is not None
         self._validate_and_authorize(spec, arguments, attempt)
-        held = self._held_claim(spec, attempt)
-        if held is not None:
-            attempt.decision = "allow"
-            return held
         approval: tuple[str, str] | None = None  # the rule and reason that approved
         for hook in self.hooks:
             if not isinstance(hook, PreToolUse):
@@ -417,24 +407,6 @@ class ToolRuntime:
         if approval is not None:
             attempt.rule, attempt.reason = approval
         attempt.decision = "allow"
-        return None
-
-    def _held_claim(self, spec: ToolSpec, attempt: _Attempt) -> Claim | None:
-        """The claim on this call's key when it holds this very call (same
-        tool, same arguments); None when free, held by other arguments (the
-        claim at start answers those, after the hooks) or unknown."""
-        claim_key = self._claim_key(spec, attempt)
-        look = getattr(self.audit, "held_claim", None)
-        if claim_key is None or look is None or attempt.arguments is None:
-            return None
-        digest = hashlib.sha256(canonical_json(attempt.arguments).encode("utf-8")).hexdigest()
-        try:
-            claim: Claim | None = look(claim_key, spec.name, digest)
-        except AuditUnavailable:
-            return None  # the start will meet the same store and answer for it
-        if claim is None or claim.outcome is ClaimOutcome.CONFLICT:
-            return None
-        return claim
 
     def _validate_and_authorize(
         self, spec: ToolSpec, arguments: Mapping[str, Any], attempt: _Attempt, via: str = ""
@@ -571,7 +543,7 @@ class ToolRuntime:
             session_id=attempt.session_id,
             actor=attempt.actor,
             workspace=self.workspace.with_journal(
-                on_change, allow_hardlinks=spec.allow_hardlinks or None
+                on_change, allow_hardlinks=spec.allow_hardlinks or None, cancelled=cancelled
             ),
             capabilities=self.capabilities,
             variables=self.variables,

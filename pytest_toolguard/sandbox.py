@@ -93,6 +93,7 @@ import os
 import re
 import secrets
 import stat
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -529,6 +530,7 @@ class Workspace:
             allow_hardlinks=allow_hardlinks,
         )
         self._on_change = on_change
+        self._cancelled: threading.Event | None = None
         self._handle = _RootHandle(os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
         self._owns_handle = True
         self._closed = False
@@ -555,12 +557,19 @@ class Workspace:
         self.close()
 
     def with_journal(
-        self, on_change: OnChange, *, allow_hardlinks: bool | None = None
+        self,
+        on_change: OnChange,
+        *,
+        allow_hardlinks: bool | None = None,
+        cancelled: threading.Event | None = None,
     ) -> Workspace:
         """A view of the same root (same descriptor, same rules) whose writes
         and deletes first call ``on_change(relative_path, previous)``.
         ``allow_hardlinks`` overrides that one rule for the view (a tool that
-        opts in). Closing the view does not close the root."""
+        opts in). Once ``cancelled`` is set, writes and deletes through the
+        view raise ``CallCancelled`` before touching anything (not even a
+        missing parent directory is made). Closing the view does not close
+        the root."""
         view = object.__new__(Workspace)
         view.root = self.root
         view._rules = (
@@ -569,6 +578,7 @@ class Workspace:
             else _Rules(forbidden=self._rules.forbidden, allow_hardlinks=allow_hardlinks)
         )
         view._on_change = on_change
+        view._cancelled = cancelled
         view._handle = self._handle
         view._owns_handle = False
         view._closed = False
@@ -696,6 +706,7 @@ class Workspace:
         missing parent without ``make_parents``. On any failure the old
         content stays and no temporary file is left.
         """
+        self._refuse_if_cancelled(path)
         self._write(path, data, make_parents=make_parents, journal=True)
 
     def write_text(
@@ -708,7 +719,14 @@ class Workspace:
         """Remove the file (or symlink entry) ``path``; the journal hears of
         it first. Raises ``FileNotFoundError``, ``IsADirectoryError`` for a
         directory, ``ForbiddenPath`` for a hard-linked or special file."""
+        self._refuse_if_cancelled(path)
         self._delete(path, journal=True, missing_ok=False)
+
+    def _refuse_if_cancelled(self, path: str) -> None:
+        if self._cancelled is not None and self._cancelled.is_set():
+            raise CallCancelled(
+                f"the call timed out: its handler may not change {_show(path)}", path
+            )
 
     def restore(self, path: str, previous: bytes | None) -> None:
         """Put back what a journal recorded: write ``previous``, or remove

@@ -77,3 +77,22 @@ def test_wait_for_file_stops_when_the_deadline_passes(toolguard_runtime) -> None
     )
     # The handler saw ctx.cancelled within one poll: nothing is left running.
     assert runtime.close(join_timeout=2) == []
+
+
+def test_a_late_write_makes_no_parent_directory(toolguard_runtime) -> None:
+    released = threading.Event()
+
+    def late_deep_writer(ctx: Any, **arguments: Any) -> Any:
+        released.wait(10)
+        ctx.workspace.write_text("new/deep/late.txt", "late")
+        return {}
+
+    spec = ToolSpec("late_deep_writer", "writes late", {"type": "object"}, late_deep_writer)
+    runtime = toolguard_runtime(
+        ToolRegistry([spec]), WRITE_ANYWHERE, timeouts={"late_deep_writer": 0.01}
+    )
+    result = runtime.execute(ToolCall("c1", "late_deep_writer", {}))
+    released.set()
+    assert result.code is ErrorCode.TIMEOUT
+    assert runtime.close(join_timeout=5) == []
+    assert not os.path.exists(os.path.join(runtime.workspace.root, "new"))

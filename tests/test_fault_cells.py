@@ -66,3 +66,30 @@ def test_a_saved_state_is_used_once_the_first_cell_saved_it() -> None:
     assert saved.plan.current_step.id == "step_3"
     # Another registry is another key: it replays.
     assert base._PREFIXES.get(cassette, 4, builtin_registry(), None) is None
+
+
+class _Keys(base.Fault):
+    name = "keys_seen"
+    applies_to = "any call"
+    injection = "none"
+    expected = "distinct keys"
+    seen: list[str | None] = []
+
+    def inject(self, cell: base.Cell) -> None:
+        _Keys.seen = [cell.call().idempotency_key for _ in range(3)]
+        _Keys.seen.append(cell.call(idempotency_key="chosen").idempotency_key)
+
+
+def test_each_call_of_a_cell_gets_its_own_idempotency_key() -> None:
+    """Reusing the recorded key would answer every call after the first from
+    the key: the fault would test nothing."""
+    registry = builtin_registry()
+    name = "cases/duplicate_idempotency_key.yaml"
+    cassette = load(ROOT / name, source=name)
+    target = base.targets(cassette, registry, name)[0]
+    assert target.call.idempotency_key == "todo-v1"
+    assert run_cell(_Keys(), target, registry).status == "pass"
+    *made, chosen = _Keys.seen
+    assert len(set(made)) == 3
+    assert all(key and key.startswith("todo-v1-") for key in made)
+    assert chosen == "chosen"

@@ -196,3 +196,18 @@ def test_the_readme_table_lists_every_built_in_fault_as_it_is() -> None:
     for fault in catalogue():
         row = f"| `{fault.name}` | {fault.applies_to} | {fault.injection} | {fault.expected} |"
         assert row in readme, f"README's fault table is out of date for {fault.name}"
+
+
+def test_a_tool_missing_from_the_ini_registry_is_warned_about(pytester: pytest.Pytester) -> None:
+    pytester.makefile(
+        ".yaml",
+        **{
+            "cases/custom": CASE.replace("tool_name: read_text", "tool_name: my_reader").replace(
+                "name: notes", "name: custom"
+            )
+        },
+    )
+    result = pytester.runpytest("--toolguard-faults=all", "--collect-only", "-q", *NO_XDIST)
+    result.stdout.fnmatch_lines(
+        ["*cases/custom.yaml: the ini toolguard_registry has no tool my_reader*"]
+    )

@@ -115,6 +115,13 @@ class Target:
         return self.spec is not None and self.spec.risk is not Risk.READ
 
     @property
+    def declared_path_arguments(self) -> tuple[str, ...]:
+        """The fields of the tool's ``paths`` templates."""
+        if self.spec is None:
+            return ()
+        return tuple(name for access in self.spec.paths for name in access.fields)
+
+    @property
     def path_arguments(self) -> tuple[str, ...]:
         """Arguments that name a path and that this call gives as strings:
         fields of the tool's ``paths`` templates, then any other whose name
@@ -123,7 +130,7 @@ class Target:
         if self.spec is None:
             return ()
         arguments = self.arguments or {}
-        declared = [name for access in self.spec.paths for name in access.fields]
+        declared = list(self.declared_path_arguments)
         guessed = [name for name in arguments if PATH_ARGUMENT.search(name)]
         names: list[str] = []
         for name in declared + guessed:
@@ -374,11 +381,17 @@ class Cell:
 
     def call(self, arguments: Any = None, **changes: Any) -> ToolCall:
         """The target's call with a fresh call id (secrets filled in),
-        optionally with other ``arguments`` or other fields."""
+        optionally with other ``arguments`` or other fields. A recorded
+        idempotency key is made unique to this call too (unless
+        ``idempotency_key`` is given): reused, every call after the first
+        would only be answered from the key, and test nothing."""
         self._serial += 1
         call = _with_secrets(self.target.call, self.secrets)
         call_id = f"{self.fault.name}-{self._serial}"
-        fields: dict[str, Any] = {"call_id": call_id, **changes}
+        fields: dict[str, Any] = {"call_id": call_id}
+        if call.idempotency_key:
+            fields["idempotency_key"] = f"{call.idempotency_key}-{call_id}"
+        fields.update(changes)
         if arguments is not None:
             fields["arguments"] = arguments
         return replace(call, **fields)
@@ -504,7 +517,11 @@ def _leftover_threads(before: set[threading.Thread], wait: float) -> list[str]:
     deadline = time.monotonic() + wait
     alive = []
     for thread in threading.enumerate():
-        if thread in before or thread is threading.current_thread():
+        if (
+            thread in before
+            or thread is threading.current_thread()
+            or isinstance(thread, threading._DummyThread)  # not joinable; not started by us
+        ):
             continue
         thread.join(max(0.0, deadline - time.monotonic()))
         if thread.is_alive():
@@ -518,8 +535,10 @@ def _leftover_threads(before: set[threading.Thread], wait: float) -> list[str]:
 @dataclass(frozen=True, slots=True)
 class _Saved:
     """What replaying the interactions before a target left behind: the
-    workspace (every entry under the root), the session's audit store (rows
-    and idempotency keys) and the plan's progress."""
+    workspace (every entry under the root, with its mode), the session's
+    audit store (rows and idempotency keys) and the plan's progress. Not
+    kept: the runtime's rollback journal (a fault that rolls back an
+    earlier call must replay instead: ``_PREFIXES.size = 0``)."""
 
     entries: tuple[tuple[str, int, bytes], ...]
     """(relative path, st_mode, content or link target), parents first."""
@@ -559,8 +578,10 @@ class _Saved:
             else:
                 fs.create_file(full, st_mode=mode, contents=data)
         fresh = cell.runtime
+        store = cell.store_of(fresh)
         cell._runtimes = [(r, st) for r, st in cell._runtimes if r is not fresh]
         fresh.close()
+        store.close()
         cell.hooks = [self.plan.copy()] if self.plan else []
         cell.runtime = cell.make_runtime(audit=self.store.copy())
 
@@ -686,9 +707,9 @@ def _plant_decoys(cell: Cell) -> None:
 
 
 def _outside(cell: Cell) -> dict[str, bytes]:
-    """Every file and link of the fake filesystem outside the workspace
-    (read from pyfakefs' own tree: walking it through the fake ``os`` costs
-    ten times more)."""
+    """Every file, link and directory (with its mode) of the fake
+    filesystem outside the workspace, read from pyfakefs' own tree (walking
+    it through the fake ``os`` costs ten times more)."""
     found: dict[str, bytes] = {}
     pending: list[tuple[str, Any]] = [("", cell.fs.root_dir)]
     while pending:
@@ -698,6 +719,7 @@ def _outside(cell: Cell) -> dict[str, bytes]:
             if path == cell.root:
                 continue
             if stat.S_ISDIR(entry.st_mode):
+                found[path + "/"] = b"directory %o" % stat.S_IMODE(entry.st_mode)
                 pending.append((path, entry))
             elif stat.S_ISLNK(entry.st_mode):
                 found[path] = b"-> " + (entry.byte_contents or b"")
