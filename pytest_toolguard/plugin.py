@@ -465,6 +465,7 @@ def _replay_file(
 # -- fuzz items ------------------------------------------------------------------
 
 
+@pytest.hookimpl(tryfirst=True)  # before -k/-m deselect, so they apply to these items too
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:

@@ -68,3 +68,11 @@ def test_xdist_runs_the_same_items_and_sums_them(project: pytest.Pytester) -> No
     )
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["toolguard fuzz: 2 tools, * 1 failing examples"])
+
+
+def test_k_selects_fuzz_items_like_any_other(project: pytest.Pytester) -> None:
+    result = project.runpytest(
+        "--toolguard-fuzz", "-k", "double", "--collect-only", "-q", *NO_XDIST
+    )
+    result.stdout.fnmatch_lines(["toolguard-fuzz::double"])
+    assert "toolguard-fuzz::sign" not in result.stdout.str()
