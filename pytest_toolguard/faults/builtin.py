@@ -52,13 +52,22 @@ def _needs_handler(target: Target) -> bool:
     return target.spec is not None and target.handler_ran
 
 
+class _AfterSuccess(Fault):
+    """A fault of calls that reached their handler and succeeded when
+    recorded: those that change the handler's world."""
+
+    applies_to = "calls that succeeded when recorded"
+
+    def applies(self, target: Target) -> bool:
+        return _needs_handler(target)
+
+
 # -- timeout ---------------------------------------------------------------------------
 
 
 @register_fault
-class Timeout(Fault):
+class Timeout(_AfterSuccess):
     name = "timeout"
-    applies_to = "calls that succeeded when recorded"
     injection = (
         f"deadline {TIMEOUT_SECONDS * 1000:g} ms; the handler is held until the runtime "
         "has answered, then runs on"
@@ -67,9 +76,6 @@ class Timeout(Fault):
         "TIMEOUT, retryable, state TIMED_OUT; the late handler changes no file; "
         "no handler alive at teardown"
     )
-
-    def applies(self, target: Target) -> bool:
-        return _needs_handler(target)
 
     def inject(self, cell: Cell) -> None:
         released = threading.Event()
@@ -320,9 +326,8 @@ BURST = 8
 
 
 @register_fault
-class DuplicateSubmission(Fault):
+class DuplicateSubmission(_AfterSuccess):
     name = "duplicate_submission"
-    applies_to = "calls that succeeded when recorded"
     injection = (
         f"the call sent twice in a row with one idempotency key, then {BURST} times at once "
         "from threads with another; a tool declared idempotent also twice without a key"
@@ -331,9 +336,6 @@ class DuplicateSubmission(Fault):
         "one handler run per key; the repeats answer IDEMPOTENT_REPLAY (same data) or "
         "DUPLICATE_CALL; an idempotent tool's second keyless run changes no file"
     )
-
-    def applies(self, target: Target) -> bool:
-        return _needs_handler(target)
 
     def inject(self, cell: Cell) -> None:
         key = cell.target.call.idempotency_key or f"toolguard-{cell.target.label}"
@@ -458,14 +460,10 @@ def _strings(value: Any) -> list[str]:
 
 
 @register_fault
-class HandlerException(Fault):
+class HandlerException(_AfterSuccess):
     name = "handler_exception"
-    applies_to = "calls that succeeded when recorded"
     injection = "the handler raises InjectedFault"
     expected = "EXECUTION_ERROR naming InjectedFault, state FAILED; no file changed"
-
-    def applies(self, target: Target) -> bool:
-        return _needs_handler(target)
 
     def inject(self, cell: Cell) -> None:
         def raising(handler: Callable[..., Any]) -> Callable[..., Any]:
@@ -489,17 +487,13 @@ class HandlerException(Fault):
 
 
 @register_fault
-class AuditUnavailable(Fault):
+class AuditUnavailable(_AfterSuccess):
     name = "audit_unavailable"
-    applies_to = "calls that succeeded when recorded"
     injection = "the audit store fails when the call starts; then, in a fresh try, when it finishes"
     expected = (
         "at start: AUDIT_UNAVAILABLE, retryable, the handler never runs; at finish: the "
         "handler's outcome, its row written by flush_audit() once the store is back"
     )
-
-    def applies(self, target: Target) -> bool:
-        return _needs_handler(target)
 
     def inject(self, cell: Cell) -> None:
         store = cell.store_of(cell.runtime)
@@ -535,14 +529,10 @@ class AuditUnavailable(Fault):
 
 
 @register_fault
-class OversizedOutput(Fault):
+class OversizedOutput(_AfterSuccess):
     name = "oversized_output"
-    applies_to = "calls that succeeded when recorded"
     injection = f"the tool's result limit lowered to {RESULT_LIMIT} characters"
     expected = "ok, truncated, total_size kept, data cut to the limit; the audit preview bounded"
-
-    def applies(self, target: Target) -> bool:
-        return _needs_handler(target)
 
     def inject(self, cell: Cell) -> None:
         from ..runtime import PREVIEW_LIMIT
@@ -569,14 +559,10 @@ class OversizedOutput(Fault):
 
 
 @register_fault
-class ResponseLost(Fault):
+class ResponseLost(_AfterSuccess):
     name = "response_lost"
-    applies_to = "calls that succeeded when recorded"
     injection = "the first answer is dropped; the caller retries with the same idempotency key"
     expected = "the retry answers the stored outcome (same data); the handler ran once"
-
-    def applies(self, target: Target) -> bool:
-        return _needs_handler(target)
 
     def inject(self, cell: Cell) -> None:
         key = cell.target.call.idempotency_key or f"toolguard-lost-{cell.target.label}"
@@ -688,17 +674,13 @@ def _out_of_range(schema: Any) -> Any:
 
 
 @register_fault
-class CapabilityRevoked(Fault):
+class CapabilityRevoked(_AfterSuccess):
     name = "capability_revoked"
-    applies_to = "calls that succeeded when recorded"
     injection = "the same call in a read-only session (read risk only, no write roots)"
     expected = (
         "PERMISSION_DENIED for a tool that is not read-only (the handler never runs); "
         "a read still answers OK"
     )
-
-    def applies(self, target: Target) -> bool:
-        return _needs_handler(target)
 
     def inject(self, cell: Cell) -> None:
         session = cell.target.cassette.session
@@ -747,14 +729,10 @@ class UnknownTool(Fault):
 
 
 @register_fault
-class PlanViolation(Fault):
+class PlanViolation(_AfterSuccess):
     name = "plan_violation"
-    applies_to = "calls that succeeded when recorded"
     injection = "a plan whose current step allows only another tool"
     expected = "BLOCKED; the handler never runs; no file changed"
-
-    def applies(self, target: Target) -> bool:
-        return _needs_handler(target)
 
     def inject(self, cell: Cell) -> None:
         step = PlanStep("toolguard_other_step", frozenset({"toolguard_other_tool"}))
