@@ -56,11 +56,11 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from matrix_workload import REPO, Project, Shipped, generate_project, shipped
+from timing import machine, package_version, plural
 from variants import BenchmarkSetupError
 
 import pytest_toolguard
@@ -361,7 +361,7 @@ def _parallel(options: argparse.Namespace, project: Project) -> None:
     print(
         f"2. -n 2 against serial. Whole pytest runs ({' '.join(MATRIX)} cassettes cases: "
         f"{project.files} replay items + {project.cells} cells), subprocesses, "
-        f"{_count(options.rounds, 'round')} of the four (order rotating); {elapsed:.1f} s; "
+        f"{plural(options.rounds, 'round')} of the four (order rotating); {elapsed:.1f} s; "
         f"load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
     )
     widths = (10, 15, 10)
@@ -518,7 +518,8 @@ def _timed_parts() -> Iterator[dict[str, float]]:
     original_run = base._run
 
     def run(fault: Fault, target: Target, *args: Any) -> Any:
-        return original_run(_TimedInject(fault, timing(PARTS[5], fault.inject)), target, *args)
+        timed_fault: Any = _TimedInject(fault, timing(PARTS[5], fault.inject))
+        return original_run(timed_fault, target, *args)
 
     swap(base, "_run", run)
     try:
@@ -601,27 +602,14 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _environment(directory: Path) -> str:
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
     versions = ", ".join(
-        f"{name} {_version(name)}"
+        f"{name} {package_version(name)}"
         for name in ("pytest", "pytest-xdist", "pyfakefs", "time-machine", "freezegun")
     )
     return (
-        f"matrix env: Python {platform.python_version()}, {versions}; {os.cpu_count()} CPUs "
-        f"({usable} usable), {platform.system()} {platform.machine()}; repo {REPO}; "
+        f"matrix env: Python {platform.python_version()}, {versions}; {machine()}; repo {REPO}; "
         f"files in {directory}"
     )
-
-
-def _version(name: str) -> str:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return "absent"
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def _percentile(values: list[float], fraction: float) -> float:

@@ -15,7 +15,6 @@ fails) exits 1. See README.md for what each line measures.
 from __future__ import annotations
 
 import argparse
-import os
 import platform
 import shutil
 import statistics
@@ -23,7 +22,6 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
 import yaml
@@ -38,7 +36,7 @@ from replay_workload import (
     record_session_workload,
     shipped_interactions,
 )
-from timing import ratio
+from timing import machine, package_version, plural, ratio
 from variants import BenchmarkSetupError
 
 from pytest_toolguard.replay import Cassette
@@ -178,7 +176,7 @@ def _per_cassette(options: argparse.Namespace, directory: Path, case: Cassette) 
     modules = len(sys.modules)
     print(
         "2. Per cassette. The one-call case (1 file, 1 read_text); "
-        f"{_count(options.rounds, 'round')}, each: the pytest runs, then "
+        f"{plural(options.rounds, 'round')}, each: the pytest runs, then "
         f"{options.setup_repeats} set-ups; {modules} modules loaded; {elapsed:.1f} s"
     )
     print(_row("in this process (median of the rounds' medians)", "ms", widths=(10,)))
@@ -231,7 +229,7 @@ def _load(options: argparse.Namespace, session: Session) -> None:
     print(
         f"3. A {times.interactions:,}-interaction cassette ({times.size_bytes / 1e6:.1f} MB, "
         f"{per:,.0f} bytes per interaction: the shipped cassettes' {len(shipped)} interactions "
-        f"cycled); loader {times.loader}; median of {_count(options.load_rounds, 'round')}; "
+        f"cycled); loader {times.loader}; median of {plural(options.load_rounds, 'round')}; "
         f"{elapsed:.1f} s"
     )
     widths = (10, 17, 15)
@@ -288,28 +286,15 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _environment(directory: Path) -> str:
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
     libyaml = "libyaml" if getattr(yaml, "__with_libyaml__", False) else "no libyaml"
     versions = ", ".join(
-        f"{name} {_version(name)}"
+        f"{name} {package_version(name)}"
         for name in ("pytest", "pyfakefs", "freezegun", "jsonschema", "jsonschema-rs")
     )
     return (
         f"replay env: Python {platform.python_version()}, {versions}, PyYAML "
-        f"{yaml.__version__} ({libyaml}); {os.cpu_count()} CPUs ({usable} usable), "
-        f"{platform.system()} {platform.machine()}; files in {directory}"
+        f"{yaml.__version__} ({libyaml}); {machine()}; files in {directory}"
     )
-
-
-def _version(name: str) -> str:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return "absent"
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def _ms(values: list[float]) -> str:

@@ -8,10 +8,13 @@ right after the same neighbour). Every call is timed on its own with
 
 from __future__ import annotations
 
+import os
+import platform
 import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from importlib import metadata
 
 
 @dataclass
@@ -68,3 +71,22 @@ def ratio(numerator: Samples, denominator: Samples) -> tuple[float, float, float
     pairs = zip(numerator.block_medians_ns, denominator.block_medians_ns, strict=True)
     per_block = [top / bottom for top, bottom in pairs]
     return statistics.median(per_block), min(per_block), max(per_block)
+
+
+def package_version(name: str) -> str:
+    """An installed distribution's version, or "absent"."""
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+def plural(number: int, noun: str) -> str:
+    """``1 cell``, ``2 cells``."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def machine() -> str:
+    """``2 CPUs (2 usable), Linux x86_64``."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
+    return f"{os.cpu_count()} CPUs ({usable} usable), {platform.system()} {platform.machine()}"
