@@ -173,7 +173,7 @@ PATH_PROBES: tuple[str, ...] = (
 escapes (shrinking prefers earlier probes, so a failure names the simplest)."""
 
 
-DEADLINE_SECONDS = 0.25
+DEADLINE_SECONDS = 1.0
 """The deadline each fuzzed call gets unless ``timeout_seconds`` says
 otherwise (or the tool's own is shorter)."""
 
