@@ -46,11 +46,9 @@ import os
 import platform
 import pstats
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
@@ -60,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from matrix_workload import REPO, Project, Shipped, generate_project, shipped
-from timing import machine, package_version, plural
+from timing import in_temp_dir, machine, package_version, plural
 from variants import BenchmarkSetupError
 
 import pytest_toolguard
@@ -98,18 +96,7 @@ class Goal:
 
 
 def main(argv: list[str] | None = None) -> int:
-    options = _parse(argv)
-    directory = Path(tempfile.mkdtemp(prefix="toolguard-matrix-bench-", dir=options.dir))
-    try:
-        return _run(options, directory)
-    except BenchmarkSetupError as exc:
-        print(f"matrix benchmark not run: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        if options.keep:
-            print(f"\nfiles kept in {directory}")
-        else:
-            shutil.rmtree(directory, ignore_errors=True)
+    return in_temp_dir("matrix-bench", _parse(argv), _run, catch=BenchmarkSetupError)
 
 
 def _run(options: argparse.Namespace, directory: Path) -> int:

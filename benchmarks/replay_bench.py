@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import argparse
 import platform
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +34,7 @@ from replay_workload import (
     record_session_workload,
     shipped_interactions,
 )
-from timing import machine, package_version, plural, ratio
+from timing import in_temp_dir, machine, package_version, plural, ratio
 from variants import BenchmarkSetupError
 
 from pytest_toolguard.replay import Cassette
@@ -86,18 +84,7 @@ KIND_LABELS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    options = _parse(argv)
-    directory = Path(tempfile.mkdtemp(prefix="toolguard-replay-bench-", dir=options.dir))
-    try:
-        return _run(options, directory)
-    except BenchmarkSetupError as exc:
-        print(f"replay benchmark not run: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        if options.keep:
-            print(f"\nfiles kept in {directory}")
-        else:
-            shutil.rmtree(directory, ignore_errors=True)
+    return in_temp_dir("replay-bench", _parse(argv), _run, catch=BenchmarkSetupError)
 
 
 def _run(options: argparse.Namespace, directory: Path) -> int:

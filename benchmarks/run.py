@@ -18,17 +18,15 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import shutil
 import sqlite3
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
 from profiling import component_costs, profile_main
-from timing import Samples, measure, ratio
+from timing import Samples, in_temp_dir, measure, ratio
 from variants import SAMPLE_BYTES, BenchmarkSetupError, Variant, build_all
 
 
@@ -68,14 +66,7 @@ RATIOS = (
 
 def main(argv: list[str] | None = None) -> int:
     options = _parse(argv)
-    directory = Path(tempfile.mkdtemp(prefix="toolguard-bench-", dir=options.dir))
-    try:
-        status = _run(options, directory)
-    finally:
-        if options.keep:
-            print(f"\nfiles kept in {directory}")
-        else:
-            shutil.rmtree(directory, ignore_errors=True)
+    status = in_temp_dir("bench", options, _run)
     if options.no_replay:
         return status
     print()

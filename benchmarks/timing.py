@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
 import statistics
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
+from pathlib import Path
+from typing import Any
 
 
 @dataclass
@@ -90,3 +95,29 @@ def machine() -> str:
     """``2 CPUs (2 usable), Linux x86_64``."""
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
     return f"{os.cpu_count()} CPUs ({usable} usable), {platform.system()} {platform.machine()}"
+
+
+def in_temp_dir(
+    name: str,
+    options: Any,
+    run: Callable[[Any, Path], int],
+    *,
+    catch: type[Exception] | None = None,
+) -> int:
+    """``run(options, directory)`` in a new temporary directory (under
+    ``options.dir``), removed afterwards unless ``options.keep``. A ``catch``
+    exception (a variant whose start-up check failed) prints why and gives
+    status 1."""
+    directory = Path(tempfile.mkdtemp(prefix=f"toolguard-{name}-", dir=options.dir))
+    try:
+        return run(options, directory)
+    except Exception as exc:
+        if catch is None or not isinstance(exc, catch):
+            raise
+        print(f"{name} not run: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if options.keep:
+            print(f"\nfiles kept in {directory}")
+        else:
+            shutil.rmtree(directory, ignore_errors=True)

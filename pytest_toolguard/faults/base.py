@@ -466,6 +466,12 @@ class Cell:
         """Every regular file under the workspace, by relative path."""
         return read_tree(self.root)
 
+    def check_refused(self, before: Mapping[str, bytes], why: str) -> None:
+        """A refused call's oracle: the handler never ran (``handler_calls``
+        is 0) and the workspace holds exactly ``before``."""
+        self.check(self.handler_calls == 0, f"{why}, but the handler ran")
+        self.check_unchanged(before, why)
+
     def check_unchanged(self, before: Mapping[str, bytes], why: str) -> None:
         """The workspace holds exactly ``before``."""
         after = self.tree()
