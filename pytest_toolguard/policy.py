@@ -3,7 +3,8 @@
 ``authorize`` answers one ``Decision`` that names the rule that decided and
 why, so the audit row can say it. Paths are judged by where they really lead
 (resolved through the sandbox, symlinks included), never by how they are
-spelt.
+spelt: a read by the file it reaches, a write by the entry it replaces (its
+parent resolved, plus the final name; a symlink there is refused).
 """
 
 from __future__ import annotations
@@ -210,8 +211,13 @@ def _check_path(
     try:
         # Judged by where it really leads: the sandbox applies its rules
         # (forbidden names included) to every link target on the way. The
-        # same walk gives the size a read is judged by.
-        real, size = workspace.resolve_with_size(given)
+        # same walk gives the size a read is judged by. A write acts on the
+        # final entry itself, so only its parent is resolved (a link there
+        # is refused: a write never follows or replaces one).
+        if access.mode == "read":
+            real, size = workspace.resolve_with_size(given)
+        else:
+            real, size = workspace.resolve_write(given), None
     except OSError:
         # `file.txt/x`: judged by its spelling; the handler meets the error.
         size = None

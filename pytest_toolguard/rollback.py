@@ -16,15 +16,16 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from .sandbox import Workspace
+from .sandbox import Previous, Symlink, Workspace
 
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """One path a call changed, and what it held before (None: it did not exist)."""
+    """One path a call changed, and what it held before: a regular file's
+    bytes, a ``Symlink`` (restored as a link), or None (it did not exist)."""
 
     path: str
-    previous: bytes | None
+    previous: Previous
 
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
@@ -40,13 +41,13 @@ class ChangeJournal:
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def record(self, call_id: str, path: str, previous: bytes | None) -> None:
+    def record(self, call_id: str, path: str, previous: Previous) -> None:
         """Keep the first previous state of ``path`` for this call."""
         with self._lock:
             changes = self._changes.setdefault(call_id, [])
             if all(change.path != path for change in changes):
                 changes.append(Change(path, previous))
-                self._bytes += len(previous or b"")
+                self._bytes += _kept(previous)
             while self._bytes > self.max_bytes and len(self._changes) > 1:
                 oldest = next(iter(self._changes))
                 if oldest == call_id:
@@ -68,5 +69,12 @@ class ChangeJournal:
         return changes
 
 
+def _kept(previous: Previous) -> int:
+    """Bytes of memory a previous state holds, as counted against ``max_bytes``."""
+    if isinstance(previous, Symlink):
+        return len(previous.target)
+    return len(previous or b"")
+
+
 def _size(changes: list[Change]) -> int:
-    return sum(len(change.previous or b"") for change in changes)
+    return sum(_kept(change.previous) for change in changes)

@@ -54,7 +54,7 @@ from .policy import Capabilities, Decision, authorize
 from .redaction import Redactor
 from .registry import ToolRegistry, ToolSpec
 from .rollback import ChangeJournal
-from .sandbox import CallCancelled, SandboxError, Workspace
+from .sandbox import CallCancelled, Previous, SandboxError, Workspace
 
 MAX_ID_LENGTH = 256
 PREVIEW_LIMIT = 500
@@ -523,12 +523,12 @@ class ToolRuntime:
         call_id = attempt.call_id
         # In process mode the handler's journal entries are made in the child,
         # so they travel back with its outcome and are recorded here.
-        captured: list[tuple[str, bytes | None]] = []
+        captured: list[tuple[str, Previous]] = []
         in_process = self._isolation_mode == "process"
 
         cancelled = threading.Event()
 
-        def on_change(path: str, previous: bytes | None) -> None:
+        def on_change(path: str, previous: Previous) -> None:
             if cancelled.is_set():
                 raise CallCancelled(
                     f"call {call_id} timed out: its handler may not change {path!r}", path
@@ -552,7 +552,7 @@ class ToolRuntime:
         )
         handler_args = dict(arguments)
 
-        def run() -> tuple[bool, Any, list[tuple[str, bytes | None]]]:
+        def run() -> tuple[bool, Any, list[tuple[str, Previous]]]:
             try:
                 return True, spec.handler(ctx, **handler_args), captured
             except BaseException as exc:  # SystemExit from a handler is its failure too

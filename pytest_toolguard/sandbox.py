@@ -29,9 +29,11 @@ Symbolic links
     names. A ``..`` is applied to the directory actually reached (as the
     kernel does), never above the root. More than 40 link expansions in one
     resolution raise ``InvalidPath`` (a loop is not an escape).
-    ``write_bytes`` and ``delete`` act on the final entry itself: a symlink
-    there is replaced or removed, never written through. ``walk`` and
-    ``list_dir`` never follow links beneath the directory they start from.
+    ``write_bytes`` never follows a symlink at the final component, nor
+    replaces it: it raises ``ForbiddenPath`` (``resolve_write`` says where a
+    write lands: the parent resolved, plus the final name). ``delete`` removes
+    the link entry itself. ``walk`` and ``list_dir`` never follow links
+    beneath the directory they start from.
 
 Races
     Each directory is opened with ``O_NOFOLLOW | O_DIRECTORY`` relative to
@@ -77,10 +79,10 @@ What a Workspace does not guarantee
     - It does not stop crossing mount points or bind mounts beneath the
       root, and ``resolve``, ``exists`` and ``size`` answer for the moment
       they ran: another process may change the tree right after.
-    - The change journal (``on_change``) records file content, not the kind
-      of entry: a symlink that is replaced or deleted is recorded as absent
-      (``None``), so ``restore`` removes the new file rather than recreating
-      the link. Replaced files keep their permission bits, not their owner.
+    - The change journal (``on_change``) records a regular file's content
+      or a symlink's target (``Symlink``, recreated as a link by
+      ``restore``), not owners or timestamps. Replaced files keep their
+      permission bits, not their owner.
     - Names holding a ``\\`` (legal on POSIX) are listed but cannot be
       addressed, since ``\\`` is a separator here.
 """
@@ -99,7 +101,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import ClassVar, TypeAlias
+from typing import ClassVar, NoReturn, TypeAlias
 
 from .contract import ErrorCode
 
@@ -113,13 +115,27 @@ __all__ = [
     "LimitExceeded",
     "OnChange",
     "PathOutsideWorkspace",
+    "Previous",
     "SandboxError",
+    "Symlink",
     "Workspace",
 ]
 
-OnChange: TypeAlias = Callable[[str, bytes | None], None]
-"""Called as ``on_change(relative_path, previous_bytes_or_None)`` before a
-write or delete replaces ``relative_path``; ``None`` means nothing was there."""
+
+@dataclass(frozen=True, slots=True)
+class Symlink:
+    """A symbolic link as the change journal keeps it: its target, as read."""
+
+    target: str
+
+
+Previous: TypeAlias = bytes | Symlink | None
+"""What an entry held before a write or delete: a regular file's bytes, a
+symbolic link (restored as a link), or None (nothing was there)."""
+
+OnChange: TypeAlias = Callable[[str, Previous], None]
+"""Called as ``on_change(relative_path, previous)`` before a write or delete
+replaces ``relative_path``; see ``Previous``."""
 
 DEFAULT_FORBIDDEN_NAMES: tuple[str, ...] = (".env",)
 """Names refused in any path component unless ``forbidden_names`` says otherwise."""
@@ -494,6 +510,19 @@ class _Cursor:
         return _SEPARATORS.split(target)
 
 
+def _refuse_final_link(cursor: _Cursor, name: str, path: str) -> NoReturn:
+    """A write met the symlink ``name`` at its final component: raise what
+    following it would (``PathOutsideWorkspace`` for a link leaving the root, a
+    loop, a forbidden name), else ``ForbiddenPath``: a write neither follows
+    nor replaces a link."""
+    cursor.follow(name)
+    raise ForbiddenPath(
+        f"path {_show(path)} is a symbolic link; a write neither follows nor replaces "
+        "a link: write to the file it points to",
+        path,
+    )
+
+
 # --------------------------------------------------------------------------- the workspace
 
 
@@ -629,7 +658,18 @@ class Workspace:
         size = st.st_size if st is not None and stat.S_ISREG(st.st_mode) else None
         return resolved, size
 
-    def _resolve(self, path: str) -> tuple[str, os.stat_result | None]:
+    def resolve_write(self, path: str) -> str:
+        """Where a write or delete of ``path`` acts: its parent directory
+        resolved (symlinks followed), plus the final name, which is never
+        followed. Raises ``ForbiddenPath`` when the final entry is a symbolic
+        link (``write_bytes`` neither writes through nor replaces one), and
+        what ``resolve`` raises for the parent. The answer holds for the
+        moment of the call only."""
+        return self._resolve(path, follow_final=False)[0]
+
+    def _resolve(
+        self, path: str, *, follow_final: bool = True
+    ) -> tuple[str, os.stat_result | None]:
         parts = _split(path, self._rules)
         with self._cursor(path, missing_ok=True) as cursor:
             if not parts or parts[-1] == "..":
@@ -646,6 +686,8 @@ class Workspace:
                 if not stat.S_ISLNK(st.st_mode):
                     final = st
                     break
+                if not follow_final:
+                    _refuse_final_link(cursor, name, path)
                 name = cursor.follow(name)
             return cursor.rel(name), final
 
@@ -699,9 +741,9 @@ class Workspace:
     def write_bytes(self, path: str, data: bytes, *, make_parents: bool = True) -> None:
         """Replace ``path`` with ``data`` atomically (see the module docstring).
 
-        Missing parent directories are made when ``make_parents``. A symlink
-        at the final name is replaced, not written through. Raises
-        ``ForbiddenPath`` for a hard-linked or special file there,
+        Missing parent directories are made when ``make_parents``. Raises
+        ``ForbiddenPath`` for a symbolic link at the final name (never
+        written through, never replaced), a hard-linked or special file there,
         ``IsADirectoryError`` for a directory, ``FileNotFoundError`` for a
         missing parent without ``make_parents``. On any failure the old
         content stays and no temporary file is left.
@@ -728,12 +770,16 @@ class Workspace:
                 f"the call timed out: its handler may not change {_show(path)}", path
             )
 
-    def restore(self, path: str, previous: bytes | None) -> None:
-        """Put back what a journal recorded: write ``previous``, or remove
-        the file when it is None (already absent is fine). ``on_change`` is
-        not called. Raises as ``write_bytes``/``delete`` do."""
+    def restore(self, path: str, previous: Previous) -> None:
+        """Put back what a journal recorded: write ``previous``'s bytes,
+        recreate its symbolic link, or remove the entry when it is None
+        (already absent is fine). Whatever entry is there now (a file or a
+        link) is replaced. ``on_change`` is not called. Raises as
+        ``write_bytes``/``delete`` do."""
         if previous is None:
             self._delete(path, journal=False, missing_ok=True)
+        elif isinstance(previous, Symlink):
+            self._restore_link(path, previous.target)
         else:
             self._write(path, previous, make_parents=True, journal=False)
 
@@ -882,16 +928,24 @@ class Workspace:
 
     def _previous(
         self, dir_fd: int, name: str, path: str, *, want_content: bool
-    ) -> tuple[bytes | None, int | None]:
+    ) -> tuple[Previous, int | None]:
         """What the entry ``name`` holds before it is replaced or removed:
-        (content or None, permission bits or None). Only regular files have
-        content; a symlink entry counts as absent."""
+        (``Previous``, permission bits of a regular file or None). Content
+        and link targets are read only when ``want_content``; a symbolic
+        link is reported as ``Symlink`` either way."""
         try:
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         except FileNotFoundError:
             return None, None
         if stat.S_ISLNK(st.st_mode):
-            return None, None
+            if not want_content:
+                return Symlink(""), None
+            try:
+                return Symlink(os.readlink(name, dir_fd=dir_fd)), None
+            except OSError as exc:
+                if exc.errno in (errno.ENOENT, errno.EINVAL):
+                    return None, None  # replaced meanwhile
+                raise
         self._check_regular(st, path)
         mode = stat.S_IMODE(st.st_mode)
         if not want_content:
@@ -915,9 +969,29 @@ class Workspace:
             if name is None:
                 raise _is_a_directory(path)
             previous, mode = self._previous(cursor.fd, name, path, want_content=notify is not None)
+            if journal and isinstance(previous, Symlink):
+                _refuse_final_link(cursor, name, path)
             if notify is not None:
                 notify(cursor.rel(name), previous)
             _replace_atomically(cursor.fd, name, data, mode)
+
+    def _restore_link(self, path: str, target: str) -> None:
+        with self._final(path, make_parents=True) as (cursor, name):
+            if name is None:
+                raise _is_a_directory(path)
+            with contextlib.suppress(FileNotFoundError):
+                st = os.stat(name, dir_fd=cursor.fd, follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    raise _is_a_directory(path)
+            temp = TEMP_PREFIX + secrets.token_hex(8)
+            os.symlink(target, temp, dir_fd=cursor.fd)
+            try:
+                os.rename(temp, name, src_dir_fd=cursor.fd, dst_dir_fd=cursor.fd)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(temp, dir_fd=cursor.fd)
+                raise
+            os.fsync(cursor.fd)
 
     def _delete(self, path: str, *, journal: bool, missing_ok: bool) -> None:
         notify = self._on_change if journal else None

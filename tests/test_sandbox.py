@@ -332,13 +332,17 @@ def test_symlink_to_a_forbidden_name_is_refused(ws: Workspace, root: Path) -> No
         ws.resolve("notes")
 
 
-def test_write_replaces_a_final_symlink_instead_of_writing_through(
+def test_write_neither_follows_nor_replaces_a_final_symlink(
     ws: Workspace, root: Path, outside: Path
 ) -> None:
     (root / "leak").symlink_to(outside / "secret.txt")
-    ws.write_bytes("leak", b"replaced")
-    assert not (root / "leak").is_symlink()
-    assert (root / "leak").read_bytes() == b"replaced"
+    (root / "inside").symlink_to("b.txt")
+    with pytest.raises(PathOutsideWorkspace):
+        ws.write_bytes("leak", b"replaced")
+    with pytest.raises(ForbiddenPath):
+        ws.write_bytes("inside", b"replaced")
+    assert (root / "b.txt").read_bytes() == b"bee"
+    assert (root / "leak").is_symlink()
     assert outside_snapshot(outside) == {"secret.txt": SECRET}
 
 
@@ -850,8 +854,9 @@ def test_under_pyfakefs_symlinks_are_confined(fake_root: Path) -> None:
             ws.write_bytes("escape/new.txt", b"x")
         with pytest.raises(InvalidPath):
             ws.read_bytes("loop")
-        ws.write_bytes("abs", b"replaced the link")
-    assert not os.path.islink("/fake/ws/abs")
+        with pytest.raises(PathOutsideWorkspace):
+            ws.write_bytes("abs", b"not through, not over the link")
+    assert os.path.islink("/fake/ws/abs")
     assert sorted(os.listdir("/fake/outside")) == ["secret.txt"]
     with open("/fake/outside/secret.txt", "rb") as handle:
         assert handle.read() == SECRET

@@ -73,7 +73,7 @@ def read_text(ctx: ToolContext, path: str, max_chars: int = 4000) -> dict[str, A
 )
 def write_file(ctx: ToolContext, path: str, content: str) -> dict[str, Any]:
     """Write a UTF-8 text file (atomically: old or new content, never torn)."""
-    target = ctx.workspace.resolve(path)
+    target = ctx.workspace.resolve_write(path)
     created = not ctx.workspace.exists(target)
     data = content.encode("utf-8")
     ctx.workspace.write_bytes(target, data)
