@@ -83,8 +83,10 @@ What a Workspace does not guarantee
       or a symlink's target (``Symlink``, recreated as a link by
       ``restore``), not owners or timestamps. Replaced files keep their
       permission bits, not their owner.
-    - Names holding a ``\\`` (legal on POSIX) are listed but cannot be
-      addressed, since ``\\`` is a separator here.
+    - Names holding a ``\\`` (legal on POSIX) cannot be addressed, since
+      ``\\`` is a separator here: ``list_dir``, ``walk`` and ``read_tree``
+      leave them out rather than hand back a path that would be split again
+      (``public/..\\private\\x`` is one name, not a way up).
 """
 
 from __future__ import annotations
@@ -97,7 +99,7 @@ import secrets
 import stat
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import TracebackType
@@ -789,8 +791,10 @@ class Workspace:
         """The entries of the directory ``path`` names, sorted by name.
 
         Symlinks inside are described, not followed. In-flight temporary
-        files and forbidden names are left out. Raises ``NotADirectoryError``
-        and ``FileNotFoundError`` for the ordinary cases.
+        files, forbidden names and names holding a ``\\`` (which cannot be
+        addressed: it separates components here) are left out. Raises
+        ``NotADirectoryError`` and ``FileNotFoundError`` for the ordinary
+        cases.
         """
         entries: list[Entry] = []
         with self._directory(path) as cursor:
@@ -816,12 +820,45 @@ class Workspace:
     def walk(self, path: str = ".") -> list[str]:
         """Every regular file beneath the directory ``path`` names, as sorted
         relative POSIX paths. Symlinks beneath it are never followed;
-        in-flight temporary files and forbidden names are left out."""
-        found: list[str] = []
-        with self._directory(path) as cursor:
-            prefix = cursor.rel()
-            self._walk_fd(cursor.fd, "" if prefix == "." else prefix + "/", found, path)
-        return sorted(found)
+        in-flight temporary files, forbidden names and names holding a
+        ``\\`` are left out (as in ``list_dir``)."""
+        return [relative for _, _, relative, _ in self._tree(path)]
+
+    def walk_entries(self, path: str = ".") -> list[Entry]:
+        """``walk``, each file with the size the walk itself saw (no path is
+        resolved a second time)."""
+        return [
+            Entry(name=name, path=relative, is_dir=False, is_symlink=False, size=st.st_size)
+            for _, name, relative, st in self._tree(path)
+        ]
+
+    def read_tree(
+        self, path: str = ".", *, max_bytes: int | None = None
+    ) -> Generator[tuple[str, bytes], None, None]:
+        """``(relative path, content)`` of every file ``walk`` lists, in its
+        order, each read from the directory descriptor the walk holds: a
+        name is never resolved again, so nothing swapped in meanwhile is
+        followed. Files ``read_bytes`` would refuse (hard-linked, over
+        ``max_bytes``, no longer a regular file) are skipped. Close the
+        iterator (``contextlib.closing``) when not reading it to the end."""
+        for dir_fd, name, relative, st in self._tree(path):
+            if st.st_nlink > 1 and not self._rules.allow_hardlinks:
+                continue
+            if max_bytes is not None and st.st_size > max_bytes:
+                continue
+            try:
+                fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+            except OSError as exc:
+                if exc.errno in (errno.ENOENT, errno.ELOOP):
+                    continue  # removed, or swapped for a link: not followed
+                raise
+            try:
+                content = self._read_fd(fd, relative, max_bytes)
+            except SandboxError:
+                continue
+            finally:
+                os.close(fd)
+            yield relative, content
 
     # ----------------------------------------------------------------- internals
 
@@ -1014,9 +1051,21 @@ class Workspace:
                 raise
 
     def _hidden(self, name: str) -> bool:
-        return name.startswith(TEMP_PREFIX) or name.casefold() in self._rules.forbidden
+        return (
+            name.startswith(TEMP_PREFIX) or "\\" in name or name.casefold() in self._rules.forbidden
+        )
 
-    def _walk_fd(self, dir_fd: int, prefix: str, found: list[str], path: str) -> None:
+    def _tree(self, path: str) -> Iterator[tuple[int, str, str, os.stat_result]]:
+        """Every regular file beneath the directory ``path`` names, as
+        ``(its directory's descriptor, its name, its relative path, its
+        lstat)`` in the order of sorted paths; see ``walk``. A descriptor is
+        valid until the next item is asked for."""
+        with self._directory(path) as cursor:
+            prefix = cursor.rel()
+            yield from self._tree_fd(cursor.fd, "" if prefix == "." else prefix + "/")
+
+    def _tree_fd(self, dir_fd: int, prefix: str) -> Iterator[tuple[int, str, str, os.stat_result]]:
+        found: list[tuple[str, str, os.stat_result]] = []
         for name in os.listdir(dir_fd):
             if self._hidden(name):
                 continue
@@ -1025,18 +1074,25 @@ class Workspace:
             except FileNotFoundError:
                 continue
             if stat.S_ISREG(st.st_mode):
-                found.append(prefix + name)
+                found.append((name, name, st))
             elif stat.S_ISDIR(st.st_mode):
-                try:
-                    child = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-                except OSError as exc:
-                    if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
-                        continue  # removed or swapped for a link meanwhile: not followed
-                    raise
-                try:
-                    self._walk_fd(child, prefix + name + "/", found, path)
-                finally:
-                    os.close(child)
+                # Sorting "d/" among its siblings sorts the paths beneath d
+                # as sorted() sorts whole paths ("a-b" before "a/c").
+                found.append((name + "/", name, st))
+        for key, name, st in sorted(found, key=lambda item: item[0]):
+            if not key.endswith("/"):
+                yield dir_fd, name, prefix + name, st
+                continue
+            try:
+                child = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+            except OSError as exc:
+                if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+                    continue  # removed or swapped for a link meanwhile: not followed
+                raise
+            try:
+                yield from self._tree_fd(child, prefix + name + "/")
+            finally:
+                os.close(child)
 
 
 def _replace_atomically(dir_fd: int, name: str, data: bytes, mode: int | None) -> None:

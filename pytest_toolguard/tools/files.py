@@ -5,13 +5,14 @@ Every path goes through ``ctx.workspace``; handlers never open host paths.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
 from ..policy import Risk
 from ..registry import PathAccess, tool
 from ..runtime import ToolContext
-from ..sandbox import CallCancelled, SandboxError
+from ..sandbox import CallCancelled
 
 PATH = {"type": "string", "minLength": 1, "maxLength": 300}
 
@@ -114,22 +115,16 @@ def write_file(ctx: ToolContext, path: str, content: str) -> dict[str, Any]:
 )
 def list_files(ctx: ToolContext, path: str = ".", recursive: bool = False) -> dict[str, Any]:
     """List a directory of the workspace (recursive: every file beneath it)."""
-    root = ctx.workspace.resolve(path)
-    if recursive:
-        entries = [
-            {"path": file, "type": "file", "size": ctx.workspace.size(file)}
-            for file in ctx.workspace.walk(root)
-        ]
-    else:
-        entries = [
-            {
-                "path": entry.path,
-                "type": "symlink" if entry.is_symlink else "dir" if entry.is_dir else "file",
-                "size": entry.size,
-            }
-            for entry in ctx.workspace.list_dir(root)
-        ]
-    return {"path": root, "entries": entries}
+    listed = ctx.workspace.walk_entries(path) if recursive else ctx.workspace.list_dir(path)
+    entries = [
+        {
+            "path": entry.path,
+            "type": "symlink" if entry.is_symlink else "dir" if entry.is_dir else "file",
+            "size": entry.size,
+        }
+        for entry in listed
+    ]
+    return {"path": ctx.workspace.resolve(path), "entries": entries}
 
 
 @tool(
@@ -179,17 +174,21 @@ def search_text(
     needle = query if case_sensitive else query.lower()
     matches: list[dict[str, Any]] = []
     searched = 0
-    for file in ctx.workspace.walk(ctx.workspace.resolve(path)):
-        try:
-            text = ctx.workspace.read_text(file, max_bytes=ctx.max_read_bytes)
-        except (UnicodeDecodeError, SandboxError):
-            continue  # binary, too large, or refused (hard link): not searchable
-        searched += 1
-        for number, line in enumerate(text.splitlines(), start=1):
-            if needle in (line if case_sensitive else line.lower()):
-                if len(matches) == max_results:
-                    return {"matches": matches, "files_searched": searched, "truncated": True}
-                matches.append({"path": file, "line": number, "text": line[:300]})
+    # Each file is read from the directory the walk opened, never by its
+    # path again: a name is not re-parsed, and nothing swapped in is followed.
+    # Files too large or refused (hard links) are skipped by read_tree.
+    with contextlib.closing(ctx.workspace.read_tree(path, max_bytes=ctx.max_read_bytes)) as files:
+        for file, content in files:
+            try:
+                text = content.decode("utf-8")
+            except UnicodeDecodeError:
+                continue  # binary: not searchable
+            searched += 1
+            for number, line in enumerate(text.splitlines(), start=1):
+                if needle in (line if case_sensitive else line.lower()):
+                    if len(matches) == max_results:
+                        return {"matches": matches, "files_searched": searched, "truncated": True}
+                    matches.append({"path": file, "line": number, "text": line[:300]})
     return {"matches": matches, "files_searched": searched, "truncated": False}
 
 
