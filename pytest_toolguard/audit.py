@@ -74,6 +74,8 @@ __all__ = [
     "Decision",
     "SQLiteAuditStore",
     "interrupted_result",
+    "storable_data",
+    "storable_text",
 ]
 
 SCHEMA_VERSION = 1
@@ -328,6 +330,33 @@ _STATE, _RESULT_CODE, _IDEMPOTENCY_KEY, _IDEMPOTENCY_OUTCOME = (
 )
 
 
+def storable_text(text: str) -> str:
+    """``text`` as SQLite (and YAML) can store it: a lone surrogate (a file
+    name that is not UTF-8, as ``os.fsdecode`` gives it) becomes its
+    ``\\udcff`` escape; valid text is returned unchanged."""
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def storable_data(value: Any) -> Any:
+    """``value`` with every string (keys included) made ``storable_text``;
+    the same object when nothing needed it (the usual case)."""
+    if isinstance(value, str):
+        return storable_text(value)
+    if isinstance(value, Mapping):
+        items = [(storable_data(key), storable_data(item)) for key, item in value.items()]
+        if all(a is k and b is v for (a, b), (k, v) in zip(items, value.items(), strict=True)):
+            return value
+        return dict(items)
+    if isinstance(value, (list, tuple)):
+        copied = [storable_data(item) for item in value]
+        if all(a is b for a, b in zip(copied, value, strict=True)):
+            return value
+        return copied if isinstance(value, list) else tuple(copied)
+    return value
+
+
 def _row_values(
     rec: AuditRecord,
     state: CallState,
@@ -338,13 +367,15 @@ def _row_values(
     """``rec``'s values in ``AUDIT_COLUMNS`` order, enums as their text;
     ``state`` is ``rec.state`` checked by the caller, the two idempotency
     values replace ``rec``'s when given."""
-    values = list(_FIELD_VALUES(rec))
+    # Made storable here too: a row that SQLite cannot encode would leave the
+    # call without its row (or a RUNNING row never finished).
+    values = [storable_text(v) if isinstance(v, str) else v for v in _FIELD_VALUES(rec)]
     values[_STATE] = state.value
     code = values[_RESULT_CODE]
     if code is not None:
         values[_RESULT_CODE] = ErrorCode(code).value
     if idempotency_key is not None:
-        values[_IDEMPOTENCY_KEY] = idempotency_key
+        values[_IDEMPOTENCY_KEY] = storable_text(idempotency_key)
     if idempotency_outcome is not None:
         values[_IDEMPOTENCY_OUTCOME] = idempotency_outcome
     return values
@@ -362,7 +393,10 @@ def _record_from_row(row: tuple[Any, ...]) -> AuditRecord:
 def _result_json(result: Mapping[str, Any] | None) -> str | None:
     if result is None:
         return None
-    return json.dumps(dict(result), ensure_ascii=False, sort_keys=True, default=str)
+    text = json.dumps(dict(result), ensure_ascii=False, sort_keys=True, default=str)
+    return text if text.isascii() else json.dumps(
+        storable_data(json.loads(text)), ensure_ascii=False, sort_keys=True
+    )
 
 
 class _SchemaTemplate:
@@ -749,8 +783,8 @@ class SQLiteAuditStore:
         parameters = (
             finished.value,
             code,
-            result_preview,
-            error_message,
+            None if result_preview is None else storable_text(result_preview),
+            None if error_message is None else storable_text(error_message),
             finished_at,
             duration_ms,
             audit_id,

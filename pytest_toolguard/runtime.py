@@ -38,7 +38,8 @@ from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import Any
 
-from .audit import AuditRecord, AuditStore, AuditUnavailable
+from .audit import AuditRecord, AuditStore, AuditUnavailable, storable_data
+from .audit import storable_text as _storable
 from .audit import Decision as AuditDecision
 from .contract import CallState, ErrorCode, ToolCall, ToolResult
 from .hooks import (
@@ -584,6 +585,14 @@ class ToolRuntime:
         try:
             text = json.dumps(data, ensure_ascii=False, sort_keys=True, allow_nan=False)
             data = json.loads(text)
+            if not text.isascii():
+                # A name that is not UTF-8 (report-\xff.txt) comes back with a
+                # lone surrogate, which neither the audit store nor a model's
+                # JSON can take: it is escaped (\udcff) before anything sees it.
+                escaped = storable_data(data)
+                if escaped is not data:
+                    data = escaped
+                    text = json.dumps(data, ensure_ascii=False, sort_keys=True)
         except (TypeError, ValueError, RecursionError) as exc:
             return self._failure(
                 attempt,
@@ -655,6 +664,7 @@ class ToolRuntime:
         match its pattern) unless ``redacted`` says it already is."""
         if not redacted:
             message = self._redactor(attempt.spec).redact_text(message)
+        message = _storable(message)
         return ToolResult(
             call_id=attempt.call_id,
             tool_name=attempt.tool_name,
@@ -713,7 +723,7 @@ class ToolRuntime:
         finished_at = self._now()
         error = "" if result.ok else result.message  # redacted when the result was made
 
-        def finish() -> None:
+        def finish(preview: str, error: str, stored: dict[str, Any] | None) -> None:
             self.audit.finish(
                 audit_id,
                 state=result.state,
@@ -726,7 +736,25 @@ class ToolRuntime:
                 stored_result=stored,
             )
 
-        self._try_or_queue(finish)
+        try:
+            self._try_or_queue(lambda: finish(preview, error, stored))
+        except Exception as exc:
+            # The store refused this row's content: the same row is still
+            # finished and the key settled, without the preview and outcome
+            # (never a second row, never a key left running).
+            dropped = f"the audit store refused the outcome ({type(exc).__name__}); not kept"
+            bare = {
+                "ok": result.ok,
+                "code": result.code.value,
+                "message": dropped,
+                "data": None,
+                "truncated": False,
+                "total_size": None,
+            }
+            try:
+                self._try_or_queue(lambda: finish("", dropped, bare if claim_key else None))
+            except Exception as again:
+                _warn(f"audit row {audit_id} could not be finished: {type(again).__name__}")
 
     def _try_or_queue(self, write: Callable[[], object]) -> None:
         try:
@@ -996,11 +1024,6 @@ def _code(value: str) -> ErrorCode:
         return ErrorCode(value)
     except ValueError:
         return ErrorCode.EXECUTION_ERROR
-
-
-def _storable(text: str) -> str:
-    """Text SQLite and YAML accept: lone surrogates become escapes."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _bounded(text: str) -> str:
