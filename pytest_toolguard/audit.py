@@ -394,8 +394,10 @@ def _result_json(result: Mapping[str, Any] | None) -> str | None:
     if result is None:
         return None
     text = json.dumps(dict(result), ensure_ascii=False, sort_keys=True, default=str)
-    return text if text.isascii() else json.dumps(
-        storable_data(json.loads(text)), ensure_ascii=False, sort_keys=True
+    return (
+        text
+        if text.isascii()
+        else json.dumps(storable_data(json.loads(text)), ensure_ascii=False, sort_keys=True)
     )
 
 

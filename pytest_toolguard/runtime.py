@@ -39,8 +39,8 @@ from types import MappingProxyType
 from typing import Any
 
 from .audit import AuditRecord, AuditStore, AuditUnavailable, storable_data
-from .audit import storable_text as _storable
 from .audit import Decision as AuditDecision
+from .audit import storable_text as _storable
 from .contract import CallState, ErrorCode, ToolCall, ToolResult
 from .hooks import (
     HookDecision,
