@@ -103,15 +103,25 @@ def make_idempotency_key(tool_name: str, arguments: Mapping[str, Any], scope: st
     return hashlib.sha256(_utf8(raw)).hexdigest()
 
 
-def scope_client_key(client_key: str, tool_name: str, scope: str) -> str:
+def scope_client_key(
+    client_key: str,
+    tool_name: str,
+    scope: str,
+    *,
+    scope_kind: Literal["scope", "session"] = "scope",
+) -> str:
     """The stored key for a key a client supplied (``ToolCall.idempotency_key``).
 
     Scoped like ``make_idempotency_key``, so one client key used with two
-    tools, or in two scopes, names two actions. The parts are hashed as a
-    JSON array, so no choice of newlines in scope, tool or key makes two
-    different triples collide. Deterministic; never raises for strings.
+    tools, or in two scopes, names two actions; ``scope_kind`` says whether
+    ``scope`` is a runtime's ``idempotency_scope`` or a session id, so a
+    scope never collides with a session of the same name. Give the raw
+    values, never redacted or escaped ones (two JWT session ids redact
+    alike). The parts are hashed as a JSON array of exact strings (lone
+    surrogates kept), so two different quadruples never give the same text:
+    no collision but sha256's. Deterministic; never raises for strings.
     """
-    raw = canonical_json(["client-key", scope, tool_name, client_key])
+    raw = canonical_json(["client-key", scope_kind, scope, tool_name, client_key])
     return hashlib.sha256(_utf8(raw)).hexdigest()
 
 

@@ -125,7 +125,9 @@ class _Attempt:
     tool_name: str
     actor: str
     session_id: str
+    """Redacted and escaped: for display and the audit row only."""
     idempotency_key: str | None
+    """Redacted and escaped, like ``session_id``."""
     metadata: Mapping[str, Any]
     started_at: str
     t0: float
@@ -136,6 +138,9 @@ class _Attempt:
     reason: str = ""
     idempotency_outcome: str | None = None
     replay_of: str | None = None
+    raw_session_id: str = ""
+    raw_idempotency_key: str | None = None
+    """The call's own values, which scope the idempotency claim."""
     output: Any = None
     """The handler's whole output, before truncation: previews and stored
     outcomes are redacted from it, never from a cut (a cut token would no
@@ -276,6 +281,7 @@ class ToolRuntime:
             call_id = f"tg-{uuid.uuid4().hex}"
         key = getattr(call, "idempotency_key", None)
         metadata = getattr(call, "metadata", None)
+        session = getattr(call, "session_id", None)
         return _Attempt(
             call_id=call_id,
             tool_name=text("tool_name", "<invalid>"),
@@ -287,6 +293,8 @@ class ToolRuntime:
             metadata=metadata if isinstance(metadata, Mapping) else {},
             started_at=self._now(),
             t0=time.perf_counter(),
+            raw_session_id=str(session) if isinstance(session, str) else "",
+            raw_idempotency_key=str(key) if isinstance(key, str) else None,
         )
 
     def _check_fields(self, call: ToolCall, attempt: _Attempt) -> None:
@@ -464,10 +472,14 @@ class ToolRuntime:
         return result
 
     def _claim_key(self, spec: ToolSpec, attempt: _Attempt) -> str | None:
-        if attempt.idempotency_key is None:
+        # Scoped on the raw session and key: their redacted forms collide
+        # (two JWT session ids are both <redacted:jwt>).
+        key = attempt.raw_idempotency_key
+        if key is None:
             return None
-        scope = self.idempotency_scope if self.idempotency_scope is not None else attempt.session_id
-        return scope_client_key(attempt.idempotency_key, spec.name, scope)
+        if self.idempotency_scope is not None:
+            return scope_client_key(key, spec.name, self.idempotency_scope)
+        return scope_client_key(key, spec.name, attempt.raw_session_id, scope_kind="session")
 
     def _answer_claim(self, attempt: _Attempt, claim: Claim) -> ToolResult:
         attempt.idempotency_outcome = claim.outcome.value.lower()
