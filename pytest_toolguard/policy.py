@@ -15,7 +15,7 @@ import ipaddress
 import json
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -139,10 +139,15 @@ def authorize(
     capabilities: Capabilities,
     workspace: Workspace,
     variables: Mapping[str, str],
+    *,
+    redact: Callable[[str], str] | None = None,
 ) -> Decision:
     """Judge one schema-valid call. Order: tool allow-list, risk allow-list,
     every declared path (inside the workspace, not forbidden, under a read or
-    write root, within the byte limits), then the network host."""
+    write root, within the byte limits), then the network host.
+
+    ``redact`` is applied to a path before a reason quotes or cuts it (the
+    reason is stored; a secret escaped by quoting would no longer match)."""
     if not capabilities.permits_tool(spec.name):
         return Decision.deny(
             ErrorCode.PERMISSION_DENIED,
@@ -157,7 +162,9 @@ def authorize(
         )
     resolved: list[ResolvedPath] = []
     for access in spec.paths:
-        verdict = _check_path(access, spec, arguments, capabilities, workspace, variables)
+        verdict = _check_path(
+            access, spec, arguments, capabilities, workspace, variables, redact or _same
+        )
         if isinstance(verdict, Decision):
             return verdict
         if verdict is not None:
@@ -196,6 +203,7 @@ def _check_path(
     capabilities: Capabilities,
     workspace: Workspace,
     variables: Mapping[str, str],
+    redact: Callable[[str], str],
 ) -> ResolvedPath | Decision | None:
     try:
         given = fill_template(access, arguments, variables)
@@ -224,9 +232,9 @@ def _check_path(
         try:
             real = workspace.normalize(given)
         except SandboxError as exc:
-            return Decision.deny(exc.code, _SANDBOX_RULES.get(exc.code, "sandbox"), str(exc))
+            return _sandbox_denial(exc, redact)
     except SandboxError as exc:
-        return Decision.deny(exc.code, _SANDBOX_RULES.get(exc.code, "sandbox"), str(exc))
+        return _sandbox_denial(exc, redact)
     roots = capabilities.read_roots if access.mode == "read" else capabilities.write_roots
     if not any(under_root(real, root) for root in roots):
         kind = "read" if access.mode == "read" else "write"
@@ -234,14 +242,15 @@ def _check_path(
         return Decision.deny(
             ErrorCode.PERMISSION_DENIED,
             f"policy.{kind}_root",
-            f"{real} is outside the allowed {kind} roots ({allowed})",
+            f"{_shown(real, given, redact)} is outside the allowed {kind} roots ({allowed})",
         )
     if access.mode == "read":
         if size is not None and size > capabilities.max_read_bytes:
             return Decision.deny(
                 ErrorCode.LIMIT_EXCEEDED,
                 "policy.read_limit",
-                f"{real} is {size} bytes, over the read limit of {capabilities.max_read_bytes}",
+                f"{_shown(real, given, redact)} is {size} bytes, over the read limit of "
+                f"{capabilities.max_read_bytes}",
             )
     elif access.content is not None and access.content in arguments:
         size = content_size(arguments[access.content])
@@ -253,6 +262,22 @@ def _check_path(
                 f"{capabilities.max_write_bytes}",
             )
     return ResolvedPath(given=given, resolved=real, mode=access.mode)
+
+
+def _same(text: str) -> str:
+    return text
+
+
+def _shown(real: str, given: str, redact: Callable[[str], str]) -> str:
+    """The resolved path as a reason names it; the given spelling, redacted,
+    when that holds a secret: normalizing (``https://`` -> ``https:/``) can
+    hide a secret from the patterns."""
+    safe = redact(given)
+    return redact(real) if safe == given else safe
+
+
+def _sandbox_denial(exc: SandboxError, redact: Callable[[str], str]) -> Decision:
+    return Decision.deny(exc.code, _SANDBOX_RULES.get(exc.code, "sandbox"), exc.describe(redact))
 
 
 _SANDBOX_RULES = {

@@ -43,12 +43,13 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MAX_DEPTH", "ExtraPattern", "Redactor", "placeholder"]
+__all__ = ["MAX_DEPTH", "ExtraPattern", "Redactor", "placeholder", "strings_in"]
 
 MAX_DEPTH = 64
 """Containers nested deeper than this are replaced by ``<redacted:depth_limit>``."""
@@ -498,6 +499,28 @@ class Redactor:
         """``text`` with every secret found by value pattern replaced."""
         return self._redact_text(text, exhaustive=False)
 
+    def redact_message(self, text: str, raw: Iterable[str] = ()) -> str:
+        """``redact_text(text)`` for a message that may quote the ``raw``
+        values (a call's arguments): each quoted or escaped form of a raw
+        value found in ``text`` (``repr``, JSON, with or without the quotes)
+        is first replaced by the same form of the raw value redacted. Quoting
+        turns a tab into ``\\t``, after which no pattern matches: the raw
+        text is redacted before it is quoted. Forms cut short are not found;
+        build messages from redacted text where you can."""
+        for value in raw:
+            if len(value) < _MIN_QUOTED:
+                continue
+            redacted = self.redact_text(value)
+            if redacted == value:
+                continue  # nothing secret in it
+            for quote in (repr, _json_quote):
+                form, safe = quote(value), quote(redacted)
+                if form in text:
+                    text = text.replace(form, safe)
+                if form[1:-1] != value and form[1:-1] in text:
+                    text = text.replace(form[1:-1], safe[1:-1])
+        return self.redact_text(text)
+
     def _redact_text_exhaustive(self, text: str) -> str:
         """``redact_text`` scanning for every family by its plain regex, with
         no clue or guard consulted: the reference the fast path is tested
@@ -575,6 +598,33 @@ class Redactor:
             # Keep the quotes: JSON and YAML text stays parseable.
             return label + separator + value[0] + placeholder(keyword) + value[0]
         return label + separator + placeholder(keyword)
+
+
+_MIN_QUOTED = 6
+"""Raw values shorter than this are not looked for in messages: none of
+the patterns matches so little."""
+
+
+def _json_quote(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def strings_in(value: Any, limit: int = 256) -> list[str]:
+    """The strings (keys included) of JSON-like ``value``, at most ``limit``
+    of them, depth first: what ``redact_message`` looks for."""
+    found: list[str] = []
+    stack = [value]
+    while stack and len(found) < limit:
+        item = stack.pop()
+        if isinstance(item, str):
+            found.append(item)
+        elif isinstance(item, Mapping):
+            for key, child in item.items():
+                stack.append(child)
+                stack.append(key)
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return found
 
 
 def _splice(match: re.Match[str], start: int, end: int, replacement: str) -> str:

@@ -52,10 +52,10 @@ from .hooks import (
 from .idempotency import Claim, ClaimOutcome, canonical_json, scope_client_key
 from .isolation import HandlerTimeout, IsolationMode, make_isolation
 from .policy import Capabilities, Decision, authorize
-from .redaction import Redactor
+from .redaction import Redactor, strings_in
 from .registry import ToolRegistry, ToolSpec
 from .rollback import ChangeJournal
-from .sandbox import CallCancelled, Previous, SandboxError, Workspace
+from .sandbox import CallCancelled, Previous, SandboxError, Workspace, show_path
 
 MAX_ID_LENGTH = 256
 PREVIEW_LIMIT = 500
@@ -274,7 +274,8 @@ class ToolRuntime:
             if not isinstance(value, str) or not value:
                 return fallback
             # Ids come from the model too: a token there must not be stored.
-            return self.redactor.redact_text(_storable(value)[:MAX_ID_LENGTH])
+            # Redacted whole, before it is escaped or cut.
+            return _storable(self.redactor.redact_text(value))[:MAX_ID_LENGTH]
 
         call_id = text("call_id", "")
         if not call_id:
@@ -287,7 +288,7 @@ class ToolRuntime:
             tool_name=text("tool_name", "<invalid>"),
             actor=text("actor", "<invalid>"),
             session_id=text("session_id", "<invalid>"),
-            idempotency_key=self.redactor.redact_text(_storable(key)[:MAX_ID_LENGTH])
+            idempotency_key=_storable(self.redactor.redact_text(key))[:MAX_ID_LENGTH]
             if isinstance(key, str)
             else None,
             metadata=metadata if isinstance(metadata, Mapping) else {},
@@ -403,7 +404,9 @@ class ToolRuntime:
                 self._validate_and_authorize(spec, arguments, attempt, via=f"{rule}.rewrite")
                 approval = None  # an earlier approval was for other arguments
             if answer.action == "allow":
-                reason = self._redactor(spec).redact_text(answer.reason or "approved")
+                reason = self._redactor(spec).redact_message(
+                    answer.reason or "approved", strings_in(arguments)
+                )
                 approval = (rule, reason)
         if spec.risk.needs_approval and approval is None:
             raise _Refusal(
@@ -430,7 +433,12 @@ class ToolRuntime:
                 redacted=True,
             )
         decision: Decision = authorize(
-            spec, arguments, self.capabilities, self.workspace, self.variables
+            spec,
+            arguments,
+            self.capabilities,
+            self.workspace,
+            self.variables,
+            redact=self._redactor(spec).redact_text,
         )
         if not decision.allowed:
             raise _Refusal(decision.code, decision.reason, via or decision.rule, CallState.DENIED)
@@ -544,7 +552,8 @@ class ToolRuntime:
         def on_change(path: str, previous: Previous) -> None:
             if cancelled.is_set():
                 raise CallCancelled(
-                    f"call {call_id} timed out: its handler may not change {path!r}", path
+                    f"call {call_id} timed out: its handler may not change {show_path(path)}",
+                    path,
                 )
             if in_process:
                 captured.append((path, previous))
@@ -585,9 +594,12 @@ class ToolRuntime:
                 self.journal.record(call_id, path, previous)
         if finished:
             return self._check_output(spec, value, attempt)
+        redact = self._redactor(spec).redact_text
         if isinstance(value, SandboxError):
-            return self._failure(attempt, value.code, self._scrub(_text(value)), CallState.FAILED)
-        detail = self._scrub(_text(value))
+            return self._failure(
+                attempt, value.code, self._scrub(_describe(value, redact)), CallState.FAILED
+            )
+        detail = self._scrub(_describe(value, redact))
         message = f"{type(value).__name__}: {detail}" if detail else type(value).__name__
         return self._failure(
             attempt, ErrorCode.EXECUTION_ERROR, f"handler raised {message}", CallState.FAILED
@@ -675,7 +687,9 @@ class ToolRuntime:
         get: redacted (before it is bounded: a cut secret would no longer
         match its pattern) unless ``redacted`` says it already is."""
         if not redacted:
-            message = self._redactor(attempt.spec).redact_text(message)
+            message = self._redactor(attempt.spec).redact_message(
+                message, strings_in(attempt.arguments)
+            )
         message = _storable(message)
         return ToolResult(
             call_id=attempt.call_id,
@@ -903,7 +917,7 @@ class ToolRuntime:
                 attempt,
                 _Refusal(
                     ErrorCode.EXECUTION_ERROR,
-                    f"rollback failed: {self._scrub(str(exc))}",
+                    f"rollback failed: {self._scrub(_describe(exc, self.redactor.redact_text))}",
                     "runtime.rollback",
                     CallState.FAILED,
                 ),
@@ -1055,6 +1069,20 @@ def _text(exc: BaseException) -> str:
         return str(exc)
     except Exception:
         return type(exc).__name__
+
+
+def _describe(exc: BaseException, redact: Callable[[str], str]) -> str:
+    """``exc``'s text with the values it quotes (a sandbox path, an OS
+    error's file names) redacted before they were quoted: ``repr`` escapes a
+    tab to ``\\t``, after which a Bearer pattern no longer matches."""
+    if isinstance(exc, SandboxError):
+        return exc.describe(redact)
+    text = _text(exc)
+    if isinstance(exc, OSError):
+        for name in (exc.filename, exc.filename2):
+            if isinstance(name, str) and repr(name) in text:
+                text = text.replace(repr(name), repr(redact(name)))
+    return text
 
 
 def _warn(message: str) -> None:

@@ -61,8 +61,11 @@ Errors
     Every refusal is a ``SandboxError`` whose ``code`` is an ``ErrorCode``
     and whose ``path`` is the path as the caller gave it. Ordinary misses
     raise ``FileNotFoundError``, ``IsADirectoryError`` or
-    ``NotADirectoryError``. No message ever holds an absolute host path: only
-    the caller's relative path, or paths relative to the root.
+    ``NotADirectoryError`` (whose ``filename`` is the caller's path). No
+    message ever holds an absolute host path: only the caller's relative
+    path, or paths relative to the root. A message quotes and bounds the
+    path (``show_path``); ``SandboxError.describe(redact)`` gives it with
+    the raw path redacted before that, which is what may be stored.
 
 Concurrency
     A Workspace may be used from several threads at once: each operation
@@ -103,7 +106,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import ClassVar, NoReturn, TypeAlias
+from typing import Any, ClassVar, NoReturn, TypeAlias
 
 from .contract import ErrorCode
 
@@ -120,6 +123,7 @@ __all__ = [
     "Previous",
     "SandboxError",
     "Symlink",
+    "show_path",
     "Workspace",
 ]
 
@@ -167,18 +171,38 @@ class SandboxError(Exception):
     """A path or operation the workspace refuses.
 
     ``code`` is the stable ``ErrorCode`` to report; ``path`` is the path as
-    the caller gave it. The message never contains an absolute host path.
+    the caller gave it; ``quoted`` holds the other raw values the message
+    shows (link names). The message never contains an absolute host path.
+    Where it may be stored, use ``describe(redact)``, not ``str()``.
     """
 
     code: ClassVar[ErrorCode]
 
-    def __init__(self, message: str, path: str) -> None:
+    def __init__(self, message: str, path: str, *, quoted: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.path = path
+        self.quoted = quoted
 
-    def __reduce__(self) -> tuple[type[SandboxError], tuple[str, str]]:
+    def describe(self, redact: Callable[[str], str]) -> str:
+        """The message with each value it shows through ``show_path`` (the
+        path, link names) redacted by ``redact`` *before* it is quoted and
+        cut: ``repr`` turns a tab into ``\\t`` and the cut may fall inside a
+        secret, after which no pattern would recognise it."""
+        text = str(self)
+        for raw in dict.fromkeys((self.path, *self.quoted)):
+            if isinstance(raw, str) and show_path(raw) in text:
+                text = text.replace(show_path(raw), show_path(redact(raw)))
+        return text
+
+    def __reduce__(self) -> tuple[Any, ...]:
         # Keeps the exception picklable (subprocess isolation sends it back).
-        return (type(self), (str(self), self.path))
+        return (_rebuild, (type(self), str(self), self.path, self.quoted))
+
+
+def _rebuild(
+    kind: type[SandboxError], message: str, path: str, quoted: tuple[str, ...]
+) -> SandboxError:
+    return kind(message, path, quoted=quoted)
 
 
 class PathOutsideWorkspace(SandboxError):
@@ -216,11 +240,16 @@ class CallCancelled(SandboxError):
     code = ErrorCode.TIMEOUT
 
 
-def _show(path: str) -> str:
-    """The caller's path as it may appear in a message: quoted, bounded."""
+def show_path(path: str) -> str:
+    """A path as a message shows it: quoted (``repr``) and bounded to 200
+    characters. ``SandboxError.describe`` finds it by this form to redact it
+    first: build messages that quote a path with this function."""
     if len(path) > 200:
         path = path[:200] + "..."
     return repr(path)
+
+
+_show = show_path
 
 
 def _not_found(path: str) -> FileNotFoundError:
@@ -447,8 +476,9 @@ class _Cursor:
             if self._last_link is not None:
                 raise PathOutsideWorkspace(
                     f"path {_show(self._path)} leaves the workspace through the symlink "
-                    f"{self._last_link!r}",
+                    f"{_show(self._last_link)}",
                     self._path,
+                    quoted=(self._last_link,),
                 )
             raise PathOutsideWorkspace(
                 f"path {_show(self._path)} climbs above the workspace root with '..'", self._path
@@ -505,9 +535,10 @@ class _Cursor:
         self._last_link = link
         if not target or _is_absolute(target):
             raise PathOutsideWorkspace(
-                f"path {_show(self._path)} goes through the symlink {link!r}, "
+                f"path {_show(self._path)} goes through the symlink {_show(link)}, "
                 "whose target is absolute",
                 self._path,
+                quoted=(link,),
             )
         return _SEPARATORS.split(target)
 

@@ -62,7 +62,8 @@ def test_wait_for_file_gives_up_after_its_wait(toolguard_runtime) -> None:
         ToolCall("c1", "wait_for_file", {"path": "never.txt", "wait_seconds": 0.1})
     )
     assert result.code is ErrorCode.EXECUTION_ERROR
-    assert "TimeoutError: no file at 'never.txt' after 0.1 s" in result.message
+    assert result.message.startswith("handler raised TimeoutError: ")
+    assert result.message.endswith("no file appeared in 0.1 s: 'never.txt'")
 
 
 def test_wait_for_file_stops_when_the_deadline_passes(toolguard_runtime) -> None:

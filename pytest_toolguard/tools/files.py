@@ -6,13 +6,14 @@ Every path goes through ``ctx.workspace``; handlers never open host paths.
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
 from typing import Any
 
 from ..policy import Risk
 from ..registry import PathAccess, tool
 from ..runtime import ToolContext
-from ..sandbox import CallCancelled
+from ..sandbox import CallCancelled, show_path
 
 PATH = {"type": "string", "minLength": 1, "maxLength": 300}
 
@@ -229,5 +230,7 @@ def wait_for_file(ctx: ToolContext, path: str, wait_seconds: float) -> dict[str,
         if size is not None:
             return {"path": target, "bytes": size}
         if ctx.cancelled.wait(WAIT_POLL_SECONDS):
-            raise CallCancelled(f"stopped waiting for {path!r}: the call timed out", path)
-    raise TimeoutError(f"no file at {path!r} after {wait_seconds:g} s")
+            raise CallCancelled(f"stopped waiting for {show_path(path)}: the call timed out", path)
+    # The path as the error's filename, not in its text: the runtime redacts
+    # it before it is quoted.
+    raise TimeoutError(errno.ETIMEDOUT, f"no file appeared in {wait_seconds:g} s", path)
