@@ -55,7 +55,10 @@ Writes
     same directory), is fsynced, and is renamed over the name; the directory
     is then fsynced. A reader sees the old content or the new, never a torn
     file; on failure the temporary file is removed and the old content stays.
-    Temporary files are never listed by ``list_dir`` or ``walk``.
+    Temporary files are never listed by ``list_dir`` or ``walk``. A replaced
+    file keeps its permission bits (``0o777`` of them), and its temporary
+    file is never more open than they are: it is created 0600 and given
+    them before any content is written. A new file gets 0666 less the umask.
 
 Errors
     Every refusal is a ``SandboxError`` whose ``code`` is an ``ErrorCode``
@@ -1128,9 +1131,15 @@ class Workspace:
 
 def _replace_atomically(dir_fd: int, name: str, data: bytes, mode: int | None) -> None:
     """Write ``data`` to a fresh temporary file in ``dir_fd``, fsync it, and
-    rename it over ``name``; remove the temporary file if anything fails."""
+    rename it over ``name``; remove the temporary file if anything fails.
+
+    Replacing a file (``mode`` given), the temporary file is created
+    owner-only (0600) and only then given ``mode``: created with 0666 less
+    the umask, another user could open it before the chmod and read the new
+    content of a file kept at 0600. A new file gets 0666 less the umask,
+    as ``open()`` would, from the start: no wider than it ends up."""
     temp = TEMP_PREFIX + secrets.token_hex(8)
-    fd = os.open(temp, _TEMP_FLAGS, 0o666, dir_fd=dir_fd)
+    fd = os.open(temp, _TEMP_FLAGS, 0o666 if mode is None else 0o600, dir_fd=dir_fd)
     renamed = False
     try:
         try:
