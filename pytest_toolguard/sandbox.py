@@ -1018,7 +1018,9 @@ class Workspace:
                     return None, None  # replaced meanwhile
                 raise
         self._check_regular(st, path)
-        mode = stat.S_IMODE(st.st_mode)
+        # Permission bits only: setuid/setgid must not survive a rewrite by
+        # another owner (the new file is ours), nor sticky.
+        mode = st.st_mode & 0o777
         if not want_content:
             return None, mode
         try:

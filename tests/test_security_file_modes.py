@@ -81,3 +81,30 @@ def test_a_new_file_is_created_no_wider_than_it_ends(tmp_path: Path, watcher: Mo
         ws.write_bytes("new.txt", b"x")
     final = stat.S_IMODE((tmp_path / "new.txt").stat().st_mode)
     assert all(seen & ~final == 0 for seen in watcher.seen)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=oct)
+def test_a_rewrite_keeps_the_permission_bits_and_drops_setuid_setgid_and_sticky(
+    tmp_path: Path, mode: int
+) -> None:
+    target = tmp_path / "tool.sh"
+    target.write_text("#!/bin/sh\n")
+    os.chmod(target, mode)
+    with Workspace(tmp_path) as ws:
+        ws.write_bytes("tool.sh", b"#!/bin/sh\necho replaced\n")
+    assert stat.S_IMODE(target.stat().st_mode) == mode & 0o777
+
+
+@pytest.mark.parametrize("mode", [0o4755, 0o2755, 0o6700], ids=oct)
+def test_a_rollback_restores_the_content_without_the_setuid_bits(tmp_path: Path, mode: int) -> None:
+    from pytest_toolguard.rollback import ChangeJournal
+
+    target = tmp_path / "tool.sh"
+    target.write_text("#!/bin/sh\n")
+    os.chmod(target, mode)
+    journal = ChangeJournal()
+    with Workspace(tmp_path) as ws:
+        ws.with_journal(lambda p, b: journal.record("c1", p, b)).write_bytes("tool.sh", b"x")
+        journal.rollback("c1", ws)
+    assert target.read_text() == "#!/bin/sh\n"
+    assert stat.S_IMODE(target.stat().st_mode) & 0o7000 == 0
