@@ -5,10 +5,12 @@ previous bytes (or "absent") are recorded under the call's id, once per path
 per call. ``ChangeJournal.rollback`` restores them in reverse order. The
 journal lives in memory: it survives neither the process nor, in process
 isolation, the child that ran the handler (its changes are carried back with
-the result, see ``runtime``). It is bounded: past ``max_bytes`` of kept
-content, the oldest calls are forgotten first (their rollback then answers
-that nothing was recorded). Calls are keyed by call id: two calls sent with
-the same id are rolled back together.
+the result, see ``runtime``). It is bounded: a file over ``keep_at_most``
+bytes is never read (``Unkept``: the rollback of that call is refused with
+``LimitExceeded`` before anything is restored), and past ``max_bytes`` of
+kept content the oldest calls are forgotten first (their rollback then
+answers that nothing was recorded). Calls are keyed by call id: two calls
+sent with the same id are rolled back together.
 """
 
 from __future__ import annotations
@@ -16,7 +18,15 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from .sandbox import Previous, Symlink, Workspace
+from .sandbox import (
+    DEFAULT_KEEP_AT_MOST,
+    LimitExceeded,
+    Previous,
+    Symlink,
+    Unkept,
+    Workspace,
+    show_path,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,10 +43,14 @@ DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 
 class ChangeJournal:
     """Thread-safe map of call id to the changes that call made, oldest
-    call first, holding at most ``max_bytes`` of previous contents."""
+    call first, holding at most ``max_bytes`` of previous contents, and no
+    file over ``keep_at_most`` bytes (pass it to ``Workspace.with_journal``)."""
 
-    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(
+        self, max_bytes: int = DEFAULT_MAX_BYTES, keep_at_most: int = DEFAULT_KEEP_AT_MOST
+    ) -> None:
         self.max_bytes = max_bytes
+        self.keep_at_most = keep_at_most
         self._changes: dict[str, list[Change]] = {}  # insertion order: oldest first
         self._bytes = 0
         self._lock = threading.Lock()
@@ -60,9 +74,22 @@ class ChangeJournal:
 
     def rollback(self, call_id: str, workspace: Workspace) -> list[Change]:
         """Restore every path the call changed, newest first, and forget the
-        call. Raises KeyError when nothing was recorded for it."""
+        call. Raises KeyError when nothing was recorded for it, and
+        ``LimitExceeded`` (restoring nothing, forgetting nothing) when the
+        call replaced a file too large to have been kept."""
         with self._lock:
-            changes = self._changes.pop(call_id)
+            changes = self._changes[call_id]
+            unkept = [c for c in changes if isinstance(c.previous, Unkept)]
+            if unkept:
+                first = unkept[0]
+                assert isinstance(first.previous, Unkept)
+                raise LimitExceeded(
+                    f"call {call_id} replaced {show_path(first.path)} ({first.previous.size} "
+                    f"bytes), larger than the journal keeps ({self.keep_at_most} bytes per "
+                    "file): nothing was restored",
+                    first.path,
+                )
+            del self._changes[call_id]
             self._bytes -= _size(changes)
         for change in reversed(changes):
             workspace.restore(change.path, change.previous)
@@ -73,6 +100,8 @@ def _kept(previous: Previous) -> int:
     """Bytes of memory a previous state holds, as counted against ``max_bytes``."""
     if isinstance(previous, Symlink):
         return len(previous.target)
+    if isinstance(previous, Unkept):
+        return 0
     return len(previous or b"")
 
 

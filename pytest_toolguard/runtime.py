@@ -55,7 +55,14 @@ from .policy import Capabilities, Decision, authorize
 from .redaction import Redactor, strings_in
 from .registry import ToolRegistry, ToolSpec
 from .rollback import ChangeJournal
-from .sandbox import CallCancelled, Previous, SandboxError, Workspace, show_path
+from .sandbox import (
+    CallCancelled,
+    LimitExceeded,
+    Previous,
+    SandboxError,
+    Workspace,
+    show_path,
+)
 
 MAX_ID_LENGTH = 256
 PREVIEW_LIMIT = 500
@@ -565,7 +572,10 @@ class ToolRuntime:
             session_id=attempt.session_id,
             actor=attempt.actor,
             workspace=self.workspace.with_journal(
-                on_change, allow_hardlinks=spec.allow_hardlinks or None, cancelled=cancelled
+                on_change,
+                allow_hardlinks=spec.allow_hardlinks or None,
+                cancelled=cancelled,
+                keep_at_most=self.journal.keep_at_most,
             ),
             capabilities=self.capabilities,
             variables=self.variables,
@@ -916,7 +926,7 @@ class ToolRuntime:
             return self._refuse(
                 attempt,
                 _Refusal(
-                    ErrorCode.EXECUTION_ERROR,
+                    exc.code if isinstance(exc, LimitExceeded) else ErrorCode.EXECUTION_ERROR,
                     f"rollback failed: {self._scrub(_describe(exc, self.redactor.redact_text))}",
                     "runtime.rollback",
                     CallState.FAILED,

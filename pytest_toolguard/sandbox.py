@@ -87,8 +87,9 @@ What a Workspace does not guarantee
       they ran: another process may change the tree right after.
     - The change journal (``on_change``) records a regular file's content
       or a symlink's target (``Symlink``, recreated as a link by
-      ``restore``), not owners or timestamps. Replaced files keep their
-      permission bits, not their owner.
+      ``restore``), not owners or timestamps; a file over ``keep_at_most``
+      bytes is not read nor kept (``Unkept``), so it cannot be restored.
+      Replaced files keep their permission bits, not their owner.
     - Names holding a ``\\`` (legal on POSIX) cannot be addressed, since
       ``\\`` is a separator here: ``list_dir``, ``walk`` and ``read_tree``
       leave them out rather than hand back a path that would be split again
@@ -115,6 +116,7 @@ from .contract import ErrorCode
 
 __all__ = [
     "DEFAULT_FORBIDDEN_NAMES",
+    "DEFAULT_KEEP_AT_MOST",
     "MAX_SYMLINK_EXPANSIONS",
     "TEMP_PREFIX",
     "Entry",
@@ -126,6 +128,7 @@ __all__ = [
     "Previous",
     "SandboxError",
     "Symlink",
+    "Unkept",
     "show_path",
     "Workspace",
 ]
@@ -138,9 +141,21 @@ class Symlink:
     target: str
 
 
-Previous: TypeAlias = bytes | Symlink | None
+@dataclass(frozen=True, slots=True)
+class Unkept:
+    """A regular file too large for the journal to keep (``size`` bytes, over
+    the view's ``keep_at_most``): it was never read, and cannot be restored."""
+
+    size: int
+
+
+Previous: TypeAlias = bytes | Symlink | Unkept | None
 """What an entry held before a write or delete: a regular file's bytes, a
-symbolic link (restored as a link), or None (nothing was there)."""
+symbolic link (restored as a link), a file too large to keep (``Unkept``),
+or None (nothing was there)."""
+
+DEFAULT_KEEP_AT_MOST = 16 * 1024 * 1024
+"""Bytes of a replaced or deleted file a journaled view keeps, at most."""
 
 OnChange: TypeAlias = Callable[[str, Previous], None]
 """Called as ``on_change(relative_path, previous)`` before a write or delete
@@ -231,7 +246,8 @@ class InvalidPath(SandboxError):
 
 
 class LimitExceeded(SandboxError):
-    """A read would return more than the caller's ``max_bytes``."""
+    """A read would return more than the caller's ``max_bytes``, or a
+    restore was asked for a file too large to have been kept (``Unkept``)."""
 
     code = ErrorCode.LIMIT_EXCEEDED
 
@@ -595,6 +611,7 @@ class Workspace:
             allow_hardlinks=allow_hardlinks,
         )
         self._on_change = on_change
+        self._keep_at_most = DEFAULT_KEEP_AT_MOST
         self._cancelled: threading.Event | None = None
         self._handle = _RootHandle(os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
         self._owns_handle = True
@@ -627,14 +644,17 @@ class Workspace:
         *,
         allow_hardlinks: bool | None = None,
         cancelled: threading.Event | None = None,
+        keep_at_most: int = DEFAULT_KEEP_AT_MOST,
     ) -> Workspace:
         """A view of the same root (same descriptor, same rules) whose writes
         and deletes first call ``on_change(relative_path, previous)``.
         ``allow_hardlinks`` overrides that one rule for the view (a tool that
         opts in). Once ``cancelled`` is set, writes and deletes through the
         view raise ``CallCancelled`` before touching anything (not even a
-        missing parent directory is made). Closing the view does not close
-        the root."""
+        missing parent directory is made). A replaced or deleted file larger
+        than ``keep_at_most`` bytes is never read: ``previous`` is then
+        ``Unkept(size)`` (a 1-byte write over a 3 GiB file costs no 3 GiB of
+        memory). Closing the view does not close the root."""
         view = object.__new__(Workspace)
         view.root = self.root
         view._rules = (
@@ -643,6 +663,7 @@ class Workspace:
             else _Rules(forbidden=self._rules.forbidden, allow_hardlinks=allow_hardlinks)
         )
         view._on_change = on_change
+        view._keep_at_most = keep_at_most
         view._cancelled = cancelled
         view._handle = self._handle
         view._owns_handle = False
@@ -816,6 +837,12 @@ class Workspace:
             self._delete(path, journal=False, missing_ok=True)
         elif isinstance(previous, Symlink):
             self._restore_link(path, previous.target)
+        elif isinstance(previous, Unkept):
+            raise LimitExceeded(
+                f"path {_show(path)} held {previous.size} bytes, more than the journal "
+                "kept: it cannot be restored",
+                path,
+            )
         else:
             self._write(path, previous, make_parents=True, journal=False)
 
@@ -1030,7 +1057,10 @@ class Workspace:
                 return None, None  # replaced meanwhile; it held no file content we saw
             raise
         try:
-            return self._read_fd(fd, path, None), mode
+            try:
+                return self._read_fd(fd, path, self._keep_at_most), mode
+            except LimitExceeded:  # judged by fstat first: never read (or grew while read)
+                return Unkept(max(os.fstat(fd).st_size, self._keep_at_most + 1)), mode
         finally:
             os.close(fd)
 
