@@ -15,12 +15,12 @@ import ipaddress
 import json
 import re
 import unicodedata
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .contract import ErrorCode
-from .sandbox import SandboxError, Workspace
+from .sandbox import Location, SandboxError, Workspace
 
 if TYPE_CHECKING:
     from .registry import PathAccess, ToolSpec
@@ -107,22 +107,36 @@ def under_root(path: str, root: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class ResolvedPath:
-    """A path a call touches, as given and as it really resolves."""
+    """A path a call touches, as given and as it really resolves.
+    ``location`` holds the directory the policy judged open, for the
+    handler to reach without resolving ``given`` again (None when the path
+    was judged by its spelling: the handler meets the error itself)."""
 
     given: str
     resolved: str
     mode: str
+    location: Location | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """The verdict on a call: which rule decided, and why."""
+    """The verdict on a call: which rule decided, and why. An allowing
+    decision holds its paths' ``Location``s open: give ``locations`` to
+    ``Workspace.with_journal`` and ``close()`` it when the call is done."""
 
     allowed: bool
     code: ErrorCode
     rule: str
     reason: str
     paths: tuple[ResolvedPath, ...] = field(default=())
+
+    @property
+    def locations(self) -> tuple[Location, ...]:
+        return tuple(p.location for p in self.paths if p.location is not None)
+
+    def close(self) -> None:
+        """Release the locations the decision holds. Idempotent."""
+        _close(self.paths)
 
     @classmethod
     def allow(cls, reason: str, paths: tuple[ResolvedPath, ...] = ()) -> Decision:
@@ -166,14 +180,22 @@ def authorize(
             access, spec, arguments, capabilities, workspace, variables, redact or _same
         )
         if isinstance(verdict, Decision):
+            _close(resolved)
             return verdict
         if verdict is not None:
             resolved.append(verdict)
     if spec.network_host_argument is not None:
         verdict = _check_host(spec, arguments, capabilities)
         if verdict is not None:
+            _close(resolved)
             return verdict
     return Decision.allow("every rule passed", tuple(resolved))
+
+
+def _close(paths: Sequence[ResolvedPath]) -> None:
+    for path in paths:
+        if path.location is not None:
+            path.location.close()
 
 
 def fill_template(
@@ -216,16 +238,16 @@ def _check_path(
         )
     if given is None:
         return None
+    location: Location | None = None
     try:
         # Judged by where it really leads: the sandbox applies its rules
         # (forbidden names included) to every link target on the way. The
         # same walk gives the size a read is judged by. A write acts on the
         # final entry itself, so only its parent is resolved (a link there
-        # is refused: a write never follows or replaces one).
-        if access.mode == "read":
-            real, size = workspace.resolve_with_size(given)
-        else:
-            real, size = workspace.resolve_write(given), None
+        # is refused: a write never follows or replaces one). The location
+        # stays open: the handler reaches what was judged, not the path again.
+        location = workspace.locate(given, access.mode)
+        real, size = location.resolved, location.size
     except OSError:
         # `file.txt/x`: judged by its spelling; the handler meets the error.
         size = None
@@ -235,6 +257,24 @@ def _check_path(
             return _sandbox_denial(exc, redact)
     except SandboxError as exc:
         return _sandbox_denial(exc, redact)
+    verdict = _check_resolved(access, arguments, capabilities, given, real, size, redact)
+    if verdict is not None:
+        if location is not None:
+            location.close()
+        return verdict
+    return ResolvedPath(given=given, resolved=real, mode=access.mode, location=location)
+
+
+def _check_resolved(
+    access: PathAccess,
+    arguments: Mapping[str, Any],
+    capabilities: Capabilities,
+    given: str,
+    real: str,
+    size: int | None,
+    redact: Callable[[str], str],
+) -> Decision | None:
+    """The root and limit rules for a path resolved to ``real``."""
     roots = capabilities.read_roots if access.mode == "read" else capabilities.write_roots
     if not any(under_root(real, root) for root in roots):
         kind = "read" if access.mode == "read" else "write"
@@ -261,7 +301,7 @@ def _check_path(
                 f"{access.content} is {size} bytes (UTF-8), over the write limit of "
                 f"{capabilities.max_write_bytes}",
             )
-    return ResolvedPath(given=given, resolved=real, mode=access.mode)
+    return None
 
 
 def _same(text: str) -> str:

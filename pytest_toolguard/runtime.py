@@ -148,6 +148,9 @@ class _Attempt:
     raw_session_id: str = ""
     raw_idempotency_key: str | None = None
     """The call's own values, which scope the idempotency claim."""
+    policy: Decision | None = None
+    """The allowing decision, holding open the locations it judged (closed
+    when the call ends; left to the handler's view if it overran)."""
     output: Any = None
     """The handler's whole output, before truncation: previews and stored
     outcomes are redacted from it, never from a cut (a cut token would no
@@ -249,6 +252,9 @@ class ToolRuntime:
                     CallState.FAILED,
                 ),
             )
+        finally:
+            if attempt.policy is not None:
+                attempt.policy.close()
 
     def add_listener(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener(call, result, stored_data)`` after every
@@ -449,6 +455,9 @@ class ToolRuntime:
         )
         if not decision.allowed:
             raise _Refusal(decision.code, decision.reason, via or decision.rule, CallState.DENIED)
+        if attempt.policy is not None:  # judged again after a hook's rewrite
+            attempt.policy.close()
+        attempt.policy = decision
         attempt.rule, attempt.reason = decision.rule, decision.reason
 
     def _run(self, call: ToolCall, spec: ToolSpec, attempt: _Attempt) -> ToolResult:
@@ -576,6 +585,8 @@ class ToolRuntime:
                 allow_hardlinks=spec.allow_hardlinks or None,
                 cancelled=cancelled,
                 keep_at_most=self.journal.keep_at_most,
+                # The handler reaches what the policy judged: one resolution.
+                locations=attempt.policy.locations if attempt.policy is not None else (),
             ),
             capabilities=self.capabilities,
             variables=self.variables,
@@ -584,11 +595,21 @@ class ToolRuntime:
         )
         handler_args = dict(arguments)
 
+        # Whoever is last, the handler's thread or the deadline, closes the
+        # policy's locations: never while an operation may still use one.
+        handoff, ended, overran = threading.Lock(), [False], [False]
+        policy = attempt.policy
+
         def run() -> tuple[bool, Any, list[tuple[str, Previous]]]:
             try:
                 return True, spec.handler(ctx, **handler_args), captured
             except BaseException as exc:  # SystemExit from a handler is its failure too
                 return False, exc, captured
+            finally:
+                with handoff:
+                    ended[0] = True
+                if overran[0] and policy is not None:
+                    policy.close()
 
         try:
             finished, value, changes = self._isolation.run(
@@ -596,6 +617,14 @@ class ToolRuntime:
             )
         except HandlerTimeout as exc:
             cancelled.set()
+            if not in_process:
+                with handoff:
+                    if not ended[0]:
+                        # The thread may still be inside an operation on a
+                        # location: it closes them when its handler ends (never
+                        # a closed, reused descriptor under a running write).
+                        overran[0] = True
+                        attempt.policy = None
             return self._failure(attempt, ErrorCode.TIMEOUT, str(exc), CallState.TIMED_OUT)
         except Exception as exc:  # the process died, or its outcome could not travel back
             value, finished, changes = exc, False, []

@@ -43,6 +43,23 @@ Races
     makes the open fail; it cannot redirect an open outside the root. There
     is no check-then-open window.
 
+Locations: one resolution from the check to the act
+    ``locate(path, mode)`` resolves a path once and answers a ``Location``:
+    the canonical ``resolved`` path a caller (the policy) judges, and the
+    directory holding the entry, kept open. A view made by
+    ``with_journal(locations=...)`` serves an operation of that mode on that
+    exact ``path`` from the held directory: the path is not resolved again,
+    and no symbolic link is followed past the held directory (one met there
+    was swapped in after the check: ``ForbiddenPath``, "changed while the
+    call ran"). So a swap or rename between the check and the act cannot
+    move the act to a directory that was not checked, and the call pays
+    for one resolution instead of two. Read locations follow links through
+    the final component (a read of a directory holds the directory itself);
+    write locations hold the parent and name the final entry. Missing
+    directories of a write are made from the held directory, without
+    following links. Paths a view was not given locations for are resolved
+    as usual.
+
 Hard links and special files
     A regular file with more than one hard link may be a link to a file
     outside the root: reading, overwriting or deleting it raises
@@ -80,8 +97,11 @@ What a Workspace does not guarantee
       the Workspace follows it to its new place; ``root`` keeps the old name.
     - A directory moved out of the root while an operation holds it open may
       receive that operation's read or write (the same limit as Go's
-      ``os.Root``). ``..`` never reopens a parent, so it cannot be used to
-      climb out through such a directory.
+      ``os.Root``); a ``Location`` holds its directory for a whole call, so
+      the window is the call. What was checked is the directory, not its
+      name: a checked directory renamed elsewhere inside the root (by
+      another process) still receives the call. ``..`` never reopens a
+      parent, so it cannot be used to climb out through such a directory.
     - It does not stop crossing mount points or bind mounts beneath the
       root, and ``resolve``, ``exists`` and ``size`` answer for the moment
       they ran: another process may change the tree right after.
@@ -105,12 +125,13 @@ import re
 import secrets
 import stat
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, ClassVar, NoReturn, TypeAlias
+from typing import Any, ClassVar, Literal, NoReturn, TypeAlias
 
 from .contract import ErrorCode
 
@@ -123,6 +144,7 @@ __all__ = [
     "ForbiddenPath",
     "InvalidPath",
     "LimitExceeded",
+    "Location",
     "OnChange",
     "PathOutsideWorkspace",
     "Previous",
@@ -156,6 +178,10 @@ or None (nothing was there)."""
 
 DEFAULT_KEEP_AT_MOST = 16 * 1024 * 1024
 """Bytes of a replaced or deleted file a journaled view keeps, at most."""
+
+AccessMode: TypeAlias = Literal["read", "write"]
+"""A read follows links through the final component; a write acts on the
+final entry itself (never following nor replacing a link there)."""
 
 OnChange: TypeAlias = Callable[[str, Previous], None]
 """Called as ``on_change(relative_path, previous)`` before a write or delete
@@ -410,11 +436,22 @@ class _Cursor:
     missing directory are kept by name only ("virtual").
     """
 
-    def __init__(self, root_fd: int, rules: _Rules, path: str, *, missing_ok: bool = False):
-        self._root_fd = root_fd
+    def __init__(
+        self,
+        root_fd: int,
+        rules: _Rules,
+        path: str,
+        *,
+        missing_ok: bool = False,
+        base: tuple[str, ...] = (),
+        follow_links: bool = True,
+    ):
+        self._root_fd = root_fd  # where the walk starts: the root, or a Location's directory
         self._rules = rules
         self._path = path  # the caller's path, for messages
         self._missing_ok = missing_ok
+        self._base = list(base)  # names from the root to root_fd, for rel()
+        self._follow_links = follow_links
         self._fds: list[int] = []
         self._names: list[str] = []
         self._expansions = 0
@@ -432,12 +469,22 @@ class _Cursor:
 
     def rel(self, name: str | None = None) -> str:
         """Relative POSIX path of the current directory, or of ``name`` in it."""
-        names = self._names + ([name] if name is not None else [])
+        names = self._base + self._names + ([name] if name is not None else [])
         return "/".join(names) or "."
 
     def close(self) -> None:
         while self._fds:
             os.close(self._fds.pop())
+
+    def detach(self) -> tuple[int | None, tuple[str, ...], tuple[str, ...]]:
+        """Hand over the deepest directory entered: (its descriptor, now the
+        caller's to close, or None for the starting one; the names from the
+        root to it; the virtual names past it)."""
+        real = len(self._fds)
+        fd = self._fds.pop() if self._fds else None
+        names = self._base + self._names
+        depth = len(self._base) + real
+        return fd, tuple(names[:depth]), tuple(names[depth:])
 
     def check(self, name: str) -> None:
         """Refuse a name met while walking (a link's target included)."""
@@ -472,6 +519,7 @@ class _Cursor:
                 self._fds.append(opened)
                 self._names.append(name)
             else:
+                self._refuse_if_pinned(name)
                 pending.extendleft(reversed(opened))
 
     def follow(self, name: str) -> str | None:
@@ -479,6 +527,7 @@ class _Cursor:
         directory its target names and return the target's final name (None
         when the target is a directory given as ``.``/``..``). If the entry
         is no longer a link, return ``name`` unchanged to be tried again."""
+        self._refuse_if_pinned(name)
         target = self._read_link(name)
         if target is None:
             return name
@@ -489,6 +538,17 @@ class _Cursor:
         self.enter(parts[:-1])
         self.check(parts[-1])
         return parts[-1]
+
+    def _refuse_if_pinned(self, name: str) -> None:
+        """Past a ``Location``, what the policy judged is reached without a
+        second resolution: a symlink met there was swapped in since."""
+        if not self._follow_links:
+            raise ForbiddenPath(
+                f"path {_show(self._path)} changed while the call ran: "
+                f"{_show(self.rel(name))} is now a symbolic link",
+                self._path,
+                quoted=(self.rel(name),),
+            )
 
     def _leave(self) -> None:
         if not self._names:
@@ -562,6 +622,68 @@ class _Cursor:
         return _SEPARATORS.split(target)
 
 
+class Location:
+    """Where a path resolved, held open: ``Workspace.locate``'s answer.
+
+    ``resolved`` is the canonical relative path, ``size`` the size of the
+    regular file it named (None otherwise), both as of the resolution. The
+    location holds the directory that contains the entry (or, for a read of
+    a directory, that directory) open, so a view made with
+    ``with_journal(locations=...)`` reaches that same directory again for
+    ``path`` with no second resolution: nothing renamed or swapped in since
+    can redirect it. Close it when the call is done; it is also closed when
+    garbage collected.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        mode: AccessMode,
+        resolved: str,
+        size: int | None,
+        fd: int | None,
+        base: tuple[str, ...],
+        pending: tuple[str, ...],
+        name: str | None,
+        handle: _RootHandle,
+    ) -> None:
+        self.path = path
+        self.mode: AccessMode = mode
+        self.resolved = resolved
+        self.size = size
+        self._fd = fd  # None: the root's own descriptor (not ours to close)
+        self._handle = handle
+        self.base = base
+        self.parts = pending + ((name,) if name is not None else ())
+        """What remains to walk from the held directory: missing directories
+        (made by a write), then the final name (None: the directory itself)."""
+        self._closer = (
+            weakref.finalize(self, _close_quietly, os.close, fd) if fd is not None else None
+        )
+
+    @property
+    def fd(self) -> int:
+        fd = self._fd if self._fd is not None else self._handle.fd
+        if fd is None or (self._closer is not None and not self._closer.alive):
+            raise ValueError(f"the location of {show_path(self.path)} is closed")
+        return fd
+
+    def close(self) -> None:
+        """Release the held directory. Idempotent."""
+        if self._closer is not None:
+            self._closer()
+
+    def __repr__(self) -> str:
+        return f"Location({self.path!r}, {self.mode!r}, resolved={self.resolved!r})"
+
+
+def _close_quietly(close: Callable[[int], None], fd: int) -> None:
+    # ``close`` is the one in use when the descriptor was opened (a fake
+    # filesystem's, in replay), which may be gone by a late collection.
+    with contextlib.suppress(OSError):
+        close(fd)
+
+
 def _refuse_final_link(cursor: _Cursor, name: str, path: str) -> NoReturn:
     """A write met the symlink ``name`` at its final component: raise what
     following it would (``PathOutsideWorkspace`` for a link leaving the root, a
@@ -612,6 +734,7 @@ class Workspace:
         )
         self._on_change = on_change
         self._keep_at_most = DEFAULT_KEEP_AT_MOST
+        self._pins: dict[tuple[str, AccessMode], Location] = {}
         self._cancelled: threading.Event | None = None
         self._handle = _RootHandle(os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
         self._owns_handle = True
@@ -645,6 +768,7 @@ class Workspace:
         allow_hardlinks: bool | None = None,
         cancelled: threading.Event | None = None,
         keep_at_most: int = DEFAULT_KEEP_AT_MOST,
+        locations: Iterable[Location] = (),
     ) -> Workspace:
         """A view of the same root (same descriptor, same rules) whose writes
         and deletes first call ``on_change(relative_path, previous)``.
@@ -654,7 +778,11 @@ class Workspace:
         missing parent directory is made). A replaced or deleted file larger
         than ``keep_at_most`` bytes is never read: ``previous`` is then
         ``Unkept(size)`` (a 1-byte write over a 3 GiB file costs no 3 GiB of
-        memory). Closing the view does not close the root."""
+        memory). For each of ``locations`` (``locate``'s answers, kept open
+        by the caller), an operation of its mode on exactly its ``path``
+        starts from the directory it holds instead of resolving the path
+        again, and follows no symbolic link from there. Closing the view
+        does not close the root."""
         view = object.__new__(Workspace)
         view.root = self.root
         view._rules = (
@@ -664,6 +792,7 @@ class Workspace:
         )
         view._on_change = on_change
         view._keep_at_most = keep_at_most
+        view._pins = {(location.path, location.mode): location for location in locations}
         view._cancelled = cancelled
         view._handle = self._handle
         view._owns_handle = False
@@ -724,28 +853,39 @@ class Workspace:
         moment of the call only."""
         return self._resolve(path, follow_final=False)[0]
 
+    def locate(self, path: str, mode: AccessMode = "read") -> Location:
+        """Resolve ``path`` for a read (symlinks followed; the final
+        directory of a path naming one) or a write (parent resolved, final
+        name not followed, a symlink there refused as by ``resolve_write``),
+        and hold the directory reached open: see ``Location``. The policy
+        judges ``resolved``; the handler's view reaches the same directory.
+        Raises what ``resolve`` / ``resolve_write`` raise."""
+        parts = _split(path, self._rules)
+        with self._cursor(path, missing_ok=True) as cursor:
+            name, final = _settle(cursor, parts, path, follow_final=mode == "read")
+            if (
+                mode == "read"
+                and name is not None
+                and final is not None
+                and stat.S_ISDIR(final.st_mode)
+            ):
+                cursor.enter([name])  # a read of a directory holds the directory itself
+                name, final = None, None
+            resolved = cursor.rel(name)
+            size = final.st_size if final is not None and stat.S_ISREG(final.st_mode) else None
+            fd, base, pending = cursor.detach()
+        return Location(path, mode, resolved, size, fd, base, pending, name, self._handle)
+
+    def _pin(self, path: str, mode: AccessMode) -> Location | None:
+        return self._pins.get((path, mode)) if self._pins else None
+
     def _resolve(
         self, path: str, *, follow_final: bool = True
     ) -> tuple[str, os.stat_result | None]:
-        parts = _split(path, self._rules)
-        with self._cursor(path, missing_ok=True) as cursor:
-            if not parts or parts[-1] == "..":
-                cursor.enter(parts)
-                return cursor.rel(), None
-            cursor.enter(parts[:-1])
-            name: str | None = parts[-1]
-            final: os.stat_result | None = None
-            while name is not None and not cursor.virtual:
-                try:
-                    st = os.stat(name, dir_fd=cursor.fd, follow_symlinks=False)
-                except FileNotFoundError:
-                    break
-                if not stat.S_ISLNK(st.st_mode):
-                    final = st
-                    break
-                if not follow_final:
-                    _refuse_final_link(cursor, name, path)
-                name = cursor.follow(name)
+        pin = self._pin(path, "read" if follow_final else "write")
+        parts = list(pin.parts) if pin is not None else _split(path, self._rules)
+        with self._cursor(path, missing_ok=True, at=pin) as cursor:
+            name, final = _settle(cursor, parts, path, follow_final=follow_final)
             return cursor.rel(name), final
 
     def exists(self, path: str) -> bool:
@@ -795,7 +935,7 @@ class Workspace:
 
     # ----------------------------------------------------------------- writing
 
-    def write_bytes(self, path: str, data: bytes, *, make_parents: bool = True) -> None:
+    def write_bytes(self, path: str, data: bytes, *, make_parents: bool = True) -> bool:
         """Replace ``path`` with ``data`` atomically (see the module docstring).
 
         Missing parent directories are made when ``make_parents``. Raises
@@ -803,16 +943,17 @@ class Workspace:
         written through, never replaced), a hard-linked or special file there,
         ``IsADirectoryError`` for a directory, ``FileNotFoundError`` for a
         missing parent without ``make_parents``. On any failure the old
-        content stays and no temporary file is left.
+        content stays and no temporary file is left. Returns True when
+        nothing was at the name before (the file was created).
         """
         self._refuse_if_cancelled(path)
-        self._write(path, data, make_parents=make_parents, journal=True)
+        return self._write(path, data, make_parents=make_parents, journal=True)
 
     def write_text(
         self, path: str, text: str, *, encoding: str = "utf-8", make_parents: bool = True
-    ) -> None:
+    ) -> bool:
         """``write_bytes`` of ``text`` encoded."""
-        self.write_bytes(path, text.encode(encoding), make_parents=make_parents)
+        return self.write_bytes(path, text.encode(encoding), make_parents=make_parents)
 
     def delete(self, path: str) -> None:
         """Remove the file (or symlink entry) ``path``; the journal hears of
@@ -930,8 +1071,18 @@ class Workspace:
         return fd
 
     @contextmanager
-    def _cursor(self, path: str, *, missing_ok: bool = False) -> Iterator[_Cursor]:
-        cursor = _Cursor(self._root_fd(), self._rules, path, missing_ok=missing_ok)
+    def _cursor(
+        self, path: str, *, missing_ok: bool = False, at: Location | None = None
+    ) -> Iterator[_Cursor]:
+        """A cursor at the root, or at a ``Location``'s directory (then no
+        symlink is followed: one met there was swapped in since)."""
+        if at is None:
+            cursor = _Cursor(self._root_fd(), self._rules, path, missing_ok=missing_ok)
+        else:
+            self._root_fd()  # a closed workspace refuses its views' pins too
+            cursor = _Cursor(
+                at.fd, self._rules, path, missing_ok=missing_ok, base=at.base, follow_links=False
+            )
         try:
             with _relative_errors(path):
                 yield cursor
@@ -940,13 +1091,14 @@ class Workspace:
 
     @contextmanager
     def _final(
-        self, path: str, *, make_parents: bool = False
+        self, path: str, *, make_parents: bool = False, mode: AccessMode = "read"
     ) -> Iterator[tuple[_Cursor, str | None]]:
         """Enter the parent of ``path``'s final component; yield the cursor
         and that component (None when the path names a directory by ``.``,
-        ``..`` or the root)."""
-        parts = _split(path, self._rules)
-        with self._cursor(path) as cursor:
+        ``..`` or the root). A pinned path starts from its ``Location``."""
+        pin = self._pin(path, mode)
+        parts = list(pin.parts) if pin is not None else _split(path, self._rules)
+        with self._cursor(path, at=pin) as cursor:
             if not parts or parts[-1] == "..":
                 cursor.enter(parts)
                 yield cursor, None
@@ -956,9 +1108,11 @@ class Workspace:
 
     @contextmanager
     def _directory(self, path: str) -> Iterator[_Cursor]:
-        """Enter the directory ``path`` names, symlinks followed."""
-        parts = _split(path, self._rules)
-        with self._cursor(path) as cursor:
+        """Enter the directory ``path`` names, symlinks followed (from its
+        ``Location`` when pinned for reading)."""
+        pin = self._pin(path, "read")
+        parts = list(pin.parts) if pin is not None else _split(path, self._rules)
+        with self._cursor(path, at=pin) as cursor:
             cursor.enter(parts)
             yield cursor
 
@@ -1064,11 +1218,11 @@ class Workspace:
         finally:
             os.close(fd)
 
-    def _write(self, path: str, data: bytes, *, make_parents: bool, journal: bool) -> None:
+    def _write(self, path: str, data: bytes, *, make_parents: bool, journal: bool) -> bool:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"data must be bytes, not {type(data).__name__}")
         notify = self._on_change if journal else None
-        with self._final(path, make_parents=make_parents) as (cursor, name):
+        with self._final(path, make_parents=make_parents, mode="write") as (cursor, name):
             if name is None:
                 raise _is_a_directory(path)
             previous, mode = self._previous(cursor.fd, name, path, want_content=notify is not None)
@@ -1077,9 +1231,10 @@ class Workspace:
             if notify is not None:
                 notify(cursor.rel(name), previous)
             _replace_atomically(cursor.fd, name, data, mode)
+            return previous is None
 
     def _restore_link(self, path: str, target: str) -> None:
-        with self._final(path, make_parents=True) as (cursor, name):
+        with self._final(path, make_parents=True, mode="write") as (cursor, name):
             if name is None:
                 raise _is_a_directory(path)
             with contextlib.suppress(FileNotFoundError):
@@ -1099,7 +1254,7 @@ class Workspace:
     def _delete(self, path: str, *, journal: bool, missing_ok: bool) -> None:
         notify = self._on_change if journal else None
         try:
-            with self._final(path) as (cursor, name):
+            with self._final(path, mode="write") as (cursor, name):
                 if name is None:
                     raise _is_a_directory(path)
                 try:
@@ -1159,6 +1314,31 @@ class Workspace:
                 yield from self._tree_fd(child, prefix + name + "/")
             finally:
                 os.close(child)
+
+
+def _settle(
+    cursor: _Cursor, parts: list[str], path: str, *, follow_final: bool
+) -> tuple[str | None, os.stat_result | None]:
+    """Enter the parent of ``parts``' final component and settle that
+    component: (its name, or None when the path names a directory by
+    ``.``/``..``/a link to one; its lstat, None when missing). With
+    ``follow_final`` symlinks there are followed, else refused."""
+    if not parts or parts[-1] == "..":
+        cursor.enter(parts)
+        return None, None
+    cursor.enter(parts[:-1])
+    name: str | None = parts[-1]
+    while name is not None and not cursor.virtual:
+        try:
+            st = os.stat(name, dir_fd=cursor.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return name, None
+        if not stat.S_ISLNK(st.st_mode):
+            return name, st
+        if not follow_final:
+            _refuse_final_link(cursor, name, path)
+        name = cursor.follow(name)
+    return name, None
 
 
 def _replace_atomically(dir_fd: int, name: str, data: bytes, mode: int | None) -> None:

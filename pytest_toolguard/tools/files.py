@@ -1,6 +1,8 @@
 """General workspace tools: read, write, list and search files.
 
-Every path goes through ``ctx.workspace``; handlers never open host paths.
+Every path goes through ``ctx.workspace``, as the call gave it: the
+workspace then reaches what the policy checked, without resolving the path
+a second time. Handlers never open host paths.
 """
 
 from __future__ import annotations
@@ -75,11 +77,15 @@ def read_text(ctx: ToolContext, path: str, max_chars: int = 4000) -> dict[str, A
 )
 def write_file(ctx: ToolContext, path: str, content: str) -> dict[str, Any]:
     """Write a UTF-8 text file (atomically: old or new content, never torn)."""
-    target = ctx.workspace.resolve_write(path)
-    created = not ctx.workspace.exists(target)
     data = content.encode("utf-8")
-    ctx.workspace.write_bytes(target, data)
-    return {"path": target, "bytes_written": len(data), "created": created}
+    # The path as given: the workspace reaches the directory the policy
+    # checked (see sandbox.Location), not the path resolved a second time.
+    created = ctx.workspace.write_bytes(path, data)
+    return {
+        "path": ctx.workspace.resolve_write(path),
+        "bytes_written": len(data),
+        "created": created,
+    }
 
 
 @tool(
@@ -222,13 +228,12 @@ WAIT_POLL_SECONDS = 0.05
 def wait_for_file(ctx: ToolContext, path: str, wait_seconds: float) -> dict[str, Any]:
     """Wait up to wait_seconds for a regular file to appear at path (written
     by a build or a job outside the agent), then give its size."""
-    target = ctx.workspace.resolve(path)
     # Counted polls, not clock reads: a frozen clock in replay must not
     # stretch or end the wait. The deadline stops it through ctx.cancelled.
     for _ in range(max(1, math.ceil(wait_seconds / WAIT_POLL_SECONDS))):
-        size = ctx.workspace.size(target)
+        size = ctx.workspace.size(path)
         if size is not None:
-            return {"path": target, "bytes": size}
+            return {"path": ctx.workspace.resolve(path), "bytes": size}
         if ctx.cancelled.wait(WAIT_POLL_SECONDS):
             raise CallCancelled(f"stopped waiting for {show_path(path)}: the call timed out", path)
     # The path as the error's filename, not in its text: the runtime redacts
