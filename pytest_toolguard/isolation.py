@@ -14,8 +14,11 @@ Process mode forks a child in its own process group and kills the group with
 SIGKILL at the deadline: a handler that sleeps past its timeout and then
 writes leaves nothing. The child inherits the workspace's descriptors; the
 result (JSON-like data, or the exception) comes back through a pipe, pickled.
-Caveats: POSIX only; the child must not touch the audit store; a handler that
-depends on locks held by other threads at fork time may hang until killed.
+What the child must report even if it is killed (the rollback journal: what
+each file held before it changed) goes through a ``ChildLog`` instead,
+written before each change. Caveats: POSIX only; the child must not touch
+the audit store; a handler that depends on locks held by other threads at
+fork time may hang until killed.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import pickle
 import queue
 import select
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -193,6 +197,47 @@ class ProcessIsolation:
 
     def close(self, join_timeout: float = 5.0) -> list[str]:
         return []
+
+
+class ChildLog:
+    """Records a forked child sends its parent, kept in an unnamed temporary
+    file (mode 0600) made before the fork. ``send`` returns once the record
+    is in the kernel, so every record a child sent before it was killed at
+    its deadline, or crashed, is read back by ``receive``; a record cut by
+    the kill is dropped (whatever it announced had not started). Any size:
+    a pipe would block a child whose parent is not reading yet."""
+
+    _HEADER = 8
+
+    def __init__(self) -> None:
+        self._file = tempfile.TemporaryFile()  # noqa: SIM115 (closed by close())
+
+    def send(self, record: Any) -> None:
+        data = pickle.dumps(record)
+        view = memoryview(len(data).to_bytes(self._HEADER, "big") + data)
+        fd = self._file.fileno()
+        while view:
+            view = view[os.write(fd, view) :]
+
+    def receive(self) -> list[Any]:
+        """Every whole record sent, in order."""
+        fd = self._file.fileno()
+        os.lseek(fd, 0, os.SEEK_SET)
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        data, records, at = b"".join(chunks), [], 0
+        while at + self._HEADER <= len(data):
+            size = int.from_bytes(data[at : at + self._HEADER], "big")
+            end = at + self._HEADER + size
+            if end > len(data):
+                break
+            records.append(pickle.loads(data[at + self._HEADER : end]))
+            at = end
+        return records
+
+    def close(self) -> None:
+        self._file.close()
 
 
 def _child(fn: Callable[[], Any], write_end: int) -> None:

@@ -3,9 +3,10 @@
 Before a handler replaces or deletes a file through the workspace, the
 previous bytes (or "absent") are recorded under the call's id, once per path
 per call. ``ChangeJournal.rollback`` restores them in reverse order. The
-journal lives in memory: it survives neither the process nor, in process
-isolation, the child that ran the handler (its changes are carried back with
-the result, see ``runtime``). It is bounded: a file over ``keep_at_most``
+journal lives in memory and does not survive the process. In process
+isolation the child that runs the handler sends each entry to the parent
+before its change (``isolation.ChildLog``), so a child killed at its
+deadline, or dead of its own accord, can still be rolled back. It is bounded: a file over ``keep_at_most``
 bytes is never read (``Unkept``: the rollback of that call is refused with
 ``LimitExceeded`` before anything is restored), and past ``max_bytes`` of
 kept content the oldest calls are forgotten first (their rollback then

@@ -50,7 +50,7 @@ from .hooks import (
     PreToolUseEvent,
 )
 from .idempotency import Claim, ClaimOutcome, canonical_json, scope_client_key
-from .isolation import HandlerTimeout, IsolationMode, make_isolation
+from .isolation import ChildLog, HandlerTimeout, IsolationMode, make_isolation
 from .policy import Capabilities, Decision, authorize
 from .redaction import Redactor, strings_in
 from .registry import ToolRegistry, ToolSpec
@@ -558,10 +558,11 @@ class ToolRuntime:
         self, spec: ToolSpec, arguments: Mapping[str, Any], attempt: _Attempt
     ) -> ToolResult:
         call_id = attempt.call_id
-        # In process mode the handler's journal entries are made in the child,
-        # so they travel back with its outcome and are recorded here.
-        captured: list[tuple[str, Previous]] = []
+        # In process mode the handler's journal entries are made in the child:
+        # each is sent before its change, so a child killed at its deadline
+        # still leaves what it changed to roll back.
         in_process = self._isolation_mode == "process"
+        child_log = ChildLog() if in_process else None
 
         cancelled = threading.Event()
 
@@ -571,8 +572,8 @@ class ToolRuntime:
                     f"call {call_id} timed out: its handler may not change {show_path(path)}",
                     path,
                 )
-            if in_process:
-                captured.append((path, previous))
+            if child_log is not None:
+                child_log.send((path, previous))
             else:
                 self.journal.record(call_id, path, previous)
 
@@ -600,11 +601,11 @@ class ToolRuntime:
         handoff, ended, overran = threading.Lock(), [False], [False]
         policy = attempt.policy
 
-        def run() -> tuple[bool, Any, list[tuple[str, Previous]]]:
+        def run() -> tuple[bool, Any]:
             try:
-                return True, spec.handler(ctx, **handler_args), captured
+                return True, spec.handler(ctx, **handler_args)
             except BaseException as exc:  # SystemExit from a handler is its failure too
-                return False, exc, captured
+                return False, exc
             finally:
                 with handoff:
                     ended[0] = True
@@ -612,7 +613,7 @@ class ToolRuntime:
                     policy.close()
 
         try:
-            finished, value, changes = self._isolation.run(
+            finished, value = self._isolation.run(
                 run, self.timeouts.get(spec.name, spec.timeout_seconds), call_id
             )
         except HandlerTimeout as exc:
@@ -627,10 +628,12 @@ class ToolRuntime:
                         attempt.policy = None
             return self._failure(attempt, ErrorCode.TIMEOUT, str(exc), CallState.TIMED_OUT)
         except Exception as exc:  # the process died, or its outcome could not travel back
-            value, finished, changes = exc, False, []
-        if in_process:
-            for path, previous in changes:
-                self.journal.record(call_id, path, previous)
+            value, finished = exc, False
+        finally:
+            if child_log is not None:
+                for path, previous in child_log.receive():
+                    self.journal.record(call_id, path, previous)
+                child_log.close()
         if finished:
             return self._check_output(spec, value, attempt)
         redact = self._redactor(spec).redact_text
