@@ -1,17 +1,19 @@
 """What write tools changed, kept so a call can be undone.
 
 Before a handler replaces or deletes a file through the workspace, the
-previous bytes (or "absent") are recorded under the call's id, once per path
-per call. ``ChangeJournal.rollback`` restores them in reverse order. The
-journal lives in memory and does not survive the process. In process
-isolation the child that runs the handler sends each entry to the parent
-before its change (``isolation.ChildLog``), so a child killed at its
-deadline, or dead of its own accord, can still be rolled back. It is bounded: a file over ``keep_at_most``
-bytes is never read (``Unkept``: the rollback of that call is refused with
-``LimitExceeded`` before anything is restored), and past ``max_bytes`` of
-kept content the oldest calls are forgotten first (their rollback then
-answers that nothing was recorded). Calls are keyed by call id: two calls
-sent with the same id are rolled back together.
+previous bytes (a symlink's target, or "absent") are recorded under the
+call's id, once per path per call. ``ChangeJournal.rollback`` restores them
+in reverse order. The journal lives in memory and does not survive the
+process. In process isolation the child that runs the handler sends each
+entry to the parent before its change (``isolation.ChildLog``), so a child
+killed at its deadline, or dead of its own accord, can still be rolled back.
+
+It is bounded: a file over ``keep_at_most`` bytes is never read (``Unkept``:
+the rollback of that call is refused with ``LimitExceeded`` before anything
+is restored), and past ``max_bytes`` of kept content the oldest calls are
+forgotten first (their rollback then answers that nothing was recorded).
+Calls are keyed by call id: two calls sent with the same id are rolled back
+together.
 """
 
 from __future__ import annotations

@@ -283,7 +283,7 @@ class ToolRuntime:
 
     def _receive(self, call: object) -> _Attempt:
         def text(name: str, fallback: str) -> str:
-            value = getattr(call, name, None)
+            value = _plain(getattr(call, name, None))
             if not isinstance(value, str) or not value:
                 return fallback
             # Ids come from the model too: a token there must not be stored.
@@ -293,9 +293,9 @@ class ToolRuntime:
         call_id = text("call_id", "")
         if not call_id:
             call_id = f"tg-{uuid.uuid4().hex}"
-        key = getattr(call, "idempotency_key", None)
+        key = _plain(getattr(call, "idempotency_key", None))
         metadata = getattr(call, "metadata", None)
-        session = getattr(call, "session_id", None)
+        session = _plain(getattr(call, "session_id", None))
         return _Attempt(
             call_id=call_id,
             tool_name=text("tool_name", "<invalid>"),
@@ -313,13 +313,13 @@ class ToolRuntime:
 
     def _check_fields(self, call: ToolCall, attempt: _Attempt) -> None:
         for name in ("call_id", "tool_name", "actor", "session_id"):
-            value = getattr(call, name)
+            value = _plain(getattr(call, name))
             if not isinstance(value, str) or not value or len(value) > MAX_ID_LENGTH:
                 raise _bad_request(
                     f"{name} must be a non-empty string of at most {MAX_ID_LENGTH} characters",
                     "request.fields",
                 )
-        key = call.idempotency_key
+        key = _plain(call.idempotency_key)
         if key is not None and (not isinstance(key, str) or not key or len(key) > MAX_ID_LENGTH):
             raise _bad_request(
                 "idempotency_key must be null or a non-empty string of at most "
@@ -1027,6 +1027,7 @@ def _not_plain_json(value: object) -> str:
         item, depth = stack.pop()
         if depth > MAX_JSON_DEPTH:
             return f"nested deeper than {MAX_JSON_DEPTH} levels"
+        item = _plain(item)  # judged as the copy will hold it (a subclass's methods unused)
         if isinstance(item, str):
             try:
                 item.encode("utf-8")
@@ -1052,11 +1053,27 @@ def _not_plain_json(value: object) -> str:
 
 
 def _copy_json(value: Any) -> Any:
-    """A private copy, so a caller mutating its dict cannot change a call in flight."""
+    """A private copy, so a caller mutating its dict cannot change a call in
+    flight, made of plain types: a ``str``/``int``/``float`` subclass (a key
+    that cannot be ordered, a value whose methods raise) becomes the plain
+    value it holds, read with the base type's own method."""
     if isinstance(value, Mapping):
-        return {key: _copy_json(child) for key, child in value.items()}
+        return {_plain(key): _copy_json(child) for key, child in value.items()}
     if isinstance(value, (list, tuple)):
         return [_copy_json(child) for child in value]
+    return _plain(value)
+
+
+def _plain(value: Any) -> Any:
+    kind = type(value)
+    if kind is str or kind is int or kind is float or kind is bool or value is None:
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):  # bool cannot be subclassed: never here
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
     return value
 
 
