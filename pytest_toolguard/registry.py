@@ -7,6 +7,7 @@ risk, its limits and which arguments are paths. The model only ever sees
 
 from __future__ import annotations
 
+import copy
 import re
 import string
 import threading
@@ -113,6 +114,13 @@ class ToolSpec:
         object.__setattr__(self, "input_validator", SchemaValidator(self.input_schema))
         output = SchemaValidator(self.output_schema, root="output") if self.output_schema else None
         object.__setattr__(self, "output_validator", output)
+
+    def with_handler(self, handler: Handler) -> ToolSpec:
+        """A copy of this tool with another handler; the compiled schemas
+        are shared, not rebuilt (wrapping a handler costs no compile)."""
+        clone = copy.copy(self)
+        object.__setattr__(clone, "handler", handler)
+        return clone
 
     def describe(self) -> dict[str, Any]:
         """What the model sees: name, description and input schema."""
