@@ -11,6 +11,7 @@ import asyncio
 import http.client
 import inspect
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -131,6 +132,27 @@ def test_recording_gives_the_runtime_its_own_registry_back(tmp_path: Path) -> No
         assert runtime.registry is not registry  # network tools wrapped while recording
     assert runtime.registry is registry
     runtime.close()
+
+
+def test_re_recording_an_unchanged_http_session_writes_the_same_bytes(tmp_path: Path) -> None:
+    with weather_server() as server:
+        calls = [fetch("1", server.url("paris"))]
+        texts = []
+        for name in ("a", "b"):
+            workspace = tmp_path / "ws"
+            shutil.rmtree(workspace, ignore_errors=True)
+            workspace.mkdir()
+            runtime = ToolRuntime(
+                registry, str(workspace), CAPABILITIES, hooks=[Approver(lambda e: True)]
+            )
+            with record_session(runtime, tmp_path / f"{name}.yaml", name="same"):
+                runtime.execute(calls[0])
+            runtime.close()
+            cassette = load(tmp_path / f"{name}.yaml")
+            texts.append(dumps(replace(cassette, recorded_at=None)))
+
+    assert texts[0] == texts[1]
+    assert "Date" not in load(tmp_path / "a.yaml").interactions[0].http[0].response_headers
 
 
 def test_a_cassette_with_approvals_and_http_dumps_to_the_same_bytes_again(

@@ -6,6 +6,8 @@ the first call, every interaction (the call, its result, its audit row) and
 every file after the last call. A *case* is the same format written by
 hand, where each interaction says only what must hold (a code, a message
 fragment, an audit rule) and ``final_files`` lists only the files it checks.
+An interaction may also hold the approval that let its call through and
+the HTTP exchanges its handler made (``approvals`` and ``http`` replay them).
 
 Loading validates against ``cassette.schema.json`` (shipped beside this
 module) and raises ``CassetteError`` naming the file and the field, never a

@@ -30,7 +30,9 @@ a header whose name is sensitive (Authorization, Cookie, Set-Cookie,
 X-Api-Key, ...) is replaced whole, other header values, the URL (tokens in
 its query, passwords) and text bodies by the redactor's patterns;
 compressed bodies are decoded first, and a response whose body shrank keeps
-a Content-Length that fits it.
+a Content-Length that fits it. A response's ``Date`` header is not kept: it
+changes on every recording, and re-recording an unchanged session must
+write the same bytes.
 
 **Playback** (``HttpPlayback``: replay, fixture playback, fault cells):
 record mode ``none``: a request is answered from the exchanges recorded
@@ -75,6 +77,9 @@ INSTALL_HINT = "pip install 'pytest-toolguard[http]'"
 
 MATCH_ON = ("method", "scheme", "host", "port", "path", "query")
 """vcrpy's default matchers: the request's body and headers are not compared."""
+
+UNKEPT_HEADERS = ("date",)
+"""Response headers never recorded (lower case): they change on every request."""
 
 _INTERACTION_MATCHER = "toolguard_interaction"
 _INTERACTION = "_toolguard_interaction"
@@ -335,6 +340,10 @@ class _Session:
         return redact_request(request, self._redactor_now())
 
     def _before_response(self, response: dict[str, Any]) -> dict[str, Any]:
+        headers = response.get("headers", {})
+        response["headers"] = {
+            name: values for name, values in headers.items() if name.lower() not in UNKEPT_HEADERS
+        }
         return redact_response(response, self._redactor_now())
 
     def _recorded(self, request: Any, response: dict[str, Any]) -> None:
