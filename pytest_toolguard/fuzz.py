@@ -472,12 +472,15 @@ def _never_ran(valid_calls: int, refusals: Mapping[tuple[str, str], _Refusal]) -
         return "the handler never ran: no valid arguments could be generated from the input schema"
     ranked = sorted(refusals.items(), key=lambda entry: (-entry[1].count, entry[0]))
     shown = "; ".join(
-        f"{refusal.count} answered {code}" + (f" by {rule}" if rule else "")
+        f"{refusal.count} answered {code}"
+        + (f" by {rule}" if rule else "")
         + (f" ({_short(refusal.reason, 160)})" if refusal.reason else "")
         for (code, rule), refusal in ranked[:_LISTED]
     )
     more = f"; and {len(ranked) - _LISTED} more kinds" if len(ranked) > _LISTED else ""
-    return f"the handler never ran: every one of {valid_calls} valid calls was refused: {shown}{more}"
+    return (
+        f"the handler never ran: every one of {valid_calls} valid calls was refused: {shown}{more}"
+    )
 
 
 def fuzz_registry(

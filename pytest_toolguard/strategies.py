@@ -31,8 +31,18 @@ conflicting members, ``oneOf`` with overlapping branches and narrow
 ``multipleOf`` on floats rely on filtering), or that every way of being
 invalid is tried: invalid values come from a fixed set of mutations (wrong
 type, missing required field, unknown field, out-of-range number,
-too-short or too-long string or array, value outside ``enum``, repeated
-items, one bad nested value) plus arbitrary JSON values.
+too-short or too-long string or array, too few or too many properties,
+value outside ``enum``, repeated items, one bad nested value) plus
+arbitrary JSON values.
+
+Large bounds. Hypothesis draws a value choice by choice from a bounded
+buffer and refuses ``min_size`` above it, so a string, array or object
+that must be longer than ``_MAX_DRAWN`` (100) elements is a drawn head
+padded to a length at or just past the bound (``minLength: 10000``,
+``maxLength: 10000`` for the too-long mutation, ``minItems``,
+``minProperties``, ``maxProperties``). Not generated at all (the
+strategy is empty): such values longer than ``_MAX_BUILT`` (one million),
+and arrays with ``uniqueItems`` longer than ``_MAX_DRAWN``.
 """
 
 from __future__ import annotations
@@ -709,7 +719,9 @@ def _lists(
     # A drawn head, repeated up to a length from the bounds.
     longest = min(max_size, min_size + _PAD_SLACK)
     return st.builds(
-        _repeated, st.lists(elements, min_size=1, max_size=_MAX_EXTRA_ITEMS), _int_range(min_size, longest)
+        _repeated,
+        st.lists(elements, min_size=1, max_size=_MAX_EXTRA_ITEMS),
+        _int_range(min_size, longest),
     )
 
 
@@ -755,7 +767,9 @@ def _extra_fields(
     if min_size > _MAX_BUILT:
         return st.nothing()
     return st.builds(
-        lambda drawn, count: dict(zip(_new_names(properties, count), _repeated(drawn, count))),
+        lambda drawn, count: dict(
+            zip(_new_names(properties, count), _repeated(drawn, count), strict=True)
+        ),
         st.lists(values, min_size=1, max_size=_MAX_EXTRA_ITEMS),
         _int_range(min_size, min_size + _PAD_SLACK),
     )
@@ -773,7 +787,9 @@ def _new_names(taken: Mapping[str, Any], count: int) -> list[str]:
     return names
 
 
-def _grown_past(most: int, properties: Mapping[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+def _grown_past(
+    most: int, properties: Mapping[str, Any]
+) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """Adds fields to an object until it has more than ``most``."""
 
     def grow(obj: dict[str, Any]) -> dict[str, Any]:
