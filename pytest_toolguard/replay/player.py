@@ -194,6 +194,12 @@ class _Checker:
             recorded = getattr(expected, name)
             if recorded is not None:
                 self.compare(where, f"result.{name}", recorded, value)
+        if expected.code is not None and expected.code != result.code.value:
+            # The code alone does not say why: show both messages with it.
+            code = self.differences[-1]
+            self.differences[-1] = replace(
+                code, diff=_messages(expected.message, result.message) + code.diff
+            )
         if expected.check_data:
             volatile = self.volatile + interaction.volatile
             recorded_data = _without(expected.data, volatile)
@@ -281,6 +287,13 @@ def _drop(value: Any, parts: list[str]) -> Any:
             return [v for i, v in enumerate(value) if not (head == "*" or str(i) == head)]
         return [_drop(v, rest) if head in ("*", str(i)) else v for i, v in enumerate(value)]
     return value
+
+
+def _messages(recorded: str | None, replayed: str) -> str:
+    lines = [f"replayed message: {replayed}"]
+    if recorded is not None:
+        lines.insert(0, f"recorded message: {recorded}")
+    return "".join(line + "\n" for line in lines)
 
 
 def _describe(content: bytes | None) -> str:
