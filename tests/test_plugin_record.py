@@ -225,7 +225,8 @@ def test_edit(toolguard):
         ("write_file", {{"path": "src/b.py", "content": "y = 2\\n"}}),
         ("list_files", {{"path": "src", "recursive": True}}),
     ]):
-        result = toolguard.execute(ToolCall(call_id=str(number), tool_name=tool, arguments=arguments))
+        call = ToolCall(call_id=str(number), tool_name=tool, arguments=arguments)
+        result = toolguard.execute(call)
         assert result.ok, result.message
 """
 
