@@ -536,7 +536,7 @@ class Workspace:
         self._on_change = on_change
         self._on_access: OnAccess | None = None
         self._cancelled: threading.Event | None = None
-        self._handle = _RootHandle(os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+        self._handle = _RootHandle(_open_root(self.root))
         self._owns_handle = True
         self._closed = False
 
@@ -984,6 +984,24 @@ class Workspace:
                     self._walk_fd(child, prefix + name + "/", found, path)
                 finally:
                     os.close(child)
+
+
+def _open_root(root: str) -> int:
+    """The root's descriptor; a missing or non-directory root raises the
+    same error types with a message that says what to do."""
+    try:
+        return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            errno.ENOENT,
+            f"the workspace directory {root} does not exist: create it first "
+            "(a Workspace or ToolRuntime never creates its root)",
+            root,
+        ) from None
+    except NotADirectoryError:
+        raise NotADirectoryError(
+            errno.ENOTDIR, f"the workspace {root} is not a directory: give a directory", root
+        ) from None
 
 
 def _replace_atomically(dir_fd: int, name: str, data: bytes, mode: int | None) -> None:

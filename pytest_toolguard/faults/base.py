@@ -210,13 +210,14 @@ def catalogue() -> tuple[Fault, ...]:
 
 
 def select_faults(spec: str, known: Sequence[Fault] | None = None) -> tuple[Fault, ...]:
-    """``all`` or comma-separated names -> faults of ``known`` (default: the
-    catalogue), in its order. ``ValueError`` names any unknown fault and
-    lists the known ones."""
+    """Comma-separated names, where ``all`` stands for every fault, ->
+    faults of ``known`` (default: the catalogue), in its order
+    (``all,timeout`` is every fault). ``ValueError`` names any unknown fault
+    and lists the known ones."""
     known = tuple(catalogue() if known is None else known)
     wanted = [part.strip() for part in spec.split(",") if part.strip()]
-    if wanted == ["all"]:
-        return known
+    if "all" in wanted:
+        wanted = [fault.name for fault in known] + [name for name in wanted if name != "all"]
     names = {fault.name for fault in known}
     unknown = [name for name in wanted if name not in names]
     if unknown or not wanted:
