@@ -19,7 +19,6 @@ FAST = settings(
     max_examples=60,
     deadline=None,
     database=None,
-    derandomize=True,  # the same examples on every run, locally and in CI
     suppress_health_check=[HealthCheck.too_slow],
 )
 
