@@ -81,14 +81,16 @@ This module does not import pytest; the plugin turns reports into items.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import functools
+import inspect
 import json
 import posixpath
 import stat
 import threading
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -582,24 +584,60 @@ class _Tracker:
         return self.current
 
     def wrap(self, handler: Handler) -> Handler:
+        """``handler``, counted. An ``async def`` handler gets an ``async
+        def`` wrapper (so the runtime still sees a coroutine function), and
+        an awaitable a plain handler returns is followed until it settles:
+        a run ends when its value is there, not when its coroutine is made."""
+        if inspect.iscoroutinefunction(handler) or (
+            not inspect.isroutine(handler) and inspect.iscoroutinefunction(type(handler).__call__)
+        ):
+
+            @functools.wraps(handler)
+            async def tracked_coroutine(ctx: Any, **arguments: Any) -> Any:
+                return await self._settled(self._started(), handler(ctx, **arguments))
+
+            return tracked_coroutine
+
         @functools.wraps(handler)
         def tracked(ctx: Any, **arguments: Any) -> Any:
-            run = self.current  # the call this run belongs to, even if it overruns
-            with self._lock:
-                run.calls += 1
-                self.total += 1
+            run = self._started()
             try:
                 value = handler(ctx, **arguments)
             except BaseException as exc:
-                run.raised = exc
+                self._finished(run, raised=exc)
                 raise
-            finally:
-                with self._lock:
-                    run.finished += 1
-            run.outputs.append(value)
+            if inspect.isawaitable(value):
+                return self._settled(run, value)  # the runtime awaits it
+            self._finished(run, value=value)
             return value
 
         return tracked
+
+    def _started(self) -> _Run:
+        run = self.current  # the call this run belongs to, even if it overruns
+        with self._lock:
+            run.calls += 1
+            self.total += 1
+        return run
+
+    def _finished(
+        self, run: _Run, *, value: Any = None, raised: BaseException | None = None
+    ) -> None:
+        with self._lock:
+            run.finished += 1
+            if raised is not None:
+                run.raised = raised
+            else:
+                run.outputs.append(value)
+
+    async def _settled(self, run: _Run, awaitable: Awaitable[Any]) -> Any:
+        try:
+            value = await awaitable
+        except BaseException as exc:
+            self._finished(run, raised=exc)
+            raise
+        self._finished(run, value=value)
+        return value
 
 
 class _Harness:
@@ -746,11 +784,13 @@ class _Harness:
             problems.append((Problem.VALID_REFUSED, answered))
         if run.calls > 1:
             problems.append((Problem.HANDLER_RAN_TWICE, f"the handler ran {run.calls} times"))
-        if run.raised is not None and not isinstance(run.raised, Exception):
+        stopped = isinstance(run.raised, (CallCancelled, asyncio.CancelledError))
+        if run.raised is not None and not isinstance(run.raised, Exception) and not stopped:
             problems.append((Problem.HANDLER_BASE_EXCEPTION, f"the handler {_raised(run.raised)}"))
-        if result.code is ErrorCode.TIMEOUT and not isinstance(run.raised, CallCancelled):
+        if result.code is ErrorCode.TIMEOUT and not stopped:
             # A handler may wait past a deadline (wait_for_file); it must stop
-            # when cancelled (CallCancelled), not run on and return.
+            # when cancelled (CallCancelled, or a coroutine's CancelledError:
+            # the runtime's doing, never a problem), not run on and return.
             problems.append((Problem.TIMEOUT, answered))
         if result.code is ErrorCode.OUTPUT_INVALID:
             if run.outputs and not _is_json(run.outputs[0]):

@@ -3,6 +3,7 @@ on purpose are flagged with the right problem and a minimal reproducing call."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import os
@@ -398,6 +399,41 @@ def test_string_with_a_max_length_beyond_hypothesis_buffer_is_fuzzed() -> None:
     assert report.ok, report.format()
     assert report.skipped is None
     assert report.invalid_calls > 0 and report.handler_calls > 0
+
+
+# -- async def handlers ----------------------------------------------------------
+
+needs_async_runtime = pytest.mark.skipif(
+    not hasattr(ToolRuntime, "aexecute"), reason="the runtime does not await handlers yet"
+)
+
+
+@tool(input_schema=COUNT_SCHEMA, output_schema=COUNT_OUTPUT)
+async def count_up_async(ctx: ToolContext, n: int) -> dict[str, Any]:
+    """count_up as a coroutine: breaks its output schema for negative n."""
+    return {"count": n}
+
+
+@needs_async_runtime
+def test_async_handler_is_awaited_and_its_output_checked() -> None:
+    report = fuzz_tool(count_up_async, examples=EXAMPLES)
+
+    assert report.handler_calls > 0 and report.codes.get("OK", 0) > 0, report.format()
+    failure = _only(report, Problem.OUTPUT_INVALID)
+    assert failure.arguments == {"n": -1}
+
+
+@needs_async_runtime
+def test_async_handler_cancelled_at_its_deadline_is_no_problem() -> None:
+    @tool(input_schema=NO_ARGUMENTS)
+    async def sleeps(ctx: ToolContext) -> dict[str, Any]:
+        await asyncio.sleep(30)
+        return {}
+
+    report = fuzz_tool(sleeps, examples=2, timeout_seconds=0.05)
+
+    assert report.codes.get("TIMEOUT", 0) > 0, report.format()
+    assert report.ok, report.format()
 
 
 # -- reports ----------------------------------------------------------------
