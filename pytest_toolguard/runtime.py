@@ -69,6 +69,9 @@ PENDING_LIMIT = 10_000
 Listener = Callable[[ToolCall, ToolResult, Any, Approval | None], None]
 """``listener(call, result, stored_data, approval)``: see ``ToolRuntime.add_listener``."""
 
+FileWatcher = Callable[[str, Sequence[str]], None]
+"""``watcher(call_id, paths)``: see ``ToolRuntime.watch_files``."""
+
 
 @dataclass(frozen=True, slots=True)
 class ToolContext:
@@ -196,6 +199,7 @@ class ToolRuntime:
         self._isolation = make_isolation(isolation)
         self._pending: list[Callable[[], object]] = []
         self._listeners: list[Listener] = []
+        self._file_watchers: list[FileWatcher] = []
         self._pending_lock = threading.Lock()
 
     # -- the pipeline -------------------------------------------------------
@@ -250,6 +254,23 @@ class ToolRuntime:
         removes it. A listener that raises is reported as a RuntimeWarning."""
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener)
+
+    def watch_files(self, watcher: FileWatcher) -> Callable[[], None]:
+        """Call ``watcher(call_id, paths)`` once a handler has run, with every
+        workspace path it asked ``ctx.workspace`` about (read, listed, checked,
+        written or deleted; as the handler spelt them, in order, refused ones
+        included). This is how a recorder knows which files a call needs,
+        declared or not. Returns the function that removes it. A watcher
+        that raises is reported as a RuntimeWarning."""
+        self._file_watchers.append(watcher)
+        return lambda: self._file_watchers.remove(watcher)
+
+    def _tell_watchers(self, call_id: str, paths: Sequence[str]) -> None:
+        for watcher in list(self._file_watchers):
+            try:
+                watcher(call_id, paths)
+            except Exception as exc:
+                _warn(f"file watcher raised {type(exc).__name__}: {_text(exc)}")
 
     def _notify(self, call: ToolCall, result: ToolResult, attempt: _Attempt) -> None:
         spec = attempt.spec
@@ -544,12 +565,19 @@ class ToolRuntime:
             else:
                 self.journal.record(call_id, path, previous)
 
+        # Paths the handler asks about, for watch_files (travelling back from
+        # a child process like the journal entries).
+        accessed: list[str] | None = [] if self._file_watchers else None
+
         ctx = ToolContext(
             call_id=call_id,
             session_id=attempt.session_id,
             actor=attempt.actor,
             workspace=self.workspace.with_journal(
-                on_change, allow_hardlinks=spec.allow_hardlinks or None, cancelled=cancelled
+                on_change,
+                allow_hardlinks=spec.allow_hardlinks or None,
+                cancelled=cancelled,
+                on_access=None if accessed is None else accessed.append,
             ),
             capabilities=self.capabilities,
             variables=self.variables,
@@ -558,24 +586,28 @@ class ToolRuntime:
         )
         handler_args = dict(arguments)
 
-        def run() -> tuple[bool, Any, list[tuple[str, bytes | None]]]:
+        def run() -> tuple[bool, Any, list[tuple[str, bytes | None]], list[str] | None]:
             try:
-                return True, spec.handler(ctx, **handler_args), captured
+                return True, spec.handler(ctx, **handler_args), captured, accessed
             except BaseException as exc:  # SystemExit from a handler is its failure too
-                return False, exc, captured
+                return False, exc, captured, accessed
 
         try:
-            finished, value, changes = self._isolation.run(
+            finished, value, changes, paths = self._isolation.run(
                 run, self.timeouts.get(spec.name, spec.timeout_seconds), call_id
             )
         except HandlerTimeout as exc:
             cancelled.set()
+            if accessed is not None:
+                self._tell_watchers(call_id, list(accessed))
             return self._failure(attempt, ErrorCode.TIMEOUT, str(exc), CallState.TIMED_OUT)
         except Exception as exc:  # the process died, or its outcome could not travel back
-            value, finished, changes = exc, False, []
+            value, finished, changes, paths = exc, False, [], accessed
         if in_process:
             for path, previous in changes:
                 self.journal.record(call_id, path, previous)
+        if paths is not None:
+            self._tell_watchers(call_id, paths)
         if finished:
             return self._check_output(spec, value, attempt)
         if isinstance(value, SandboxError):
