@@ -314,10 +314,13 @@ class ToolRuntime:
         isolation without blocking the loop.
 
         Never raises for anything the call contains. When the caller's own
-        task is cancelled while the handler runs, the handler is cancelled
-        too (a sync handler's later writes are refused), the row is
-        finished INTERRUPTED with EXECUTION_ERROR (an idempotency key keeps
-        that outcome), and ``CancelledError`` propagates."""
+        task is cancelled while the handler runs, the call is cancelled: an
+        async handler's task is cancelled, a sync handler (or a process
+        child) runs on until it returns or its deadline, its later writes
+        refused in thread mode; the row is finished INTERRUPTED with
+        EXECUTION_ERROR (an idempotency key keeps that outcome), no
+        PostToolUse hook or listener sees the call (nobody got a result),
+        and ``CancelledError`` propagates."""
         import asyncio
 
         attempt = self._arrive(call)
@@ -376,7 +379,7 @@ class ToolRuntime:
 
     def add_listener(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener(call, result, stored_data)`` after every
-        ``execute``; ``stored_data`` is the result's data as it may be stored:
+        ``execute`` or ``aexecute``; ``stored_data`` is the result's data as it may be stored:
         redacted from the whole output, then cut like the result (what a
         recorder must keep). Returns the function that removes it. A listener
         that raises is reported as a RuntimeWarning."""
