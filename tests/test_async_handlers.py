@@ -33,7 +33,7 @@ from pytest_toolguard import (
     ToolRuntime,
     ToolSpec,
 )
-from pytest_toolguard.isolation import ThreadIsolation
+from pytest_toolguard.isolation import CoroutineRunner, ThreadIsolation
 from pytest_toolguard.replay.cassette import load
 from pytest_toolguard.replay.recorder import record_session
 
@@ -285,6 +285,23 @@ def test_a_late_write_after_the_deadline_changes_no_file(toolguard_runtime, how)
     assert len(outcome) == 1 and isinstance(outcome[0], CallCancelled)
     assert not os.path.exists(os.path.join(runtime.workspace.root, "late.txt"))
     assert runtime.close(join_timeout=5) == []
+
+
+def test_a_coroutine_cancelled_before_its_loop_starts_never_runs():
+    runner, ran = CoroutineRunner(), []
+
+    async def body() -> None:
+        ran.append("body")
+
+    runner.cancel()  # the deadline passed while the job waited for its worker
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(asyncio.CancelledError):
+            runner.run(body())
+        gc.collect()
+
+    assert ran == []
+    assert [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)] == []
 
 
 def test_a_coroutine_past_its_grace_is_tracked_until_it_ends():
