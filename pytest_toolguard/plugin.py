@@ -76,6 +76,7 @@ _FAULTS: pytest.StashKey[tuple[Fault, ...]] = pytest.StashKey()
 _CELLS: pytest.StashKey[list[CellOutcome]] = pytest.StashKey()
 _COLLECTION_REGISTRY: pytest.StashKey[ToolRegistry | None] = pytest.StashKey()
 _FUZZED: pytest.StashKey[list[FuzzReport]] = pytest.StashKey()
+_INI_REGISTRY: pytest.StashKey[ToolRegistry] = pytest.StashKey()
 
 
 # -- options, ini values, marker ------------------------------------------------
@@ -445,7 +446,13 @@ def _replay_file(
     """The body of every ReplayItem (its fixtures are its parameters)."""
     from .replay.cassette import CassetteError, load
     from .replay.player import replay
-    from .replay.report import ReplayFailed, ReplayTotals, format_report, how_to_rerecord
+    from .replay.report import (
+        ReplayFailed,
+        ReplayTotals,
+        format_report,
+        how_to_rerecord,
+        missing_tools_note,
+    )
 
     item, config = request.node, request.config
     shown = item.nodeid.split("::")[0]
@@ -457,9 +464,21 @@ def _replay_file(
     report = replay(cassette, toolguard_registry, secrets=toolguard_secrets)
     config.stash[_TOTALS] += ReplayTotals.of(report)
     if not report.ok:
-        raise ReplayFailed(
-            format_report(report, cassette_path=shown, rerecord=how_to_rerecord(cassette))
+        note = missing_tools_note(
+            report, toolguard_registry.names(), _registry_origin(config, toolguard_registry)
         )
+        raise ReplayFailed(
+            format_report(
+                report, cassette_path=shown, rerecord=how_to_rerecord(cassette), note=note
+            )
+        )
+
+
+def _registry_origin(config: pytest.Config, registry: ToolRegistry) -> str:
+    """Where the ``toolguard_registry`` fixture's registry came from."""
+    if config.stash.get(_INI_REGISTRY, None) is registry:
+        return f"ini toolguard_registry = {config.getini('toolguard_registry') or DEFAULT_REGISTRY}"
+    return "a toolguard_registry fixture of a conftest.py"
 
 
 # -- fuzz items ------------------------------------------------------------------
@@ -631,9 +650,12 @@ def toolguard_registry(pytestconfig: pytest.Config) -> ToolRegistry:
 
     spec = str(pytestconfig.getini("toolguard_registry")) or DEFAULT_REGISTRY
     try:
-        return load_registry(spec)
+        registry = load_registry(spec)
     except SpecError as exc:
         problem = str(exc)
+    else:
+        pytestconfig.stash[_INI_REGISTRY] = registry  # so reports can say where tools came from
+        return registry
     pytest.fail(f"ini toolguard_registry: {problem}", pytrace=False)
 
 
@@ -719,6 +741,8 @@ def _play_back(
         problem = str(exc)
     if cassette is None:
         pytest.fail(f"{problem}\nto re-record it: {rerecord}", pytrace=False)
+    # What recorded it re-records it: a script, or the test that recorded it.
+    rerecord = cassette.recorded_by or rerecord
     tape = PlaybackTape(
         cassette,
         registry,

@@ -88,6 +88,9 @@ CANCELLED_MESSAGE = "interrupted: the caller's task was cancelled while the hand
 Listener = Callable[[ToolCall, ToolResult, Any], None]
 """``listener(call, result, stored_data)``: see ``ToolRuntime.add_listener``."""
 
+FileWatcher = Callable[[str, Sequence[str]], None]
+"""``watcher(call_id, paths)``: see ``ToolRuntime.watch_files``."""
+
 
 @dataclass(frozen=True, slots=True)
 class ToolContext:
@@ -176,8 +179,9 @@ class _Running:
     claim_key: str | None
 
 
-_Outcome = tuple[bool, Any, list[tuple[str, bytes | None]]]
-"""A handler run's ``(finished, value or exception, journal changes)``."""
+_Outcome = tuple[bool, Any, list[tuple[str, bytes | None]], list[str] | None]
+"""A handler run's ``(finished, value or exception, journal changes, paths
+it asked the workspace about)`` (the last None without file watchers)."""
 
 _PLAIN_DATA = frozenset({dict, list, str, int, float, bool, type(None)})
 """Result types that cannot be awaitable: the check is skipped for them."""
@@ -189,7 +193,7 @@ class _HandlerRun:
     own there), ``arun`` as a task on the caller's loop. ``cancel`` is the
     deadline: the workspace refuses later writes, a coroutine is cancelled."""
 
-    __slots__ = ("handler", "ctx", "arguments", "captured", "_runner")
+    __slots__ = ("handler", "ctx", "arguments", "captured", "accessed", "_runner")
 
     def __init__(
         self,
@@ -197,11 +201,13 @@ class _HandlerRun:
         ctx: ToolContext,
         arguments: dict[str, Any],
         captured: list[tuple[str, bytes | None]],
+        accessed: list[str] | None,
     ) -> None:
         self.handler = handler
         self.ctx = ctx
         self.arguments = arguments
         self.captured = captured
+        self.accessed = accessed
         self._runner: CoroutineRunner | None = None
 
     def run(self) -> _Outcome:
@@ -212,18 +218,18 @@ class _HandlerRun:
                 if self.ctx.cancelled.is_set():  # the deadline passed before the runner existed
                     runner.cancel()
                 value = runner.run(value)
-            return True, value, self.captured
+            return True, value, self.captured, self.accessed
         except BaseException as exc:  # SystemExit from a handler is its failure too
-            return False, exc, self.captured
+            return False, exc, self.captured, self.accessed
 
     async def arun(self) -> _Outcome:
         try:
             value = self.handler(self.ctx, **self.arguments)
             if inspect.isawaitable(value):
                 value = await value
-            return True, value, self.captured
+            return True, value, self.captured, self.accessed
         except BaseException as exc:  # CancelledError too: aexecute's caller was not cancelled
-            return False, exc, self.captured
+            return False, exc, self.captured, self.accessed
 
     def cancel(self) -> None:
         # cancelled first: run() reads it after publishing its runner.
@@ -284,6 +290,7 @@ class ToolRuntime:
         self._isolation = make_isolation(isolation)
         self._pending: list[Callable[[], object]] = []
         self._listeners: list[Listener] = []
+        self._file_watchers: list[FileWatcher] = []
         self._pending_lock = threading.Lock()
 
     # -- the pipeline -------------------------------------------------------
@@ -385,6 +392,23 @@ class ToolRuntime:
         that raises is reported as a RuntimeWarning."""
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener)
+
+    def watch_files(self, watcher: FileWatcher) -> Callable[[], None]:
+        """Call ``watcher(call_id, paths)`` once a handler has run, with every
+        workspace path it asked ``ctx.workspace`` about (read, listed, checked,
+        written or deleted; as the handler spelt them, in order, refused ones
+        included). This is how a recorder knows which files a call needs,
+        declared or not. Returns the function that removes it. A watcher
+        that raises is reported as a RuntimeWarning."""
+        self._file_watchers.append(watcher)
+        return lambda: self._file_watchers.remove(watcher)
+
+    def _tell_watchers(self, call_id: str, paths: Sequence[str]) -> None:
+        for watcher in list(self._file_watchers):
+            try:
+                watcher(call_id, paths)
+            except Exception as exc:
+                _warn(f"file watcher raised {type(exc).__name__}: {_text(exc)}")
 
     def _notify(self, call: ToolCall, result: ToolResult, attempt: _Attempt) -> None:
         spec = attempt.spec
@@ -690,19 +714,26 @@ class ToolRuntime:
             else:
                 self.journal.record(call_id, path, previous)
 
+        # Paths the handler asks about, for watch_files (travelling back from
+        # a child process like the journal entries).
+        accessed: list[str] | None = [] if self._file_watchers else None
+
         ctx = ToolContext(
             call_id=call_id,
             session_id=attempt.session_id,
             actor=attempt.actor,
             workspace=self.workspace.with_journal(
-                on_change, allow_hardlinks=spec.allow_hardlinks or None, cancelled=cancelled
+                on_change,
+                allow_hardlinks=spec.allow_hardlinks or None,
+                cancelled=cancelled,
+                on_access=None if accessed is None else accessed.append,
             ),
             capabilities=self.capabilities,
             variables=self.variables,
             metadata=attempt.metadata,
             cancelled=cancelled,
         )
-        return _HandlerRun(spec.handler, ctx, dict(running.arguments), captured)
+        return _HandlerRun(spec.handler, ctx, dict(running.arguments), captured, accessed)
 
     def _invoke(self, running: _Running) -> ToolResult:
         """Run the handler through the isolation, blocking until it ends or
@@ -714,9 +745,9 @@ class ToolRuntime:
             )
         except HandlerTimeout as exc:
             handler.cancel()
-            return self._timed_out(running, exc)
+            return self._timed_out(running, handler, exc)
         except Exception as exc:  # the process died, or its outcome could not travel back
-            outcome = (False, exc, [])
+            outcome = (False, exc, [], handler.accessed)
         return self._outcome(running, outcome)
 
     async def _ainvoke(self, running: _Running) -> ToolResult:
@@ -737,27 +768,33 @@ class ToolRuntime:
                 )
         except HandlerTimeout as exc:
             handler.cancel()
-            return self._timed_out(running, exc)
+            return self._timed_out(running, handler, exc)
         except asyncio.CancelledError:  # the caller's task: later writes are refused
             handler.cancel()
             raise
         except Exception as exc:  # the process died, or its outcome could not travel back
-            outcome = (False, exc, [])
+            outcome = (False, exc, [], handler.accessed)
         return self._outcome(running, outcome)
 
     def _deadline(self, spec: ToolSpec) -> float:
         return self.timeouts.get(spec.name, spec.timeout_seconds)
 
-    def _timed_out(self, running: _Running, exc: HandlerTimeout) -> ToolResult:
+    def _timed_out(
+        self, running: _Running, handler: _HandlerRun, exc: HandlerTimeout
+    ) -> ToolResult:
+        if handler.accessed is not None:  # a copy: the late handler may still add to it
+            self._tell_watchers(running.attempt.call_id, list(handler.accessed))
         return self._failure(running.attempt, ErrorCode.TIMEOUT, str(exc), CallState.TIMED_OUT)
 
     def _outcome(self, running: _Running, outcome: _Outcome) -> ToolResult:
         """The result of a handler run that ended."""
         spec, attempt = running.spec, running.attempt
-        finished, value, changes = outcome
+        finished, value, changes, paths = outcome
         if self._isolation_mode == "process":
             for path, previous in changes:
                 self.journal.record(attempt.call_id, path, previous)
+        if paths is not None:
+            self._tell_watchers(attempt.call_id, paths)
         if finished:
             return self._check_output(spec, value, attempt)
         if isinstance(value, SandboxError):

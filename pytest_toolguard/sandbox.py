@@ -111,6 +111,7 @@ __all__ = [
     "ForbiddenPath",
     "InvalidPath",
     "LimitExceeded",
+    "OnAccess",
     "OnChange",
     "PathOutsideWorkspace",
     "SandboxError",
@@ -118,6 +119,9 @@ __all__ = [
 ]
 
 OnChange: TypeAlias = Callable[[str, bytes | None], None]
+OnAccess: TypeAlias = Callable[[str], None]
+"""``on_access(path)``: a path as a handler gave it to a read, a listing,
+``exists``, ``size``, ``resolve``, a write or a delete (before the walk)."""
 """Called as ``on_change(relative_path, previous_bytes_or_None)`` before a
 write or delete replaces ``relative_path``; ``None`` means nothing was there."""
 
@@ -530,8 +534,9 @@ class Workspace:
             allow_hardlinks=allow_hardlinks,
         )
         self._on_change = on_change
+        self._on_access: OnAccess | None = None
         self._cancelled: threading.Event | None = None
-        self._handle = _RootHandle(os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+        self._handle = _RootHandle(_open_root(self.root))
         self._owns_handle = True
         self._closed = False
 
@@ -562,14 +567,16 @@ class Workspace:
         *,
         allow_hardlinks: bool | None = None,
         cancelled: threading.Event | None = None,
+        on_access: OnAccess | None = None,
     ) -> Workspace:
         """A view of the same root (same descriptor, same rules) whose writes
         and deletes first call ``on_change(relative_path, previous)``.
         ``allow_hardlinks`` overrides that one rule for the view (a tool that
         opts in). Once ``cancelled`` is set, writes and deletes through the
         view raise ``CallCancelled`` before touching anything (not even a
-        missing parent directory is made). Closing the view does not close
-        the root."""
+        missing parent directory is made). ``on_access(path)`` hears every
+        path the view is asked about, as given, before it is walked (what a
+        recorder keeps). Closing the view does not close the root."""
         view = object.__new__(Workspace)
         view.root = self.root
         view._rules = (
@@ -578,6 +585,7 @@ class Workspace:
             else _Rules(forbidden=self._rules.forbidden, allow_hardlinks=allow_hardlinks)
         )
         view._on_change = on_change
+        view._on_access = on_access
         view._cancelled = cancelled
         view._handle = self._handle
         view._owns_handle = False
@@ -619,12 +627,14 @@ class Workspace:
         leading outside, ``InvalidPath`` for a link loop, and
         ``NotADirectoryError`` when a file is used as a directory.
         """
+        self._accessed(path)
         return self._resolve(path)[0]
 
     def resolve_with_size(self, path: str) -> tuple[str, int | None]:
         """``resolve``, and in the same walk the size in bytes of the regular
         file the path names (None when it is missing, a directory or not a
         regular file). The answer holds for the moment of the call only."""
+        self._accessed(path)
         resolved, st = self._resolve(path)
         size = st.st_size if st is not None and stat.S_ISREG(st.st_mode) else None
         return resolved, size
@@ -652,6 +662,7 @@ class Workspace:
     def exists(self, path: str) -> bool:
         """Whether ``path`` names something, symlinks followed. False when it
         (or a directory on the way) is missing; raises for refused paths."""
+        self._accessed(path)
         try:
             self._stat(path)
         except (FileNotFoundError, NotADirectoryError):
@@ -663,6 +674,7 @@ class Workspace:
         is there. Raises ``IsADirectoryError`` for a directory and
         ``ForbiddenPath`` for a special file. A hard-linked file's size is
         given (``list_dir`` shows it too); its content is what is refused."""
+        self._accessed(path)
         try:
             st = self._stat(path)
         except FileNotFoundError:
@@ -683,6 +695,7 @@ class Workspace:
         hard-linked or special file, ``FileNotFoundError`` and
         ``IsADirectoryError`` for the ordinary cases.
         """
+        self._accessed(path)
         with self._final(path) as (cursor, name):
             fd = self._open_final_for_read(cursor, name, path)
             try:
@@ -706,6 +719,7 @@ class Workspace:
         missing parent without ``make_parents``. On any failure the old
         content stays and no temporary file is left.
         """
+        self._accessed(path)
         self._refuse_if_cancelled(path)
         self._write(path, data, make_parents=make_parents, journal=True)
 
@@ -719,8 +733,13 @@ class Workspace:
         """Remove the file (or symlink entry) ``path``; the journal hears of
         it first. Raises ``FileNotFoundError``, ``IsADirectoryError`` for a
         directory, ``ForbiddenPath`` for a hard-linked or special file."""
+        self._accessed(path)
         self._refuse_if_cancelled(path)
         self._delete(path, journal=True, missing_ok=False)
+
+    def _accessed(self, path: str) -> None:
+        if self._on_access is not None:
+            self._on_access(path)
 
     def _refuse_if_cancelled(self, path: str) -> None:
         if self._cancelled is not None and self._cancelled.is_set():
@@ -746,6 +765,7 @@ class Workspace:
         files and forbidden names are left out. Raises ``NotADirectoryError``
         and ``FileNotFoundError`` for the ordinary cases.
         """
+        self._accessed(path)
         entries: list[Entry] = []
         with self._directory(path) as cursor:
             for name in sorted(os.listdir(cursor.fd)):
@@ -771,6 +791,7 @@ class Workspace:
         """Every regular file beneath the directory ``path`` names, as sorted
         relative POSIX paths. Symlinks beneath it are never followed;
         in-flight temporary files and forbidden names are left out."""
+        self._accessed(path)
         found: list[str] = []
         with self._directory(path) as cursor:
             prefix = cursor.rel()
@@ -963,6 +984,24 @@ class Workspace:
                     self._walk_fd(child, prefix + name + "/", found, path)
                 finally:
                     os.close(child)
+
+
+def _open_root(root: str) -> int:
+    """The root's descriptor; a missing or non-directory root raises the
+    same error types with a message that says what to do."""
+    try:
+        return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            errno.ENOENT,
+            f"the workspace directory {root} does not exist: create it first "
+            "(a Workspace or ToolRuntime never creates its root)",
+            root,
+        ) from None
+    except NotADirectoryError:
+        raise NotADirectoryError(
+            errno.ENOTDIR, f"the workspace {root} is not a directory: give a directory", root
+        ) from None
 
 
 def _replace_atomically(dir_fd: int, name: str, data: bytes, mode: int | None) -> None:

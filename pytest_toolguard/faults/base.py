@@ -210,13 +210,14 @@ def catalogue() -> tuple[Fault, ...]:
 
 
 def select_faults(spec: str, known: Sequence[Fault] | None = None) -> tuple[Fault, ...]:
-    """``all`` or comma-separated names -> faults of ``known`` (default: the
-    catalogue), in its order. ``ValueError`` names any unknown fault and
-    lists the known ones."""
+    """Comma-separated names, where ``all`` stands for every fault, ->
+    faults of ``known`` (default: the catalogue), in its order
+    (``all,timeout`` is every fault). ``ValueError`` names any unknown fault
+    and lists the known ones."""
     known = tuple(catalogue() if known is None else known)
     wanted = [part.strip() for part in spec.split(",") if part.strip()]
-    if wanted == ["all"]:
-        return known
+    if "all" in wanted:
+        wanted = [fault.name for fault in known] + [name for name in wanted if name != "all"]
     names = {fault.name for fault in known}
     unknown = [name for name in wanted if name not in names]
     if unknown or not wanted:
@@ -380,13 +381,15 @@ class Cell:
     # -- calls
 
     def call(self, arguments: Any = None, **changes: Any) -> ToolCall:
-        """The target's call with a fresh call id (secrets filled in),
-        optionally with other ``arguments`` or other fields. A recorded
+        """The target's call with a fresh call id, optionally with other
+        ``arguments`` or other fields, and the secrets filled in last: a
+        placeholder in arguments a fault derived from the recorded ones
+        (``target.arguments``) is sent as the real value too. A recorded
         idempotency key is made unique to this call too (unless
         ``idempotency_key`` is given): reused, every call after the first
         would only be answered from the key, and test nothing."""
         self._serial += 1
-        call = _with_secrets(self.target.call, self.secrets)
+        call = self.target.call
         call_id = f"{self.fault.name}-{self._serial}"
         fields: dict[str, Any] = {"call_id": call_id}
         if call.idempotency_key:
@@ -394,7 +397,7 @@ class Cell:
         fields.update(changes)
         if arguments is not None:
             fields["arguments"] = arguments
-        return replace(call, **fields)
+        return _with_secrets(replace(call, **fields), self.secrets)
 
     def execute(self, call: ToolCall, runtime: ToolRuntime | None = None) -> ToolResult:
         """Run ``call`` through ``runtime`` (default: the session's) and keep

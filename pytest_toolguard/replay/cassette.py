@@ -214,11 +214,13 @@ def loads(text: str, *, source: str = "<string>") -> Cassette:
         raise CassetteError(source, "document", "must be a mapping with format_version, kind, ...")
     version = raw.get("format_version")
     if isinstance(version, int) and version != FORMAT_VERSION:
-        hint = (
-            "re-record it with --toolguard-record-mode=rewrite"
-            if version < FORMAT_VERSION
-            else "upgrade pytest-toolguard to read it"
-        )
+        recorded_by = raw.get("recorded_by")
+        if version > FORMAT_VERSION:
+            hint = "upgrade pytest-toolguard to read it"
+        elif isinstance(recorded_by, str) and recorded_by:
+            hint = f"re-record it: {recorded_by}"
+        else:
+            hint = "re-record it (it names no recorded_by: re-run what recorded it)"
         raise CassetteError(
             source,
             "format_version",

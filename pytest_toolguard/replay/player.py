@@ -194,6 +194,12 @@ class _Checker:
             recorded = getattr(expected, name)
             if recorded is not None:
                 self.compare(where, f"result.{name}", recorded, value)
+        if expected.code is not None and expected.code != result.code.value:
+            # The code alone does not say why: show both messages with it.
+            code = self.differences[-1]
+            self.differences[-1] = replace(
+                code, diff=_messages(expected.message, result.message) + code.diff
+            )
         if expected.check_data:
             volatile = self.volatile + interaction.volatile
             recorded_data = _without(expected.data, volatile)
@@ -247,7 +253,11 @@ class _Checker:
             else:
                 have = redact_file(self.redactor, have)
                 if FileState.of(have).sha256 != want.sha256:
-                    diff = _text_diff(want.content, have, path) if want.content is not None else ""
+                    diff = (
+                        _text_diff(want.content, have, path, min_lines=1)
+                        if want.content is not None
+                        else ""
+                    )
                     self.add("files", path, _describe_state(want), _describe(have), diff)
 
     def outside(self, before: Mapping[str, bytes], after: Mapping[str, bytes | None]) -> None:
@@ -283,6 +293,13 @@ def _drop(value: Any, parts: list[str]) -> Any:
     return value
 
 
+def _messages(recorded: str | None, replayed: str) -> str:
+    lines = [f"replayed message: {replayed}"]
+    if recorded is not None:
+        lines.insert(0, f"recorded message: {recorded}")
+    return "".join(line + "\n" for line in lines)
+
+
 def _describe(content: bytes | None) -> str:
     if content is None:
         return "missing"
@@ -295,9 +312,10 @@ def _describe_state(state: FileState) -> str:
     return f"sha256 {state.sha256[:12]}"
 
 
-def _text_diff(recorded: Any, replayed: Any, name: str = "") -> str:
+def _text_diff(recorded: Any, replayed: Any, name: str = "", *, min_lines: int = 2) -> str:
     """A unified diff when both sides are text (or JSON data that prints as
-    several lines); '' otherwise."""
+    several lines) and one side has ``min_lines`` lines; '' otherwise. Files
+    ask for one line: a one-line file is still a file to compare."""
 
     def lines(value: Any) -> list[str] | None:
         if isinstance(value, bytes):
@@ -313,7 +331,7 @@ def _text_diff(recorded: Any, replayed: Any, name: str = "") -> str:
         return split
 
     old, new = lines(recorded), lines(replayed)
-    if old is None or new is None or (len(old) < 2 and len(new) < 2):
+    if old is None or new is None or (len(old) < min_lines and len(new) < min_lines):
         return ""
     diff = difflib.unified_diff(old, new, f"recorded {name}".strip(), f"replayed {name}".strip())
     return "".join(line if line.endswith("\n") else line + "\n" for line in diff)

@@ -11,11 +11,20 @@ its ``recorded_at`` is left untouched: re-recording an unchanged session
 keeps the file byte for byte.
 
 **Playback** (``PlaybackTape``): the test gets a runtime inside the
-cassette's world, as ``replay()`` builds it: the recorded workspace in a
-pyfakefs filesystem at the recorded root, the clock frozen at the recorded
-time, the recorded session, an in-memory audit store. While the tape plays,
-the *whole test* runs in that world (pyfakefs patches the process): write
-setup files under ``runtime.workspace.root``, never under ``tmp_path``.
+cassette's world, as ``replay()`` builds it: a pyfakefs filesystem at the
+recorded root, the clock frozen at the recorded time, the recorded session,
+an in-memory audit store. While the tape plays, the *whole test* runs in
+that world (pyfakefs patches the process): write setup files under
+``runtime.workspace.root``, never under ``tmp_path``.
+
+*The test owns its set-up* in every record mode: playback starts from an
+empty workspace (the root directory and nothing in it), so the same set-up
+code (``(root / "src").mkdir()``) runs unchanged whether the test records or
+plays back. At the first call, what the set-up made is checked against the
+starting state the cassette recorded: every recorded file (same content,
+compared redacted), link and directory must be there; files the recording
+never touched may differ. A standalone ``--toolguard-replay`` of the same
+cassette starts from the recorded state instead, since no test runs.
 Each call the test makes must match the cassette's next interaction
 (``matching``); a call that does not raises ``CallNotInCassette`` naming the
 closest recorded call and the differing fields, and is not executed. A call
@@ -30,6 +39,8 @@ redactor, subprocess isolation (pyfakefs lives in this process). Use
 
 from __future__ import annotations
 
+import os
+import posixpath
 import threading
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
@@ -44,13 +55,23 @@ from ..policy import Capabilities
 from ..redaction import Redactor
 from ..registry import ToolRegistry
 from ..runtime import ToolRuntime
-from .cassette import Cassette, CassetteError, FileState, capabilities_dict, dump, dumps, load
+from .cassette import (
+    Cassette,
+    CassetteError,
+    FileState,
+    WorkspaceState,
+    capabilities_dict,
+    dump,
+    dumps,
+    load,
+)
 from .environment import fake_filesystem, frozen_clock, read_tree
 from .matching import call_differences, closest
 from .naming import explicit_cassette_name
-from .player import ORPHAN_JOIN_SECONDS, Difference, ReplayReport, _Checker
+from .player import ORPHAN_JOIN_SECONDS, Difference, ReplayReport, _Checker, _describe
 from .record_mode import RecordMode, parse
 from .recorder import Recorder
+from .redacting import redact_file, redact_path
 from .report import CallNotInCassette, format_call_mismatch
 
 STABLE_ROOT = "/workspace"
@@ -220,7 +241,9 @@ class PlaybackTape:
     def start(self) -> ToolRuntime:
         cassette = self.cassette
         self._stack.enter_context(frozen_clock(cassette.recorded_at))  # before pyfakefs: see player
-        self._stack.enter_context(fake_filesystem(cassette))
+        # The test makes its own starting state (see the module docstring).
+        empty = replace(cassette, workspace=WorkspaceState(root=cassette.workspace.root))
+        self._stack.enter_context(fake_filesystem(empty))
         session = cassette.session
         self._store = SQLiteAuditStore(":memory:")
         runtime = ToolRuntime(
@@ -248,6 +271,7 @@ class PlaybackTape:
             number, index = self._calls, self._next
             if self._before is None:
                 self._before = read_tree(self.cassette.workspace.root)
+                self._check_set_up(self._before)
             expected = interactions[index].call if index < len(interactions) else None
             if expected is None or call_differences(expected, call, self.redactor):
                 tool_name = str(getattr(call, "tool_name", "?"))
@@ -321,6 +345,36 @@ class PlaybackTape:
                 "never replayed",
                 {"call_id": call.call_id, "arguments": call.arguments},
                 "the test made no such call",
+            )
+
+    def _check_set_up(self, made: Mapping[str, bytes]) -> None:
+        """What the test's set-up made, against the recorded starting state."""
+        recorded = self.cassette.workspace
+        root = recorded.root
+        where = "workspace before the first call"
+        shown = {redact_path(self.redactor, path): data for path, data in made.items()}
+        for path, content in sorted(recorded.files.items()):
+            have = shown.get(path)
+            self._checker.compare(
+                where,
+                path,
+                _describe(content),
+                None if have is None else _describe(redact_file(self.redactor, have)),
+            )
+        for link, target in sorted(recorded.symlinks.items()):
+            full = posixpath.join(root, link)
+            self._checker.compare(
+                where,
+                link,
+                f"symlink to {target}",
+                f"symlink to {os.readlink(full)}" if os.path.islink(full) else "no symlink",
+            )
+        for directory in sorted(recorded.directories):
+            self._checker.compare(
+                where,
+                f"{directory}/",
+                "directory",
+                "directory" if os.path.isdir(posixpath.join(root, directory)) else "missing",
             )
 
     def _check_session(self) -> None:
