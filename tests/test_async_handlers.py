@@ -620,19 +620,30 @@ def test_listeners_see_aexecute_calls_as_execute_calls(toolguard_runtime, tmp_pa
     assert seen["aexecute"] == seen["execute"]
 
 
+async def peek(ctx: Any, **arguments: Any) -> Any:
+    """Reads a file no PathAccess declares: only watch_files tells the recorder."""
+    await asyncio.sleep(0)
+    return {"notes": ctx.workspace.read_text("notes.txt")}
+
+
 def test_the_recorder_records_aexecute_calls(toolguard_runtime, tmp_path):
     cassettes = {}
+    calls = (*MIXED_CALLS, ToolCall("c13", "peek", {}))
     for how in HOW:
-        runtime = toolguard_runtime(mixed_registry(), WRITE_ANYWHERE)
+        registry = mixed_registry()
+        registry.register(spec("peek", peek))
+        runtime = toolguard_runtime(registry, WRITE_ANYWHERE)
+        (tmp_path / "workspace/notes.txt").write_text("remember")
         path = tmp_path / f"{how}.yaml"
         with record_session(runtime, path, name="session"):
-            for call in MIXED_CALLS:
+            for call in calls:
                 run(runtime, call, how)
         (tmp_path / "workspace/log.txt").unlink()
         cassettes[how] = load(path)
 
-    assert len(cassettes["aexecute"].interactions) == len(MIXED_CALLS)
+    assert len(cassettes["aexecute"].interactions) == len(calls)
     assert cassettes["aexecute"].interactions == cassettes["execute"].interactions
+    assert cassettes["aexecute"].workspace.files == {"notes.txt": b"remember"}
     assert cassettes["aexecute"].final_files == cassettes["execute"].final_files
 
 
