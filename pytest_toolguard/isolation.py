@@ -166,7 +166,7 @@ class ThreadIsolation:
         the wait and ``CancelledError`` propagates."""
         import asyncio
 
-        task = asyncio.ensure_future(fn())
+        task = asyncio.get_running_loop().create_task(fn())  # no loop: fails before fn()
         try:
             done, _ = await asyncio.wait((task,), timeout=timeout)
             if done:
