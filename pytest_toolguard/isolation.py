@@ -166,7 +166,8 @@ class ThreadIsolation:
         the wait and ``CancelledError`` propagates."""
         import asyncio
 
-        task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(fn())  # fn() last
+        # The loop first: without one, fn() is never called (no unawaited coroutine).
+        task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(fn())
         try:
             done, _ = await asyncio.wait((task,), timeout=timeout)
             if done:
