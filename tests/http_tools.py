@@ -3,11 +3,13 @@
 ``fetch_weather`` GETs a URL with an Authorization header, caches the JSON
 body in the workspace and returns it; a failed request fails the call.
 ``stale_registry`` holds its broken twin (same name): it swallows every
-error and answers OK with the cached, stale body.
+error and answers OK with the cached, stale body; ``async_registry`` an
+``async def`` version.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import urllib.request
@@ -76,8 +78,21 @@ def fetch_weather_stale(ctx: Any, url: str) -> dict[str, Any]:
         return {"status": 200, "weather": cached}
 
 
+@tool(
+    name="fetch_weather",
+    input_schema=SCHEMA,
+    risk=Risk.EXTERNAL,
+    network_host_argument="url",
+    paths=[PathAccess.write(CACHE)],
+)
+async def fetch_weather_async(ctx: Any, url: str) -> dict[str, Any]:
+    """The same, as an ``async def`` tool (the request on a worker thread)."""
+    return await asyncio.to_thread(_fetch, ctx, url)
+
+
 registry = ToolRegistry([fetch_weather])
 stale_registry = ToolRegistry([fetch_weather_stale])
+async_registry = ToolRegistry([fetch_weather_async])
 
 
 class WeatherServer:

@@ -26,6 +26,7 @@ from http_tools import (
     HEADER_SECRET,
     QUERY_SECRET,
     WeatherServer,
+    async_registry,
     registry,
     stale_registry,
     weather_server,
@@ -36,6 +37,7 @@ from pytest_toolguard import (
     Approver,
     ErrorCode,
     ToolCall,
+    ToolRegistry,
     ToolRuntime,
 )
 from pytest_toolguard.faults import catalogue, run_cell, secret_forms, targets
@@ -204,6 +206,23 @@ def test_a_fresh_process_replays_http_inside_the_fake_filesystem(
     assert done.stdout.strip() == "True ['OK', 'OK'] ()", done.stderr
 
 
+def test_an_async_external_tool_records_and_replays_its_http(tmp_path: Path) -> None:
+    path = tmp_path / "async.yaml"
+    (tmp_path / "ws").mkdir()
+    runtime = ToolRuntime(
+        async_registry, str(tmp_path / "ws"), CAPABILITIES, hooks=[Approver(lambda e: True)]
+    )
+    with weather_server() as server, record_session(runtime, path):
+        first = runtime.execute(fetch("1", server.url("paris")))
+        second = asyncio.run(runtime.aexecute(fetch("2", server.url("rome"))))
+    runtime.close()
+    cassette = load(path)
+
+    assert (first.code, second.code) == (ErrorCode.OK, ErrorCode.OK)
+    assert [len(i.http) for i in cassette.interactions] == [1, 1]
+    assert replay(cassette, async_registry).ok
+
+
 def test_replay_leaves_http_client_unpatched(recorded: tuple[Path, WeatherServer]) -> None:
     original = http.client.HTTPConnection
     replay(load(recorded[0]), registry)
@@ -351,13 +370,14 @@ def test_http_faults_catch_a_tool_answering_stale_data(
     assert any("with the recorded data" in problem for problem in outcome.problems)
 
 
+@pytest.mark.parametrize("tools", [registry, async_registry], ids=["sync", "async"])
 @pytest.mark.parametrize("fault", [f.name for f in catalogue()])
 def test_the_correct_tool_passes_every_fault_on_an_http_cassette(
-    recorded: tuple[Path, WeatherServer], fault: str
+    recorded: tuple[Path, WeatherServer], fault: str, tools: ToolRegistry
 ) -> None:
     chosen = next(f for f in catalogue() if f.name == fault)
-    for target in targets(load(recorded[0]), registry, "weather.yaml"):
-        outcome = run_cell(chosen, target, registry)
+    for target in targets(load(recorded[0]), tools, "weather.yaml"):
+        outcome = run_cell(chosen, target, tools)
         assert outcome.status in ("pass", "n/a"), (target.label, outcome.problems)
 
 

@@ -834,9 +834,18 @@ class _WithRecordedHttp(Fault):
         """One call with every request of its handler answered by
         ``fault``; the oracle of both faults."""
         assert cell.http is not None  # applies() saw recorded exchanges
+        met: list[Any] = []
+
+        def counted(request: Any, response: dict[str, Any]) -> dict[str, Any]:
+            met.append(request)
+            return fault(request, response)
+
         before = cell.tree()
-        with cell.http.injected(fault):
+        with cell.http.injected(counted):
             result = cell.execute(cell.call())
+        cell.check(
+            bool(met), f"{what}: the handler made no recorded HTTP request, so it never failed"
+        )
         recorded = cell.target.interaction.result.data
         cell.check(
             not (result.ok and Redactor().redact(result.data) == recorded),

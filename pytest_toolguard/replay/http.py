@@ -217,6 +217,44 @@ class _Run:
 _RUN: contextvars.ContextVar[_Run | None] = contextvars.ContextVar("toolguard_http", default=None)
 
 
+class _InRun:
+    """The awaitable a wrapped (sync) handler returned, awaited inside its
+    run and window; the run ends when it is done, or when it is closed
+    without ever being awaited (a call cancelled before it started)."""
+
+    def __init__(self, run: _Run, awaitable: Any) -> None:
+        self._run = run
+        self._awaitable = awaitable
+        self._started = False
+        self._ended = False
+        self._lock = threading.Lock()
+
+    def __await__(self) -> Any:
+        return self._body().__await__()
+
+    async def _body(self) -> Any:
+        self._started = True
+        token = _RUN.set(self._run)
+        try:
+            return await self._awaitable
+        finally:
+            _RUN.reset(token)
+            self._end()
+
+    def close(self) -> None:
+        if not self._started:
+            close = getattr(self._awaitable, "close", None)
+            if close is not None:
+                close()
+            self._end()
+
+    def _end(self) -> None:
+        with self._lock:
+            ended, self._ended = self._ended, True
+        if not ended:
+            self._run.session._end(self._run)
+
+
 # -- sessions ----------------------------------------------------------------------------
 
 
@@ -246,7 +284,8 @@ class _Session:
 
     def wrap(self, spec: ToolSpec) -> ToolSpec:
         """``spec`` with a handler that runs inside this session's window
-        (an ``async def`` handler stays one)."""
+        (an ``async def`` handler stays one; an awaitable a handler returns
+        runs in the window too)."""
         handler = spec.handler
         redactor = spec.redactor or self.redactor
 
@@ -268,11 +307,17 @@ class _Session:
         def run_sync(ctx: Any, **arguments: Any) -> Any:
             run = self._begin(ctx, redactor)
             token = _RUN.set(run)
+            ended = True
             try:
-                return handler(ctx, **arguments)
+                value = handler(ctx, **arguments)
+                if inspect.isawaitable(value):  # a wrapper of an async handler
+                    ended = False
+                    return _InRun(run, value)
+                return value
             finally:
                 _RUN.reset(token)
-                self._end(run)
+                if ended:
+                    self._end(run)
 
         return spec.with_handler(run_sync)
 
