@@ -22,11 +22,11 @@ from ..hooks import PlanProgress, PlanStep
 from ..policy import Risk
 from ..redaction import Redactor
 from ..replay.cassette import dumps
-from ..replay.http import HTTP_ERRORS, NETWORK_ERRORS, http_status
-from ..replay.http import Fault as HttpFault
+from ..replay.http import Answer
 from ..replay.recorder import Recorder
 from ..runtime import ToolRuntime
 from .base import DECOY_MARKER, JOIN_SECONDS, Cell, Fault, Target, register_fault
+from .network import HTTP_ERRORS, NETWORK_ERRORS, http_status
 
 TIMEOUT_SECONDS = 0.005
 """The deadline the ``timeout`` fault gives the call. Deterministic however
@@ -830,15 +830,15 @@ class _WithRecordedHttp(Fault):
     def applies(self, target: Target) -> bool:
         return _needs_handler(target) and bool(target.interaction.http)
 
-    def _answer(self, cell: Cell, what: str, fault: HttpFault) -> None:
+    def _answer(self, cell: Cell, what: str, answer: Answer) -> None:
         """One call with every request of its handler answered by
-        ``fault``; the oracle of both faults."""
+        ``answer``; the oracle of both faults."""
         assert cell.http is not None  # applies() saw recorded exchanges
         met: list[Any] = []
 
         def counted(request: Any, response: dict[str, Any]) -> dict[str, Any]:
             met.append(request)
-            return fault(request, response)
+            return answer(request, response)
 
         before = cell.tree()
         with cell.http.injected(counted):
@@ -868,8 +868,8 @@ class NetworkError(_WithRecordedHttp):
     )
 
     def inject(self, cell: Cell) -> None:
-        for what, fault in NETWORK_ERRORS.items():
-            self._answer(cell, what, fault)
+        for what, answer in NETWORK_ERRORS.items():
+            self._answer(cell, what, answer)
 
 
 @register_fault

@@ -32,7 +32,7 @@ its query, passwords) and text bodies by the redactor's patterns;
 compressed bodies are decoded first, and a response whose body shrank keeps
 a Content-Length that fits it. A response's ``Date`` header is not kept: it
 changes on every recording, and re-recording an unchanged session must
-write the same bytes.
+write the same bytes (``http_exchange``).
 
 **Playback** (``HttpPlayback``: replay, fixture playback, fault cells):
 record mode ``none``: a request is answered from the exchanges recorded
@@ -44,8 +44,8 @@ with no recorded exchange never reaches the network: vcrpy raises
 ``unmatched()`` names it (method and URL) for the replay's report, even when
 the handler swallowed the error. The driver says which interaction plays
 (``current``) before each call; a handler keeps the one it started with.
-``injected(fault)`` replaces what each matched request gets (the
-``network_error`` and ``http_error`` faults).
+``injected(answer)`` replaces what each matched request gets (the
+``network_error`` and ``http_error`` faults: ``faults.network``).
 
 vcrpy reaches the exchanges through an in-memory persister and never reads
 or writes a file, so it works inside the fake filesystem; sessions import it
@@ -55,20 +55,19 @@ and its stubs when they are made (before the fake filesystem starts).
 from __future__ import annotations
 
 import contextvars
-import errno
 import functools
-import http
 import inspect
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..redaction import Redactor, placeholder
+from ..redaction import Redactor
 from ..registry import ToolRegistry, ToolSpec
 from .cassette import Cassette, HttpExchange, Interaction
+from .http_exchange import exchange_of, redact_request, redact_response, vcr_exchange
 
 if TYPE_CHECKING:
     from ..runtime import ToolRuntime
@@ -78,16 +77,14 @@ INSTALL_HINT = "pip install 'pytest-toolguard[http]'"
 MATCH_ON = ("method", "scheme", "host", "port", "path", "query")
 """vcrpy's default matchers: the request's body and headers are not compared."""
 
-UNKEPT_HEADERS = ("date",)
-"""Response headers never recorded (lower case): they change on every request."""
-
 _INTERACTION_MATCHER = "toolguard_interaction"
 _INTERACTION = "_toolguard_interaction"
 """The attribute a served request carries: the index of its interaction."""
 
-Fault = Callable[[Any, dict[str, Any]], dict[str, Any]]
-"""``fault(request, response) -> response``: what a matched request gets
-instead of its recorded response (or raise, as the network would)."""
+Answer = Callable[[Any, dict[str, Any]], dict[str, Any]]
+"""``answer(request, response) -> response``: what a matched request gets
+instead of its recorded response (or raise, as the network would); see
+``faults.network``."""
 
 
 class HttpUnavailable(ImportError):
@@ -385,10 +382,6 @@ class _Session:
         return redact_request(request, self._redactor_now())
 
     def _before_response(self, response: dict[str, Any]) -> dict[str, Any]:
-        headers = response.get("headers", {})
-        response["headers"] = {
-            name: values for name, values in headers.items() if name.lower() not in UNKEPT_HEADERS
-        }
         return redact_response(response, self._redactor_now())
 
     def _recorded(self, request: Any, response: dict[str, Any]) -> None:
@@ -559,7 +552,7 @@ class HttpPlayback(_Session):
         ]
         self.current: int | None = None
         """The interaction the next handler run plays (set by the driver)."""
-        self._fault: Fault | None = None
+        self._fault: Answer | None = None
         self._unmatched: list[UnmatchedRequest] = []
         self._seen: set[int] = set()
         self._requests: list[Any] = []  # keeps ids in _seen unique
@@ -571,7 +564,7 @@ class HttpPlayback(_Session):
             return list(self._unmatched)
 
     @contextmanager
-    def injected(self, fault: Fault) -> Iterator[None]:
+    def injected(self, fault: Answer) -> Iterator[None]:
         """Within the block, every matched request gets ``fault``'s answer."""
         self._fault = fault
         try:
@@ -599,9 +592,10 @@ class HttpPlayback(_Session):
         config.register_matcher(_INTERACTION_MATCHER, same_interaction)
 
     def _load(self) -> tuple[list[Any], list[Any]]:
+        vcr = _vcr()
         requests, responses = [], []
         for index, exchange in self._served:
-            request, response = vcr_exchange(exchange)
+            request, response = vcr_exchange(exchange, vcr.request.Request)
             setattr(request, _INTERACTION, index)
             requests.append(request)
             responses.append(response)
@@ -624,176 +618,3 @@ class HttpPlayback(_Session):
     def _serve(self, request: Any, response: dict[str, Any]) -> dict[str, Any]:
         fault = self._fault
         return response if fault is None else fault(request, response)
-
-
-# -- redaction -----------------------------------------------------------------------
-
-
-def redact_request(request: Any, redactor: Redactor) -> Any:
-    """A vcrpy request (a copy vcrpy made) redacted in place: the URL,
-    header values (whole for a sensitive header name), a text body."""
-    request.uri = redactor.redact_text(str(request.uri))
-    request.headers = {
-        name: _redact_header(redactor, name, _text(value))
-        for name, value in request.headers.items()
-    }
-    body = _request_body(request)
-    if body is not None:
-        request.body = _redact_body(redactor, body)
-    return request
-
-
-def redact_response(response: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
-    """A vcrpy response (a copy vcrpy made) redacted in place; its
-    Content-Length follows a body that redaction shortened."""
-    response["headers"] = {
-        name: [_redact_header(redactor, name, _text(value)) for value in _values(values)]
-        for name, values in response.get("headers", {}).items()
-    }
-    body = response.get("body", {}).get("string")
-    if isinstance(body, str):
-        body = body.encode("utf-8")
-    if isinstance(body, bytes):
-        redacted = _redact_body(redactor, body)
-        response["body"]["string"] = redacted
-        if len(redacted) != len(body):
-            for name in response["headers"]:
-                if name.lower() == "content-length":
-                    response["headers"][name] = [str(len(redacted))]
-    return response
-
-
-def _request_body(request: Any) -> bytes | None:
-    """A vcrpy request's body as bytes, whatever it was given as (bytes,
-    text, a file, an iterable of chunks); None when it has none."""
-    body = request.body
-    if hasattr(body, "read"):
-        body = body.read()
-    elif body is not None and not isinstance(body, (bytes, str)):
-        body = b"".join(
-            chunk if isinstance(chunk, bytes) else str(chunk).encode() for chunk in body
-        )
-    if isinstance(body, str):
-        body = body.encode("utf-8")
-    return body if isinstance(body, bytes) else None
-
-
-def _redact_header(redactor: Redactor, name: str, value: str) -> str:
-    keyword = redactor.sensitive_keyword(name)
-    return placeholder(keyword) if keyword else redactor.redact_text(value)
-
-
-def _redact_body(redactor: Redactor, body: bytes) -> bytes:
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError:
-        return body  # binary: patterns cannot be read in it
-    return redactor.redact_text(text).encode("utf-8")
-
-
-def _values(values: Any) -> list[Any]:
-    return list(values) if isinstance(values, (list, tuple)) else [values]
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, (list, tuple)):
-        value = value[0] if value else ""
-    if isinstance(value, bytes):
-        return value.decode("latin-1")
-    return str(value)
-
-
-# -- vcrpy's exchange <-> the cassette's -------------------------------------------------
-
-
-def exchange_of(request: Any, response: Mapping[str, Any]) -> HttpExchange:
-    """A vcrpy request and response as a cassette keeps them."""
-    request_body = _request_body(request)
-    response_body = response.get("body", {}).get("string") or b""
-    if isinstance(response_body, str):
-        response_body = response_body.encode("utf-8")
-    status = response.get("status", {})
-    return HttpExchange(
-        method=str(request.method),
-        uri=str(request.uri),
-        status=int(status.get("code", 0)),
-        reason=str(status.get("message", "")),
-        request_headers={name: (_text(value),) for name, value in request.headers.items()},
-        request_body=request_body or None,
-        response_headers={
-            name: tuple(_text(value) for value in _values(values))
-            for name, values in response.get("headers", {}).items()
-        },
-        response_body=response_body,
-    )
-
-
-def vcr_exchange(exchange: HttpExchange) -> tuple[Any, dict[str, Any]]:
-    """A cassette's exchange as a new vcrpy request and response."""
-    vcr = _vcr()
-    request = vcr.request.Request(
-        method=exchange.method,
-        uri=exchange.uri,
-        body=exchange.request_body,
-        headers={name: values[0] for name, values in exchange.request_headers.items() if values},
-    )
-    response = {
-        "status": {"code": exchange.status, "message": exchange.reason},
-        "headers": {name: list(values) for name, values in exchange.response_headers.items()},
-        "body": {"string": exchange.response_body},
-    }
-    return request, response
-
-
-# -- faults: what the network may do instead ----------------------------------------------
-
-
-def _injected(what: str, request: Any) -> str:
-    return f"{what} (injected by pytest-toolguard): {request.method} {request.uri}"
-
-
-def connection_refused(request: Any, response: dict[str, Any]) -> dict[str, Any]:
-    """Fault: the server refuses the connection."""
-    raise ConnectionRefusedError(errno.ECONNREFUSED, _injected("Connection refused", request))
-
-
-def connection_reset(request: Any, response: dict[str, Any]) -> dict[str, Any]:
-    """Fault: the server resets the connection mid-request."""
-    raise ConnectionResetError(errno.ECONNRESET, _injected("Connection reset by peer", request))
-
-
-def timed_out(request: Any, response: dict[str, Any]) -> dict[str, Any]:
-    """Fault: the server never answers (``socket.timeout``)."""
-    raise TimeoutError(_injected("timed out", request))
-
-
-NETWORK_ERRORS: Mapping[str, Fault] = {
-    "connection refused": connection_refused,
-    "connection reset": connection_reset,
-    "timeout": timed_out,
-}
-"""The ``network_error`` fault's three failures, in order."""
-
-
-def http_status(code: int) -> Fault:
-    """Fault: the server answers ``code`` (with its standard phrase, a
-    short text body, and ``Retry-After`` for 429 and 503) to the recorded
-    request."""
-    phrase = http.HTTPStatus(code).phrase
-
-    def answer(request: Any, response: dict[str, Any]) -> dict[str, Any]:
-        body = f"{code} {phrase} (injected by pytest-toolguard)".encode()
-        headers = {"Content-Type": ["text/plain"], "Content-Length": [str(len(body))]}
-        if code in (429, 503):
-            headers["Retry-After"] = ["1"]
-        return {
-            "status": {"code": code, "message": phrase},
-            "headers": headers,
-            "body": {"string": body},
-        }
-
-    return answer
-
-
-HTTP_ERRORS = (429, 500, 503)
-"""The statuses the ``http_error`` fault serves, in order."""
