@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Generator, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -78,7 +79,9 @@ _REPLAY_DIRS: pytest.StashKey[tuple[Path, ...]] = pytest.StashKey()
 _PHASES: pytest.StashKey[dict[str, pytest.TestReport]] = pytest.StashKey()
 _FAULTS: pytest.StashKey[tuple[Fault, ...]] = pytest.StashKey()
 _CELLS: pytest.StashKey[list[CellOutcome]] = pytest.StashKey()
-_COLLECTION_REGISTRY: pytest.StashKey[ToolRegistry | None] = pytest.StashKey()
+_COLLECTION_REGISTRIES: pytest.StashKey[dict[int, RegistryAtCollection | RegistryUnavailable]] = (
+    pytest.StashKey()
+)
 _FUZZED: pytest.StashKey[list[FuzzReport]] = pytest.StashKey()
 _INI_REGISTRY: pytest.StashKey[ToolRegistry] = pytest.StashKey()
 
@@ -317,7 +320,11 @@ class CassetteFile(pytest.File):
             cassette = load(self.path, source=self.shown)
         except CassetteError:
             return  # the replay item reports it
-        registry = _collection_registry(self.config)
+        try:
+            found = registry_at_collection(self)
+        except RegistryUnavailable as exc:
+            found = RegistryAtCollection(None, str(exc))
+        registry = found.registry
         unknown: set[str] = set()
         for index, interaction in enumerate(cassette.interactions):
             spec = registry.get(interaction.call.tool_name) if registry else None
@@ -330,11 +337,14 @@ class CassetteFile(pytest.File):
                     self, name=target.label, target=target, faults=applicable
                 )
         if unknown:
+            why = (
+                f"its tools are known only at run time ({found.deferred})"
+                if found.deferred
+                else f"{found.source} has no tool {', '.join(sorted(unknown))}"
+            )
             self.warn(
                 pytest.PytestWarning(
-                    f"{self.shown}: the ini toolguard_registry has no tool "
-                    f"{', '.join(sorted(unknown))}, so most faults of its calls were not "
-                    "collected (collection reads the ini, not a toolguard_registry fixture)"
+                    f"{self.shown}: {why}, so most faults of its calls were not collected"
                 )
             )
 
@@ -379,19 +389,73 @@ class FaultCellFailed(AssertionError):
     """A fault cell whose oracle did not hold."""
 
 
-def _collection_registry(config: pytest.Config) -> ToolRegistry | None:
-    """The ini registry, loaded once, to decide at collection which faults
-    apply (the ``toolguard_registry`` fixture gives the tools at run time,
-    and each cell asks again); None when it cannot be loaded."""
-    if _COLLECTION_REGISTRY not in config.stash:
-        from .replay.registry_loading import SpecError, load_registry
+class RegistryUnavailable(Exception):
+    """The registry items would get cannot be had at collection (a broken
+    ini value, a fixture returning no ``ToolRegistry``); says which and why."""
 
-        spec = str(config.getini("toolguard_registry")) or DEFAULT_REGISTRY
-        try:
-            config.stash[_COLLECTION_REGISTRY] = load_registry(spec)
-        except SpecError:
-            config.stash[_COLLECTION_REGISTRY] = None
-    return config.stash[_COLLECTION_REGISTRY]
+
+@dataclass(frozen=True)
+class RegistryAtCollection:
+    """The tools a node's items will get from ``toolguard_registry``, as far
+    as collection can know them."""
+
+    registry: ToolRegistry | None
+    """None when the fixture can only give them at run time."""
+    source: str
+    """Where they come from, for messages."""
+    deferred: str = ""
+    """Why they are known only at run time ('' when they are known)."""
+
+
+def registry_at_collection(node: pytest.Collector) -> RegistryAtCollection:
+    """The registry the ``toolguard_registry`` fixture visible from ``node``
+    gives: the ini ``toolguard_registry`` when the fixture is this plugin's,
+    else the overriding fixture called now (``fixture_at_collection``), once
+    per definition. ``RegistryUnavailable`` when it cannot be had; a
+    fixture that can only run at run time gives ``registry=None``."""
+    from .fixture_at_collection import (
+        NotAtCollection,
+        describe,
+        value_at_collection,
+        visible_definition,
+    )
+    from .registry import ToolRegistry
+    from .replay.registry_loading import SpecError, load_registry
+
+    config = node.config
+    definition = visible_definition(node, "toolguard_registry")
+    key = 0 if definition is None or _is_plugin_fixture(definition.func) else id(definition)
+    known = config.stash.setdefault(_COLLECTION_REGISTRIES, {})
+    if key in known:
+        found = known[key]
+        if isinstance(found, RegistryUnavailable):
+            raise found
+        return found
+    try:
+        if definition is None or key == 0:
+            spec = str(config.getini("toolguard_registry")) or DEFAULT_REGISTRY
+            source = f"the ini toolguard_registry = {spec!r}"
+            try:
+                found = RegistryAtCollection(load_registry(spec), source)
+            except SpecError as exc:
+                raise RegistryUnavailable(f"ini toolguard_registry: {exc}") from None
+        else:
+            source = f"the toolguard_registry fixture ({describe(definition, config.rootpath)})"
+            try:
+                value = value_at_collection(node, definition)
+            except NotAtCollection as exc:
+                found = RegistryAtCollection(None, source, str(exc))
+            else:
+                if not isinstance(value, ToolRegistry):
+                    raise RegistryUnavailable(
+                        f"{source} returned a {type(value).__name__}, not a ToolRegistry"
+                    )
+                found = RegistryAtCollection(value, source)
+    except RegistryUnavailable as exc:
+        known[key] = exc
+        raise
+    known[key] = found
+    return found
 
 
 def _run_fault_cell(
@@ -539,46 +603,20 @@ class FuzzTools(pytest.Collector):
         return self.path, None, self.name
 
     def _tool_names(self) -> list[str] | None:
-        from .fixture_at_collection import (
-            NotAtCollection,
-            describe,
-            value_at_collection,
-            visible_definition,
-        )
-        from .registry import ToolRegistry
-        from .replay.registry_loading import SpecError, load_registry
-
         self._warn_unseen_fixtures()
-        definition = visible_definition(self, "toolguard_registry")
-        if definition is None or _is_plugin_fixture(definition.func):
-            spec = str(self.config.getini("toolguard_registry")) or DEFAULT_REGISTRY
-            self.source = f"the ini toolguard_registry = {spec!r}"
-            try:
-                registry = load_registry(spec)
-            except SpecError as exc:
-                raise self.CollectError(
-                    f"--toolguard-fuzz: ini toolguard_registry: {exc}"
-                ) from None
-        else:
-            self.source = (
-                f"the toolguard_registry fixture ({describe(definition, self.config.rootpath)})"
-            )
-            try:
-                value = value_at_collection(self, definition)
-            except NotAtCollection as exc:
-                self.deferred = str(exc)
-                return None
-            if not isinstance(value, ToolRegistry):
-                raise self.CollectError(
-                    f"--toolguard-fuzz: {self.source} returned a {type(value).__name__}, "
-                    "not a ToolRegistry"
-                )
-            registry = value
-        if not len(registry):
+        try:
+            found = registry_at_collection(self)
+        except RegistryUnavailable as exc:
+            raise self.CollectError(f"--toolguard-fuzz: {exc}") from None
+        self.source = found.source
+        if found.registry is None:
+            self.deferred = found.deferred
+            return None
+        if not len(found.registry):
             raise self.CollectError(
                 f"--toolguard-fuzz: nothing to fuzz: {self.source} has no tools"
             )
-        return registry.names()
+        return found.registry.names()
 
     def _warn_unseen_fixtures(self) -> None:
         """Fuzz items belong to no directory: a ``toolguard_registry``

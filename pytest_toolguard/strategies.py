@@ -585,8 +585,10 @@ def _strings(schema: Mapping[str, Any]) -> SearchStrategy[str]:
     low = int(schema.get("minLength", 0))
     high = schema.get("maxLength")
     if "pattern" in schema:
+        # JSON Schema patterns are searched for, not matched whole: "^https?://"
+        # accepts any text after the scheme, and so does this strategy.
         # Lengths are left to the validator's filter.
-        return st.from_regex(schema["pattern"], fullmatch=True)
+        return st.from_regex(schema["pattern"], fullmatch=False)
     return _text(low, None if high is None else int(high))
 
 

@@ -163,10 +163,18 @@ def test_invalid_values_fail_the_validator(schema: dict[str, Any]) -> None:
     _assert_generates(schema, valid=False)
 
 
-def test_pattern_values_fully_match() -> None:
+def test_anchored_pattern_values_match_the_whole_string() -> None:
     schema = {"type": "string", "pattern": r"^run-[0-9]{3}\.json$"}
     for value in _assert_generates(schema, valid=True):
-        assert re.fullmatch(r"run-[0-9]{3}\.json", value)
+        # Python's $ (the validator's) also matches before a final newline.
+        assert re.fullmatch(r"run-[0-9]{3}\.json\n?", value)
+
+
+def test_a_pattern_is_searched_for_as_json_schema_says_not_matched_whole() -> None:
+    schema = {"type": "string", "pattern": "^https?://"}
+    values = _assert_generates(schema, valid=True)
+    assert all(re.match("https?://", value) for value in values)
+    assert any(len(value) > len("https://") for value in values)
 
 
 def test_one_of_values_match_exactly_one_branch() -> None:
