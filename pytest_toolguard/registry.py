@@ -7,6 +7,7 @@ risk, its limits and which arguments are paths. The model only ever sees
 
 from __future__ import annotations
 
+import inspect
 import re
 import string
 import threading
@@ -22,7 +23,8 @@ if TYPE_CHECKING:
     from .runtime import ToolContext
 
 Handler = Callable[..., Any]
-"""``handler(ctx: ToolContext, **arguments) -> JSON-like data``."""
+"""``handler(ctx: ToolContext, **arguments) -> JSON-like data``, or an
+``async def`` handler (or any callable returning an awaitable of such data)."""
 
 AccessMode = Literal["read", "write"]
 
@@ -77,7 +79,8 @@ class ToolSpec:
     schema raises ``InvalidSchema`` here, never at call time).
 
     ``handler`` is called as ``handler(ctx, **arguments)``; it must return
-    JSON-serialisable data and touch files only through ``ctx.workspace``.
+    JSON-serialisable data (or an awaitable of it: ``async def`` handlers
+    are awaited) and touch files only through ``ctx.workspace``.
     """
 
     name: str
@@ -100,6 +103,11 @@ class ToolSpec:
     """Replaces the runtime's redactor for this tool's arguments and output."""
     input_validator: SchemaValidator = field(init=False, repr=False, compare=False)
     output_validator: SchemaValidator | None = field(init=False, repr=False, compare=False)
+    is_async: bool = field(init=False, repr=False, compare=False)
+    """True when ``handler`` is a coroutine function (``async def``, a
+    ``functools.partial`` of one, an object with ``async def __call__``):
+    ``ToolRuntime.aexecute`` awaits it on the caller's loop. A handler that
+    returns an awaitable otherwise is awaited too, found by its result."""
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
@@ -113,6 +121,7 @@ class ToolSpec:
         object.__setattr__(self, "input_validator", SchemaValidator(self.input_schema))
         output = SchemaValidator(self.output_schema, root="output") if self.output_schema else None
         object.__setattr__(self, "output_validator", output)
+        object.__setattr__(self, "is_async", _is_coroutine_function(self.handler))
 
     def describe(self) -> dict[str, Any]:
         """What the model sees: name, description and input schema."""
@@ -121,6 +130,12 @@ class ToolSpec:
             "description": self.description,
             "input_schema": dict(self.input_schema),
         }
+
+
+def _is_coroutine_function(handler: Handler) -> bool:
+    return inspect.iscoroutinefunction(handler) or (
+        not inspect.isroutine(handler) and inspect.iscoroutinefunction(type(handler).__call__)
+    )
 
 
 def tool(

@@ -10,6 +10,18 @@ approval) -> idempotency claim + RUNNING row (one transaction) -> handler
 under its deadline -> output schema -> truncation -> PostToolUse hooks ->
 row finished.
 
+``await ToolRuntime.aexecute(call)`` is the same pipeline for async agent
+loops: every step is shared, only running the handler differs. An ``async
+def`` handler (thread isolation) runs as a task on the caller's loop under
+its deadline, and is cancelled at the deadline; a sync handler, or any
+handler in process isolation, runs through the isolation in a thread of the
+loop's executor, so the loop is never blocked by a handler. The steps around
+the handler still run on the loop, synchronously: parsing, schema, policy
+(path checks on the workspace), PreToolUse/PostToolUse hooks, listeners, and
+the audit store's two writes (the RUNNING row and its finishing update: with
+``SQLiteAuditStore`` on local disk, tens of microseconds each). A hook that
+blocks (an approval that waits for a person) blocks the loop.
+
 When the store cannot take the RUNNING row the handler never runs
 (AUDIT_UNAVAILABLE). When it cannot take a refused call's row, or the
 finishing update after a handler ran, the result is still returned as it is
@@ -26,6 +38,7 @@ import contextlib
 import difflib
 import functools
 import hashlib
+import inspect
 import json
 import os
 import threading
@@ -49,7 +62,13 @@ from .hooks import (
     PreToolUseEvent,
 )
 from .idempotency import Claim, ClaimOutcome, canonical_json, scope_client_key
-from .isolation import HandlerTimeout, IsolationMode, make_isolation
+from .isolation import (
+    CoroutineRunner,
+    HandlerTimeout,
+    IsolationMode,
+    ThreadIsolation,
+    make_isolation,
+)
 from .policy import Capabilities, Decision, authorize
 from .redaction import Redactor
 from .registry import ToolRegistry, ToolSpec
@@ -63,6 +82,7 @@ ARGUMENTS_LIMIT = 16_000
 """Characters of redacted arguments kept in the audit row (the hash covers all)."""
 MESSAGE_LIMIT = 2_000
 PENDING_LIMIT = 10_000
+CANCELLED_MESSAGE = "interrupted: the caller's task was cancelled while the handler ran"
 
 
 Listener = Callable[[ToolCall, ToolResult, Any], None]
@@ -145,6 +165,80 @@ class _Attempt:
     redacted_output: Any = None
 
 
+@dataclass(slots=True)
+class _Running:
+    """A call whose RUNNING row is committed: what running its handler and
+    finishing its row need. Running the handler is the one step ``execute``
+    and ``aexecute`` do differently."""
+
+    call: ToolCall
+    spec: ToolSpec
+    arguments: Mapping[str, Any]
+    attempt: _Attempt
+    audit_id: int
+    claim_key: str | None
+
+
+_Outcome = tuple[bool, Any, list[tuple[str, bytes | None]], list[str] | None]
+"""A handler run's ``(finished, value or exception, journal changes, paths
+it asked the workspace about)`` (the last None without file watchers)."""
+
+_PLAIN_DATA = frozenset({dict, list, str, int, float, bool, type(None)})
+"""Result types that cannot be awaitable: the check is skipped for them."""
+
+
+class _HandlerRun:
+    """One call of a handler, wherever it runs: ``run`` in a worker thread
+    or the process child (an awaitable it returns is run on a loop of its
+    own there), ``arun`` as a task on the caller's loop. ``cancel`` is the
+    deadline: the workspace refuses later writes, a coroutine is cancelled."""
+
+    __slots__ = ("handler", "ctx", "arguments", "captured", "accessed", "_runner")
+
+    def __init__(
+        self,
+        handler: Callable[..., Any],
+        ctx: ToolContext,
+        arguments: dict[str, Any],
+        captured: list[tuple[str, bytes | None]],
+        accessed: list[str] | None,
+    ) -> None:
+        self.handler = handler
+        self.ctx = ctx
+        self.arguments = arguments
+        self.captured = captured
+        self.accessed = accessed
+        self._runner: CoroutineRunner | None = None
+
+    def run(self) -> _Outcome:
+        try:
+            value = self.handler(self.ctx, **self.arguments)
+            if type(value) not in _PLAIN_DATA and inspect.isawaitable(value):
+                self._runner = runner = CoroutineRunner()
+                if self.ctx.cancelled.is_set():  # the deadline passed before the runner existed
+                    runner.cancel()
+                value = runner.run(value)
+            return True, value, self.captured, self.accessed
+        except BaseException as exc:  # SystemExit from a handler is its failure too
+            return False, exc, self.captured, self.accessed
+
+    async def arun(self) -> _Outcome:
+        try:
+            value = self.handler(self.ctx, **self.arguments)
+            if inspect.isawaitable(value):
+                value = await value
+            return True, value, self.captured, self.accessed
+        except BaseException as exc:  # CancelledError too: aexecute's caller was not cancelled
+            return False, exc, self.captured, self.accessed
+
+    def cancel(self) -> None:
+        # cancelled first: run() reads it after publishing its runner.
+        self.ctx.cancelled.set()
+        runner = self._runner
+        if runner is not None:
+            runner.cancel()
+
+
 class ToolRuntime:
     """The execution boundary. Safe to call from several threads at once.
 
@@ -203,19 +297,68 @@ class ToolRuntime:
 
     def execute(self, call: ToolCall) -> ToolResult:
         """Run one call through every layer and answer a ``ToolResult``.
-        Never raises for anything the call contains."""
-        if self._pending:
-            self.flush_audit()
-        try:
-            attempt = self._receive(call)
-        except Exception:  # an object whose attributes raise: a call of nothing
-            attempt = self._receive(None)
+        Never raises for anything the call contains. An ``async def``
+        handler is run on an event loop of the worker thread (or of the
+        process child) and cancelled at its deadline."""
+        attempt = self._arrive(call)
         result = self._pipeline(call, attempt)
+        if isinstance(result, _Running):
+            try:
+                outcome: ToolResult | Exception = self._invoke(result)
+            except Exception as exc:  # a bug of ours after the handler may have run
+                outcome = exc
+            result = self._complete(result, outcome)
         if self._listeners:
             self._notify(call, result, attempt)
         return result
 
-    def _pipeline(self, call: ToolCall, attempt: _Attempt) -> ToolResult:
+    async def aexecute(self, call: ToolCall) -> ToolResult:
+        """``execute`` for async agent loops: the same pipeline, audit rows,
+        listeners and result (see the module docstring for what runs on
+        the loop). An ``async def`` handler runs on the caller's loop and is
+        cancelled at its deadline (TIMEOUT once it stopped, or after
+        ``ThreadIsolation.cancel_grace`` s); a sync handler runs through the
+        isolation without blocking the loop.
+
+        Never raises for anything the call contains. When the caller's own
+        task is cancelled while the handler runs, the call is cancelled: an
+        async handler's task is cancelled, a sync handler (or a process
+        child) runs on until it returns or its deadline, its later writes
+        refused in thread mode; the row is finished INTERRUPTED with
+        EXECUTION_ERROR (an idempotency key keeps that outcome), no
+        PostToolUse hook or listener sees the call (nobody got a result),
+        and ``CancelledError`` propagates."""
+        import asyncio
+
+        attempt = self._arrive(call)
+        result = self._pipeline(call, attempt)
+        if isinstance(result, _Running):
+            try:
+                outcome: ToolResult | Exception = await self._ainvoke(result)
+            except asyncio.CancelledError:
+                interrupted = self._failure(
+                    attempt, ErrorCode.EXECUTION_ERROR, CANCELLED_MESSAGE, CallState.INTERRUPTED
+                )
+                self._settle(result, interrupted)
+                raise
+            except Exception as exc:  # a bug of ours after the handler may have run
+                outcome = exc
+            result = self._complete(result, outcome)
+        if self._listeners:
+            self._notify(call, result, attempt)
+        return result
+
+    def _arrive(self, call: object) -> _Attempt:
+        if self._pending:
+            self.flush_audit()
+        try:
+            return self._receive(call)
+        except Exception:  # an object whose attributes raise: a call of nothing
+            return self._receive(None)
+
+    def _pipeline(self, call: ToolCall, attempt: _Attempt) -> ToolResult | _Running:
+        """Every step up to the handler: a refusal's result, or the call
+        with its RUNNING row committed."""
         try:
             if not isinstance(call, ToolCall):
                 raise _bad_request(
@@ -227,7 +370,7 @@ class ToolRuntime:
             spec = self._lookup(attempt.tool_name)
             attempt.spec = spec
             self._admit(call, spec, attempt)
-            return self._run(call, spec, attempt)
+            return self._start(call, spec, attempt)
         except _Refusal as refusal:
             return self._refuse(attempt, refusal)
         except Exception as exc:  # a bug of ours must still answer, and be recorded
@@ -243,7 +386,7 @@ class ToolRuntime:
 
     def add_listener(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener(call, result, stored_data)`` after every
-        ``execute``; ``stored_data`` is the result's data as it may be stored:
+        ``execute`` or ``aexecute``; ``stored_data`` is the result's data as it may be stored:
         redacted from the whole output, then cut like the result (what a
         recorder must keep). Returns the function that removes it. A listener
         that raises is reported as a RuntimeWarning."""
@@ -448,7 +591,8 @@ class ToolRuntime:
             raise _Refusal(decision.code, decision.reason, via or decision.rule, CallState.DENIED)
         attempt.rule, attempt.reason = decision.rule, decision.reason
 
-    def _run(self, call: ToolCall, spec: ToolSpec, attempt: _Attempt) -> ToolResult:
+    def _start(self, call: ToolCall, spec: ToolSpec, attempt: _Attempt) -> ToolResult | _Running:
+        """The idempotency claim and the RUNNING row, in one transaction."""
         arguments = attempt.arguments
         assert arguments is not None
         claim_key = self._claim_key(spec, attempt)
@@ -461,27 +605,37 @@ class ToolRuntime:
             assert claim is not None
             return self._answer_claim(attempt, claim)
         attempt.idempotency_outcome = "claimed" if claim_key else None
-        try:
-            result = self._invoke(spec, arguments, attempt)
-            stored = (
-                _stored_outcome(result, self._redacted_output(attempt), spec.result_limit)
-                if claim_key
-                else None
-            )
-        except Exception as exc:  # a bug of ours after the handler may have run
+        return _Running(call, spec, arguments, attempt, audit_id, claim_key)
+
+    def _complete(self, running: _Running, outcome: ToolResult | Exception) -> ToolResult:
+        """After the handler: the row finished, then the PostToolUse hooks."""
+        result = self._settle(running, outcome)
+        self._observe(running.call, running.spec, running.arguments, result)
+        return result
+
+    def _settle(self, running: _Running, outcome: ToolResult | Exception) -> ToolResult:
+        """Finish the RUNNING row with the handler's result (an exception: a
+        bug of ours after the handler may have run) and return the result."""
+        spec, attempt, claim_key = running.spec, running.attempt, running.claim_key
+        stored: dict[str, Any] | None = None
+        if isinstance(outcome, ToolResult) and claim_key:
+            try:
+                stored = _stored_outcome(outcome, self._redacted_output(attempt), spec.result_limit)
+            except Exception as exc:
+                outcome = exc
+        if isinstance(outcome, Exception):
             attempt.output = attempt.redacted_output = None
-            result = self._failure(
+            outcome = self._failure(
                 attempt,
                 ErrorCode.EXECUTION_ERROR,
-                f"internal error in the executor: {type(exc).__name__}",
+                f"internal error in the executor: {type(outcome).__name__}",
                 CallState.FAILED,
             )
-            stored = _stored_outcome(result, None, spec.result_limit) if claim_key else None
+            stored = _stored_outcome(outcome, None, spec.result_limit) if claim_key else None
         # The RUNNING row is always finished, so neither a second row nor a
         # key stuck at DUPLICATE_CALL is left behind.
-        self._finish(audit_id, attempt, result, claim_key, stored)
-        self._observe(call, spec, arguments, result)
-        return result
+        self._finish(running.audit_id, attempt, outcome, claim_key, stored)
+        return outcome
 
     def _claim_key(self, spec: ToolSpec, attempt: _Attempt) -> str | None:
         if attempt.idempotency_key is None:
@@ -538,9 +692,10 @@ class ToolRuntime:
         self._write_row(attempt, result)
         return result
 
-    def _invoke(
-        self, spec: ToolSpec, arguments: Mapping[str, Any], attempt: _Attempt
-    ) -> ToolResult:
+    def _handler_run(self, running: _Running) -> _HandlerRun:
+        """The handler's context: a journaled workspace that refuses changes
+        once the call is cancelled."""
+        spec, attempt = running.spec, running.attempt
         call_id = attempt.call_id
         # In process mode the handler's journal entries are made in the child,
         # so they travel back with its outcome and are recorded here.
@@ -578,30 +733,68 @@ class ToolRuntime:
             metadata=attempt.metadata,
             cancelled=cancelled,
         )
-        handler_args = dict(arguments)
+        return _HandlerRun(spec.handler, ctx, dict(running.arguments), captured, accessed)
 
-        def run() -> tuple[bool, Any, list[tuple[str, bytes | None]], list[str] | None]:
-            try:
-                return True, spec.handler(ctx, **handler_args), captured, accessed
-            except BaseException as exc:  # SystemExit from a handler is its failure too
-                return False, exc, captured, accessed
-
+    def _invoke(self, running: _Running) -> ToolResult:
+        """Run the handler through the isolation, blocking until it ends or
+        its deadline passes."""
+        handler = self._handler_run(running)
         try:
-            finished, value, changes, paths = self._isolation.run(
-                run, self.timeouts.get(spec.name, spec.timeout_seconds), call_id
+            outcome: _Outcome = self._isolation.run(
+                handler.run, self._deadline(running.spec), running.attempt.call_id
             )
         except HandlerTimeout as exc:
-            cancelled.set()
-            if accessed is not None:
-                self._tell_watchers(call_id, list(accessed))
-            return self._failure(attempt, ErrorCode.TIMEOUT, str(exc), CallState.TIMED_OUT)
+            handler.cancel()
+            return self._timed_out(running, handler, exc)
         except Exception as exc:  # the process died, or its outcome could not travel back
-            value, finished, changes, paths = exc, False, [], accessed
-        if in_process:
+            outcome = (False, exc, [], handler.accessed)
+        return self._outcome(running, outcome)
+
+    async def _ainvoke(self, running: _Running) -> ToolResult:
+        """``_invoke`` without blocking the loop: an async handler as a task
+        on it, anything else through the isolation in an executor thread."""
+        import asyncio
+
+        handler = self._handler_run(running)
+        timeout, call_id = self._deadline(running.spec), running.attempt.call_id
+        try:
+            if running.spec.is_async and isinstance(self._isolation, ThreadIsolation):
+                outcome: _Outcome = await self._isolation.run_async(
+                    handler.arun, timeout, call_id, handler.cancel
+                )
+            else:
+                outcome = await asyncio.to_thread(
+                    self._isolation.run, handler.run, timeout, call_id
+                )
+        except HandlerTimeout as exc:
+            handler.cancel()
+            return self._timed_out(running, handler, exc)
+        except asyncio.CancelledError:  # the caller's task: later writes are refused
+            handler.cancel()
+            raise
+        except Exception as exc:  # the process died, or its outcome could not travel back
+            outcome = (False, exc, [], handler.accessed)
+        return self._outcome(running, outcome)
+
+    def _deadline(self, spec: ToolSpec) -> float:
+        return self.timeouts.get(spec.name, spec.timeout_seconds)
+
+    def _timed_out(
+        self, running: _Running, handler: _HandlerRun, exc: HandlerTimeout
+    ) -> ToolResult:
+        if handler.accessed is not None:  # a copy: the late handler may still add to it
+            self._tell_watchers(running.attempt.call_id, list(handler.accessed))
+        return self._failure(running.attempt, ErrorCode.TIMEOUT, str(exc), CallState.TIMED_OUT)
+
+    def _outcome(self, running: _Running, outcome: _Outcome) -> ToolResult:
+        """The result of a handler run that ended."""
+        spec, attempt = running.spec, running.attempt
+        finished, value, changes, paths = outcome
+        if self._isolation_mode == "process":
             for path, previous in changes:
-                self.journal.record(call_id, path, previous)
+                self.journal.record(attempt.call_id, path, previous)
         if paths is not None:
-            self._tell_watchers(call_id, paths)
+            self._tell_watchers(attempt.call_id, paths)
         if finished:
             return self._check_output(spec, value, attempt)
         if isinstance(value, SandboxError):
