@@ -346,10 +346,11 @@ def transcript_to_cassette(
                     )
                 if progress is not None:
                     progress(done, len(calls))
+            recorder.stop()
+            recorded = recorder.cassette()
         finally:
             recorder.stop()
             runtime.close()
-        recorded = recorder.cassette()
     by_id = {item.call_id: item for item in calls}
     interactions = tuple(
         replace(interaction, transcript_result=_transcript_result(by_id, interaction.call.call_id))

@@ -97,6 +97,10 @@ class Interaction:
     result: Expectation = field(default_factory=Expectation)
     audit: AuditExpectation = field(default_factory=AuditExpectation)
     volatile: tuple[str, ...] = ()
+    transcript_result: Mapping[str, Any] | None = None
+    """For a session imported from another program's transcript: the result
+    the transcript holds (``ok``, ``content``, maybe ``data``). Kept for the
+    reader; replay compares the re-executed result, never this."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,6 +342,7 @@ def _interaction(raw: Mapping[str, Any], index: int, session: Session, kind: Kin
             check_idempotency_outcome="idempotency_outcome" in audit,
         ),
         volatile=tuple(raw.get("volatile") or ()),
+        transcript_result=raw.get("transcript_result"),
     )
 
 
@@ -508,6 +513,8 @@ def _interaction_dict(item: Interaction) -> dict[str, Any]:
     body["audit"] = row
     if item.volatile:
         body["volatile"] = list(item.volatile)
+    if item.transcript_result is not None:
+        body["transcript_result"] = canonical(item.transcript_result)
     return body
 
 
