@@ -255,7 +255,8 @@ def test_cassette_upgrade_of_an_unknown_old_version_says_to_re_record(
 ) -> None:
     old = tmp_path / "old.yaml"
     old.write_text(
-        "format_version: 0\nkind: cassette\nrecorded_by: python record.py\nsession: {}\ninteractions: []\n"
+        "format_version: 0\nkind: cassette\nrecorded_by: python record.py\n"
+        "session: {}\ninteractions: []\n"
     )
     assert main(["cassette", "upgrade", str(old)]) == 2
     assert (
