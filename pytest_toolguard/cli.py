@@ -464,7 +464,8 @@ def _hook(options: argparse.Namespace, _: list[str]) -> int:
         raise UsageError(f"the hook input on stdin is not JSON: {exc}") from None
     if not isinstance(event, dict) or not isinstance(event.get("tool_name"), str):
         raise UsageError("the hook input has no tool_name: is this a PreToolUse/PostToolUse event?")
-    cwd = event.get("cwd") if isinstance(event.get("cwd"), str) else os.getcwd()
+    given = event.get("cwd")
+    cwd: str = given if isinstance(given, str) and given else os.getcwd()
     if not os.path.isdir(cwd):
         raise UsageError(f"the event's cwd {cwd!r} is not a directory")
     registry_spec = config.get("registry")

@@ -391,3 +391,11 @@ def test_claude_code_bash_needs_an_approval_and_never_runs(tmp_path: Path) -> No
     runtime.close()
     assert code is ErrorCode.APPROVAL_REQUIRED
     assert not (tmp_path / "x").exists()
+
+
+def test_arguments_nested_too_deeply_are_a_problem_not_a_crash() -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    items = [{"type": "function_call", "call_id": "c1", "name": "f", "arguments": deep}]
+    transcript = read_responses(json.dumps(items))
+    assert transcript.calls == ()
+    assert "nested too deeply" in transcript.problems[0].message

@@ -90,7 +90,7 @@ def undeclared_path_arguments(schema: Mapping[str, Any], paths: Sequence[PathAcc
 def build_spec(
     *,
     source: str,
-    name: str,
+    name: Any,
     description: str,
     input_schema: Mapping[str, Any] | None,
     handler: Handler | None,

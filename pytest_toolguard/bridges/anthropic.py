@@ -48,7 +48,7 @@ def from_anthropic(
                 description=str(definition.get("description") or ""),
                 input_schema=definition.get("input_schema"),
                 handler=handler_for(str(name), handlers, lambda: None),
-                risk=Risk(risks[name]) if risks and name in risks else Risk(default_risk),
+                risk=Risk(risks[str(name)]) if risks and name in risks else Risk(default_risk),
                 paths=paths,
                 extra=definition,
             )

@@ -23,7 +23,7 @@ from ..contract import ToolCall
 from ..policy import Risk
 from ..registry import Handler, ToolSpec
 from ..runtime import ToolRuntime
-from ._common import BridgeError, Paths, as_list, build_spec, handler_for
+from ._common import BridgeError, Paths, as_list, build_spec
 
 
 def tool_schema(tool: Any) -> dict[str, Any]:
@@ -87,7 +87,7 @@ def from_langchain(
                 name=name,
                 description=str(getattr(definition, "description", "") or ""),
                 input_schema=tool_schema(definition),
-                handler=handler_for(name, handlers, lambda d=definition: _handler(d)),
+                handler=handlers[name] if handlers and name in handlers else _handler(definition),
                 risk=Risk(risks[name]) if risks and name in risks else Risk(default_risk),
                 paths=paths,
             )

@@ -161,7 +161,7 @@ def _spec(
     output = wire.get("outputSchema")
     return build_spec(
         source="MCP tool",
-        name=name,  # type: ignore[arg-type]
+        name=name,
         description=str(wire.get("description") or wire.get("title") or ""),
         input_schema=wire.get("inputSchema"),
         output_schema=output if isinstance(output, Mapping) else None,

@@ -90,9 +90,9 @@ def json_schema(hint: Any) -> dict[str, Any]:
     origin = typing.get_origin(hint)
     arguments = typing.get_args(hint)
     if origin is typing.Annotated:
-        schema = json_schema(arguments[0])
+        inner = json_schema(arguments[0])
         described = [text for text in arguments[1:] if isinstance(text, str)]
-        return {**schema, "description": described[0]} if described else schema
+        return {**inner, "description": described[0]} if described else inner
     if origin is Literal:
         values = list(arguments)
         return {"const": values[0]} if len(values) == 1 else {"enum": values}
@@ -206,7 +206,8 @@ def from_function(
 
 
 def _name(function: Callable[..., Any]) -> str:
-    return getattr(function, "__qualname__", None) or getattr(function, "__name__", repr(function))
+    name = getattr(function, "__qualname__", None) or getattr(function, "__name__", None)
+    return str(name or repr(function))
 
 
 def _hints(function: Callable[..., Any]) -> dict[str, Any]:

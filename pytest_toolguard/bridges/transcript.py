@@ -172,7 +172,7 @@ def json_records(
     if stripped.startswith(("[", "{")):
         try:
             document = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             document = None  # JSON lines, or a broken document: read line by line
         if isinstance(document, Mapping):
             for key in containers:
@@ -189,9 +189,14 @@ def json_records(
         if not line.strip():
             continue
         try:
-            yield f"line {number}", json.loads(line)
-        except ValueError as exc:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
             collector.problem(f"line {number}", f"not valid JSON ({exc.msg}; truncated?)")
+            continue
+        except RecursionError:
+            collector.problem(f"line {number}", "JSON nested too deeply")
+            continue
+        yield f"line {number}", record
 
 
 def parse_arguments(arguments: Any) -> dict[str, Any] | str:
@@ -203,8 +208,10 @@ def parse_arguments(arguments: Any) -> dict[str, Any] | str:
             return {}
         try:
             arguments = json.loads(arguments)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             return f"arguments are not valid JSON ({exc.msg} at character {exc.pos})"
+        except RecursionError:
+            return "arguments are JSON nested too deeply"
     if not isinstance(arguments, Mapping):
         return f"arguments are a JSON {type(arguments).__name__}, not an object"
     return dict(arguments)
