@@ -27,7 +27,7 @@ policy decide each call first (and finish its audit row afterwards).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from ..contract import ToolCall
@@ -296,7 +296,3 @@ def toolguard_output_guardrail(runtime: ToolRuntime) -> Any:
 
 def _plain(value: Any) -> Any:
     return value if _is_json(value) else str(value)
-
-
-def _names(specs: Sequence[ToolSpec]) -> list[str]:  # for messages
-    return [spec.name for spec in specs]
