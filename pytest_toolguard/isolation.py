@@ -41,7 +41,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -153,7 +153,7 @@ class ThreadIsolation:
 
     async def run_async(
         self,
-        fn: Callable[[], Awaitable[Any]],
+        fn: Callable[[], Coroutine[Any, Any, Any]],
         timeout: float,
         name: str,
         cancel: Callable[[], None],
@@ -166,7 +166,8 @@ class ThreadIsolation:
         the wait and ``CancelledError`` propagates."""
         import asyncio
 
-        task = asyncio.ensure_future(fn())
+        # The loop first: without one, fn() is never called (no unawaited coroutine).
+        task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(fn())
         try:
             done, _ = await asyncio.wait((task,), timeout=timeout)
             if done:
