@@ -54,7 +54,21 @@ def write_atomically(target: Path, text: str) -> None:
         raise
 
 
-def notes_server(root: Path, calls: list[str], *, write=write_atomically) -> MCPServer:
+def inside(root: Path, path: str) -> Path:
+    """Where ``path`` leads, refused when that is outside ``root`` (links followed)."""
+    target = (root / path).resolve()
+    if not target.is_relative_to(root.resolve()):
+        raise ValueError(f"{path} leads outside the notes")
+    return target
+
+
+def read_inside(root: Path, path: str) -> str:
+    return inside(root, path).read_text()
+
+
+def notes_server(
+    root: Path, calls: list[str], *, write=write_atomically, read=read_inside
+) -> MCPServer:
     """A server as users write them: plain file access under its own root."""
     with restoring_process_state():
         server = MCPServer("notes")
@@ -63,7 +77,7 @@ def notes_server(root: Path, calls: list[str], *, write=write_atomically) -> MCP
     def read_note(path: str) -> str:
         """Read a note."""
         calls.append("read_note")
-        return (root / path).read_text()
+        return read(root, path)
 
     @server.tool(
         annotations=ToolAnnotations(destructiveHint=False, openWorldHint=False, idempotentHint=True)
@@ -71,7 +85,7 @@ def notes_server(root: Path, calls: list[str], *, write=write_atomically) -> MCP
     def write_note(path: str, text: str) -> dict:
         """Write a note."""
         calls.append("write_note")
-        write(root / path, text)
+        write(inside(root, path), text)
         return {"bytes": len(text.encode())}
 
     @server.tool()
@@ -187,6 +201,18 @@ def test_the_fault_matrix_catches_a_server_leaving_a_temporary_file(tmp_path: Pa
     record((tmp_path, [], registry), cassette)
     statuses = matrix(registry, cassette)
     assert statuses[("2-write_note", "partial_write")] == "fail"
+
+
+def test_the_fault_matrix_catches_a_server_following_a_swapped_symlink(tmp_path: Path) -> None:
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.md").write_text("hello\n")
+    server = notes_server(tmp_path, [], read=lambda root, path: (root / path).read_text())
+    registry = ToolRegistry(from_mcp_server(server, paths=PATHS))
+    cassette = tmp_path / "notes.yaml"
+    record((tmp_path, [], registry), cassette)
+    statuses = matrix(registry, cassette)
+    assert statuses[("1-read_note", "symlink_escape")] == "fail"
+    assert statuses[("2-write_note", "symlink_escape")] == "pass"
 
 
 def test_restoring_process_state_undoes_what_construction_changed() -> None:
