@@ -281,6 +281,23 @@ def test_replay_runs_pytest_and_ends_with_its_summary() -> None:
     assert "toolguard: 0 cassettes and 1 case replayed" in run.stdout
 
 
+def test_replay_of_an_imported_cassette_outside_the_cassette_dir(tmp_path: Path) -> None:
+    output = tmp_path / "imported.yaml"
+    imported = toolguard(
+        "import",
+        "mcp",
+        str(SAMPLES / "mcp.jsonl"),
+        "--workspace",
+        str(SAMPLES / "workspace"),
+        "-o",
+        str(output),
+    )
+    assert imported.returncode == 0, imported.stderr
+    run = toolguard("replay", str(output), "--", "-q", "-p", "no:cacheprovider")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "toolguard: 1 cassette and 0 cases replayed, 3 interactions" in run.stdout
+
+
 def test_replay_of_a_missing_path_is_one_line_and_exit_2() -> None:
     run = toolguard("replay", "cases/none.yaml")
     assert (
