@@ -19,7 +19,7 @@ module only connects it to pytest.
 - The ``toolguard`` fixture records or plays back a test's cassette (see
   ``pytest_toolguard.replay.tape`` and ``record_mode``).
 - ``@pytest.mark.toolguard(cassette=, capabilities=, volatile=, record_mode=,
-  variables=)``: any other argument, or a wrong value, fails that test at
+  variables=, hooks=)``: any other argument, or a wrong value, fails that test at
   setup with a message naming it (on every marked test, fixture or not).
 - ``pytest --toolguard-fuzz`` collects, after the paths, a ``toolguard-fuzz``
   collector with one item per tool of the ``toolguard_registry`` fixture
@@ -186,8 +186,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "toolguard(cassette=None, capabilities=None, volatile=(), record_mode=None, "
-        "variables=None): the cassette of the toolguard fixture, the session's capabilities, "
-        "fields never compared, the record mode and the runtime's variables",
+        "variables=None, hooks=()): the cassette of the toolguard fixture, the session's "
+        "capabilities, fields never compared, the record mode, the runtime's variables and "
+        "the hooks it records with (an Approver; playback grants the recorded approvals)",
     )
     _check_ini_record_mode(config)
     if _replaying(config):
@@ -981,7 +982,12 @@ def _record(
     workspace.mkdir(exist_ok=True)
     store = SQLiteAuditStore(":memory:")
     runtime = ToolRuntime(
-        registry, str(workspace), options.capabilities, store, variables=options.variables
+        registry,
+        str(workspace),
+        options.capabilities,
+        store,
+        variables=options.variables,
+        hooks=options.hooks,
     )
     tape = RecordingTape(runtime, name=path.stem, recorded_by=rerecord)
     try:

@@ -7,6 +7,7 @@ risk, its limits and which arguments are paths. The model only ever sees
 
 from __future__ import annotations
 
+import copy
 import inspect
 import re
 import string
@@ -122,6 +123,16 @@ class ToolSpec:
         output = SchemaValidator(self.output_schema, root="output") if self.output_schema else None
         object.__setattr__(self, "output_validator", output)
         object.__setattr__(self, "is_async", _is_coroutine_function(self.handler))
+
+    def with_handler(self, handler: Handler) -> ToolSpec:
+        """A copy of this tool with another handler; the compiled schemas
+        are shared, not rebuilt (wrapping a handler costs no compile). It is
+        async when this tool was (a wrapper may return the awaitable) or
+        when ``handler`` is a coroutine function."""
+        clone = copy.copy(self)
+        object.__setattr__(clone, "handler", handler)
+        object.__setattr__(clone, "is_async", self.is_async or _is_coroutine_function(handler))
+        return clone
 
     def describe(self) -> dict[str, Any]:
         """What the model sees: name, description and input schema."""

@@ -55,6 +55,7 @@ from .audit import AuditRecord, AuditStore, AuditUnavailable
 from .audit import Decision as AuditDecision
 from .contract import CallState, ErrorCode, ToolCall, ToolResult
 from .hooks import (
+    Approval,
     HookDecision,
     PostToolUse,
     PostToolUseEvent,
@@ -85,8 +86,8 @@ PENDING_LIMIT = 10_000
 CANCELLED_MESSAGE = "interrupted: the caller's task was cancelled while the handler ran"
 
 
-Listener = Callable[[ToolCall, ToolResult, Any], None]
-"""``listener(call, result, stored_data)``: see ``ToolRuntime.add_listener``."""
+Listener = Callable[[ToolCall, ToolResult, Any, Approval | None], None]
+"""``listener(call, result, stored_data, approval)``: see ``ToolRuntime.add_listener``."""
 
 FileWatcher = Callable[[str, Sequence[str]], None]
 """``watcher(call_id, paths)``: see ``ToolRuntime.watch_files``."""
@@ -158,6 +159,8 @@ class _Attempt:
     reason: str = ""
     idempotency_outcome: str | None = None
     replay_of: str | None = None
+    approval: Approval | None = None
+    """The hook decision that let the call through, once admitted."""
     output: Any = None
     """The handler's whole output, before truncation: previews and stored
     outcomes are redacted from it, never from a cut (a cut token would no
@@ -401,11 +404,13 @@ class ToolRuntime:
             )
 
     def add_listener(self, listener: Listener) -> Callable[[], None]:
-        """Call ``listener(call, result, stored_data)`` after every
+        """Call ``listener(call, result, stored_data, approval)`` after every
         ``execute`` or ``aexecute``; ``stored_data`` is the result's data as it may be stored:
         redacted from the whole output, then cut like the result (what a
-        recorder must keep). Returns the function that removes it. A listener
-        that raises is reported as a RuntimeWarning."""
+        recorder must keep); ``approval`` is the ``Approval`` of the hook
+        that let the call through (None when no hook answered ``allow``, or
+        the call was refused before the hooks). Returns the function that
+        removes it. A listener that raises is reported as a RuntimeWarning."""
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener)
 
@@ -438,7 +443,7 @@ class ToolRuntime:
             stored = self._redactor(spec).redact(result.data)
         for listener in list(self._listeners):
             try:
-                listener(call, result, stored)
+                listener(call, result, stored, attempt.approval)
             except Exception as exc:
                 _warn(f"execute listener raised {type(exc).__name__}: {_text(exc)}")
 
@@ -529,7 +534,7 @@ class ToolRuntime:
         arguments = attempt.arguments
         assert arguments is not None
         self._validate_and_authorize(spec, arguments, attempt)
-        approval: tuple[str, str] | None = None  # the rule and reason that approved
+        approval: Approval | None = None
         for hook in self.hooks:
             if not isinstance(hook, PreToolUse):
                 continue
@@ -575,7 +580,7 @@ class ToolRuntime:
                 approval = None  # an earlier approval was for other arguments
             if answer.action == "allow":
                 reason = self._redactor(spec).redact_text(answer.reason or "approved")
-                approval = (rule, reason)
+                approval = Approval(rule, reason)
         if spec.risk.needs_approval and approval is None:
             raise _Refusal(
                 ErrorCode.APPROVAL_REQUIRED,
@@ -585,7 +590,8 @@ class ToolRuntime:
                 CallState.DENIED,
             )
         if approval is not None:
-            attempt.rule, attempt.reason = approval
+            attempt.rule, attempt.reason = approval.rule, approval.reason
+        attempt.approval = approval
         attempt.decision = "allow"
 
     def _validate_and_authorize(

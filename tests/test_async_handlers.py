@@ -606,11 +606,13 @@ def test_an_idempotency_key_replays_through_aexecute(toolguard_runtime, tmp_path
 
 
 def test_listeners_see_aexecute_calls_as_execute_calls(toolguard_runtime, tmp_path):
-    seen: dict[str, list[tuple[ToolCall, ToolResult, Any]]] = {"execute": [], "aexecute": []}
+    seen: dict[str, list[tuple[ToolCall, ToolResult, Any, Any]]] = {"execute": [], "aexecute": []}
     for how, calls in seen.items():
         runtime = toolguard_runtime(mixed_registry(), WRITE_ANYWHERE)
         runtime.add_listener(
-            lambda call, result, data, calls=calls: calls.append((call, comparable(result), data))
+            lambda call, result, data, approval, calls=calls: calls.append(
+                (call, comparable(result), data, approval)
+            )
         )
         for call in MIXED_CALLS:
             run(runtime, call, how)

@@ -11,7 +11,10 @@ through a fresh ``ToolRuntime`` with the recorded session, and compares:
   idempotency outcome;
 - after the last call, every file under the workspace (none missing, none
   extra, none different) and every recorded file outside it (unchanged);
-- that no handler outlived its deadline.
+- that no handler outlived its deadline;
+- that every HTTP request a handler made had a recorded exchange (the
+  recorded approvals are granted again: ``approvals``; the recorded HTTP
+  exchanges are served, with no network: ``http``).
 
 It never raises for a difference: every one is collected in the returned
 ``ReplayReport``.
@@ -28,12 +31,14 @@ from typing import Any
 
 from ..audit import AuditRecord, SQLiteAuditStore
 from ..contract import ToolCall, ToolResult
-from ..hooks import PlanProgress
+from ..hooks import PlanProgress, PostToolUse, PreToolUse
 from ..redaction import Redactor
 from ..registry import ToolRegistry
 from ..runtime import ToolRuntime
+from .approvals import approval_hooks
 from .cassette import AuditExpectation, Cassette, Expectation, FileState, Interaction
 from .environment import fake_filesystem, frozen_clock, read_files, read_tree
+from .http import HttpPlayback, HttpUnavailable, UnmatchedRequest
 from .redacting import redact_file, redact_path
 
 ORPHAN_JOIN_SECONDS = 5.0
@@ -85,35 +90,42 @@ def replay(
     ``data.files_searched``) that are not compared in any interaction.
     """
     redactor = redactor or Redactor()
+    checker = _Checker(redactor, tuple(cassette.volatile) + tuple(volatile), registry)
+    http = checker.http_playback(cassette, registry)  # imports vcrpy outside the fake world
     # The clock first: pyfakefs unloads modules first imported while it is
     # active, so the clock's backend must be imported outside it.
     with frozen_clock(cassette.recorded_at), fake_filesystem(cassette):
         outside_before = dict(cassette.workspace.outside_files)
         store = SQLiteAuditStore(":memory:")
         session = cassette.session
-        hooks = [PlanProgress(session.plan)] if session.plan else []
+        hooks: list[PreToolUse | PostToolUse] = [PlanProgress(session.plan)] if session.plan else []
         runtime = ToolRuntime(
-            registry,
+            http.registry(registry) if http else registry,
             cassette.workspace.root,
             session.capabilities,
             store,
-            hooks=hooks,
+            hooks=[*hooks, *approval_hooks(cassette, redactor)],
             redactor=redactor,
             variables=session.variables,
             idempotency_scope=session.idempotency_scope,
             timeouts=session.timeouts,
         )
-        checker = _Checker(redactor, tuple(cassette.volatile) + tuple(volatile), registry)
         results: list[ToolResult] = []
         stored: list[Any] = []
-        runtime.add_listener(lambda call, result, data: stored.append(data))
+        runtime.add_listener(lambda call, result, data, approval: stored.append(data))
         try:
             for index, interaction in enumerate(cassette.interactions):
+                if http:
+                    http.current = index
                 result = runtime.execute(_with_secrets(interaction.call, secrets))
                 results.append(result)
                 checker.result(index, interaction, result, stored[-1])
         finally:
             orphans = runtime.close(join_timeout=ORPHAN_JOIN_SECONDS)
+            if http:
+                http.close()
+        if http:
+            checker.http_requests(cassette.interactions, http.unmatched())
         for orphan in orphans:
             checker.add("runtime", "handlers", "none still running", orphan)
         rows = tuple(store.rows())
@@ -169,6 +181,35 @@ class _Checker:
 
     def add(self, where: str, name: str, recorded: Any, replayed: Any, diff: str = "") -> None:
         self.differences.append(Difference(where, name, recorded, replayed, diff))
+
+    def http_playback(self, cassette: Cassette, registry: ToolRegistry) -> HttpPlayback | None:
+        """The HTTP playback ``cassette`` needs (see ``HttpPlayback.for_cassette``);
+        None, and a difference saying what to install, when vcrpy is missing
+        for the exchanges it holds."""
+        try:
+            return HttpPlayback.for_cassette(cassette, registry, self.redactor)
+        except HttpUnavailable as exc:
+            self.add("runtime", "http", "vcrpy serving the recorded exchanges", str(exc))
+            return None
+
+    def http_requests(
+        self, interactions: Sequence[Interaction], unmatched: Sequence[UnmatchedRequest]
+    ) -> None:
+        """A difference per HTTP request that no recorded exchange answered."""
+        self.checks += 1
+        for request in unmatched:
+            index = request.interaction
+            where = (
+                f"interaction {index + 1} ({interactions[index].call.tool_name})"
+                if index is not None and index < len(interactions)
+                else "http"
+            )
+            self.add(
+                where,
+                "http request",
+                "none recorded",
+                f"{request.method} {request.uri} (no recorded exchange; not sent)",
+            )
 
     def compare(self, where: str, name: str, recorded: Any, replayed: Any) -> None:
         self.checks += 1

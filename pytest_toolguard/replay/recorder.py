@@ -14,6 +14,12 @@ it. Arguments sent as JSON text, as model APIs send them, are read the way
 the runtime reads them. Arguments, results and previews are redacted with
 the runtime's redactor before anything is written: a cassette never holds a
 secret the redactor knows.
+
+Each interaction also keeps the approval that let its call through (the
+PreToolUse hook that answered ``allow``: replay grants it again, see
+``approvals``) and the HTTP exchanges its handler made when its tool is
+external or dangerous (recorded with vcrpy, redacted: see ``http``; while
+recording, ``runtime.registry`` is a copy whose network tools are wrapped).
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..contract import ToolCall, ToolResult
-from ..hooks import PlanProgress
+from ..hooks import Approval, PlanProgress
 from ..policy import fill_template, under_root
 from ..runtime import ToolRuntime
 from ..sandbox import SandboxError
@@ -38,12 +44,14 @@ from .cassette import (
     Cassette,
     Expectation,
     FileState,
+    HttpExchange,
     Interaction,
     Session,
     WorkspaceState,
     dump,
 )
 from .environment import read_tree
+from .http import HttpRecording
 from .redacting import redact_file, redact_path, tool_redactor
 
 
@@ -54,10 +62,15 @@ class _Recorded:
     stored_data: Any
     """The data as the runtime would store it: redacted, then cut."""
     touched: tuple[str, ...]
+    approval: Approval | None = None
+    http: Sequence[HttpExchange] = ()
+    """Live: a handler that overran its deadline may still add to it."""
 
 
 class Recorder:
-    """Records every call a runtime executes, from ``start()`` on."""
+    """Records every call a runtime executes, from ``start()`` on.
+    ``record_http=False`` leaves the HTTP of network tools unrecorded (a
+    recorder inside a world that already serves it)."""
 
     def __init__(
         self,
@@ -66,11 +79,14 @@ class Recorder:
         name: str,
         recorded_by: str | None = None,
         description: str = "",
+        record_http: bool = True,
     ) -> None:
         self.runtime = runtime
         self.name = name
         self.recorded_by = recorded_by
         self.description = description
+        self.record_http = record_http
+        self._http: HttpRecording | None = None
         self._calls: list[_Recorded] = []
         self._before: dict[str, bytes] = {}
         self._symlinks: dict[str, str] = {}
@@ -89,6 +105,8 @@ class Recorder:
         self._started_at = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
         self._before = read_tree(root)
         self._symlinks, self._directories = _links_and_directories(root)
+        if self.record_http:
+            self._http = HttpRecording.attach(self.runtime)
         self._remove_watcher = self.runtime.watch_files(self._watch)
         self._remove_listener = self.runtime.add_listener(self._record)
 
@@ -98,16 +116,24 @@ class Recorder:
             if remove is not None:
                 remove()
         self._remove_listener = self._remove_watcher = None
+        if self._http is not None:
+            self._http.detach()
+            self._http = None
 
     def _watch(self, call_id: str, paths: Sequence[str]) -> None:
         with self._accessed_lock:
             self._accessed.setdefault(call_id, []).extend(paths)
 
-    def _record(self, call: ToolCall, result: ToolResult, stored_data: Any) -> None:
+    def _record(
+        self, call: ToolCall, result: ToolResult, stored_data: Any, approval: Approval | None
+    ) -> None:
         with self._accessed_lock:
             accessed = self._accessed.pop(result.call_id, [])
         touched = self._touched(call) + self._located(accessed)
-        self._calls.append(_Recorded(call, result, stored_data, tuple(dict.fromkeys(touched))))
+        http = self._http.take(result.call_id) if self._http is not None else ()
+        self._calls.append(
+            _Recorded(call, result, stored_data, tuple(dict.fromkeys(touched)), approval, http)
+        )
 
     def cassette(self) -> Cassette:
         """The cassette of everything recorded so far."""
@@ -202,6 +228,8 @@ class Recorder:
                 idempotency_outcome=row.idempotency_outcome,
                 check_idempotency_outcome=True,
             ),
+            approval=item.approval,
+            http=tuple(item.http),
         )
 
     def _touched(self, call: ToolCall) -> tuple[str, ...]:

@@ -32,9 +32,14 @@ that matches runs through the real executor and its result is compared as
 ``replay()`` compares it. ``finish()`` then compares the audit rows and the
 files, and lists every interaction the test never replayed.
 
-Not supported by the tape: hooks other than the recorded plan, a custom
-redactor, subprocess isolation (pyfakefs lives in this process). Use
-``record_session`` and ``replay`` directly for those.
+The marker's ``hooks`` run while recording only. In playback the recorded
+plan runs again, and the recorded approvals stand in for the hooks that gave
+them (``approvals``); the HTTP exchanges of external tools are served from
+the cassette, with no network (``http``).
+
+Not supported by the tape: a custom redactor, subprocess isolation (pyfakefs
+lives in this process). Use ``record_session`` and ``replay`` directly for
+those.
 """
 
 from __future__ import annotations
@@ -50,11 +55,12 @@ from typing import Any
 
 from ..audit import AuditRecord, SQLiteAuditStore
 from ..contract import ToolCall, ToolResult
-from ..hooks import PlanProgress
+from ..hooks import PlanProgress, PostToolUse, PreToolUse
 from ..policy import Capabilities
 from ..redaction import Redactor
 from ..registry import ToolRegistry
 from ..runtime import ToolRuntime
+from .approvals import approval_hooks
 from .cassette import (
     Cassette,
     CassetteError,
@@ -77,7 +83,7 @@ from .report import CallNotInCassette, format_call_mismatch
 STABLE_ROOT = "/workspace"
 """The workspace root written in cassettes recorded by a test."""
 
-MARKER_ARGUMENTS = ("cassette", "capabilities", "volatile", "record_mode", "variables")
+MARKER_ARGUMENTS = ("cassette", "capabilities", "volatile", "record_mode", "variables", "hooks")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +96,9 @@ class TapeOptions:
     volatile: tuple[str, ...] = ()
     record_mode: RecordMode | None = None
     variables: Mapping[str, str] = field(default_factory=dict)
+    hooks: tuple[PreToolUse | PostToolUse, ...] = ()
+    """The runtime's hooks while recording (an ``Approver``, a plan);
+    playback runs the recorded plan and approvals instead."""
 
 
 def tape_options(args: Sequence[Any], kwargs: Mapping[str, Any]) -> TapeOptions:
@@ -114,6 +123,13 @@ def tape_options(args: Sequence[Any], kwargs: Mapping[str, Any]) -> TapeOptions:
         isinstance(k, str) and isinstance(v, str) for k, v in variables.items()
     ):
         raise ValueError("variables= must be a mapping of str to str")
+    hooks = kwargs.get("hooks", ())
+    if not isinstance(hooks, (list, tuple)) or not all(
+        isinstance(hook, (PreToolUse, PostToolUse)) for hook in hooks
+    ):
+        raise ValueError(
+            "hooks= must be a list of PreToolUse/PostToolUse hooks such as Approver(...)"
+        )
     mode = kwargs.get("record_mode")
     return TapeOptions(
         cassette=cassette,
@@ -121,6 +137,7 @@ def tape_options(args: Sequence[Any], kwargs: Mapping[str, Any]) -> TapeOptions:
         volatile=tuple(volatile),
         record_mode=None if mode is None else parse(str(mode), "record_mode="),
         variables=dict(variables),
+        hooks=tuple(hooks),
     )
 
 
@@ -237,6 +254,7 @@ class PlaybackTape:
         self._runtime: ToolRuntime | None = None
         self._store: SQLiteAuditStore | None = None
         self._execute: Any = None
+        self._http = self._checker.http_playback(cassette, registry)  # before the fake world
 
     def start(self) -> ToolRuntime:
         cassette = self.cassette
@@ -246,18 +264,19 @@ class PlaybackTape:
         self._stack.enter_context(fake_filesystem(empty))
         session = cassette.session
         self._store = SQLiteAuditStore(":memory:")
+        plan: list[PreToolUse | PostToolUse] = [PlanProgress(session.plan)] if session.plan else []
         runtime = ToolRuntime(
-            self.registry,
+            self._http.registry(self.registry) if self._http else self.registry,
             cassette.workspace.root,
             session.capabilities,
             self._store,
-            hooks=[PlanProgress(session.plan)] if session.plan else [],
+            hooks=[*plan, *approval_hooks(cassette, self.redactor)],
             redactor=self.redactor,
             variables=session.variables,
             idempotency_scope=session.idempotency_scope,
             timeouts=session.timeouts,
         )
-        runtime.add_listener(lambda call, result, data: self._stored.append(data))
+        runtime.add_listener(lambda call, result, data, approval: self._stored.append(data))
         self._execute = runtime.execute
         runtime.execute = self._play  # type: ignore[method-assign]
         self._runtime = runtime
@@ -285,6 +304,8 @@ class PlaybackTape:
                 )
                 raise CallNotInCassette(self._mismatch(number, index, call))
             self._next += 1
+            if self._http is not None:
+                self._http.current = index
         result: ToolResult = self._execute(call)
         self._results.append(result)
         self._checker.result(index, interactions[index], result, self._stored[-1])
@@ -319,6 +340,9 @@ class PlaybackTape:
             if self._runtime is not None:
                 for orphan in self._runtime.close(join_timeout=ORPHAN_JOIN_SECONDS):
                     checker.add("runtime", "handlers", "none still running", orphan)
+            if self._http is not None:
+                self._http.close()
+                checker.http_requests(cassette.interactions, self._http.unmatched())
             if self._store is not None:
                 rows = tuple(self._store.rows())
                 self._store.close()
