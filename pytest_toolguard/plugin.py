@@ -301,6 +301,11 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
     resolved = file_path.resolve()
     if any(resolved.is_relative_to(directory) for directory in config.stash[_REPLAY_DIRS]):
         return CassetteFile.from_parent(parent, path=file_path)
+    # A cassette named on the command line is replayed wherever it is, as
+    # pytest collects a test file named there whatever its name.
+    given = (config.invocation_params.dir / arg.split("::")[0] for arg in config.args)
+    if any(resolved == path.resolve() for path in given):
+        return CassetteFile.from_parent(parent, path=file_path)
     return None
 
 

@@ -142,6 +142,49 @@ class ToolSpec:
             "input_schema": dict(self.input_schema),
         }
 
+    def to_mcp(self) -> dict[str, Any]:
+        """This tool as an MCP ``Tool`` (wire form): ``inputSchema``,
+        ``outputSchema`` and the annotations its risk reads back as
+        (``pytest_toolguard.bridges.from_mcp`` gives the same risk)."""
+        read_only = self.risk is Risk.READ
+        body: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "inputSchema": dict(self.input_schema),
+        }
+        if self.output_schema is not None:
+            body["outputSchema"] = dict(self.output_schema)
+        body["annotations"] = {
+            "readOnlyHint": read_only,
+            "destructiveHint": self.risk is Risk.DANGEROUS,
+            "idempotentHint": self.idempotent,
+            "openWorldHint": self.risk in (Risk.EXTERNAL, Risk.DANGEROUS),
+        }
+        return body
+
+    def to_openai(self, api: Literal["chat", "responses"] = "chat") -> dict[str, Any]:
+        """This tool as an OpenAI function tool: the Chat Completions shape
+        (``{"type": "function", "function": {...}}``) or the Responses one
+        (flat, with ``strict``)."""
+        function = {
+            "name": self.name,
+            "description": self.description,
+            "parameters": dict(self.input_schema),
+        }
+        if api == "responses":
+            return {"type": "function", **function, "strict": False}
+        if api != "chat":
+            raise ValueError(f"api must be 'chat' or 'responses', not {api!r}")
+        return {"type": "function", "function": function}
+
+    def to_anthropic(self) -> dict[str, Any]:
+        """This tool as an Anthropic Messages tool (``input_schema``)."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": dict(self.input_schema),
+        }
+
 
 def _is_coroutine_function(handler: Handler) -> bool:
     return inspect.iscoroutinefunction(handler) or (
@@ -151,7 +194,7 @@ def _is_coroutine_function(handler: Handler) -> bool:
 
 def tool(
     *,
-    input_schema: Mapping[str, Any],
+    input_schema: Mapping[str, Any] | None = None,
     name: str | None = None,
     description: str | None = None,
     risk: Risk | str = Risk.READ,
@@ -165,17 +208,28 @@ def tool(
     redactor: Redactor | None = None,
 ) -> Callable[[Handler], ToolSpec]:
     """Declare a tool from a handler. The name defaults to the function's
-    name and the description to its docstring::
+    name and the description to its docstring; without ``input_schema`` the
+    schema comes from the handler's signature and type hints (see
+    ``pytest_toolguard.bridges.python``)::
 
         @tool(input_schema={...}, paths=[PathAccess.read("{path}")])
         def read_text(ctx, path, max_chars=4000): ...
+
+        @tool(paths=[PathAccess.read("{path}")])
+        def read_text(ctx, path: str, max_chars: int = 4000): ...
     """
 
     def wrap(handler: Handler) -> ToolSpec:
+        schema = input_schema
+        if schema is None:
+            from .bridges.python import schema_from_signature, with_dataclass_arguments
+
+            schema = schema_from_signature(handler)
+            handler = with_dataclass_arguments(handler)
         return ToolSpec(
             name=name or handler.__name__,
             description=description or (handler.__doc__ or "").strip(),
-            input_schema=input_schema,
+            input_schema=schema,
             handler=handler,
             risk=Risk(risk),
             output_schema=output_schema,

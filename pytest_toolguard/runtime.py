@@ -315,6 +315,22 @@ class ToolRuntime:
             self._notify(call, result, attempt)
         return result
 
+    def admit(self, call: ToolCall) -> ToolResult | None:
+        """Every step of ``execute`` before the handler, for a tool another
+        program runs (an agent framework's own tool, a Claude Code hook):
+        None when the call is admitted, its RUNNING audit row committed
+        (``pytest_toolguard.bridges.gate.finish_admitted`` finishes it with
+        the other program's outcome); otherwise the refusal, recorded and
+        returned as ``execute`` would. Never raises for anything the call
+        contains."""
+        attempt = self._arrive(call)
+        result = self._pipeline(call, attempt)
+        if isinstance(result, _Running):
+            return None
+        if self._listeners:
+            self._notify(call, result, attempt)
+        return result
+
     async def aexecute(self, call: ToolCall) -> ToolResult:
         """``execute`` for async agent loops: the same pipeline, audit rows,
         listeners and result (see the module docstring for what runs on

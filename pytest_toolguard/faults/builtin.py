@@ -7,6 +7,7 @@ and what must hold; the README's fault table is made from them.
 from __future__ import annotations
 
 import base64
+import inspect
 import json
 import posixpath
 import threading
@@ -153,6 +154,14 @@ def _swapping_first(
     (after the policy check) and back when it ends."""
 
     def wrap(handler: Callable[..., Any]) -> Callable[..., Any]:
+        if inspect.iscoroutinefunction(handler):
+            # Held across the await: a coroutine's body runs after the call returns it.
+            async def swapping_async(ctx: Any, **arguments: Any) -> Any:
+                with _swapped(cell, first, decoy):
+                    return await handler(ctx, **arguments)
+
+            return swapping_async
+
         def swapping(ctx: Any, **arguments: Any) -> Any:
             with _swapped(cell, first, decoy):
                 return handler(ctx, **arguments)
@@ -762,6 +771,13 @@ class SecretInPayload(Fault):
         arguments = _plant(cell.target.arguments, FAKE_SECRET)
 
         def leaking(handler: Callable[..., Any]) -> Callable[..., Any]:
+            if inspect.iscoroutinefunction(handler):  # plant in the awaited output
+
+                async def leak_async(ctx: Any, **kwargs: Any) -> Any:
+                    return _plant(await handler(ctx, **kwargs), FAKE_SECRET)
+
+                return leak_async
+
             def leak(ctx: Any, **kwargs: Any) -> Any:
                 return _plant(handler(ctx, **kwargs), FAKE_SECRET)
 

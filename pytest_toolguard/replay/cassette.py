@@ -120,6 +120,10 @@ class Interaction:
     replay grants it again (``replay.approvals``)."""
     http: tuple[HttpExchange, ...] = ()
     """The HTTP exchanges its handler made, in order; replay serves them."""
+    transcript_result: Mapping[str, Any] | None = None
+    """For a session imported from another program's transcript: the result
+    the transcript holds (``ok``, ``content``, maybe ``data``). Kept for the
+    reader; replay compares the re-executed result, never this."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,6 +370,7 @@ def _interaction(raw: Mapping[str, Any], index: int, session: Session, kind: Kin
         if approval is None
         else Approval(rule=approval["rule"], reason=approval.get("reason", "")),
         http=tuple(_exchange(item) for item in raw.get("http") or ()),
+        transcript_result=raw.get("transcript_result"),
     )
 
 
@@ -559,6 +564,8 @@ def _interaction_dict(item: Interaction) -> dict[str, Any]:
         body["http"] = [_exchange_dict(exchange) for exchange in item.http]
     if item.volatile:
         body["volatile"] = list(item.volatile)
+    if item.transcript_result is not None:
+        body["transcript_result"] = canonical(item.transcript_result)
     return body
 
 
