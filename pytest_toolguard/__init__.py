@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from .audit import AuditRecord, AuditStore, AuditUnavailable, SQLiteAuditStore
     from .contract import CallState, ErrorCode, ToolCall, ToolResult
     from .hooks import (
+        Approval,
         Approver,
         Artifact,
         HookDecision,
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
+    "Approval",
     "Approver",
     "Artifact",
     "AuditRecord",
@@ -95,6 +97,7 @@ _EXPORTED_FROM = {
     "audit": ("AuditRecord", "AuditStore", "AuditUnavailable", "SQLiteAuditStore"),
     "contract": ("CallState", "ErrorCode", "ToolCall", "ToolResult"),
     "hooks": (
+        "Approval",
         "Approver",
         "Artifact",
         "HookDecision",

@@ -35,7 +35,10 @@ first. The same ``seed`` gives the same report.
 
 A handler that raises an ordinary exception (``EXECUTION_ERROR``) or is
 refused by policy or the sandbox is *not* a failure: a read of a missing
-file may fail. Only the properties above are checked.
+file may fail. Only the properties above are checked. But a tool whose
+handler no valid call reached (every one refused: by policy, a hook, the
+sandbox; or no valid arguments exist) was not fuzzed at all: its report is
+``skipped``, with the codes and rules that refused it, never a pass.
 
 Reaching an escape. Random text almost never spells ``../x``, so top-level
 string arguments whose names look like paths (``path``, ``file``,
@@ -52,10 +55,16 @@ The fuzz world. The workspace root is ``WORKSPACE_ROOT`` holding
 decoys. The runtime gets an in-memory audit store (sqlite never sees
 pyfakefs), ``variables={"run_id": RUN_ID}`` (the built-in run tools need
 it), and by default capabilities allowing this tool at its risk, reading
-and writing the whole workspace. Tools whose risk needs approval
-(external, dangerous) are refused ``APPROVAL_REQUIRED`` unless
-``approve=True``: their handlers may reach the network or run commands,
-which no fake filesystem contains.
+and writing the whole workspace, and no network host. Tools whose risk
+needs approval (external, dangerous) are approved by an ``Approver`` that
+allows every call (``approve=True``, the default), so their handlers run;
+with ``approve=False`` they must answer ``APPROVAL_REQUIRED``, their
+handlers never run and the report is skipped. Only the filesystem is
+fake: a handler that opens a socket or runs a subprocess does so for real.
+A tool that names its host (``network_host_argument``) is refused by the
+policy, since no host is allowed (the report is skipped, saying so), unless
+``capabilities`` allow one; stub any other outside effect in the registry
+given to the fuzzer.
 
 Not guaranteed: that a handler's effects outside this process (network,
 subprocesses, the real clock) are seen; that every argument is tried (the
@@ -72,14 +81,16 @@ This module does not import pytest; the plugin turns reports into items.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import functools
+import inspect
 import json
 import posixpath
 import stat
 import threading
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -306,9 +317,10 @@ class FuzzReport:
     shrinking included); ``handler_calls`` how many of them ran the handler;
     ``codes`` how they were answered.
     ``failures`` holds one minimal failing call per ``Problem`` and kind of
-    arguments (valid, invalid). ``skipped`` says why nothing was run (a
-    schema the strategies cannot translate); ``notes`` what could not be
-    tried (no invalid arguments exist, say)."""
+    arguments (valid, invalid). ``skipped`` says why the tool could not be
+    fuzzed: a schema the strategies cannot translate (nothing was run), or
+    a handler that no call reached (the refusals that stopped them);
+    ``notes`` what could not be tried (no invalid arguments exist, say)."""
 
     tool: str
     valid_calls: int
@@ -357,13 +369,15 @@ class FuzzReport:
 
     def format(self) -> str:
         """A readable multi-line report: a summary line, then each failure."""
-        if self.skipped is not None:
+        if self.skipped is not None and not (self.valid_calls or self.invalid_calls):
             return f"fuzz {self.tool}: skipped: {self.skipped}"
         ran = (
             f"{self.valid_calls} valid and {self.invalid_calls} invalid calls, "
             f"handler ran {self.handler_calls} times, seed {self.seed}"
         )
         verdict = "ok" if self.ok else f"{len(self.failures)} failure(s)"
+        if self.skipped is not None:
+            verdict = f"skipped: {self.skipped}"
         lines = [f"fuzz {self.tool}: {verdict} ({ran})"]
         if self.codes:
             answered = ", ".join(f"{code} {count}" for code, count in sorted(self.codes.items()))
@@ -382,7 +396,7 @@ def fuzz_tool(
     capabilities: Capabilities | None = None,
     registry: ToolRegistry | None = None,
     variables: Mapping[str, str] | None = None,
-    approve: bool = False,
+    approve: bool = True,
     timeout_seconds: float | None = None,
 ) -> FuzzReport:
     """Fuzz one tool: up to ``examples`` generated calls with valid
@@ -393,12 +407,13 @@ def fuzz_tool(
     ``capabilities`` defaults to this tool at its risk, reading and writing
     the whole workspace; ``registry`` is the rest of the registry the tool
     runs beside (default: the tool alone); ``variables`` default to
-    ``{"run_id": RUN_ID}``; ``approve`` approves tools whose risk needs it;
-    ``timeout_seconds`` replaces the tool's deadline.
+    ``{"run_id": RUN_ID}``; ``approve`` (default True) approves every call
+    of a tool whose risk needs it, so its handler runs; ``timeout_seconds``
+    replaces the tool's deadline.
 
     Never raises for a tool's behaviour; a schema outside the supported
-    subset gives a report with ``skipped`` set. Raises ``ValueError`` for
-    ``examples < 1``."""
+    subset, or a handler that no valid call reached, gives a report with
+    ``skipped`` set (saying why). Raises ``ValueError`` for ``examples < 1``."""
     if examples < 1:
         raise ValueError(f"examples must be at least 1, got {examples}")
     harness = _Harness(
@@ -433,15 +448,40 @@ def fuzz_tool(
             failures.extend(search.run(examples, seed, notes))
     except UnsupportedSchema as exc:
         return FuzzReport(spec.name, 0, 0, 0, (), skipped=str(exc), seed=seed)
+    skipped = None
+    if harness.handler_calls == 0:
+        never_ran = _never_ran(valid_search.calls, harness.refusals)
+        if failures:
+            notes.append(never_ran)
+        else:
+            skipped = never_ran
     return FuzzReport(
         tool=spec.name,
         valid_calls=valid_search.calls,
         invalid_calls=invalid_search.calls,
         handler_calls=harness.handler_calls,
         failures=tuple(failures),
+        skipped=skipped,
         notes=tuple(notes),
         seed=seed,
         codes=dict(sorted(harness.codes.items())),
+    )
+
+
+def _never_ran(valid_calls: int, refusals: Mapping[tuple[str, str], _Refusal]) -> str:
+    """Why the handler never ran, for a skipped report."""
+    if not valid_calls:
+        return "the handler never ran: no valid arguments could be generated from the input schema"
+    ranked = sorted(refusals.items(), key=lambda entry: (-entry[1].count, entry[0]))
+    shown = "; ".join(
+        f"{refusal.count} answered {code}"
+        + (f" by {rule}" if rule else "")
+        + (f" ({_short(refusal.reason, 160)})" if refusal.reason else "")
+        for (code, rule), refusal in ranked[:_LISTED]
+    )
+    more = f"; and {len(ranked) - _LISTED} more kinds" if len(ranked) > _LISTED else ""
+    return (
+        f"the handler never ran: every one of {valid_calls} valid calls was refused: {shown}{more}"
     )
 
 
@@ -452,7 +492,7 @@ def fuzz_registry(
     seed: int = 0,
     capabilities: Capabilities | None = None,
     variables: Mapping[str, str] | None = None,
-    approve: bool = False,
+    approve: bool = True,
     timeout_seconds: float | None = None,
     tools: Sequence[str] | None = None,
 ) -> list[FuzzReport]:
@@ -486,7 +526,7 @@ def check_call(
     capabilities: Capabilities | None = None,
     registry: ToolRegistry | None = None,
     variables: Mapping[str, str] | None = None,
-    approve: bool = False,
+    approve: bool = True,
     timeout_seconds: float | None = None,
 ) -> tuple[FuzzFailure, ...]:
     """Run one call of ``spec`` with ``arguments`` in a fresh fuzz world and
@@ -513,6 +553,15 @@ def check_call(
 
 
 @dataclass
+class _Refusal:
+    """Valid calls refused before the handler, of one code and rule."""
+
+    count: int
+    reason: str
+    """The first such call's reason (its audit row's)."""
+
+
+@dataclass
 class _Run:
     """What the wrapped handler saw during one call."""
 
@@ -535,24 +584,60 @@ class _Tracker:
         return self.current
 
     def wrap(self, handler: Handler) -> Handler:
+        """``handler``, counted. An ``async def`` handler gets an ``async
+        def`` wrapper (so the runtime still sees a coroutine function), and
+        an awaitable a plain handler returns is followed until it settles:
+        a run ends when its value is there, not when its coroutine is made."""
+        if inspect.iscoroutinefunction(handler) or (
+            not inspect.isroutine(handler) and inspect.iscoroutinefunction(type(handler).__call__)
+        ):
+
+            @functools.wraps(handler)
+            async def tracked_coroutine(ctx: Any, **arguments: Any) -> Any:
+                return await self._settled(self._started(), handler(ctx, **arguments))
+
+            return tracked_coroutine
+
         @functools.wraps(handler)
         def tracked(ctx: Any, **arguments: Any) -> Any:
-            run = self.current  # the call this run belongs to, even if it overruns
-            with self._lock:
-                run.calls += 1
-                self.total += 1
+            run = self._started()
             try:
                 value = handler(ctx, **arguments)
             except BaseException as exc:
-                run.raised = exc
+                self._finished(run, raised=exc)
                 raise
-            finally:
-                with self._lock:
-                    run.finished += 1
-            run.outputs.append(value)
+            if inspect.isawaitable(value):
+                return self._settled(run, value)  # the runtime awaits it
+            self._finished(run, value=value)
             return value
 
         return tracked
+
+    def _started(self) -> _Run:
+        run = self.current  # the call this run belongs to, even if it overruns
+        with self._lock:
+            run.calls += 1
+            self.total += 1
+        return run
+
+    def _finished(
+        self, run: _Run, *, value: Any = None, raised: BaseException | None = None
+    ) -> None:
+        with self._lock:
+            run.finished += 1
+            if raised is not None:
+                run.raised = raised
+            else:
+                run.outputs.append(value)
+
+    async def _settled(self, run: _Run, awaitable: Awaitable[Any]) -> Any:
+        try:
+            value = await awaitable
+        except BaseException as exc:
+            self._finished(run, raised=exc)
+            raise
+        self._finished(run, value=value)
+        return value
 
 
 class _Harness:
@@ -594,6 +679,8 @@ class _Harness:
         self.timeouts = {spec.name: deadline}
         self.codes: dict[str, int] = {}
         """How many calls were answered with each code."""
+        self.refusals: dict[tuple[str, str], _Refusal] = {}
+        """Valid calls that never reached the handler, by (code, audit rule)."""
 
     @property
     def handler_calls(self) -> int:
@@ -653,6 +740,8 @@ class _Harness:
             store.close()
         if result is not None:
             self.codes[result.code.value] = self.codes.get(result.code.value, 0) + 1
+            if valid and not run.calls:
+                self._refused(result, rows)
             problems.extend(self._judge(result, run, valid, rows))
             if _holds_decoy(result, run):
                 problems.append(
@@ -668,6 +757,16 @@ class _Harness:
         if audit:
             problems.append((Problem.AUDIT_ROWS, audit))
         return problems
+
+    def _refused(self, result: ToolResult, rows: list[AuditRecord]) -> None:
+        row = rows[0] if len(rows) == 1 else None
+        rule = row.rule if row is not None else ""
+        reason = (row.reason if row is not None else "") or result.message
+        key = (result.code.value, rule)
+        if key in self.refusals:
+            self.refusals[key].count += 1
+        else:
+            self.refusals[key] = _Refusal(1, reason)
 
     def _judge(
         self, result: ToolResult, run: _Run, valid: bool, rows: list[AuditRecord]
@@ -685,11 +784,13 @@ class _Harness:
             problems.append((Problem.VALID_REFUSED, answered))
         if run.calls > 1:
             problems.append((Problem.HANDLER_RAN_TWICE, f"the handler ran {run.calls} times"))
-        if run.raised is not None and not isinstance(run.raised, Exception):
+        stopped = isinstance(run.raised, (CallCancelled, asyncio.CancelledError))
+        if run.raised is not None and not isinstance(run.raised, Exception) and not stopped:
             problems.append((Problem.HANDLER_BASE_EXCEPTION, f"the handler {_raised(run.raised)}"))
-        if result.code is ErrorCode.TIMEOUT and not isinstance(run.raised, CallCancelled):
+        if result.code is ErrorCode.TIMEOUT and not stopped:
             # A handler may wait past a deadline (wait_for_file); it must stop
-            # when cancelled (CallCancelled), not run on and return.
+            # when cancelled (CallCancelled, or a coroutine's CancelledError:
+            # the runtime's doing, never a problem), not run on and return.
             problems.append((Problem.TIMEOUT, answered))
         if result.code is ErrorCode.OUTPUT_INVALID:
             if run.outputs and not _is_json(run.outputs[0]):

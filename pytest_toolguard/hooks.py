@@ -65,6 +65,17 @@ class HookDecision:
 
 
 @dataclass(frozen=True, slots=True)
+class Approval:
+    """The hook decision that let a call through: the PreToolUse hook that
+    answered ``allow`` last (``rule`` is ``hook.<its name>``, as in the
+    audit row) and its reason, redacted. External and dangerous tools run
+    only with one; replay grants the recorded ones again."""
+
+    rule: str
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class PreToolUseEvent:
     """What a PreToolUse hook sees: the call, its tool and the arguments as
     they stand (parsed, schema-valid, authorised)."""

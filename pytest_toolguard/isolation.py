@@ -10,6 +10,18 @@ threads are reused between calls (a new thread per call costs more than the
 rest of the pipeline) and are daemons, so a hung handler never blocks the
 interpreter's exit.
 
+Coroutines (``async def`` handlers, or handlers returning an awaitable).
+``ThreadIsolation.run`` and the process child run them to completion with
+``CoroutineRunner``, on an event loop of their own; at the deadline the
+runtime cancels the coroutine through it (``task.cancel`` on that loop, from
+the caller's thread). ``ThreadIsolation.run_async`` runs one as a task on
+the caller's running loop instead (``ToolRuntime.aexecute``): at the
+deadline the task is cancelled and given ``cancel_grace`` seconds to stop; a
+task still running after that is tracked like an orphaned thread. A
+coroutine can only be cancelled at an ``await``: one that blocks its loop
+(``time.sleep`` in ``async def``) blocks the caller's loop too under
+``run_async``.
+
 Process mode forks a child in its own process group and kills the group with
 SIGKILL at the deadline: a handler that sleeps past its timeout and then
 writes leaves nothing. The child inherits the workspace's descriptors; the
@@ -29,12 +41,16 @@ import pickle
 import queue
 import select
 import signal
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+if TYPE_CHECKING:  # imported where used: asyncio costs ~15 ms, paid by async callers only
+    import asyncio
 
 IsolationMode = Literal["thread", "process"]
 
@@ -98,14 +114,25 @@ class _Worker:
                 return
 
 
-class ThreadIsolation:
-    """Runs handlers on reusable daemon worker threads with a deadline."""
+CANCEL_GRACE = 1.0
+"""Seconds ``run_async`` waits, after cancelling a task at its deadline, for
+it to stop before answering (cleanup in ``finally`` blocks, usually one turn
+of the loop)."""
 
-    def __init__(self, max_idle: int = 8) -> None:
+
+class ThreadIsolation:
+    """Runs handlers on reusable daemon worker threads with a deadline, and
+    coroutines on the caller's running loop (``run_async``)."""
+
+    def __init__(self, max_idle: int = 8, *, cancel_grace: float = CANCEL_GRACE) -> None:
         self._max_idle = max_idle
+        self.cancel_grace = cancel_grace
         self._idle: list[_Worker] = []
         self._orphans: list[_Worker] = []
+        self._tasks: dict[asyncio.Task[Any], str] = {}
+        """Tasks of ``run_async`` still running past their deadline."""
         self._lock = threading.Lock()
+        self._task_ended = threading.Condition(self._lock)
 
     def run(self, fn: Callable[[], Any], timeout: float, name: str) -> Any:
         """Return ``fn()``'s value, re-raise its exception, or raise
@@ -128,6 +155,50 @@ class ThreadIsolation:
             raise job.error
         return job.value
 
+    async def run_async(
+        self,
+        fn: Callable[[], Coroutine[Any, Any, Any]],
+        timeout: float,
+        name: str,
+        cancel: Callable[[], None],
+    ) -> Any:
+        """Await ``fn()`` as a task on the running loop and return its value
+        (or re-raise its exception). At the deadline: call ``cancel()``,
+        cancel the task, wait up to ``cancel_grace`` s for it to stop, and
+        raise ``HandlerTimeout`` (a task still running is tracked). When the
+        caller's own task is cancelled meanwhile, the same happens without
+        the wait and ``CancelledError`` propagates."""
+        import asyncio
+
+        # The loop first: without one, fn() is never called (no unawaited coroutine).
+        task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(fn())
+        try:
+            done, _ = await asyncio.wait((task,), timeout=timeout)
+            if done:
+                return task.result()
+            cancel()
+            task.cancel()
+            await asyncio.wait((task,), timeout=self.cancel_grace)
+        except asyncio.CancelledError:  # the caller's task: the handler goes with it
+            cancel()
+            task.cancel()
+            self._track(task, name)
+            raise
+        self._track(task, name)
+        raise HandlerTimeout(timeout)
+
+    def _track(self, task: asyncio.Task[Any], name: str) -> None:
+        with self._lock:
+            if task.done():
+                return
+            self._tasks[task] = name
+        task.add_done_callback(self._forget)
+
+    def _forget(self, task: asyncio.Task[Any]) -> None:
+        with self._task_ended:
+            self._tasks.pop(task, None)
+            self._task_ended.notify_all()
+
     def _return(self, worker: _Worker) -> None:
         with self._lock:
             if len(self._idle) < self._max_idle:
@@ -146,11 +217,14 @@ class ThreadIsolation:
     def orphans(self) -> list[str]:
         """Labels of handlers still running past their deadline."""
         with self._lock:
-            return [w.label for w in self._orphans if w.thread.is_alive()]
+            threads = [w.label for w in self._orphans if w.thread.is_alive()]
+            return threads + [name for task, name in self._tasks.items() if not task.done()]
 
     def close(self, join_timeout: float = 5.0) -> list[str]:
         """Stop idle workers and wait up to ``join_timeout`` seconds in all for
-        orphaned handlers to end. Returns the labels of those still alive."""
+        orphaned handlers to end. Returns the labels of those still alive.
+        A task on the loop running in the calling thread cannot end while
+        this blocks, so it is reported without waiting."""
         with self._lock:
             idle, self._idle = self._idle, []
             orphans = list(self._orphans)
@@ -161,7 +235,69 @@ class ThreadIsolation:
             worker.thread.join(max(0.0, deadline - time.monotonic()))
         for worker in idle:
             worker.thread.join(max(0.0, deadline - time.monotonic()))
-        return [w.label for w in orphans if w.thread.is_alive()]
+        still_alive = [w.label for w in orphans if w.thread.is_alive()]
+        own_loop = _running_loop()
+        with self._task_ended:
+            while any(not task.done() and task.get_loop() is not own_loop for task in self._tasks):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._task_ended.wait(remaining)
+            return still_alive + [name for task, name in self._tasks.items() if not task.done()]
+
+
+class CoroutineRunner:
+    """Runs one awaitable to completion on a new event loop in the calling
+    thread (a worker thread, or the process child), and lets another thread
+    cancel it: ``cancel()`` cancels the task on that loop, or makes ``run``
+    close the awaitable unstarted when the loop is not running yet."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cancelled = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[Any] | None = None
+
+    def run(self, awaitable: Awaitable[Any]) -> Any:
+        """The awaitable's value; its exception, or ``CancelledError`` once
+        cancelled, propagates."""
+        import asyncio
+
+        async def main() -> Any:
+            with self._lock:
+                if self._cancelled:
+                    close = getattr(awaitable, "close", None)
+                    if close is not None:  # a coroutine never started: no "never awaited"
+                        close()
+                    raise asyncio.CancelledError
+                self._loop, self._task = asyncio.get_running_loop(), asyncio.current_task()
+            try:
+                return await awaitable
+            finally:
+                with self._lock:
+                    self._loop = self._task = None
+
+        return asyncio.run(main())
+
+    def cancel(self) -> None:
+        """Cancel the coroutine (from any thread); harmless once it ended."""
+        with self._lock:
+            self._cancelled = True
+            if self._loop is not None and self._task is not None:
+                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                    self._loop.call_soon_threadsafe(self._task.cancel)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread (None without asyncio loaded)."""
+    if "asyncio" not in sys.modules:
+        return None
+    import asyncio
+
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 class ProcessIsolation:

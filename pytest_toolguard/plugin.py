@@ -19,8 +19,12 @@ module only connects it to pytest.
 - The ``toolguard`` fixture records or plays back a test's cassette (see
   ``pytest_toolguard.replay.tape`` and ``record_mode``).
 - ``@pytest.mark.toolguard(cassette=, capabilities=, volatile=, record_mode=,
-  variables=)``: any other argument, or a wrong value, fails that test at
+  variables=, hooks=)``: any other argument, or a wrong value, fails that test at
   setup with a message naming it (on every marked test, fixture or not).
+- ``pytest --toolguard-fuzz`` collects, after the paths, a ``toolguard-fuzz``
+  collector with one item per tool of the ``toolguard_registry`` fixture
+  (``FuzzTools`` says how the tools are named at collection); its summary
+  line follows the run.
 - After a run with ``--toolguard-replay``, one summary line; under xdist the
   workers' counts travel through ``workeroutput`` and the controller prints
   the totals.
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Generator, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -74,8 +79,11 @@ _REPLAY_DIRS: pytest.StashKey[tuple[Path, ...]] = pytest.StashKey()
 _PHASES: pytest.StashKey[dict[str, pytest.TestReport]] = pytest.StashKey()
 _FAULTS: pytest.StashKey[tuple[Fault, ...]] = pytest.StashKey()
 _CELLS: pytest.StashKey[list[CellOutcome]] = pytest.StashKey()
-_COLLECTION_REGISTRY: pytest.StashKey[ToolRegistry | None] = pytest.StashKey()
+_COLLECTION_REGISTRIES: pytest.StashKey[dict[int, RegistryAtCollection | RegistryUnavailable]] = (
+    pytest.StashKey()
+)
 _FUZZED: pytest.StashKey[list[FuzzReport]] = pytest.StashKey()
+_INI_REGISTRY: pytest.StashKey[ToolRegistry] = pytest.StashKey()
 
 
 # -- options, ini values, marker ------------------------------------------------
@@ -118,8 +126,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--toolguard-fuzz",
         action="store_true",
         default=False,
-        help="add one item per registered tool (toolguard-fuzz::<tool>) that runs it through "
-        "the executor with arguments generated from its input schema, valid and invalid",
+        help="add one item per tool of the toolguard_registry fixture (toolguard-fuzz::<tool>) "
+        "that runs it through the executor with arguments generated from its input schema, "
+        "valid and invalid",
     )
     group.addoption(
         "--toolguard-fuzz-examples",
@@ -177,8 +186,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "toolguard(cassette=None, capabilities=None, volatile=(), record_mode=None, "
-        "variables=None): the cassette of the toolguard fixture, the session's capabilities, "
-        "fields never compared, the record mode and the runtime's variables",
+        "variables=None, hooks=()): the cassette of the toolguard fixture, the session's "
+        "capabilities, fields never compared, the record mode, the runtime's variables and "
+        "the hooks it records with (an Approver; playback grants the recorded approvals)",
     )
     _check_ini_record_mode(config)
     if _replaying(config):
@@ -291,6 +301,11 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
     resolved = file_path.resolve()
     if any(resolved.is_relative_to(directory) for directory in config.stash[_REPLAY_DIRS]):
         return CassetteFile.from_parent(parent, path=file_path)
+    # A cassette named on the command line is replayed wherever it is, as
+    # pytest collects a test file named there whatever its name.
+    given = (config.invocation_params.dir / arg.split("::")[0] for arg in config.args)
+    if any(resolved == path.resolve() for path in given):
+        return CassetteFile.from_parent(parent, path=file_path)
     return None
 
 
@@ -310,7 +325,11 @@ class CassetteFile(pytest.File):
             cassette = load(self.path, source=self.shown)
         except CassetteError:
             return  # the replay item reports it
-        registry = _collection_registry(self.config)
+        try:
+            found = registry_at_collection(self)
+        except RegistryUnavailable as exc:
+            found = RegistryAtCollection(None, str(exc))
+        registry = found.registry
         unknown: set[str] = set()
         for index, interaction in enumerate(cassette.interactions):
             spec = registry.get(interaction.call.tool_name) if registry else None
@@ -323,11 +342,14 @@ class CassetteFile(pytest.File):
                     self, name=target.label, target=target, faults=applicable
                 )
         if unknown:
+            why = (
+                f"its tools are known only at run time ({found.deferred})"
+                if found.deferred
+                else f"{found.source} has no tool {', '.join(sorted(unknown))}"
+            )
             self.warn(
                 pytest.PytestWarning(
-                    f"{self.shown}: the ini toolguard_registry has no tool "
-                    f"{', '.join(sorted(unknown))}, so most faults of its calls were not "
-                    "collected (collection reads the ini, not a toolguard_registry fixture)"
+                    f"{self.shown}: {why}, so most faults of its calls were not collected"
                 )
             )
 
@@ -372,19 +394,73 @@ class FaultCellFailed(AssertionError):
     """A fault cell whose oracle did not hold."""
 
 
-def _collection_registry(config: pytest.Config) -> ToolRegistry | None:
-    """The ini registry, loaded once, to decide at collection which faults
-    apply (the ``toolguard_registry`` fixture gives the tools at run time,
-    and each cell asks again); None when it cannot be loaded."""
-    if _COLLECTION_REGISTRY not in config.stash:
-        from .replay.registry_loading import SpecError, load_registry
+class RegistryUnavailable(Exception):
+    """The registry items would get cannot be had at collection (a broken
+    ini value, a fixture returning no ``ToolRegistry``); says which and why."""
 
-        spec = str(config.getini("toolguard_registry")) or DEFAULT_REGISTRY
-        try:
-            config.stash[_COLLECTION_REGISTRY] = load_registry(spec)
-        except SpecError:
-            config.stash[_COLLECTION_REGISTRY] = None
-    return config.stash[_COLLECTION_REGISTRY]
+
+@dataclass(frozen=True)
+class RegistryAtCollection:
+    """The tools a node's items will get from ``toolguard_registry``, as far
+    as collection can know them."""
+
+    registry: ToolRegistry | None
+    """None when the fixture can only give them at run time."""
+    source: str
+    """Where they come from, for messages."""
+    deferred: str = ""
+    """Why they are known only at run time ('' when they are known)."""
+
+
+def registry_at_collection(node: pytest.Collector) -> RegistryAtCollection:
+    """The registry the ``toolguard_registry`` fixture visible from ``node``
+    gives: the ini ``toolguard_registry`` when the fixture is this plugin's,
+    else the overriding fixture called now (``fixture_at_collection``), once
+    per definition. ``RegistryUnavailable`` when it cannot be had; a
+    fixture that can only run at run time gives ``registry=None``."""
+    from .fixture_at_collection import (
+        NotAtCollection,
+        describe,
+        value_at_collection,
+        visible_definition,
+    )
+    from .registry import ToolRegistry
+    from .replay.registry_loading import SpecError, load_registry
+
+    config = node.config
+    definition = visible_definition(node, "toolguard_registry")
+    key = 0 if definition is None or _is_plugin_fixture(definition.func) else id(definition)
+    known = config.stash.setdefault(_COLLECTION_REGISTRIES, {})
+    if key in known:
+        found = known[key]
+        if isinstance(found, RegistryUnavailable):
+            raise found
+        return found
+    try:
+        if definition is None or key == 0:
+            spec = str(config.getini("toolguard_registry")) or DEFAULT_REGISTRY
+            source = f"the ini toolguard_registry = {spec!r}"
+            try:
+                found = RegistryAtCollection(load_registry(spec), source)
+            except SpecError as exc:
+                raise RegistryUnavailable(f"ini toolguard_registry: {exc}") from None
+        else:
+            source = f"the toolguard_registry fixture ({describe(definition, config.rootpath)})"
+            try:
+                value = value_at_collection(node, definition)
+            except NotAtCollection as exc:
+                found = RegistryAtCollection(None, source, str(exc))
+            else:
+                if not isinstance(value, ToolRegistry):
+                    raise RegistryUnavailable(
+                        f"{source} returned a {type(value).__name__}, not a ToolRegistry"
+                    )
+                found = RegistryAtCollection(value, source)
+    except RegistryUnavailable as exc:
+        known[key] = exc
+        raise
+    known[key] = found
+    return found
 
 
 def _run_fault_cell(
@@ -445,7 +521,13 @@ def _replay_file(
     """The body of every ReplayItem (its fixtures are its parameters)."""
     from .replay.cassette import CassetteError, load
     from .replay.player import replay
-    from .replay.report import ReplayFailed, ReplayTotals, format_report, how_to_rerecord
+    from .replay.report import (
+        ReplayFailed,
+        ReplayTotals,
+        format_report,
+        how_to_rerecord,
+        missing_tools_note,
+    )
 
     item, config = request.node, request.config
     shown = item.nodeid.split("::")[0]
@@ -457,40 +539,119 @@ def _replay_file(
     report = replay(cassette, toolguard_registry, secrets=toolguard_secrets)
     config.stash[_TOTALS] += ReplayTotals.of(report)
     if not report.ok:
-        raise ReplayFailed(
-            format_report(report, cassette_path=shown, rerecord=how_to_rerecord(cassette))
+        note = missing_tools_note(
+            report, toolguard_registry.names(), _registry_origin(config, toolguard_registry)
         )
+        raise ReplayFailed(
+            format_report(
+                report, cassette_path=shown, rerecord=how_to_rerecord(cassette), note=note
+            )
+        )
+
+
+def _registry_origin(config: pytest.Config, registry: ToolRegistry) -> str:
+    """Where the ``toolguard_registry`` fixture's registry came from."""
+    if config.stash.get(_INI_REGISTRY, None) is registry:
+        return f"ini toolguard_registry = {config.getini('toolguard_registry') or DEFAULT_REGISTRY}"
+    return "a toolguard_registry fixture of a conftest.py"
 
 
 # -- fuzz items ------------------------------------------------------------------
 
+FUZZ_NODE = "toolguard-fuzz"
+EVERY_TOOL = "every-tool"
+"""The one fuzz item's name when the registry is known only at run time."""
 
-@pytest.hookimpl(tryfirst=True)  # before -k/-m deselect, so they apply to these items too
-def pytest_collection_modifyitems(
-    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
-) -> None:
-    """With ``--toolguard-fuzz``, one item per tool of the ini registry,
-    after the collected tests (the ``toolguard_registry`` fixture gives the
-    tools at run time)."""
-    if not config.getoption("toolguard_fuzz"):
-        return
-    registry = _collection_registry(config)
-    names = registry.names() if registry is not None else []
-    collector = FuzzTools.from_parent(session, name="toolguard-fuzz", nodeid="toolguard-fuzz")
-    items.extend(
-        FuzzItem.from_parent(collector, name=name, callobj=_fuzz_one_tool) for name in names
-    )
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    """With ``--toolguard-fuzz`` the session collects one more node after the
+    paths: ``FuzzTools``. Collected like any other, its items are counted
+    ("N selected") and -k, -m and --deselect apply to them. The outermost
+    wrapper (tryfirst), so it comes last whatever other plugins reorder."""
+    report = yield
+    if (
+        isinstance(collector, pytest.Session)
+        and report.passed
+        and collector.config.getoption("toolguard_fuzz")
+    ):
+        report.result.append(FuzzTools.from_parent(collector, name=FUZZ_NODE, nodeid=FUZZ_NODE))
+    return report
 
 
 class FuzzTools(pytest.Collector):
-    """The parent of the fuzz items (``toolguard-fuzz::<tool>``)."""
+    """The parent of the fuzz items: one ``toolguard-fuzz::<tool>`` per tool
+    of the registry the ``toolguard_registry`` fixture gives them.
+
+    The tools are named at collection: from the ini ``toolguard_registry``
+    when the fixture is this plugin's, else by calling the overriding
+    fixture now (``fixture_at_collection``). When that fixture cannot be
+    called at collection (a ``yield`` fixture, one that needs ``request``),
+    a single item ``toolguard-fuzz::every-tool`` fuzzes each of its tools at
+    run time. A broken ini value, a fixture that returns no ``ToolRegistry``
+    and a registry without tools are collection errors naming the source."""
+
+    source = "the toolguard_registry fixture"
+    """Where the registry comes from, for messages."""
+    deferred = ""
+    """Why the tools are named only at run time ('' when they were at collection)."""
 
     def collect(self) -> list[pytest.Item]:
-        return []
+        names = self._tool_names()
+        if names is None:
+            return [FuzzItem.from_parent(self, name=EVERY_TOOL, callobj=_fuzz_every_tool)]
+        return [FuzzItem.from_parent(self, name=name, callobj=_fuzz_one_tool) for name in names]
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, self.name
+
+    def _tool_names(self) -> list[str] | None:
+        self._warn_unseen_fixtures()
+        try:
+            found = registry_at_collection(self)
+        except RegistryUnavailable as exc:
+            raise self.CollectError(f"--toolguard-fuzz: {exc}") from None
+        self.source = found.source
+        if found.registry is None:
+            self.deferred = found.deferred
+            return None
+        if not len(found.registry):
+            raise self.CollectError(
+                f"--toolguard-fuzz: nothing to fuzz: {self.source} has no tools"
+            )
+        return found.registry.names()
+
+    def _warn_unseen_fixtures(self) -> None:
+        """Fuzz items belong to no directory: a ``toolguard_registry``
+        fixture in a conftest.py below the rootdir never reaches them."""
+        root = self.config.rootpath
+        for plugin in self.config.pluginmanager.get_plugins():
+            where = getattr(plugin, "__file__", None)
+            if not where or Path(where).name != "conftest.py":
+                continue
+            directory = Path(where).resolve().parent
+            below_root = directory != root and directory.is_relative_to(root)
+            if below_root and getattr(plugin, "toolguard_registry", None) is not None:
+                self.warn(
+                    pytest.PytestWarning(
+                        f"{directory.relative_to(root).as_posix()}/conftest.py defines a "
+                        "toolguard_registry fixture that --toolguard-fuzz does not see "
+                        "(fuzz items belong to no directory): define it in the rootdir's "
+                        "conftest.py"
+                    )
+                )
+
+
+def _is_plugin_fixture(function: Callable[..., Any]) -> bool:
+    """Whether a fixture definition's function is this plugin's own."""
+    return getattr(function, "__module__", None) == __name__
 
 
 class FuzzItem(pytest.Function):
-    """Fuzzes one tool; failing examples are reported as text."""
+    """Fuzzes one tool (or, as ``every-tool``, each tool of the fixture's
+    registry); failing examples are reported as text."""
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, self.nodeid
@@ -508,34 +669,97 @@ class FuzzFailed(AssertionError):
 
 
 def _fuzz_one_tool(request: pytest.FixtureRequest, toolguard_registry: ToolRegistry) -> None:
-    """The body of every FuzzItem."""
+    """The body of every per-tool FuzzItem: the fixture's registry at run
+    time is the truth; the item's name only says which tool."""
+    item, config = request.node, request.config
+    registry = _checked_registry(toolguard_registry)
+    spec = registry.get(item.name)
+    if spec is None:
+        pytest.fail(
+            f"the toolguard_registry fixture has no tool {item.name!r} at run time "
+            f"(its tools: {', '.join(registry.names()) or 'none'}); the item was named at "
+            f"collection from {_parent(item).source}",
+            pytrace=False,
+        )
+    report = _fuzz(spec, registry, config)
+    if report.skipped:
+        pytest.skip(f"cannot fuzz {spec.name}: {report.skipped}")
+    if not report.ok:
+        raise FuzzFailed(f"{report.format()}\n{_rerun_fuzz(config, spec.name)}")
+
+
+def _fuzz_every_tool(request: pytest.FixtureRequest, toolguard_registry: ToolRegistry) -> None:
+    """The body of the single ``every-tool`` FuzzItem: each tool in name
+    order, one report per tool."""
+    config, parent = request.config, _parent(request.node)
+    registry = _checked_registry(toolguard_registry)
+    why = f"one item for every tool: {parent.source} is called only at run time ({parent.deferred})"
+    if not len(registry):
+        pytest.fail(
+            f"--toolguard-fuzz: nothing to fuzz: {parent.source} has no tools", pytrace=False
+        )
+    reports = [_fuzz(spec, registry, config) for spec in registry]
+    failed = [report for report in reports if not report.ok]
+    if failed:
+        lines = [why, *(report.format() for report in failed)]
+        lines += [_rerun_fuzz(config, report.tool) for report in failed]
+        raise FuzzFailed("\n".join(lines))
+    if all(report.skipped for report in reports):
+        pytest.skip("; ".join(f"cannot fuzz {report.tool}: {report.skipped}" for report in reports))
+
+
+def _parent(item: pytest.Item) -> FuzzTools:
+    parent = item.parent
+    assert isinstance(parent, FuzzTools)
+    return parent
+
+
+def _checked_registry(value: Any) -> ToolRegistry:
+    from .registry import ToolRegistry
+
+    if not isinstance(value, ToolRegistry):
+        pytest.fail(
+            f"the toolguard_registry fixture returned a {type(value).__name__}, not a ToolRegistry",
+            pytrace=False,
+        )
+    return value
+
+
+def _fuzz(spec: Any, registry: ToolRegistry, config: pytest.Config) -> FuzzReport:
+    """Fuzz one tool with the run's options; its report joins the summary."""
     from .fuzz import fuzz_tool
 
-    item, config = request.node, request.config
-    spec = toolguard_registry.get(item.name)
-    if spec is None:
-        pytest.fail(f"the toolguard_registry fixture has no tool {item.name!r}", pytrace=False)
     report = fuzz_tool(
         spec,
-        registry=toolguard_registry,
+        registry=registry,
         examples=config.getoption("toolguard_fuzz_examples"),
         seed=config.getoption("toolguard_fuzz_seed"),
     )
     config.stash[_FUZZED].append(report)
-    if report.skipped:
-        pytest.skip(f"cannot fuzz {spec.name}: {report.skipped}")
-    if not report.ok:
-        raise FuzzFailed(report.format())
+    return report
 
 
-def _fuzz_summary(reports: list[FuzzReport]) -> str:
-    failures = sum(len(report.failures) for report in reports)
+def _rerun_fuzz(config: pytest.Config, tool: str) -> str:
+    """The command that fuzzes ``tool`` again with the same examples."""
+    seed = config.getoption("toolguard_fuzz_seed")
+    examples = config.getoption("toolguard_fuzz_examples")
     return (
+        f"rerun: pytest --toolguard-fuzz --toolguard-fuzz-seed={seed} "
+        f"--toolguard-fuzz-examples={examples} -k '{FUZZ_NODE} and {tool}'"
+    )
+
+
+def _fuzz_summary(reports: list[FuzzReport], seed: int) -> list[str]:
+    """The summary line, then one line per tool that could not be fuzzed."""
+    failures = sum(len(report.failures) for report in reports)
+    skipped = [report for report in reports if report.skipped]
+    first = (
         f"toolguard fuzz: {len(reports)} tools, "
         f"{sum(r.valid_calls for r in reports)} valid and "
         f"{sum(r.invalid_calls for r in reports)} invalid calls, "
-        f"{sum(1 for r in reports if r.skipped)} skipped, {failures} failing examples"
+        f"{len(skipped)} skipped, {failures} failing examples, seed {seed}"
     )
+    return [first, *(f"  skipped {report.tool}: {report.skipped}" for report in skipped)]
 
 
 # -- summary, and xdist ------------------------------------------------------------
@@ -592,8 +816,9 @@ def pytest_terminal_summary(
 ) -> None:
     if hasattr(config, "workerinput"):
         return
-    if config.getoption("toolguard_fuzz"):
-        terminalreporter.write_line(_fuzz_summary(config.stash[_FUZZED]))
+    if config.getoption("toolguard_fuzz") and not config.option.collectonly:
+        for line in _fuzz_summary(config.stash[_FUZZED], config.getoption("toolguard_fuzz_seed")):
+            terminalreporter.write_line(line)
     if not _replaying(config):
         return
     terminalreporter.write_line(config.stash[_TOTALS].summary())
@@ -631,9 +856,12 @@ def toolguard_registry(pytestconfig: pytest.Config) -> ToolRegistry:
 
     spec = str(pytestconfig.getini("toolguard_registry")) or DEFAULT_REGISTRY
     try:
-        return load_registry(spec)
+        registry = load_registry(spec)
     except SpecError as exc:
         problem = str(exc)
+    else:
+        pytestconfig.stash[_INI_REGISTRY] = registry  # so reports can say where tools came from
+        return registry
     pytest.fail(f"ini toolguard_registry: {problem}", pytrace=False)
 
 
@@ -719,6 +947,8 @@ def _play_back(
         problem = str(exc)
     if cassette is None:
         pytest.fail(f"{problem}\nto re-record it: {rerecord}", pytrace=False)
+    # What recorded it re-records it: a script, or the test that recorded it.
+    rerecord = cassette.recorded_by or rerecord
     tape = PlaybackTape(
         cassette,
         registry,
@@ -752,7 +982,12 @@ def _record(
     workspace.mkdir(exist_ok=True)
     store = SQLiteAuditStore(":memory:")
     runtime = ToolRuntime(
-        registry, str(workspace), options.capabilities, store, variables=options.variables
+        registry,
+        str(workspace),
+        options.capabilities,
+        store,
+        variables=options.variables,
+        hooks=options.hooks,
     )
     tape = RecordingTape(runtime, name=path.stem, recorded_by=rerecord)
     try:

@@ -10,13 +10,14 @@ parent resolved, plus the final name; a symlink there is refused).
 from __future__ import annotations
 
 import contextlib
+import difflib
 import enum
 import ipaddress
 import json
 import re
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from .contract import ErrorCode
@@ -42,6 +43,19 @@ class Risk(str, enum.Enum):
     def needs_approval(self) -> bool:
         return self in (Risk.EXTERNAL, Risk.DANGEROUS)
 
+    @classmethod
+    def _missing_(cls, value: object) -> Risk:
+        """``Risk("READ")`` is ``Risk.READ``; any other unknown value raises
+        ``ValueError`` listing the valid ones."""
+        if isinstance(value, str):
+            for risk in cls:
+                if risk.value == value.strip().lower():
+                    return risk
+        valid = ", ".join(risk.value for risk in cls)
+        close = difflib.get_close_matches(str(value).lower(), [risk.value for risk in cls], n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"{value!r} is not a valid Risk (use one of: {valid}){hint}")
+
     def __str__(self) -> str:
         return self.value
 
@@ -63,6 +77,12 @@ class Capabilities:
     network_hosts: tuple[str, ...] = ()
     max_read_bytes: int = 5_000_000
     max_write_bytes: int = 2_000_000
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Capabilities:
+        # Only to name a misspelt keyword, with the ones that exist (Python's
+        # own TypeError names neither a close match nor the valid fields).
+        check_keywords(cls.__name__, kwargs, tuple(f.name for f in fields(cls)))
+        return object.__new__(cls)  # (not super(): slots=True makes a new class)
 
     def __post_init__(self) -> None:
         if self.allowed_tools is not None:
@@ -93,6 +113,19 @@ class Capabilities:
             elif host == allowed:
                 return True
         return False
+
+
+def check_keywords(what: str, given: Mapping[str, Any], known: tuple[str, ...]) -> None:
+    """``TypeError`` for the first keyword in ``given`` not in ``known``,
+    suggesting the closest known one and listing them all."""
+    for name in given:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise TypeError(
+                f"{what}() got an unexpected keyword argument {name!r}{hint} "
+                f"(known: {', '.join(known)})"
+            )
 
 
 def _clean_root(root: str) -> str:

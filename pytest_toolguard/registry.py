@@ -7,6 +7,8 @@ risk, its limits and which arguments are paths. The model only ever sees
 
 from __future__ import annotations
 
+import copy
+import inspect
 import re
 import string
 import threading
@@ -22,7 +24,8 @@ if TYPE_CHECKING:
     from .runtime import ToolContext
 
 Handler = Callable[..., Any]
-"""``handler(ctx: ToolContext, **arguments) -> JSON-like data``."""
+"""``handler(ctx: ToolContext, **arguments) -> JSON-like data``, or an
+``async def`` handler (or any callable returning an awaitable of such data)."""
 
 AccessMode = Literal["read", "write"]
 
@@ -77,7 +80,8 @@ class ToolSpec:
     schema raises ``InvalidSchema`` here, never at call time).
 
     ``handler`` is called as ``handler(ctx, **arguments)``; it must return
-    JSON-serialisable data and touch files only through ``ctx.workspace``.
+    JSON-serialisable data (or an awaitable of it: ``async def`` handlers
+    are awaited) and touch files only through ``ctx.workspace``.
     """
 
     name: str
@@ -100,6 +104,11 @@ class ToolSpec:
     """Replaces the runtime's redactor for this tool's arguments and output."""
     input_validator: SchemaValidator = field(init=False, repr=False, compare=False)
     output_validator: SchemaValidator | None = field(init=False, repr=False, compare=False)
+    is_async: bool = field(init=False, repr=False, compare=False)
+    """True when ``handler`` is a coroutine function (``async def``, a
+    ``functools.partial`` of one, an object with ``async def __call__``):
+    ``ToolRuntime.aexecute`` awaits it on the caller's loop. A handler that
+    returns an awaitable otherwise is awaited too, found by its result."""
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
@@ -113,6 +122,17 @@ class ToolSpec:
         object.__setattr__(self, "input_validator", SchemaValidator(self.input_schema))
         output = SchemaValidator(self.output_schema, root="output") if self.output_schema else None
         object.__setattr__(self, "output_validator", output)
+        object.__setattr__(self, "is_async", _is_coroutine_function(self.handler))
+
+    def with_handler(self, handler: Handler) -> ToolSpec:
+        """A copy of this tool with another handler; the compiled schemas
+        are shared, not rebuilt (wrapping a handler costs no compile). It is
+        async when this tool was (a wrapper may return the awaitable) or
+        when ``handler`` is a coroutine function."""
+        clone = copy.copy(self)
+        object.__setattr__(clone, "handler", handler)
+        object.__setattr__(clone, "is_async", self.is_async or _is_coroutine_function(handler))
+        return clone
 
     def describe(self) -> dict[str, Any]:
         """What the model sees: name, description and input schema."""
@@ -122,10 +142,59 @@ class ToolSpec:
             "input_schema": dict(self.input_schema),
         }
 
+    def to_mcp(self) -> dict[str, Any]:
+        """This tool as an MCP ``Tool`` (wire form): ``inputSchema``,
+        ``outputSchema`` and the annotations its risk reads back as
+        (``pytest_toolguard.bridges.from_mcp`` gives the same risk)."""
+        read_only = self.risk is Risk.READ
+        body: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "inputSchema": dict(self.input_schema),
+        }
+        if self.output_schema is not None:
+            body["outputSchema"] = dict(self.output_schema)
+        body["annotations"] = {
+            "readOnlyHint": read_only,
+            "destructiveHint": self.risk is Risk.DANGEROUS,
+            "idempotentHint": self.idempotent,
+            "openWorldHint": self.risk in (Risk.EXTERNAL, Risk.DANGEROUS),
+        }
+        return body
+
+    def to_openai(self, api: Literal["chat", "responses"] = "chat") -> dict[str, Any]:
+        """This tool as an OpenAI function tool: the Chat Completions shape
+        (``{"type": "function", "function": {...}}``) or the Responses one
+        (flat, with ``strict``)."""
+        function = {
+            "name": self.name,
+            "description": self.description,
+            "parameters": dict(self.input_schema),
+        }
+        if api == "responses":
+            return {"type": "function", **function, "strict": False}
+        if api != "chat":
+            raise ValueError(f"api must be 'chat' or 'responses', not {api!r}")
+        return {"type": "function", "function": function}
+
+    def to_anthropic(self) -> dict[str, Any]:
+        """This tool as an Anthropic Messages tool (``input_schema``)."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": dict(self.input_schema),
+        }
+
+
+def _is_coroutine_function(handler: Handler) -> bool:
+    return inspect.iscoroutinefunction(handler) or (
+        not inspect.isroutine(handler) and inspect.iscoroutinefunction(type(handler).__call__)
+    )
+
 
 def tool(
     *,
-    input_schema: Mapping[str, Any],
+    input_schema: Mapping[str, Any] | None = None,
     name: str | None = None,
     description: str | None = None,
     risk: Risk | str = Risk.READ,
@@ -139,17 +208,28 @@ def tool(
     redactor: Redactor | None = None,
 ) -> Callable[[Handler], ToolSpec]:
     """Declare a tool from a handler. The name defaults to the function's
-    name and the description to its docstring::
+    name and the description to its docstring; without ``input_schema`` the
+    schema comes from the handler's signature and type hints (see
+    ``pytest_toolguard.bridges.python``)::
 
         @tool(input_schema={...}, paths=[PathAccess.read("{path}")])
         def read_text(ctx, path, max_chars=4000): ...
+
+        @tool(paths=[PathAccess.read("{path}")])
+        def read_text(ctx, path: str, max_chars: int = 4000): ...
     """
 
     def wrap(handler: Handler) -> ToolSpec:
+        schema = input_schema
+        if schema is None:
+            from .bridges.python import schema_from_signature, with_dataclass_arguments
+
+            schema = schema_from_signature(handler)
+            handler = with_dataclass_arguments(handler)
         return ToolSpec(
             name=name or handler.__name__,
             description=description or (handler.__doc__ or "").strip(),
-            input_schema=input_schema,
+            input_schema=schema,
             handler=handler,
             risk=Risk(risk),
             output_schema=output_schema,

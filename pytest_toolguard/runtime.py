@@ -10,6 +10,18 @@ approval) -> idempotency claim + RUNNING row (one transaction) -> handler
 under its deadline -> output schema -> truncation -> PostToolUse hooks ->
 row finished.
 
+``await ToolRuntime.aexecute(call)`` is the same pipeline for async agent
+loops: every step is shared, only running the handler differs. An ``async
+def`` handler (thread isolation) runs as a task on the caller's loop under
+its deadline, and is cancelled at the deadline; a sync handler, or any
+handler in process isolation, runs through the isolation in a thread of the
+loop's executor, so the loop is never blocked by a handler. The steps around
+the handler still run on the loop, synchronously: parsing, schema, policy
+(path checks on the workspace), PreToolUse/PostToolUse hooks, listeners, and
+the audit store's two writes (the RUNNING row and its finishing update: with
+``SQLiteAuditStore`` on local disk, tens of microseconds each). A hook that
+blocks (an approval that waits for a person) blocks the loop.
+
 When the store cannot take the RUNNING row the handler never runs
 (AUDIT_UNAVAILABLE). When it cannot take a refused call's row, or the
 finishing update after a handler ran, the result is still returned as it is
@@ -26,6 +38,7 @@ import contextlib
 import difflib
 import functools
 import hashlib
+import inspect
 import json
 import os
 import threading
@@ -43,6 +56,7 @@ from .audit import Decision as AuditDecision
 from .audit import storable_text as _storable
 from .contract import CallState, ErrorCode, ToolCall, ToolResult
 from .hooks import (
+    Approval,
     HookDecision,
     PostToolUse,
     PostToolUseEvent,
@@ -50,7 +64,14 @@ from .hooks import (
     PreToolUseEvent,
 )
 from .idempotency import Claim, ClaimOutcome, canonical_json, scope_client_key
-from .isolation import ChildLog, HandlerTimeout, IsolationMode, make_isolation
+from .isolation import (
+    ChildLog,
+    CoroutineRunner,
+    HandlerTimeout,
+    IsolationMode,
+    ThreadIsolation,
+    make_isolation,
+)
 from .policy import Capabilities, Decision, authorize
 from .redaction import Redactor, strings_in
 from .registry import ToolRegistry, ToolSpec
@@ -71,10 +92,14 @@ ARGUMENTS_LIMIT = 16_000
 """Characters of redacted arguments kept in the audit row (the hash covers all)."""
 MESSAGE_LIMIT = 2_000
 PENDING_LIMIT = 10_000
+CANCELLED_MESSAGE = "interrupted: the caller's task was cancelled while the handler ran"
 
 
-Listener = Callable[[ToolCall, ToolResult, Any], None]
-"""``listener(call, result, stored_data)``: see ``ToolRuntime.add_listener``."""
+Listener = Callable[[ToolCall, ToolResult, Any, Approval | None], None]
+"""``listener(call, result, stored_data, approval)``: see ``ToolRuntime.add_listener``."""
+
+FileWatcher = Callable[[str, Sequence[str]], None]
+"""``watcher(call_id, paths)``: see ``ToolRuntime.watch_files``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,9 +157,7 @@ class _Attempt:
     tool_name: str
     actor: str
     session_id: str
-    """Redacted and escaped: for display and the audit row only."""
     idempotency_key: str | None
-    """Redacted and escaped, like ``session_id``."""
     metadata: Mapping[str, Any]
     started_at: str
     t0: float
@@ -145,17 +168,138 @@ class _Attempt:
     reason: str = ""
     idempotency_outcome: str | None = None
     replay_of: str | None = None
+    approval: Approval | None = None
+    """The hook decision that let the call through, once admitted."""
     raw_session_id: str = ""
     raw_idempotency_key: str | None = None
     """The call's own values, which scope the idempotency claim."""
     policy: Decision | None = None
     """The allowing decision, holding open the locations it judged (closed
-    when the call ends; left to the handler's view if it overran)."""
+    when the call ends; left to the handler if it overran)."""
     output: Any = None
     """The handler's whole output, before truncation: previews and stored
     outcomes are redacted from it, never from a cut (a cut token would no
     longer match its pattern)."""
     redacted_output: Any = None
+
+
+@dataclass(slots=True)
+class _Running:
+    """A call whose RUNNING row is committed: what running its handler and
+    finishing its row need. Running the handler is the one step ``execute``
+    and ``aexecute`` do differently."""
+
+    call: ToolCall
+    spec: ToolSpec
+    arguments: Mapping[str, Any]
+    attempt: _Attempt
+    audit_id: int
+    claim_key: str | None
+
+
+_Outcome = tuple[bool, Any, list[str] | None]
+"""A handler run's ``(finished, value or exception, paths it asked the
+workspace about)`` (the last None without file watchers). Journal entries
+of a process child come back through its ``ChildLog``."""
+
+_PLAIN_DATA = frozenset({dict, list, str, int, float, bool, type(None)})
+"""Result types that cannot be awaitable: the check is skipped for them."""
+
+
+class _HandlerRun:
+    """One call of a handler, wherever it runs: ``run`` in a worker thread
+    or the process child (an awaitable it returns is run on a loop of its
+    own there), ``arun`` as a task on the caller's loop. ``cancel`` is the
+    deadline: the workspace refuses later writes, a coroutine is cancelled."""
+
+    __slots__ = (
+        "handler",
+        "ctx",
+        "arguments",
+        "accessed",
+        "child_log",
+        "_runner",
+        "_policy",
+        "_handoff",
+        "_ended",
+        "_overran",
+    )
+
+    def __init__(
+        self,
+        handler: Callable[..., Any],
+        ctx: ToolContext,
+        arguments: dict[str, Any],
+        accessed: list[str] | None,
+        child_log: ChildLog | None,
+        policy: Decision | None,
+    ) -> None:
+        self.handler = handler
+        self.ctx = ctx
+        self.arguments = arguments
+        self.accessed = accessed
+        self.child_log = child_log
+        self._runner: CoroutineRunner | None = None
+        # Whoever is last, the handler or the deadline, closes the policy's
+        # locations: never while an operation may still use one.
+        self._policy = policy
+        self._handoff = threading.Lock()
+        self._ended = False
+        self._overran = False
+
+    def run(self) -> _Outcome:
+        try:
+            value = self.handler(self.ctx, **self.arguments)
+            if type(value) not in _PLAIN_DATA and inspect.isawaitable(value):
+                self._runner = runner = CoroutineRunner()
+                if self.ctx.cancelled.is_set():  # the deadline passed before the runner existed
+                    runner.cancel()
+                value = runner.run(value)
+            return True, value, self.accessed
+        except BaseException as exc:  # SystemExit from a handler is its failure too
+            return False, exc, self.accessed
+        finally:
+            self._end()
+
+    async def arun(self) -> _Outcome:
+        try:
+            value = self.handler(self.ctx, **self.arguments)
+            if inspect.isawaitable(value):
+                value = await value
+            return True, value, self.accessed
+        except BaseException as exc:  # CancelledError too: aexecute's caller was not cancelled
+            return False, exc, self.accessed
+        finally:
+            self._end()
+
+    def _end(self) -> None:
+        with self._handoff:
+            self._ended = True
+        if self._overran and self._policy is not None:
+            self._policy.close()
+
+    def overrun(self, attempt: _Attempt) -> None:
+        """The deadline passed (thread mode): a handler still running keeps
+        the locations it may be using, and closes them when it ends."""
+        with self._handoff:
+            if not self._ended:
+                self._overran = True
+                attempt.policy = None
+
+    def collect_journal(self, journal: ChangeJournal, call_id: str) -> None:
+        """Record what a process child sent before each change, however it
+        ended (killed at its deadline included)."""
+        if self.child_log is not None:
+            for path, previous in self.child_log.receive():
+                journal.record(call_id, path, previous)
+            self.child_log.close()
+
+    def cancel(self) -> None:
+        # cancelled first: run() reads it after publishing its runner.
+        self.ctx.cancelled.set()
+        runner = self._runner
+        if runner is not None:
+            runner.cancel()
 
 
 class ToolRuntime:
@@ -209,25 +353,103 @@ class ToolRuntime:
         self._isolation = make_isolation(isolation)
         self._pending: list[Callable[[], object]] = []
         self._listeners: list[Listener] = []
+        self._file_watchers: list[FileWatcher] = []
         self._pending_lock = threading.Lock()
 
     # -- the pipeline -------------------------------------------------------
 
     def execute(self, call: ToolCall) -> ToolResult:
         """Run one call through every layer and answer a ``ToolResult``.
-        Never raises for anything the call contains."""
-        if self._pending:
-            self.flush_audit()
+        Never raises for anything the call contains. An ``async def``
+        handler is run on an event loop of the worker thread (or of the
+        process child) and cancelled at its deadline."""
+        attempt = self._arrive(call)
         try:
-            attempt = self._receive(call)
-        except Exception:  # an object whose attributes raise: a call of nothing
-            attempt = self._receive(None)
-        result = self._pipeline(call, attempt)
+            result = self._pipeline(call, attempt)
+            if isinstance(result, _Running):
+                try:
+                    outcome: ToolResult | Exception = self._invoke(result)
+                except Exception as exc:  # a bug of ours after the handler may have run
+                    outcome = exc
+                result = self._complete(result, outcome)
+        finally:
+            _release(attempt)
         if self._listeners:
             self._notify(call, result, attempt)
         return result
 
-    def _pipeline(self, call: ToolCall, attempt: _Attempt) -> ToolResult:
+    def admit(self, call: ToolCall) -> ToolResult | None:
+        """Every step of ``execute`` before the handler, for a tool another
+        program runs (an agent framework's own tool, a Claude Code hook):
+        None when the call is admitted, its RUNNING audit row committed
+        (``pytest_toolguard.bridges.gate.finish_admitted`` finishes it with
+        the other program's outcome); otherwise the refusal, recorded and
+        returned as ``execute`` would. Never raises for anything the call
+        contains."""
+        attempt = self._arrive(call)
+        try:
+            result = self._pipeline(call, attempt)
+        finally:
+            _release(attempt)  # another program runs the tool, not through our workspace
+        if isinstance(result, _Running):
+            return None
+        if self._listeners:
+            self._notify(call, result, attempt)
+        return result
+
+    async def aexecute(self, call: ToolCall) -> ToolResult:
+        """``execute`` for async agent loops: the same pipeline, audit rows,
+        listeners and result (see the module docstring for what runs on
+        the loop). An ``async def`` handler runs on the caller's loop and is
+        cancelled at its deadline (TIMEOUT once it stopped, or after
+        ``ThreadIsolation.cancel_grace`` s); a sync handler runs through the
+        isolation without blocking the loop.
+
+        Never raises for anything the call contains. When the caller's own
+        task is cancelled while the handler runs, the call is cancelled: an
+        async handler's task is cancelled, a sync handler (or a process
+        child) runs on until it returns or its deadline, its later writes
+        refused in thread mode; the row is finished INTERRUPTED with
+        EXECUTION_ERROR (an idempotency key keeps that outcome), no
+        PostToolUse hook or listener sees the call (nobody got a result),
+        and ``CancelledError`` propagates."""
+        import asyncio
+
+        attempt = self._arrive(call)
+        try:
+            result = self._pipeline(call, attempt)
+            if isinstance(result, _Running):
+                try:
+                    outcome: ToolResult | Exception = await self._ainvoke(result)
+                except asyncio.CancelledError:
+                    interrupted = self._failure(
+                        attempt,
+                        ErrorCode.EXECUTION_ERROR,
+                        CANCELLED_MESSAGE,
+                        CallState.INTERRUPTED,
+                    )
+                    self._settle(result, interrupted)
+                    raise
+                except Exception as exc:  # a bug of ours after the handler may have run
+                    outcome = exc
+                result = self._complete(result, outcome)
+        finally:
+            _release(attempt)
+        if self._listeners:
+            self._notify(call, result, attempt)
+        return result
+
+    def _arrive(self, call: object) -> _Attempt:
+        if self._pending:
+            self.flush_audit()
+        try:
+            return self._receive(call)
+        except Exception:  # an object whose attributes raise: a call of nothing
+            return self._receive(None)
+
+    def _pipeline(self, call: ToolCall, attempt: _Attempt) -> ToolResult | _Running:
+        """Every step up to the handler: a refusal's result, or the call
+        with its RUNNING row committed."""
         try:
             if not isinstance(call, ToolCall):
                 raise _bad_request(
@@ -239,7 +461,7 @@ class ToolRuntime:
             spec = self._lookup(attempt.tool_name)
             attempt.spec = spec
             self._admit(call, spec, attempt)
-            return self._run(call, spec, attempt)
+            return self._start(call, spec, attempt)
         except _Refusal as refusal:
             return self._refuse(attempt, refusal)
         except Exception as exc:  # a bug of ours must still answer, and be recorded
@@ -252,18 +474,34 @@ class ToolRuntime:
                     CallState.FAILED,
                 ),
             )
-        finally:
-            if attempt.policy is not None:
-                attempt.policy.close()
 
     def add_listener(self, listener: Listener) -> Callable[[], None]:
-        """Call ``listener(call, result, stored_data)`` after every
-        ``execute``; ``stored_data`` is the result's data as it may be stored:
+        """Call ``listener(call, result, stored_data, approval)`` after every
+        ``execute`` or ``aexecute``; ``stored_data`` is the result's data as it may be stored:
         redacted from the whole output, then cut like the result (what a
-        recorder must keep). Returns the function that removes it. A listener
-        that raises is reported as a RuntimeWarning."""
+        recorder must keep); ``approval`` is the ``Approval`` of the hook
+        that let the call through (None when no hook answered ``allow``, or
+        the call was refused before the hooks). Returns the function that
+        removes it. A listener that raises is reported as a RuntimeWarning."""
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener)
+
+    def watch_files(self, watcher: FileWatcher) -> Callable[[], None]:
+        """Call ``watcher(call_id, paths)`` once a handler has run, with every
+        workspace path it asked ``ctx.workspace`` about (read, listed, checked,
+        written or deleted; as the handler spelt them, in order, refused ones
+        included). This is how a recorder knows which files a call needs,
+        declared or not. Returns the function that removes it. A watcher
+        that raises is reported as a RuntimeWarning."""
+        self._file_watchers.append(watcher)
+        return lambda: self._file_watchers.remove(watcher)
+
+    def _tell_watchers(self, call_id: str, paths: Sequence[str]) -> None:
+        for watcher in list(self._file_watchers):
+            try:
+                watcher(call_id, paths)
+            except Exception as exc:
+                _warn(f"file watcher raised {type(exc).__name__}: {_text(exc)}")
 
     def _notify(self, call: ToolCall, result: ToolResult, attempt: _Attempt) -> None:
         spec = attempt.spec
@@ -277,7 +515,7 @@ class ToolRuntime:
             stored = self._redactor(spec).redact(result.data)
         for listener in list(self._listeners):
             try:
-                listener(call, result, stored)
+                listener(call, result, stored, attempt.approval)
             except Exception as exc:
                 _warn(f"execute listener raised {type(exc).__name__}: {_text(exc)}")
 
@@ -307,8 +545,8 @@ class ToolRuntime:
             metadata=metadata if isinstance(metadata, Mapping) else {},
             started_at=self._now(),
             t0=time.perf_counter(),
-            raw_session_id=str(session) if isinstance(session, str) else "",
-            raw_idempotency_key=str(key) if isinstance(key, str) else None,
+            raw_session_id=session if isinstance(session, str) else "",
+            raw_idempotency_key=key if isinstance(key, str) else None,
         )
 
     def _check_fields(self, call: ToolCall, attempt: _Attempt) -> None:
@@ -372,7 +610,7 @@ class ToolRuntime:
         arguments = attempt.arguments
         assert arguments is not None
         self._validate_and_authorize(spec, arguments, attempt)
-        approval: tuple[str, str] | None = None  # the rule and reason that approved
+        approval: Approval | None = None
         for hook in self.hooks:
             if not isinstance(hook, PreToolUse):
                 continue
@@ -420,7 +658,7 @@ class ToolRuntime:
                 reason = self._redactor(spec).redact_message(
                     answer.reason or "approved", strings_in(arguments)
                 )
-                approval = (rule, reason)
+                approval = Approval(rule, reason)
         if spec.risk.needs_approval and approval is None:
             raise _Refusal(
                 ErrorCode.APPROVAL_REQUIRED,
@@ -430,7 +668,8 @@ class ToolRuntime:
                 CallState.DENIED,
             )
         if approval is not None:
-            attempt.rule, attempt.reason = approval
+            attempt.rule, attempt.reason = approval.rule, approval.reason
+        attempt.approval = approval
         attempt.decision = "allow"
 
     def _validate_and_authorize(
@@ -460,7 +699,8 @@ class ToolRuntime:
         attempt.policy = decision
         attempt.rule, attempt.reason = decision.rule, decision.reason
 
-    def _run(self, call: ToolCall, spec: ToolSpec, attempt: _Attempt) -> ToolResult:
+    def _start(self, call: ToolCall, spec: ToolSpec, attempt: _Attempt) -> ToolResult | _Running:
+        """The idempotency claim and the RUNNING row, in one transaction."""
         arguments = attempt.arguments
         assert arguments is not None
         claim_key = self._claim_key(spec, attempt)
@@ -473,27 +713,37 @@ class ToolRuntime:
             assert claim is not None
             return self._answer_claim(attempt, claim)
         attempt.idempotency_outcome = "claimed" if claim_key else None
-        try:
-            result = self._invoke(spec, arguments, attempt)
-            stored = (
-                _stored_outcome(result, self._redacted_output(attempt), spec.result_limit)
-                if claim_key
-                else None
-            )
-        except Exception as exc:  # a bug of ours after the handler may have run
+        return _Running(call, spec, arguments, attempt, audit_id, claim_key)
+
+    def _complete(self, running: _Running, outcome: ToolResult | Exception) -> ToolResult:
+        """After the handler: the row finished, then the PostToolUse hooks."""
+        result = self._settle(running, outcome)
+        self._observe(running.call, running.spec, running.arguments, result)
+        return result
+
+    def _settle(self, running: _Running, outcome: ToolResult | Exception) -> ToolResult:
+        """Finish the RUNNING row with the handler's result (an exception: a
+        bug of ours after the handler may have run) and return the result."""
+        spec, attempt, claim_key = running.spec, running.attempt, running.claim_key
+        stored: dict[str, Any] | None = None
+        if isinstance(outcome, ToolResult) and claim_key:
+            try:
+                stored = _stored_outcome(outcome, self._redacted_output(attempt), spec.result_limit)
+            except Exception as exc:
+                outcome = exc
+        if isinstance(outcome, Exception):
             attempt.output = attempt.redacted_output = None
-            result = self._failure(
+            outcome = self._failure(
                 attempt,
                 ErrorCode.EXECUTION_ERROR,
-                f"internal error in the executor: {type(exc).__name__}",
+                f"internal error in the executor: {type(outcome).__name__}",
                 CallState.FAILED,
             )
-            stored = _stored_outcome(result, None, spec.result_limit) if claim_key else None
+            stored = _stored_outcome(outcome, None, spec.result_limit) if claim_key else None
         # The RUNNING row is always finished, so neither a second row nor a
         # key stuck at DUPLICATE_CALL is left behind.
-        self._finish(audit_id, attempt, result, claim_key, stored)
-        self._observe(call, spec, arguments, result)
-        return result
+        self._finish(running.audit_id, attempt, outcome, claim_key, stored)
+        return outcome
 
     def _claim_key(self, spec: ToolSpec, attempt: _Attempt) -> str | None:
         # Scoped on the raw session and key: their redacted forms collide
@@ -554,15 +804,15 @@ class ToolRuntime:
         self._write_row(attempt, result)
         return result
 
-    def _invoke(
-        self, spec: ToolSpec, arguments: Mapping[str, Any], attempt: _Attempt
-    ) -> ToolResult:
+    def _handler_run(self, running: _Running) -> _HandlerRun:
+        """The handler's context: a journaled workspace that refuses changes
+        once the call is cancelled."""
+        spec, attempt = running.spec, running.attempt
         call_id = attempt.call_id
         # In process mode the handler's journal entries are made in the child:
         # each is sent before its change, so a child killed at its deadline
         # still leaves what it changed to roll back.
-        in_process = self._isolation_mode == "process"
-        child_log = ChildLog() if in_process else None
+        child_log = ChildLog() if self._isolation_mode == "process" else None
 
         cancelled = threading.Event()
 
@@ -577,6 +827,10 @@ class ToolRuntime:
             else:
                 self.journal.record(call_id, path, previous)
 
+        # Paths the handler asks about, for watch_files (travelling back from
+        # a child process like the journal entries).
+        accessed: list[str] | None = [] if self._file_watchers else None
+
         ctx = ToolContext(
             call_id=call_id,
             session_id=attempt.session_id,
@@ -588,52 +842,81 @@ class ToolRuntime:
                 keep_at_most=self.journal.keep_at_most,
                 # The handler reaches what the policy judged: one resolution.
                 locations=attempt.policy.locations if attempt.policy is not None else (),
+                on_access=None if accessed is None else accessed.append,
             ),
             capabilities=self.capabilities,
             variables=self.variables,
             metadata=attempt.metadata,
             cancelled=cancelled,
         )
-        handler_args = dict(arguments)
+        return _HandlerRun(
+            spec.handler, ctx, dict(running.arguments), accessed, child_log, attempt.policy
+        )
 
-        # Whoever is last, the handler's thread or the deadline, closes the
-        # policy's locations: never while an operation may still use one.
-        handoff, ended, overran = threading.Lock(), [False], [False]
-        policy = attempt.policy
-
-        def run() -> tuple[bool, Any]:
-            try:
-                return True, spec.handler(ctx, **handler_args)
-            except BaseException as exc:  # SystemExit from a handler is its failure too
-                return False, exc
-            finally:
-                with handoff:
-                    ended[0] = True
-                if overran[0] and policy is not None:
-                    policy.close()
-
+    def _invoke(self, running: _Running) -> ToolResult:
+        """Run the handler through the isolation, blocking until it ends or
+        its deadline passes."""
+        handler = self._handler_run(running)
         try:
-            finished, value = self._isolation.run(
-                run, self.timeouts.get(spec.name, spec.timeout_seconds), call_id
+            outcome: _Outcome = self._isolation.run(
+                handler.run, self._deadline(running.spec), running.attempt.call_id
             )
         except HandlerTimeout as exc:
-            cancelled.set()
-            if not in_process:
-                with handoff:
-                    if not ended[0]:
-                        # The thread may still be inside an operation on a
-                        # location: it closes them when its handler ends (never
-                        # a closed, reused descriptor under a running write).
-                        overran[0] = True
-                        attempt.policy = None
-            return self._failure(attempt, ErrorCode.TIMEOUT, str(exc), CallState.TIMED_OUT)
+            handler.cancel()
+            return self._timed_out(running, handler, exc)
         except Exception as exc:  # the process died, or its outcome could not travel back
-            value, finished = exc, False
+            outcome = (False, exc, handler.accessed)
         finally:
-            if child_log is not None:
-                for path, previous in child_log.receive():
-                    self.journal.record(call_id, path, previous)
-                child_log.close()
+            handler.collect_journal(self.journal, running.attempt.call_id)
+        return self._outcome(running, outcome)
+
+    async def _ainvoke(self, running: _Running) -> ToolResult:
+        """``_invoke`` without blocking the loop: an async handler as a task
+        on it, anything else through the isolation in an executor thread."""
+        import asyncio
+
+        handler = self._handler_run(running)
+        timeout, call_id = self._deadline(running.spec), running.attempt.call_id
+        try:
+            if running.spec.is_async and isinstance(self._isolation, ThreadIsolation):
+                outcome: _Outcome = await self._isolation.run_async(
+                    handler.arun, timeout, call_id, handler.cancel
+                )
+            else:
+                outcome = await asyncio.to_thread(
+                    self._isolation.run, handler.run, timeout, call_id
+                )
+        except HandlerTimeout as exc:
+            handler.cancel()
+            return self._timed_out(running, handler, exc)
+        except asyncio.CancelledError:  # the caller's task: later writes are refused
+            handler.cancel()
+            handler.overrun(running.attempt)
+            raise
+        except Exception as exc:  # the process died, or its outcome could not travel back
+            outcome = (False, exc, handler.accessed)
+        finally:
+            handler.collect_journal(self.journal, running.attempt.call_id)
+        return self._outcome(running, outcome)
+
+    def _deadline(self, spec: ToolSpec) -> float:
+        return self.timeouts.get(spec.name, spec.timeout_seconds)
+
+    def _timed_out(
+        self, running: _Running, handler: _HandlerRun, exc: HandlerTimeout
+    ) -> ToolResult:
+        if handler.accessed is not None:  # a copy: the late handler may still add to it
+            self._tell_watchers(running.attempt.call_id, list(handler.accessed))
+        if self._isolation_mode != "process":  # a killed child uses no location any more
+            handler.overrun(running.attempt)
+        return self._failure(running.attempt, ErrorCode.TIMEOUT, str(exc), CallState.TIMED_OUT)
+
+    def _outcome(self, running: _Running, outcome: _Outcome) -> ToolResult:
+        """The result of a handler run that ended."""
+        spec, attempt = running.spec, running.attempt
+        finished, value, paths = outcome
+        if paths is not None:
+            self._tell_watchers(attempt.call_id, paths)
         if finished:
             return self._check_output(spec, value, attempt)
         redact = self._redactor(spec).redact_text
@@ -1128,6 +1411,13 @@ def _text(exc: BaseException) -> str:
         return str(exc)
     except Exception:
         return type(exc).__name__
+
+
+def _release(attempt: _Attempt) -> None:
+    """Close the locations the policy opened for the call, unless a handler
+    that overran its deadline still holds them (it closes them itself)."""
+    if attempt.policy is not None:
+        attempt.policy.close()
 
 
 def _describe(exc: BaseException, redact: Callable[[str], str]) -> str:

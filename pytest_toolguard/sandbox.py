@@ -145,6 +145,7 @@ __all__ = [
     "InvalidPath",
     "LimitExceeded",
     "Location",
+    "OnAccess",
     "OnChange",
     "PathOutsideWorkspace",
     "Previous",
@@ -186,6 +187,10 @@ final entry itself (never following nor replacing a link there)."""
 OnChange: TypeAlias = Callable[[str, Previous], None]
 """Called as ``on_change(relative_path, previous)`` before a write or delete
 replaces ``relative_path``; see ``Previous``."""
+
+OnAccess: TypeAlias = Callable[[str], None]
+"""``on_access(path)``: a path as a handler gave it to a read, a listing,
+``exists``, ``size``, ``resolve``, a write or a delete (before the walk)."""
 
 DEFAULT_FORBIDDEN_NAMES: tuple[str, ...] = (".env",)
 """Names refused in any path component unless ``forbidden_names`` says otherwise."""
@@ -735,8 +740,9 @@ class Workspace:
         self._on_change = on_change
         self._keep_at_most = DEFAULT_KEEP_AT_MOST
         self._pins: dict[tuple[str, AccessMode], Location] = {}
+        self._on_access: OnAccess | None = None
         self._cancelled: threading.Event | None = None
-        self._handle = _RootHandle(os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+        self._handle = _RootHandle(_open_root(self.root))
         self._owns_handle = True
         self._closed = False
 
@@ -769,6 +775,7 @@ class Workspace:
         cancelled: threading.Event | None = None,
         keep_at_most: int = DEFAULT_KEEP_AT_MOST,
         locations: Iterable[Location] = (),
+        on_access: OnAccess | None = None,
     ) -> Workspace:
         """A view of the same root (same descriptor, same rules) whose writes
         and deletes first call ``on_change(relative_path, previous)``.
@@ -781,8 +788,10 @@ class Workspace:
         memory). For each of ``locations`` (``locate``'s answers, kept open
         by the caller), an operation of its mode on exactly its ``path``
         starts from the directory it holds instead of resolving the path
-        again, and follows no symbolic link from there. Closing the view
-        does not close the root."""
+        again, and follows no symbolic link from there. ``on_access(path)``
+        hears every path the view is asked about, as given, before it is
+        walked (what a recorder keeps). Closing the view does not close the
+        root."""
         view = object.__new__(Workspace)
         view.root = self.root
         view._rules = (
@@ -793,6 +802,7 @@ class Workspace:
         view._on_change = on_change
         view._keep_at_most = keep_at_most
         view._pins = {(location.path, location.mode): location for location in locations}
+        view._on_access = on_access
         view._cancelled = cancelled
         view._handle = self._handle
         view._owns_handle = False
@@ -834,12 +844,14 @@ class Workspace:
         leading outside, ``InvalidPath`` for a link loop, and
         ``NotADirectoryError`` when a file is used as a directory.
         """
+        self._accessed(path)
         return self._resolve(path)[0]
 
     def resolve_with_size(self, path: str) -> tuple[str, int | None]:
         """``resolve``, and in the same walk the size in bytes of the regular
         file the path names (None when it is missing, a directory or not a
         regular file). The answer holds for the moment of the call only."""
+        self._accessed(path)
         resolved, st = self._resolve(path)
         size = st.st_size if st is not None and stat.S_ISREG(st.st_mode) else None
         return resolved, size
@@ -851,6 +863,7 @@ class Workspace:
         link (``write_bytes`` neither writes through nor replaces one), and
         what ``resolve`` raises for the parent. The answer holds for the
         moment of the call only."""
+        self._accessed(path)
         return self._resolve(path, follow_final=False)[0]
 
     def locate(self, path: str, mode: AccessMode = "read") -> Location:
@@ -891,6 +904,7 @@ class Workspace:
     def exists(self, path: str) -> bool:
         """Whether ``path`` names something, symlinks followed. False when it
         (or a directory on the way) is missing; raises for refused paths."""
+        self._accessed(path)
         try:
             self._stat(path)
         except (FileNotFoundError, NotADirectoryError):
@@ -902,6 +916,7 @@ class Workspace:
         is there. Raises ``IsADirectoryError`` for a directory and
         ``ForbiddenPath`` for a special file. A hard-linked file's size is
         given (``list_dir`` shows it too); its content is what is refused."""
+        self._accessed(path)
         try:
             st = self._stat(path)
         except FileNotFoundError:
@@ -922,6 +937,7 @@ class Workspace:
         hard-linked or special file, ``FileNotFoundError`` and
         ``IsADirectoryError`` for the ordinary cases.
         """
+        self._accessed(path)
         with self._final(path) as (cursor, name):
             fd = self._open_final_for_read(cursor, name, path)
             try:
@@ -946,6 +962,7 @@ class Workspace:
         content stays and no temporary file is left. Returns True when
         nothing was at the name before (the file was created).
         """
+        self._accessed(path)
         self._refuse_if_cancelled(path)
         return self._write(path, data, make_parents=make_parents, journal=True)
 
@@ -959,8 +976,13 @@ class Workspace:
         """Remove the file (or symlink entry) ``path``; the journal hears of
         it first. Raises ``FileNotFoundError``, ``IsADirectoryError`` for a
         directory, ``ForbiddenPath`` for a hard-linked or special file."""
+        self._accessed(path)
         self._refuse_if_cancelled(path)
         self._delete(path, journal=True, missing_ok=False)
+
+    def _accessed(self, path: str) -> None:
+        if self._on_access is not None:
+            self._on_access(path)
 
     def _refuse_if_cancelled(self, path: str) -> None:
         if self._cancelled is not None and self._cancelled.is_set():
@@ -998,6 +1020,7 @@ class Workspace:
         ``NotADirectoryError`` and ``FileNotFoundError`` for the ordinary
         cases.
         """
+        self._accessed(path)
         entries: list[Entry] = []
         with self._directory(path) as cursor:
             for name in sorted(os.listdir(cursor.fd)):
@@ -1024,11 +1047,13 @@ class Workspace:
         relative POSIX paths. Symlinks beneath it are never followed;
         in-flight temporary files, forbidden names and names holding a
         ``\\`` are left out (as in ``list_dir``)."""
+        self._accessed(path)
         return [relative for _, _, relative, _ in self._tree(path)]
 
     def walk_entries(self, path: str = ".") -> list[Entry]:
         """``walk``, each file with the size the walk itself saw (no path is
         resolved a second time)."""
+        self._accessed(path)
         return [
             Entry(name=name, path=relative, is_dir=False, is_symlink=False, size=st.st_size)
             for _, name, relative, st in self._tree(path)
@@ -1043,6 +1068,12 @@ class Workspace:
         followed. Files ``read_bytes`` would refuse (hard-linked, over
         ``max_bytes``, no longer a regular file) are skipped. Close the
         iterator (``contextlib.closing``) when not reading it to the end."""
+        self._accessed(path)
+        return self._read_tree(path, max_bytes)
+
+    def _read_tree(
+        self, path: str, max_bytes: int | None
+    ) -> Generator[tuple[str, bytes], None, None]:
         for dir_fd, name, relative, st in self._tree(path):
             if st.st_nlink > 1 and not self._rules.allow_hardlinks:
                 continue
@@ -1339,6 +1370,24 @@ def _settle(
             _refuse_final_link(cursor, name, path)
         name = cursor.follow(name)
     return name, None
+
+
+def _open_root(root: str) -> int:
+    """The root's descriptor; a missing or non-directory root raises the
+    same error types with a message that says what to do."""
+    try:
+        return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            errno.ENOENT,
+            f"the workspace directory {root} does not exist: create it first "
+            "(a Workspace or ToolRuntime never creates its root)",
+            root,
+        ) from None
+    except NotADirectoryError:
+        raise NotADirectoryError(
+            errno.ENOTDIR, f"the workspace {root} is not a directory: give a directory", root
+        ) from None
 
 
 def _replace_atomically(dir_fd: int, name: str, data: bytes, mode: int | None) -> None:

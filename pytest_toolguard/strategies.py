@@ -31,8 +31,18 @@ conflicting members, ``oneOf`` with overlapping branches and narrow
 ``multipleOf`` on floats rely on filtering), or that every way of being
 invalid is tried: invalid values come from a fixed set of mutations (wrong
 type, missing required field, unknown field, out-of-range number,
-too-short or too-long string or array, value outside ``enum``, repeated
-items, one bad nested value) plus arbitrary JSON values.
+too-short or too-long string or array, too few or too many properties,
+value outside ``enum``, repeated items, one bad nested value) plus
+arbitrary JSON values.
+
+Large bounds. Hypothesis draws a value choice by choice from a bounded
+buffer and refuses ``min_size`` above it, so a string, array or object
+that must be longer than ``_MAX_DRAWN`` (100) elements is a drawn head
+padded to a length at or just past the bound (``minLength: 10000``,
+``maxLength: 10000`` for the too-long mutation, ``minItems``,
+``minProperties``, ``maxProperties``). Not generated at all (the
+strategy is empty): such values longer than ``_MAX_BUILT`` (one million),
+and arrays with ``uniqueItems`` longer than ``_MAX_DRAWN``.
 """
 
 from __future__ import annotations
@@ -106,6 +116,16 @@ _TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
 _DEFS_PREFIX = "#/$defs/"
 _MAX_EXTRA_FIELDS = 3
 _MAX_EXTRA_ITEMS = 5
+_MAX_DRAWN = 100
+"""The most characters, items or extra fields drawn one by one. A schema
+that needs more (``minLength: 10000``) gets values made of a drawn head
+padded to length: Hypothesis refuses a ``min_size`` above its buffer (8 *
+1024) with ``InvalidArgument``, and long before that most draws overrun it."""
+_PAD_SLACK = 8
+"""How far past its lower bound a padded value's length may go."""
+_MAX_BUILT = 1_000_000
+"""The longest string, array or object built at all; a schema that needs a
+longer one gets no value of that shape (an empty strategy, never a crash)."""
 
 _SCALARS: SearchStrategy[Any] = st.one_of(
     st.none(),
@@ -363,12 +383,7 @@ class _Translator:
         if extra_values is None or extra_values.is_empty:
             return known
         extra_min = max(0, int(schema.get("minProperties", 0)) - len(properties))
-        extras = st.dictionaries(
-            st.text(max_size=8).filter(lambda key: key not in properties),
-            extra_values,
-            min_size=extra_min,
-            max_size=max(extra_min, _MAX_EXTRA_FIELDS),
-        )
+        extras = _extra_fields(properties, extra_values, extra_min)
         return st.tuples(extras, known).map(lambda parts: {**parts[0], **parts[1]})
 
     # -- invalid values -----------------------------------------------------
@@ -484,6 +499,17 @@ class _Translator:
             found.append(
                 st.tuples(base, bad).map(_set_field(name)),
             )
+        if _is_count(schema.get("maxProperties")):
+            most = int(schema["maxProperties"])
+            if most < _MAX_BUILT:
+                found.append(base.map(_grown_past(most, properties)))
+        if _is_count(schema.get("minProperties")) and schema["minProperties"] > 0:
+            fewest = int(schema["minProperties"])
+            found.append(
+                base.flatmap(
+                    lambda obj: st.integers(0, min(len(obj), fewest - 1)).map(_first_fields(obj))
+                )
+            )
         return found
 
 
@@ -559,11 +585,11 @@ def _strings(schema: Mapping[str, Any]) -> SearchStrategy[str]:
     low = int(schema.get("minLength", 0))
     high = schema.get("maxLength")
     if "pattern" in schema:
+        # JSON Schema patterns are searched for, not matched whole: "^https?://"
+        # accepts any text after the scheme, and so does this strategy.
         # Lengths are left to the validator's filter.
-        return st.from_regex(schema["pattern"], fullmatch=True)
-    if high is not None and int(high) < low:
-        return st.nothing()
-    return st.text(min_size=low, max_size=None if high is None else int(high))
+        return st.from_regex(schema["pattern"], fullmatch=False)
+    return _text(low, None if high is None else int(high))
 
 
 def _numbers_out_of_range(schema: Mapping[str, Any]) -> list[SearchStrategy[Any]]:
@@ -590,7 +616,7 @@ def _strings_out_of_range(schema: Mapping[str, Any]) -> list[SearchStrategy[Any]
         found.append(st.text(max_size=int(schema["minLength"]) - 1))
     if "maxLength" in schema:
         low = int(schema["maxLength"]) + 1
-        found.append(st.text(min_size=low, max_size=low + 8))
+        found.append(_text(low, low + _PAD_SLACK))
     if "pattern" in schema:
         found.append(st.text(max_size=20))
     return found
@@ -683,12 +709,107 @@ def _lists(
     # Hypothesis refuses a non-empty list of an empty strategy (`items: false`).
     if elements.is_empty or max_size < min_size:
         return st.just([]) if min_size == 0 else st.nothing()
-    return st.lists(
-        elements,
-        min_size=min_size,
-        max_size=max_size,
-        unique_by=_canonical if unique else None,
+    if min_size <= _MAX_DRAWN:
+        return st.lists(
+            elements,
+            min_size=min_size,
+            max_size=max_size,
+            unique_by=_canonical if unique else None,
+        )
+    if unique or min_size > _MAX_BUILT:
+        return st.nothing()  # a long list of distinct values cannot be padded
+    # A drawn head, repeated up to a length from the bounds.
+    longest = min(max_size, min_size + _PAD_SLACK)
+    return st.builds(
+        _repeated,
+        st.lists(elements, min_size=1, max_size=_MAX_EXTRA_ITEMS),
+        _int_range(min_size, longest),
     )
+
+
+def _repeated(head: list[Any], length: int) -> list[Any]:
+    return [head[index % len(head)] for index in range(length)]
+
+
+def _text(min_size: int, max_size: int | None) -> SearchStrategy[str]:
+    """Strings of ``min_size`` to ``max_size`` characters (code points, as
+    JSON Schema counts them). Beyond ``_MAX_DRAWN`` characters: a drawn head
+    padded with one drawn character, up to ``_PAD_SLACK`` past the minimum."""
+    if max_size is not None and max_size < min_size:
+        return st.nothing()
+    if min_size <= _MAX_DRAWN:
+        return st.text(min_size=min_size, max_size=max_size)
+    if min_size > _MAX_BUILT:
+        return st.nothing()
+    longest = min_size + _PAD_SLACK if max_size is None else min(max_size, min_size + _PAD_SLACK)
+    return st.builds(
+        _padded,
+        st.text(max_size=_MAX_DRAWN),
+        st.characters(codec="utf-8"),
+        _int_range(min_size, longest),
+    )
+
+
+def _padded(head: str, filler: str, length: int) -> str:
+    return head + filler * (length - len(head))
+
+
+def _extra_fields(
+    properties: Mapping[str, Any], values: SearchStrategy[Any], min_size: int
+) -> SearchStrategy[dict[str, Any]]:
+    """Fields not among ``properties``, at least ``min_size`` of them. Beyond
+    ``_MAX_DRAWN``: numbered names (``extra-0``, ...) with drawn values repeated."""
+    if min_size <= _MAX_DRAWN:
+        return st.dictionaries(
+            st.text(max_size=8).filter(lambda key: key not in properties),
+            values,
+            min_size=min_size,
+            max_size=max(min_size, _MAX_EXTRA_FIELDS),
+        )
+    if min_size > _MAX_BUILT:
+        return st.nothing()
+    return st.builds(
+        lambda drawn, count: dict(
+            zip(_new_names(properties, count), _repeated(drawn, count), strict=True)
+        ),
+        st.lists(values, min_size=1, max_size=_MAX_EXTRA_ITEMS),
+        _int_range(min_size, min_size + _PAD_SLACK),
+    )
+
+
+def _new_names(taken: Mapping[str, Any], count: int) -> list[str]:
+    """``count`` field names of the form ``extra-N``, none of them in ``taken``."""
+    names: list[str] = []
+    index = 0
+    while len(names) < count:
+        name = f"extra-{index}"
+        if name not in taken:
+            names.append(name)
+        index += 1
+    return names
+
+
+def _grown_past(
+    most: int, properties: Mapping[str, Any]
+) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """Adds fields to an object until it has more than ``most``."""
+
+    def grow(obj: dict[str, Any]) -> dict[str, Any]:
+        missing = most + 1 - len(obj)
+        if missing <= 0:
+            return obj
+        names = _new_names({**properties, **obj}, missing)
+        return {**obj, **dict.fromkeys(names)}
+
+    return grow
+
+
+def _first_fields(obj: dict[str, Any]) -> Callable[[int], dict[str, Any]]:
+    return lambda count: dict(list(obj.items())[:count])
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _canonical(value: Any) -> str:

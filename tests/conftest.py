@@ -1,18 +1,31 @@
-"""Shared helpers: small tools whose calls can be counted and steered."""
+"""Shared helpers: small tools whose calls can be counted and steered.
+
+Hypothesis runs derandomized under CI (``CI`` set, as ``.ci/run`` runs):
+every run tries the same examples, so a red run is reproducible, and no
+example database carries failures from one run to the next. Elsewhere it
+explores as usual; ``HYPOTHESIS_PROFILE=ci`` reproduces CI's examples.
+"""
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from pytest_toolguard.policy import Capabilities, Risk
 from pytest_toolguard.registry import PathAccess, ToolRegistry, ToolSpec
 
 pytest_plugins = ["pytester"]
+
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "default")
+)
 
 EVERY_RISK = frozenset(Risk)
 WRITE_ANYWHERE = Capabilities(allowed_risks=EVERY_RISK, write_roots=(".",))

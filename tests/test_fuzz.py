@@ -3,6 +3,7 @@ on purpose are flagged with the right problem and a minimal reproducing call."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import os
@@ -307,6 +308,132 @@ def test_audit_row_left_running_is_reported(monkeypatch: pytest.MonkeyPatch) -> 
     failure = next(f for f in report.failures if f.problem is Problem.AUDIT_ROWS)
     assert failure.valid  # refused calls write one finished row at once; only runs finish later
     assert "RUNNING" in failure.detail
+
+
+# -- tools that need approval, and tools no call reaches ----------------------
+
+SEND_SCHEMA = {
+    "type": "object",
+    "properties": {"message": {"type": "string", "maxLength": 50}},
+    "required": ["message"],
+    "additionalProperties": False,
+}
+URL_SCHEMA = {
+    "type": "object",
+    "properties": {"url": {"type": "string"}},
+    "required": ["url"],
+    "additionalProperties": False,
+}
+
+
+@tool(input_schema=SEND_SCHEMA, risk=Risk.EXTERNAL)
+def send_message(ctx: ToolContext, message: str) -> dict[str, Any]:
+    """Needs approval; sends nothing (a stub)."""
+    return {"sent": len(message)}
+
+
+@tool(input_schema=URL_SCHEMA, risk=Risk.EXTERNAL, network_host_argument="url")
+def fetch_stub(ctx: ToolContext, url: str) -> dict[str, Any]:
+    """Names its host, so the fuzz world's policy (no host allowed) refuses it."""
+    return {"fetched": url}
+
+
+def test_tool_that_needs_approval_runs_its_handler_with_an_approver() -> None:
+    report = fuzz_tool(send_message, examples=EXAMPLES)
+
+    assert report.skipped is None, report.format()
+    assert report.ok, report.format()
+    assert report.handler_calls > 0
+    assert report.codes.get("OK", 0) > 0
+    assert "APPROVAL_REQUIRED" not in report.codes
+
+
+def test_tool_refused_approval_is_skipped_naming_the_refusal() -> None:
+    report = fuzz_tool(send_message, examples=EXAMPLES, approve=False)
+
+    assert report.handler_calls == 0
+    assert report.skipped is not None
+    assert "handler never ran" in report.skipped
+    assert "APPROVAL_REQUIRED" in report.skipped
+    assert report.ok  # not a failure: nothing was tested
+
+
+def test_tool_every_call_of_which_the_policy_refuses_is_skipped_naming_the_rule() -> None:
+    report = fuzz_tool(fetch_stub, examples=EXAMPLES)
+
+    assert report.handler_calls == 0
+    assert report.skipped is not None
+    assert "policy.network_host" in report.skipped
+    assert "skipped" in report.format()
+
+
+def test_tool_without_valid_arguments_is_skipped() -> None:
+    spec = tool(
+        input_schema={
+            "type": "object",
+            "properties": {"s": {"type": "string", "minLength": 10**12}},
+            "required": ["s"],
+        },
+        name="unreachable",
+    )(lambda ctx, s: {})
+
+    report = fuzz_tool(spec, examples=EXAMPLES)
+
+    assert report.skipped is not None
+    assert "no valid arguments" in report.skipped
+
+
+def test_string_with_a_max_length_beyond_hypothesis_buffer_is_fuzzed() -> None:
+    spec = tool(
+        input_schema={
+            "type": "object",
+            "properties": {"text": {"type": "string", "maxLength": 10_000}},
+            "required": ["text"],
+            "additionalProperties": False,
+        },
+        name="long_text",
+    )(lambda ctx, text: {"length": len(text)})
+
+    report = fuzz_tool(spec, examples=EXAMPLES)
+
+    assert report.ok, report.format()
+    assert report.skipped is None
+    assert report.invalid_calls > 0 and report.handler_calls > 0
+
+
+# -- async def handlers ----------------------------------------------------------
+
+needs_async_runtime = pytest.mark.skipif(
+    not hasattr(ToolRuntime, "aexecute"), reason="the runtime does not await handlers yet"
+)
+
+
+@tool(input_schema=COUNT_SCHEMA, output_schema=COUNT_OUTPUT)
+async def count_up_async(ctx: ToolContext, n: int) -> dict[str, Any]:
+    """count_up as a coroutine: breaks its output schema for negative n."""
+    return {"count": n}
+
+
+@needs_async_runtime
+def test_async_handler_is_awaited_and_its_output_checked() -> None:
+    report = fuzz_tool(count_up_async, examples=EXAMPLES)
+
+    assert report.handler_calls > 0 and report.codes.get("OK", 0) > 0, report.format()
+    failure = _only(report, Problem.OUTPUT_INVALID)
+    assert failure.arguments == {"n": -1}
+
+
+@needs_async_runtime
+def test_async_handler_cancelled_at_its_deadline_is_no_problem() -> None:
+    @tool(input_schema=NO_ARGUMENTS)
+    async def sleeps(ctx: ToolContext) -> dict[str, Any]:
+        await asyncio.sleep(30)
+        return {}
+
+    report = fuzz_tool(sleeps, examples=2, timeout_seconds=0.05)
+
+    assert report.codes.get("TIMEOUT", 0) > 0, report.format()
+    assert report.ok, report.format()
 
 
 # -- reports ----------------------------------------------------------------

@@ -209,5 +209,46 @@ def test_a_tool_missing_from_the_ini_registry_is_warned_about(pytester: pytest.P
     )
     result = pytester.runpytest("--toolguard-faults=all", "--collect-only", "-q", *NO_XDIST)
     result.stdout.fnmatch_lines(
-        ["*cases/custom.yaml: the ini toolguard_registry has no tool my_reader*"]
+        ["*cases/custom.yaml: the ini toolguard_registry = * has no tool my_reader*"]
     )
+
+
+CONFTEST_REGISTRY = """
+import pytest
+from pytest_toolguard import PathAccess, ToolRegistry, tool
+from pytest_toolguard.tools import builtin_registry
+
+@tool(
+    input_schema={"type": "object", "properties": {"path": {"type": "string"}}},
+    paths=[PathAccess.read("{path}")],
+)
+def my_reader(ctx, path):
+    return {"text": ctx.workspace.read_text(path)}
+
+@pytest.fixture(scope="session")
+def toolguard_registry():
+    return ToolRegistry([my_reader, builtin_registry().get("write_file")])
+"""
+
+
+def test_fault_cells_are_collected_for_the_tools_of_a_conftest_registry_fixture(
+    pytester: pytest.Pytester,
+) -> None:
+    """Collection asks the fixture the cells will get, not the ini."""
+    pytester.makeconftest(CONFTEST_REGISTRY)
+    pytester.makefile(
+        ".yaml",
+        **{
+            "cases/custom": CASE.replace("tool_name: read_text", "tool_name: my_reader").replace(
+                "name: notes", "name: custom"
+            )
+        },
+    )
+    collected = pytester.runpytest("--toolguard-faults=all", "--collect-only", "-q", *NO_XDIST)
+    ids = collected.stdout.str()
+    assert "has no tool" not in ids
+    assert "cases/custom.yaml::1-my_reader::timeout" in ids
+    assert "cases/custom.yaml::1-my_reader::path_traversal" in ids
+    result = pytester.runpytest("--toolguard-faults=all", *NO_XDIST)
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) == 0 and outcomes["passed"] > 5

@@ -208,6 +208,57 @@ def test_playback_runs_in_the_recorded_world(pytester):
     _run(pytester).assert_outcomes(passed=1)
 
 
+SET_UP = """
+import pytest
+from pathlib import Path
+from pytest_toolguard import ToolCall
+
+@pytest.mark.toolguard(capabilities={{"allowed_risks": ["read", "write"], "write_roots": ["src"]}})
+def test_edit(toolguard):
+    root = Path(toolguard.workspace.root)
+    (root / "src").mkdir()
+    (root / "src" / "a.py").write_text({content!r})
+    (root / "src" / "pkg").mkdir()
+    (root / "src" / "link.py").symlink_to("a.py")
+    for number, (tool, arguments) in enumerate([
+        ("read_text", {{"path": "src/link.py"}}),
+        ("write_file", {{"path": "src/b.py", "content": "y = 2\\n"}}),
+        ("list_files", {{"path": "src", "recursive": True}}),
+    ]):
+        call = ToolCall(call_id=str(number), tool_name=tool, arguments=arguments)
+        result = toolguard.execute(call)
+        assert result.ok, result.message
+"""
+
+
+@pytest.mark.parametrize("mode", ["none", "once", "rewrite"])
+def test_a_recorded_test_with_set_up_code_passes_unchanged_in_every_record_mode(pytester, mode):
+    """The test owns its set-up: playback starts from an empty workspace, so
+    ``mkdir()`` does not meet the recorded directory."""
+    pytester.makepyfile(test_setup=SET_UP.format(content="x = 1\n"))
+    _run(pytester, "--toolguard-record-mode=once").assert_outcomes(passed=1)
+    _run(pytester, f"--toolguard-record-mode={mode}").assert_outcomes(passed=1)
+    _run(pytester, f"--toolguard-record-mode={mode}").assert_outcomes(passed=1)
+
+
+def test_a_set_up_that_differs_from_the_recorded_start_fails_naming_the_file(pytester):
+    pytester.makepyfile(test_setup=SET_UP.format(content="x = 1\n"))
+    _run(pytester, "--toolguard-record-mode=once").assert_outcomes(passed=1)
+    pytester.makepyfile(test_setup=SET_UP.format(content="x = 100\n"))
+    result = _run(pytester)
+    result.assert_outcomes(passed=1, errors=1)
+    text = result.stdout.str()
+    assert "workspace before the first call: src/a.py" in text
+    assert "Traceback" not in text
+
+
+def test_a_standalone_replay_of_a_fixture_cassette_starts_from_the_recorded_state(pytester):
+    pytester.makepyfile(test_setup=SET_UP.format(content="x = 1\n"))
+    _run(pytester, "--toolguard-record-mode=once").assert_outcomes(passed=1)
+    result = _run(pytester, "--toolguard-replay", "cassettes")
+    result.assert_outcomes(passed=1)
+
+
 def test_secrets_never_reach_the_cassette_and_the_real_ones_still_match(pytester):
     secrets = [
         "Bearer abcdefghijklmnopqrstuvwxyz123456",

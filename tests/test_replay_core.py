@@ -166,9 +166,26 @@ def test_a_bad_file_is_refused_with_its_name_and_the_field(text, where):
     assert where in str(caught.value)
 
 
-def test_an_old_format_says_how_to_re_record():
-    with pytest.raises(CassetteError, match="re-record it with --toolguard-record-mode=rewrite"):
-        loads("format_version: 0\nkind: cassette\nsession: {}\ninteractions: []\n", source="x.yaml")
+@pytest.mark.parametrize(
+    ("recorded_by", "hint"),
+    [
+        ("python scripts/record.py", "re-record it: python scripts/record.py"),
+        (
+            "pytest --toolguard-record-mode=rewrite tests/test_a.py::test_b",
+            "re-record it: pytest --toolguard-record-mode=rewrite tests/test_a.py::test_b",
+        ),
+        (None, "it names no recorded_by"),
+    ],
+)
+def test_an_old_format_says_how_to_re_record_with_its_own_recorder(recorded_by, hint):
+    text = "format_version: 0\nkind: cassette\nsession: {}\ninteractions: []\n"
+    if recorded_by:
+        text += f"recorded_by: {recorded_by}\n"
+    with pytest.raises(CassetteError) as caught:
+        loads(text, source="x.yaml")
+    assert hint in str(caught.value)
+    if recorded_by and "pytest" not in recorded_by:
+        assert "--toolguard-record-mode" not in str(caught.value)
 
 
 @pytest.mark.parametrize("backend", ["freezegun", "time-machine"])

@@ -163,10 +163,18 @@ def test_invalid_values_fail_the_validator(schema: dict[str, Any]) -> None:
     _assert_generates(schema, valid=False)
 
 
-def test_pattern_values_fully_match() -> None:
+def test_anchored_pattern_values_match_the_whole_string() -> None:
     schema = {"type": "string", "pattern": r"^run-[0-9]{3}\.json$"}
     for value in _assert_generates(schema, valid=True):
-        assert re.fullmatch(r"run-[0-9]{3}\.json", value)
+        # Python's $ (the validator's) also matches before a final newline.
+        assert re.fullmatch(r"run-[0-9]{3}\.json\n?", value)
+
+
+def test_a_pattern_is_searched_for_as_json_schema_says_not_matched_whole() -> None:
+    schema = {"type": "string", "pattern": "^https?://"}
+    values = _assert_generates(schema, valid=True)
+    assert all(re.match("https?://", value) for value in values)
+    assert any(len(value) > len("https://") for value in values)
 
 
 def test_one_of_values_match_exactly_one_branch() -> None:
@@ -198,6 +206,73 @@ def test_false_schema_generates_nothing() -> None:
 def test_empty_schema_has_no_invalid_values() -> None:
     with pytest.raises(ValueError, match="no invalid example"):
         from_schema({}, valid=False)
+
+
+# -- bounds beyond what Hypothesis draws element by element ------------------------
+# Hypothesis refuses min_size above its buffer (8 * 1024): lengths this large
+# used to raise InvalidArgument from inside the strategy.
+
+LARGE_BOUNDS = {
+    "string_max_length": {"type": "string", "maxLength": 10_000},
+    "string_min_length": {"type": "string", "minLength": 10_000},
+    "string_length_window": {"type": "string", "minLength": 20_000, "maxLength": 20_004},
+    "array_max_items": {"type": "array", "items": {"type": "integer"}, "maxItems": 10_000},
+    "array_min_items": {"type": "array", "items": {"type": "integer"}, "minItems": 10_000},
+    "array_prefix_then_min_items": {
+        "type": "array",
+        "prefixItems": [{"type": "string"}],
+        "items": {"type": "boolean"},
+        "minItems": 9_000,
+    },
+    "object_min_properties": {"type": "object", "minProperties": 10_000},
+    "object_max_properties": {"type": "object", "maxProperties": 10_000},
+    "object_min_properties_typed": {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}},
+        "required": ["a"],
+        "additionalProperties": {"type": "integer"},
+        "minProperties": 9_000,
+    },
+    "nested_argument": {
+        "type": "object",
+        "properties": {"content": {"type": "string", "maxLength": 100_000}},
+        "required": ["content"],
+        "additionalProperties": False,
+    },
+}
+
+
+@pytest.mark.parametrize("schema", LARGE_BOUNDS.values(), ids=LARGE_BOUNDS.keys())
+def test_large_bound_valid_values_pass_the_validator(schema: dict[str, Any]) -> None:
+    _assert_generates(schema, valid=True)
+
+
+@pytest.mark.parametrize("schema", LARGE_BOUNDS.values(), ids=LARGE_BOUNDS.keys())
+def test_large_bound_invalid_values_fail_the_validator(schema: dict[str, Any]) -> None:
+    _assert_generates(schema, valid=False)
+
+
+@pytest.mark.parametrize(
+    ("schema", "too_far"),
+    [
+        ({"type": "string", "maxLength": 10_000}, lambda value: len(value) > 10_000),
+        ({"type": "string", "minLength": 10_000}, lambda value: len(value) < 10_000),
+        (
+            {"type": "array", "items": {"type": "integer"}, "maxItems": 10_000},
+            lambda value: len(value) > 10_000,
+        ),
+        ({"type": "object", "maxProperties": 10_000}, lambda value: len(value) > 10_000),
+        ({"type": "object", "minProperties": 10_000}, lambda value: len(value) < 10_000),
+    ],
+    ids=["max_length", "min_length", "max_items", "max_properties", "min_properties"],
+)
+def test_invalid_values_reach_just_past_a_large_bound(schema: dict[str, Any], too_far: Any) -> None:
+    examples = _examples(from_schema(schema, valid=False))
+    assert any(isinstance(value, (str, list, dict)) and too_far(value) for value in examples)
+
+
+def test_length_beyond_what_can_be_built_generates_nothing_instead_of_crashing() -> None:
+    assert from_schema({"type": "string", "minLength": 10**12}).is_empty
 
 
 # -- refusals -------------------------------------------------------------------

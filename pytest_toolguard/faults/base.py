@@ -16,6 +16,11 @@ through, and then checks the invariants every cell shares:
 - every planted decoy's marker is absent from every result (nothing outside
   was read).
 
+Like replay, a cell grants the recorded approvals again (``replay.approvals``:
+they follow the hooks a fault gives ``make_runtime``, so a plan still blocks
+first) and serves the recorded HTTP exchanges of external tools, each as
+often as asked, with no network (``cell.http``; ``replay.http``).
+
 A fault reports a broken oracle with ``cell.check(condition, message)``; the
 cell passes when no check failed. ``run_cell`` never raises for what a tool
 or the executor does: a fault's own crash is reported as a failed cell too.
@@ -23,7 +28,6 @@ or the executor does: a fault's own crash is reported as a failed cell too.
 
 from __future__ import annotations
 
-import copy
 import json
 import posixpath
 import stat
@@ -41,8 +45,10 @@ from ..contract import CallState, ErrorCode, ToolCall, ToolResult
 from ..hooks import PlanProgress, PostToolUse, PreToolUse
 from ..policy import Capabilities, Risk
 from ..registry import PATH_ARGUMENT, ToolRegistry, ToolSpec
+from ..replay.approvals import approval_hooks
 from ..replay.cassette import Cassette, Interaction
 from ..replay.environment import fake_filesystem, frozen_clock, read_tree
+from ..replay.http import HttpPlayback, HttpUnavailable
 from ..replay.player import _with_secrets
 from ..runtime import ToolRuntime
 from .outcome import CellOutcome, CellStatus
@@ -210,13 +216,14 @@ def catalogue() -> tuple[Fault, ...]:
 
 
 def select_faults(spec: str, known: Sequence[Fault] | None = None) -> tuple[Fault, ...]:
-    """``all`` or comma-separated names -> faults of ``known`` (default: the
-    catalogue), in its order. ``ValueError`` names any unknown fault and
-    lists the known ones."""
+    """Comma-separated names, where ``all`` stands for every fault, ->
+    faults of ``known`` (default: the catalogue), in its order
+    (``all,timeout`` is every fault). ``ValueError`` names any unknown fault
+    and lists the known ones."""
     known = tuple(catalogue() if known is None else known)
     wanted = [part.strip() for part in spec.split(",") if part.strip()]
-    if wanted == ["all"]:
-        return known
+    if "all" in wanted:
+        wanted = [fault.name for fault in known] + [name for name in wanted if name != "all"]
     names = {fault.name for fault in known}
     unknown = [name for name in wanted if name not in names]
     if unknown or not wanted:
@@ -260,6 +267,8 @@ class Cell:
         registry: ToolRegistry,
         fs: Any,
         secrets: Mapping[str, str] | None,
+        *,
+        http: HttpPlayback | None = None,
     ) -> None:
         self.fault = fault
         self.target = target
@@ -271,7 +280,15 @@ class Cell:
         self.secrets = secrets
         self.problems: list[str] = []
         self._counter: _Counted | None = None
+        self.http = http
+        """Serves the recorded HTTP exchanges (None when the cassette calls
+        no external tool); ``http.injected(...)`` changes what they answer."""
         self.registry = self._counting_registry(registry)
+        if http is not None:
+            self.registry = http.registry(self.registry)
+        self.approvals = approval_hooks(target.cassette)
+        """The hooks granting the recorded approvals; every runtime of the
+        cell has them, after its other hooks."""
         self._runtimes: list[tuple[ToolRuntime, SQLiteAuditStore]] = []
         self._settled: set[int] = set()
         self._results: list[ToolResult] = []
@@ -295,7 +312,7 @@ class Cell:
         for spec in registry:
             if spec.name == self.target.call.tool_name:
                 self._counter = _Counted(spec.handler)
-                spec = _with_handler(spec, self._counter)
+                spec = spec.with_handler(self._counter)
             specs.append(spec)
         return ToolRegistry(specs)
 
@@ -351,7 +368,7 @@ class Cell:
             self.root,
             capabilities if capabilities is not None else session.capabilities,
             store,
-            hooks=self.hooks if hooks is None else hooks,
+            hooks=[*(self.hooks if hooks is None else hooks), *self.approvals],
             variables=session.variables,
             idempotency_scope=session.idempotency_scope,
             timeouts={**session.timeouts, **(timeouts or {})},
@@ -370,23 +387,31 @@ class Cell:
         if saved is not None:
             saved.restore(self)
         else:
-            for interaction in self.target.cassette.interactions[:index]:
+            for position, interaction in enumerate(self.target.cassette.interactions[:index]):
+                self._playing(position)
                 self.runtime.execute(_with_secrets(interaction.call, self.secrets))
             if index and source is not None:
                 _PREFIXES.put(self.target.cassette, index, source, self.secrets, _Saved.of(self))
+        self._playing(index)
         if self._counter is not None:
             self._counter.calls = 0
+
+    def _playing(self, index: int) -> None:
+        if self.http is not None:
+            self.http.current = index
 
     # -- calls
 
     def call(self, arguments: Any = None, **changes: Any) -> ToolCall:
-        """The target's call with a fresh call id (secrets filled in),
-        optionally with other ``arguments`` or other fields. A recorded
+        """The target's call with a fresh call id, optionally with other
+        ``arguments`` or other fields, and the secrets filled in last: a
+        placeholder in arguments a fault derived from the recorded ones
+        (``target.arguments``) is sent as the real value too. A recorded
         idempotency key is made unique to this call too (unless
         ``idempotency_key`` is given): reused, every call after the first
         would only be answered from the key, and test nothing."""
         self._serial += 1
-        call = _with_secrets(self.target.call, self.secrets)
+        call = self.target.call
         call_id = f"{self.fault.name}-{self._serial}"
         fields: dict[str, Any] = {"call_id": call_id}
         if call.idempotency_key:
@@ -394,7 +419,7 @@ class Cell:
         fields.update(changes)
         if arguments is not None:
             fields["arguments"] = arguments
-        return replace(call, **fields)
+        return _with_secrets(replace(call, **fields), self.secrets)
 
     def execute(self, call: ToolCall, runtime: ToolRuntime | None = None) -> ToolResult:
         """Run ``call`` through ``runtime`` (default: the session's) and keep
@@ -493,6 +518,8 @@ class Cell:
         each call has one finished audit row."""
         for runtime, _store in self._runtimes:
             self.settle(runtime)
+        if self.http is not None:
+            self.http.close()
         self._check_threads()
         for result in self._results:
             shown = json.dumps([result.data, result.message], default=str)
@@ -633,13 +660,6 @@ class _SavedStates:
 _PREFIXES = _SavedStates()
 
 
-def _with_handler(spec: ToolSpec, handler: Callable[..., Any]) -> ToolSpec:
-    """A copy of ``spec`` with another handler (schemas not recompiled)."""
-    clone = copy.copy(spec)
-    object.__setattr__(clone, "handler", handler)
-    return clone
-
-
 def _short(text: str, limit: int = 160) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -678,12 +698,16 @@ def _run(
     fault: Fault, target: Target, registry: ToolRegistry, secrets: Mapping[str, str] | None
 ) -> list[str]:
     cassette = target.cassette
+    try:  # before the fake world: it imports vcrpy
+        http = HttpPlayback.for_cassette(cassette, registry, repeats=True)
+    except HttpUnavailable as exc:
+        return [str(exc)]
     with ExitStack() as stack:
         # The clock first: pyfakefs unloads modules first imported while it
         # is active, so the clock's backend must be imported outside it.
         stack.enter_context(frozen_clock(cassette.recorded_at))
         fs = stack.enter_context(fake_filesystem(cassette))
-        cell = Cell(fault, target, registry, fs, secrets)
+        cell = Cell(fault, target, registry, fs, secrets, http=http)
         try:
             cell.replay_before(registry)
             _plant_decoys(cell)

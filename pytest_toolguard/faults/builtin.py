@@ -7,6 +7,7 @@ and what must hold; the README's fault table is made from them.
 from __future__ import annotations
 
 import base64
+import inspect
 import json
 import posixpath
 import threading
@@ -20,10 +21,13 @@ from urllib.parse import quote, unquote
 from ..contract import CallState, ErrorCode, ToolCall, ToolResult
 from ..hooks import PlanProgress, PlanStep
 from ..policy import Risk
+from ..redaction import Redactor
 from ..replay.cassette import dumps
+from ..replay.http import Answer
 from ..replay.recorder import Recorder
 from ..runtime import ToolRuntime
 from .base import DECOY_MARKER, JOIN_SECONDS, Cell, Fault, Target, register_fault
+from .network import HTTP_ERRORS, NETWORK_ERRORS, http_status
 
 TIMEOUT_SECONDS = 0.005
 """The deadline the ``timeout`` fault gives the call. Deterministic however
@@ -150,6 +154,14 @@ def _swapping_first(
     (after the policy check) and back when it ends."""
 
     def wrap(handler: Callable[..., Any]) -> Callable[..., Any]:
+        if inspect.iscoroutinefunction(handler):
+            # Held across the await: a coroutine's body runs after the call returns it.
+            async def swapping_async(ctx: Any, **arguments: Any) -> Any:
+                with _swapped(cell, first, decoy):
+                    return await handler(ctx, **arguments)
+
+            return swapping_async
+
         def swapping(ctx: Any, **arguments: Any) -> Any:
             with _swapped(cell, first, decoy):
                 return handler(ctx, **arguments)
@@ -759,6 +771,13 @@ class SecretInPayload(Fault):
         arguments = _plant(cell.target.arguments, FAKE_SECRET)
 
         def leaking(handler: Callable[..., Any]) -> Callable[..., Any]:
+            if inspect.iscoroutinefunction(handler):  # plant in the awaited output
+
+                async def leak_async(ctx: Any, **kwargs: Any) -> Any:
+                    return _plant(await handler(ctx, **kwargs), FAKE_SECRET)
+
+                return leak_async
+
             def leak(ctx: Any, **kwargs: Any) -> Any:
                 return _plant(handler(ctx, **kwargs), FAKE_SECRET)
 
@@ -766,7 +785,8 @@ class SecretInPayload(Fault):
 
         cell.replace_handler(leaking)
         runtime = cell.make_runtime()
-        recorder = Recorder(runtime, name="secret_in_payload")
+        # The cell already serves the HTTP of external tools: record none.
+        recorder = Recorder(runtime, name="secret_in_payload", record_http=False)
         recorder.start()
         cell.execute(cell.call(arguments), runtime)
         recorder.stop()
@@ -812,3 +832,74 @@ def secret_forms(secret: str) -> list[tuple[str, bytes]]:
         start = -(-pad * 4 // 3) + 1
         forms.append((f"base64/{pad}", encoded[start : start + (len(raw) * 4 // 3) - 4]))
     return forms
+
+
+# -- network_error, http_error ----------------------------------------------------------
+
+
+class _WithRecordedHttp(Fault):
+    """A fault of calls that succeeded when recorded and whose handler made
+    HTTP requests: what the network does is changed, the tool must notice."""
+
+    applies_to = "successful calls whose handler made recorded HTTP requests"
+
+    def applies(self, target: Target) -> bool:
+        return _needs_handler(target) and bool(target.interaction.http)
+
+    def _answer(self, cell: Cell, what: str, answer: Answer) -> None:
+        """One call with every request of its handler answered by
+        ``answer``; the oracle of both faults."""
+        assert cell.http is not None  # applies() saw recorded exchanges
+        met: list[Any] = []
+
+        def counted(request: Any, response: dict[str, Any]) -> dict[str, Any]:
+            met.append(request)
+            return answer(request, response)
+
+        before = cell.tree()
+        with cell.http.injected(counted):
+            result = cell.execute(cell.call())
+        cell.check(
+            bool(met), f"{what}: the handler made no recorded HTTP request, so it never failed"
+        )
+        recorded = cell.target.interaction.result.data
+        cell.check(
+            not (result.ok and Redactor().redact(result.data) == recorded),
+            f"{what}: answered {result.code.value} with the recorded data, "
+            "as if the request had succeeded",
+        )
+        cell.check_unchanged(before, f"{what}: the request failed")
+
+
+@register_fault
+class NetworkError(_WithRecordedHttp):
+    name = "network_error"
+    injection = (
+        "each request the handler makes fails in the HTTP layer: connection refused, "
+        "then reset, then timed out (one call each)"
+    )
+    expected = (
+        "not OK with the recorded data (an error, or data saying what failed); "
+        "no file changed; the audit row finished"
+    )
+
+    def inject(self, cell: Cell) -> None:
+        for what, answer in NETWORK_ERRORS.items():
+            self._answer(cell, what, answer)
+
+
+@register_fault
+class HttpError(_WithRecordedHttp):
+    name = "http_error"
+    injection = (
+        f"each recorded request answered {', '.join(map(str, HTTP_ERRORS))} instead "
+        "(one call each; Retry-After on 429 and 503)"
+    )
+    expected = (
+        "not OK with the recorded data (an error, or data saying what failed); "
+        "no file changed; the audit row finished"
+    )
+
+    def inject(self, cell: Cell) -> None:
+        for code in HTTP_ERRORS:
+            self._answer(cell, f"HTTP {code}", http_status(code))

@@ -416,7 +416,9 @@ def write_report(report: MatrixReport, path: str | os.PathLike[str]) -> None:
 def terminal_grid(
     report: MatrixReport, width: int = 100, *, max_failures: int = TERMINAL_FAILURE_LIMIT
 ) -> list[str]:
-    """Lines for pytest's terminal summary, none longer than ``width``.
+    """Lines for pytest's terminal summary, none longer than ``width``
+    except a failed cell's node id, which is never cut (it is pasted to
+    rerun the cell).
 
     The totals; a legend of the cell characters and of the fault numbers;
     a ruler of fault numbers over the columns; per file its path, then one
@@ -440,7 +442,7 @@ def terminal_grid(
     if failures:
         lines.append(f"failed cells ({len(failures)}):")
         for cell in failures[:max_failures]:
-            lines.append(_fit(f"  {cell_label(cell)}", width))
+            lines.append(f"  {cell_label(cell)}")  # whole: it is pasted to rerun the cell
             if cell.problems:
                 lines.append(_fit(f"    {_one_line(cell.problems[0])}", width))
         if len(failures) > max_failures:

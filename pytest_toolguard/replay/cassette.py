@@ -6,6 +6,8 @@ the first call, every interaction (the call, its result, its audit row) and
 every file after the last call. A *case* is the same format written by
 hand, where each interaction says only what must hold (a code, a message
 fragment, an audit rule) and ``final_files`` lists only the files it checks.
+An interaction may also hold the approval that let its call through and
+the HTTP exchanges its handler made (``approvals`` and ``http`` replay them).
 
 Loading validates against ``cassette.schema.json`` (shipped beside this
 module) and raises ``CassetteError`` naming the file and the field, never a
@@ -32,7 +34,7 @@ import yaml
 from jsonschema import Draft202012Validator
 
 from ..contract import ToolCall
-from ..hooks import Artifact, PlanStep
+from ..hooks import Approval, Artifact, PlanStep
 from ..policy import Capabilities, Risk
 from ..schema import format_path
 
@@ -90,6 +92,22 @@ class AuditExpectation:
 
 
 @dataclass(frozen=True, slots=True)
+class HttpExchange:
+    """One HTTP request a handler made and the response it got, redacted,
+    in vcrpy's terms (``pytest_toolguard.replay.http`` records and serves
+    them). Header values are lists, as a header may repeat."""
+
+    method: str
+    uri: str
+    status: int
+    reason: str = ""
+    request_headers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    request_body: bytes | None = None
+    response_headers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    response_body: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
 class Interaction:
     """One call and what must hold afterwards."""
 
@@ -97,6 +115,15 @@ class Interaction:
     result: Expectation = field(default_factory=Expectation)
     audit: AuditExpectation = field(default_factory=AuditExpectation)
     volatile: tuple[str, ...] = ()
+    approval: Approval | None = None
+    """The hook decision that let the call through when it was recorded;
+    replay grants it again (``replay.approvals``)."""
+    http: tuple[HttpExchange, ...] = ()
+    """The HTTP exchanges its handler made, in order; replay serves them."""
+    transcript_result: Mapping[str, Any] | None = None
+    """For a session imported from another program's transcript: the result
+    the transcript holds (``ok``, ``content``, maybe ``data``). Kept for the
+    reader; replay compares the re-executed result, never this."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,11 +241,13 @@ def loads(text: str, *, source: str = "<string>") -> Cassette:
         raise CassetteError(source, "document", "must be a mapping with format_version, kind, ...")
     version = raw.get("format_version")
     if isinstance(version, int) and version != FORMAT_VERSION:
-        hint = (
-            "re-record it with --toolguard-record-mode=rewrite"
-            if version < FORMAT_VERSION
-            else "upgrade pytest-toolguard to read it"
-        )
+        recorded_by = raw.get("recorded_by")
+        if version > FORMAT_VERSION:
+            hint = "upgrade pytest-toolguard to read it"
+        elif isinstance(recorded_by, str) and recorded_by:
+            hint = f"re-record it: {recorded_by}"
+        else:
+            hint = "re-record it (it names no recorded_by: re-run what recorded it)"
         raise CassetteError(
             source,
             "format_version",
@@ -306,6 +335,7 @@ def _interaction(raw: Mapping[str, Any], index: int, session: Session, kind: Kin
     call = raw["call"]
     result = raw.get("result") or {}
     audit = raw.get("audit") or {}
+    approval = raw.get("approval")
     return Interaction(
         call=ToolCall(
             call_id=call.get("call_id", f"call-{index + 1}"),
@@ -336,7 +366,31 @@ def _interaction(raw: Mapping[str, Any], index: int, session: Session, kind: Kin
             check_idempotency_outcome="idempotency_outcome" in audit,
         ),
         volatile=tuple(raw.get("volatile") or ()),
+        approval=None
+        if approval is None
+        else Approval(rule=approval["rule"], reason=approval.get("reason", "")),
+        http=tuple(_exchange(item) for item in raw.get("http") or ()),
+        transcript_result=raw.get("transcript_result"),
     )
+
+
+def _exchange(raw: Mapping[str, Any]) -> HttpExchange:
+    request, response = raw["request"], raw["response"]
+    body = request.get("body")
+    return HttpExchange(
+        method=request["method"],
+        uri=request["uri"],
+        status=response["status"]["code"],
+        reason=response["status"].get("message", ""),
+        request_headers=_headers(request.get("headers")),
+        request_body=None if body is None else _content(body),
+        response_headers=_headers(response.get("headers")),
+        response_body=_content(response.get("body", "")),
+    )
+
+
+def _headers(raw: Mapping[str, Any] | None) -> dict[str, tuple[str, ...]]:
+    return {name: tuple(values) for name, values in (raw or {}).items()}
 
 
 def _content(value: str | Mapping[str, str]) -> bytes:
@@ -504,9 +558,38 @@ def _interaction_dict(item: Interaction) -> dict[str, Any]:
     if audit.check_idempotency_outcome:
         row["idempotency_outcome"] = audit.idempotency_outcome
     body["audit"] = row
+    if item.approval is not None:
+        body["approval"] = {"rule": item.approval.rule, "reason": item.approval.reason}
+    if item.http:
+        body["http"] = [_exchange_dict(exchange) for exchange in item.http]
     if item.volatile:
         body["volatile"] = list(item.volatile)
+    if item.transcript_result is not None:
+        body["transcript_result"] = canonical(item.transcript_result)
     return body
+
+
+def _exchange_dict(exchange: HttpExchange) -> dict[str, Any]:
+    """vcrpy's request and response fields, headers sorted by name."""
+    request: dict[str, Any] = {
+        "method": exchange.method,
+        "uri": exchange.uri,
+        "headers": _headers_dict(exchange.request_headers),
+    }
+    if exchange.request_body is not None:
+        request["body"] = _content_dict(exchange.request_body)
+    return {
+        "request": request,
+        "response": {
+            "status": {"code": exchange.status, "message": exchange.reason},
+            "headers": _headers_dict(exchange.response_headers),
+            "body": _content_dict(exchange.response_body),
+        },
+    }
+
+
+def _headers_dict(headers: Mapping[str, tuple[str, ...]]) -> dict[str, list[str]]:
+    return {name: list(headers[name]) for name in sorted(headers, key=str.lower)}
 
 
 def _content_dict(data: bytes) -> str | dict[str, str]:

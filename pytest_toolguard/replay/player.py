@@ -11,7 +11,10 @@ through a fresh ``ToolRuntime`` with the recorded session, and compares:
   idempotency outcome;
 - after the last call, every file under the workspace (none missing, none
   extra, none different) and every recorded file outside it (unchanged);
-- that no handler outlived its deadline.
+- that no handler outlived its deadline;
+- that every HTTP request a handler made had a recorded exchange (the
+  recorded approvals are granted again: ``approvals``; the recorded HTTP
+  exchanges are served, with no network: ``http``).
 
 It never raises for a difference: every one is collected in the returned
 ``ReplayReport``.
@@ -28,12 +31,14 @@ from typing import Any
 
 from ..audit import AuditRecord, SQLiteAuditStore
 from ..contract import ToolCall, ToolResult
-from ..hooks import PlanProgress
+from ..hooks import PlanProgress, PostToolUse, PreToolUse
 from ..redaction import Redactor
 from ..registry import ToolRegistry
 from ..runtime import ToolRuntime
+from .approvals import approval_hooks
 from .cassette import AuditExpectation, Cassette, Expectation, FileState, Interaction
 from .environment import fake_filesystem, frozen_clock, read_files, read_tree
+from .http import HttpPlayback, HttpUnavailable, UnmatchedRequest
 from .redacting import redact_file, redact_path
 
 ORPHAN_JOIN_SECONDS = 5.0
@@ -85,35 +90,42 @@ def replay(
     ``data.files_searched``) that are not compared in any interaction.
     """
     redactor = redactor or Redactor()
+    checker = _Checker(redactor, tuple(cassette.volatile) + tuple(volatile), registry)
+    http = checker.http_playback(cassette, registry)  # imports vcrpy outside the fake world
     # The clock first: pyfakefs unloads modules first imported while it is
     # active, so the clock's backend must be imported outside it.
     with frozen_clock(cassette.recorded_at), fake_filesystem(cassette):
         outside_before = dict(cassette.workspace.outside_files)
         store = SQLiteAuditStore(":memory:")
         session = cassette.session
-        hooks = [PlanProgress(session.plan)] if session.plan else []
+        hooks: list[PreToolUse | PostToolUse] = [PlanProgress(session.plan)] if session.plan else []
         runtime = ToolRuntime(
-            registry,
+            http.registry(registry) if http else registry,
             cassette.workspace.root,
             session.capabilities,
             store,
-            hooks=hooks,
+            hooks=[*hooks, *approval_hooks(cassette, redactor)],
             redactor=redactor,
             variables=session.variables,
             idempotency_scope=session.idempotency_scope,
             timeouts=session.timeouts,
         )
-        checker = _Checker(redactor, tuple(cassette.volatile) + tuple(volatile), registry)
         results: list[ToolResult] = []
         stored: list[Any] = []
-        runtime.add_listener(lambda call, result, data: stored.append(data))
+        runtime.add_listener(lambda call, result, data, approval: stored.append(data))
         try:
             for index, interaction in enumerate(cassette.interactions):
+                if http:
+                    http.current = index
                 result = runtime.execute(_with_secrets(interaction.call, secrets))
                 results.append(result)
                 checker.result(index, interaction, result, stored[-1])
         finally:
             orphans = runtime.close(join_timeout=ORPHAN_JOIN_SECONDS)
+            if http:
+                http.close()
+        if http:
+            checker.http_requests(cassette.interactions, http.unmatched())
         for orphan in orphans:
             checker.add("runtime", "handlers", "none still running", orphan)
         rows = tuple(store.rows())
@@ -170,6 +182,35 @@ class _Checker:
     def add(self, where: str, name: str, recorded: Any, replayed: Any, diff: str = "") -> None:
         self.differences.append(Difference(where, name, recorded, replayed, diff))
 
+    def http_playback(self, cassette: Cassette, registry: ToolRegistry) -> HttpPlayback | None:
+        """The HTTP playback ``cassette`` needs (see ``HttpPlayback.for_cassette``);
+        None, and a difference saying what to install, when vcrpy is missing
+        for the exchanges it holds."""
+        try:
+            return HttpPlayback.for_cassette(cassette, registry, self.redactor)
+        except HttpUnavailable as exc:
+            self.add("runtime", "http", "vcrpy serving the recorded exchanges", str(exc))
+            return None
+
+    def http_requests(
+        self, interactions: Sequence[Interaction], unmatched: Sequence[UnmatchedRequest]
+    ) -> None:
+        """A difference per HTTP request that no recorded exchange answered."""
+        self.checks += 1
+        for request in unmatched:
+            index = request.interaction
+            where = (
+                f"interaction {index + 1} ({interactions[index].call.tool_name})"
+                if index is not None and index < len(interactions)
+                else "http"
+            )
+            self.add(
+                where,
+                "http request",
+                "none recorded",
+                f"{request.method} {request.uri} (no recorded exchange; not sent)",
+            )
+
     def compare(self, where: str, name: str, recorded: Any, replayed: Any) -> None:
         self.checks += 1
         if recorded != replayed:
@@ -194,6 +235,12 @@ class _Checker:
             recorded = getattr(expected, name)
             if recorded is not None:
                 self.compare(where, f"result.{name}", recorded, value)
+        if expected.code is not None and expected.code != result.code.value:
+            # The code alone does not say why: show both messages with it.
+            code = self.differences[-1]
+            self.differences[-1] = replace(
+                code, diff=_messages(expected.message, result.message) + code.diff
+            )
         if expected.check_data:
             volatile = self.volatile + interaction.volatile
             recorded_data = _without(expected.data, volatile)
@@ -247,7 +294,11 @@ class _Checker:
             else:
                 have = redact_file(self.redactor, have)
                 if FileState.of(have).sha256 != want.sha256:
-                    diff = _text_diff(want.content, have, path) if want.content is not None else ""
+                    diff = (
+                        _text_diff(want.content, have, path, min_lines=1)
+                        if want.content is not None
+                        else ""
+                    )
                     self.add("files", path, _describe_state(want), _describe(have), diff)
 
     def outside(self, before: Mapping[str, bytes], after: Mapping[str, bytes | None]) -> None:
@@ -283,6 +334,13 @@ def _drop(value: Any, parts: list[str]) -> Any:
     return value
 
 
+def _messages(recorded: str | None, replayed: str) -> str:
+    lines = [f"replayed message: {replayed}"]
+    if recorded is not None:
+        lines.insert(0, f"recorded message: {recorded}")
+    return "".join(line + "\n" for line in lines)
+
+
 def _describe(content: bytes | None) -> str:
     if content is None:
         return "missing"
@@ -295,9 +353,10 @@ def _describe_state(state: FileState) -> str:
     return f"sha256 {state.sha256[:12]}"
 
 
-def _text_diff(recorded: Any, replayed: Any, name: str = "") -> str:
+def _text_diff(recorded: Any, replayed: Any, name: str = "", *, min_lines: int = 2) -> str:
     """A unified diff when both sides are text (or JSON data that prints as
-    several lines); '' otherwise."""
+    several lines) and one side has ``min_lines`` lines; '' otherwise. Files
+    ask for one line: a one-line file is still a file to compare."""
 
     def lines(value: Any) -> list[str] | None:
         if isinstance(value, bytes):
@@ -313,7 +372,7 @@ def _text_diff(recorded: Any, replayed: Any, name: str = "") -> str:
         return split
 
     old, new = lines(recorded), lines(replayed)
-    if old is None or new is None or (len(old) < 2 and len(new) < 2):
+    if old is None or new is None or (len(old) < min_lines and len(new) < min_lines):
         return ""
     diff = difflib.unified_diff(old, new, f"recorded {name}".strip(), f"replayed {name}".strip())
     return "".join(line if line.endswith("\n") else line + "\n" for line in diff)

@@ -6,24 +6,36 @@
 The recorder snapshots the workspace when recording starts, watches every
 ``runtime.execute``, and when the block ends without an exception writes
 the cassette atomically (temporary file, then rename). It keeps the files
-the calls read or wrote (the paths their tools declare, a directory meaning
-everything beneath it) as they were before the first call, and the same
-files after the last call. Arguments, results and previews are redacted with
+the calls touched, as they were before the first call, and the same files
+after the last call: the paths their tools declare (``PathAccess``) and
+every path a handler actually asked ``ctx.workspace`` about (read, listed,
+checked, written), declared or not; a directory means everything beneath
+it. Arguments sent as JSON text, as model APIs send them, are read the way
+the runtime reads them. Arguments, results and previews are redacted with
 the runtime's redactor before anything is written: a cassette never holds a
 secret the redactor knows.
+
+Each interaction also keeps the approval that let its call through (the
+PreToolUse hook that answered ``allow``: replay grants it again, see
+``approvals``) and the HTTP exchanges its handler made when its tool is
+external or dangerous (recorded with vcrpy, redacted: see ``http``; while
+recording, ``runtime.registry`` is a copy whose network tools are wrapped).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
-from collections.abc import Callable, Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
 from ..contract import ToolCall, ToolResult
-from ..hooks import PlanProgress
+from ..hooks import Approval, PlanProgress
 from ..policy import fill_template, under_root
 from ..runtime import ToolRuntime
 from ..sandbox import SandboxError
@@ -32,12 +44,14 @@ from .cassette import (
     Cassette,
     Expectation,
     FileState,
+    HttpExchange,
     Interaction,
     Session,
     WorkspaceState,
     dump,
 )
 from .environment import read_tree
+from .http import HttpRecording
 from .redacting import redact_file, redact_path, tool_redactor
 
 
@@ -48,10 +62,15 @@ class _Recorded:
     stored_data: Any
     """The data as the runtime would store it: redacted, then cut."""
     touched: tuple[str, ...]
+    approval: Approval | None = None
+    http: Sequence[HttpExchange] = ()
+    """Live: a handler that overran its deadline may still add to it."""
 
 
 class Recorder:
-    """Records every call a runtime executes, from ``start()`` on."""
+    """Records every call a runtime executes, from ``start()`` on.
+    ``record_http=False`` leaves the HTTP of network tools unrecorded (a
+    recorder inside a world that already serves it)."""
 
     def __init__(
         self,
@@ -60,17 +79,25 @@ class Recorder:
         name: str,
         recorded_by: str | None = None,
         description: str = "",
+        record_http: bool = True,
     ) -> None:
         self.runtime = runtime
         self.name = name
         self.recorded_by = recorded_by
         self.description = description
+        self.record_http = record_http
+        self._http: HttpRecording | None = None
         self._calls: list[_Recorded] = []
         self._before: dict[str, bytes] = {}
         self._symlinks: dict[str, str] = {}
         self._directories: list[str] = []
         self._started_at = ""
         self._remove_listener: Callable[[], None] | None = None
+        self._remove_watcher: Callable[[], None] | None = None
+        self._accessed: dict[str, list[str]] = {}
+        """Paths each call's handler asked the workspace about, by call id,
+        until the call's listener takes them."""
+        self._accessed_lock = threading.Lock()
 
     def start(self) -> None:
         """Snapshot the workspace and start listening to ``runtime.execute``."""
@@ -78,16 +105,35 @@ class Recorder:
         self._started_at = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
         self._before = read_tree(root)
         self._symlinks, self._directories = _links_and_directories(root)
+        if self.record_http:
+            self._http = HttpRecording.attach(self.runtime)
+        self._remove_watcher = self.runtime.watch_files(self._watch)
         self._remove_listener = self.runtime.add_listener(self._record)
 
     def stop(self) -> None:
         """Stop watching the runtime."""
-        if self._remove_listener is not None:
-            self._remove_listener()
-            self._remove_listener = None
+        for remove in (self._remove_listener, self._remove_watcher):
+            if remove is not None:
+                remove()
+        self._remove_listener = self._remove_watcher = None
+        if self._http is not None:
+            self._http.detach()
+            self._http = None
 
-    def _record(self, call: ToolCall, result: ToolResult, stored_data: Any) -> None:
-        self._calls.append(_Recorded(call, result, stored_data, self._touched(call)))
+    def _watch(self, call_id: str, paths: Sequence[str]) -> None:
+        with self._accessed_lock:
+            self._accessed.setdefault(call_id, []).extend(paths)
+
+    def _record(
+        self, call: ToolCall, result: ToolResult, stored_data: Any, approval: Approval | None
+    ) -> None:
+        with self._accessed_lock:
+            accessed = self._accessed.pop(result.call_id, [])
+        touched = self._touched(call) + self._located(accessed)
+        http = self._http.take(result.call_id) if self._http is not None else ()
+        self._calls.append(
+            _Recorded(call, result, stored_data, tuple(dict.fromkeys(touched)), approval, http)
+        )
 
     def cassette(self) -> Cassette:
         """The cassette of everything recorded so far."""
@@ -182,36 +228,55 @@ class Recorder:
                 idempotency_outcome=row.idempotency_outcome,
                 check_idempotency_outcome=True,
             ),
+            approval=item.approval,
+            http=tuple(item.http),
         )
 
     def _touched(self, call: ToolCall) -> tuple[str, ...]:
-        """The workspace paths a call's tool declares, resolved; '.' when
-        they cannot be known (so the whole workspace is kept)."""
+        """The workspace paths a call's tool declares (``PathAccess``)."""
         spec = (
             self.runtime.registry.get(call.tool_name) if isinstance(call.tool_name, str) else None
         )
-        if spec is None or not spec.paths:
+        arguments = _arguments(call)
+        if spec is None or not spec.paths or arguments is None:
             return ()
-        arguments = call.arguments
-        if not isinstance(arguments, Mapping):
-            return ()
-        paths: list[str] = []
-        workspace = self.runtime.workspace
+        given: list[str] = []
         for access in spec.paths:
             try:
-                given = fill_template(access, arguments, self.runtime.variables)
-                if given is None:
-                    continue
-                try:
-                    paths.append(workspace.resolve(given))
-                except (SandboxError, OSError):
-                    # An escaping link is refused, but replay must rebuild the
-                    # link to refuse it again: keep the path as spelt (`..`
-                    # and forbidden names still raise here and stay out).
-                    paths.append(workspace.normalize(given))
+                path = fill_template(access, arguments, self.runtime.variables)
             except (KeyError, SandboxError, ValueError):
                 continue  # refused by its spelling too: it touched nothing
-        return tuple(paths)
+            if path is not None:
+                given.append(path)
+        return self._located(given)
+
+    def _located(self, given: Sequence[str]) -> tuple[str, ...]:
+        """Each path as spelt (normalized: a link entry replay must rebuild)
+        and where it resolves now; paths refused by their spelling (``..``
+        out, forbidden names) touched nothing and are left out."""
+        workspace = self.runtime.workspace
+        located: list[str] = []
+        for path in given:
+            try:
+                located.append(workspace.normalize(path))
+            except (SandboxError, TypeError, ValueError):
+                continue
+            # An escaping link does not resolve: replay refuses it again from the kept link.
+            with contextlib.suppress(SandboxError, OSError, ValueError):
+                located.append(workspace.resolve(path))
+        return tuple(located)
+
+
+def _arguments(call: ToolCall) -> Mapping[str, Any] | None:
+    """The call's arguments as the runtime reads them: a mapping, or JSON
+    text holding one (as model APIs send them); None otherwise."""
+    arguments: Any = call.arguments
+    if isinstance(arguments, (str, bytes, bytearray)):
+        try:
+            arguments = json.loads(arguments)
+        except (ValueError, RecursionError):
+            return None
+    return arguments if isinstance(arguments, Mapping) else None
 
 
 def _forbidden(runtime: ToolRuntime, path: str) -> bool:

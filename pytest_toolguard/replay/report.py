@@ -59,17 +59,44 @@ def how_to_rerecord(cassette: Cassette) -> str:
     )
 
 
-def format_report(report: ReplayReport, *, cassette_path: str, rerecord: str) -> str:
-    """The failure report of a replay that found differences."""
+def format_report(
+    report: ReplayReport, *, cassette_path: str, rerecord: str, note: str = ""
+) -> str:
+    """The failure report of a replay that found differences; ``note``, when
+    given, is said right after the first line."""
     kind = report.cassette.kind
     count = len(report.differences)
     lines = [
         f"{kind} {cassette_path}: {count} difference{'s' if count != 1 else ''} "
         f"(out of {report.checks} checks)"
     ]
+    if note:
+        lines.append(f"  note: {note}")
     lines += format_differences(report.differences)
     lines.append(f"to re-record this {kind}: {rerecord}")
     return "\n".join(lines)
+
+
+def missing_tools_note(report: ReplayReport, tool_names: Sequence[str], origin: str) -> str:
+    """'' unless calls answered TOOL_NOT_FOUND where the recording found the
+    tool; then a line naming the registry replay used (``origin``) and its
+    tools, since that is nearly always the mistake."""
+    missing = sorted(
+        {
+            str(interaction.call.tool_name)
+            for interaction, result in zip(
+                report.cassette.interactions, report.results, strict=False
+            )
+            if result.code.value == "TOOL_NOT_FOUND"
+            and interaction.result.code not in (None, "TOOL_NOT_FOUND")
+        }
+    )
+    if not missing:
+        return ""
+    tools = ", ".join(tool_names) or "none"
+    return (
+        f"the registry replay used ({origin}) has no tool {', '.join(missing)}; its tools: {tools}"
+    )
 
 
 def format_differences(differences: Iterable[Difference]) -> list[str]:

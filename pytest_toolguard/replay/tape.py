@@ -11,11 +11,20 @@ its ``recorded_at`` is left untouched: re-recording an unchanged session
 keeps the file byte for byte.
 
 **Playback** (``PlaybackTape``): the test gets a runtime inside the
-cassette's world, as ``replay()`` builds it: the recorded workspace in a
-pyfakefs filesystem at the recorded root, the clock frozen at the recorded
-time, the recorded session, an in-memory audit store. While the tape plays,
-the *whole test* runs in that world (pyfakefs patches the process): write
-setup files under ``runtime.workspace.root``, never under ``tmp_path``.
+cassette's world, as ``replay()`` builds it: a pyfakefs filesystem at the
+recorded root, the clock frozen at the recorded time, the recorded session,
+an in-memory audit store. While the tape plays, the *whole test* runs in
+that world (pyfakefs patches the process): write setup files under
+``runtime.workspace.root``, never under ``tmp_path``.
+
+*The test owns its set-up* in every record mode: playback starts from an
+empty workspace (the root directory and nothing in it), so the same set-up
+code (``(root / "src").mkdir()``) runs unchanged whether the test records or
+plays back. At the first call, what the set-up made is checked against the
+starting state the cassette recorded: every recorded file (same content,
+compared redacted), link and directory must be there; files the recording
+never touched may differ. A standalone ``--toolguard-replay`` of the same
+cassette starts from the recorded state instead, since no test runs.
 Each call the test makes must match the cassette's next interaction
 (``matching``); a call that does not raises ``CallNotInCassette`` naming the
 closest recorded call and the differing fields, and is not executed. A call
@@ -23,13 +32,20 @@ that matches runs through the real executor and its result is compared as
 ``replay()`` compares it. ``finish()`` then compares the audit rows and the
 files, and lists every interaction the test never replayed.
 
-Not supported by the tape: hooks other than the recorded plan, a custom
-redactor, subprocess isolation (pyfakefs lives in this process). Use
-``record_session`` and ``replay`` directly for those.
+The marker's ``hooks`` run while recording only. In playback the recorded
+plan runs again, and the recorded approvals stand in for the hooks that gave
+them (``approvals``); the HTTP exchanges of external tools are served from
+the cassette, with no network (``http``).
+
+Not supported by the tape: a custom redactor, subprocess isolation (pyfakefs
+lives in this process). Use ``record_session`` and ``replay`` directly for
+those.
 """
 
 from __future__ import annotations
 
+import os
+import posixpath
 import threading
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
@@ -39,24 +55,35 @@ from typing import Any
 
 from ..audit import AuditRecord, SQLiteAuditStore
 from ..contract import ToolCall, ToolResult
-from ..hooks import PlanProgress
+from ..hooks import PlanProgress, PostToolUse, PreToolUse
 from ..policy import Capabilities
 from ..redaction import Redactor
 from ..registry import ToolRegistry
 from ..runtime import ToolRuntime
-from .cassette import Cassette, CassetteError, FileState, capabilities_dict, dump, dumps, load
+from .approvals import approval_hooks
+from .cassette import (
+    Cassette,
+    CassetteError,
+    FileState,
+    WorkspaceState,
+    capabilities_dict,
+    dump,
+    dumps,
+    load,
+)
 from .environment import fake_filesystem, frozen_clock, read_tree
 from .matching import call_differences, closest
 from .naming import explicit_cassette_name
-from .player import ORPHAN_JOIN_SECONDS, Difference, ReplayReport, _Checker
+from .player import ORPHAN_JOIN_SECONDS, Difference, ReplayReport, _Checker, _describe
 from .record_mode import RecordMode, parse
 from .recorder import Recorder
+from .redacting import redact_file, redact_path
 from .report import CallNotInCassette, format_call_mismatch
 
 STABLE_ROOT = "/workspace"
 """The workspace root written in cassettes recorded by a test."""
 
-MARKER_ARGUMENTS = ("cassette", "capabilities", "volatile", "record_mode", "variables")
+MARKER_ARGUMENTS = ("cassette", "capabilities", "volatile", "record_mode", "variables", "hooks")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +96,9 @@ class TapeOptions:
     volatile: tuple[str, ...] = ()
     record_mode: RecordMode | None = None
     variables: Mapping[str, str] = field(default_factory=dict)
+    hooks: tuple[PreToolUse | PostToolUse, ...] = ()
+    """The runtime's hooks while recording (an ``Approver``, a plan);
+    playback runs the recorded plan and approvals instead."""
 
 
 def tape_options(args: Sequence[Any], kwargs: Mapping[str, Any]) -> TapeOptions:
@@ -93,6 +123,13 @@ def tape_options(args: Sequence[Any], kwargs: Mapping[str, Any]) -> TapeOptions:
         isinstance(k, str) and isinstance(v, str) for k, v in variables.items()
     ):
         raise ValueError("variables= must be a mapping of str to str")
+    hooks = kwargs.get("hooks", ())
+    if not isinstance(hooks, (list, tuple)) or not all(
+        isinstance(hook, (PreToolUse, PostToolUse)) for hook in hooks
+    ):
+        raise ValueError(
+            "hooks= must be a list of PreToolUse/PostToolUse hooks such as Approver(...)"
+        )
     mode = kwargs.get("record_mode")
     return TapeOptions(
         cassette=cassette,
@@ -100,6 +137,7 @@ def tape_options(args: Sequence[Any], kwargs: Mapping[str, Any]) -> TapeOptions:
         volatile=tuple(volatile),
         record_mode=None if mode is None else parse(str(mode), "record_mode="),
         variables=dict(variables),
+        hooks=tuple(hooks),
     )
 
 
@@ -216,25 +254,29 @@ class PlaybackTape:
         self._runtime: ToolRuntime | None = None
         self._store: SQLiteAuditStore | None = None
         self._execute: Any = None
+        self._http = self._checker.http_playback(cassette, registry)  # before the fake world
 
     def start(self) -> ToolRuntime:
         cassette = self.cassette
         self._stack.enter_context(frozen_clock(cassette.recorded_at))  # before pyfakefs: see player
-        self._stack.enter_context(fake_filesystem(cassette))
+        # The test makes its own starting state (see the module docstring).
+        empty = replace(cassette, workspace=WorkspaceState(root=cassette.workspace.root))
+        self._stack.enter_context(fake_filesystem(empty))
         session = cassette.session
         self._store = SQLiteAuditStore(":memory:")
+        plan: list[PreToolUse | PostToolUse] = [PlanProgress(session.plan)] if session.plan else []
         runtime = ToolRuntime(
-            self.registry,
+            self._http.registry(self.registry) if self._http else self.registry,
             cassette.workspace.root,
             session.capabilities,
             self._store,
-            hooks=[PlanProgress(session.plan)] if session.plan else [],
+            hooks=[*plan, *approval_hooks(cassette, self.redactor)],
             redactor=self.redactor,
             variables=session.variables,
             idempotency_scope=session.idempotency_scope,
             timeouts=session.timeouts,
         )
-        runtime.add_listener(lambda call, result, data: self._stored.append(data))
+        runtime.add_listener(lambda call, result, data, approval: self._stored.append(data))
         self._execute = runtime.execute
         runtime.execute = self._play  # type: ignore[method-assign]
         self._runtime = runtime
@@ -248,6 +290,7 @@ class PlaybackTape:
             number, index = self._calls, self._next
             if self._before is None:
                 self._before = read_tree(self.cassette.workspace.root)
+                self._check_set_up(self._before)
             expected = interactions[index].call if index < len(interactions) else None
             if expected is None or call_differences(expected, call, self.redactor):
                 tool_name = str(getattr(call, "tool_name", "?"))
@@ -261,6 +304,8 @@ class PlaybackTape:
                 )
                 raise CallNotInCassette(self._mismatch(number, index, call))
             self._next += 1
+            if self._http is not None:
+                self._http.current = index
         result: ToolResult = self._execute(call)
         self._results.append(result)
         self._checker.result(index, interactions[index], result, self._stored[-1])
@@ -295,6 +340,9 @@ class PlaybackTape:
             if self._runtime is not None:
                 for orphan in self._runtime.close(join_timeout=ORPHAN_JOIN_SECONDS):
                     checker.add("runtime", "handlers", "none still running", orphan)
+            if self._http is not None:
+                self._http.close()
+                checker.http_requests(cassette.interactions, self._http.unmatched())
             if self._store is not None:
                 rows = tuple(self._store.rows())
                 self._store.close()
@@ -321,6 +369,36 @@ class PlaybackTape:
                 "never replayed",
                 {"call_id": call.call_id, "arguments": call.arguments},
                 "the test made no such call",
+            )
+
+    def _check_set_up(self, made: Mapping[str, bytes]) -> None:
+        """What the test's set-up made, against the recorded starting state."""
+        recorded = self.cassette.workspace
+        root = recorded.root
+        where = "workspace before the first call"
+        shown = {redact_path(self.redactor, path): data for path, data in made.items()}
+        for path, content in sorted(recorded.files.items()):
+            have = shown.get(path)
+            self._checker.compare(
+                where,
+                path,
+                _describe(content),
+                None if have is None else _describe(redact_file(self.redactor, have)),
+            )
+        for link, target in sorted(recorded.symlinks.items()):
+            full = posixpath.join(root, link)
+            self._checker.compare(
+                where,
+                link,
+                f"symlink to {target}",
+                f"symlink to {os.readlink(full)}" if os.path.islink(full) else "no symlink",
+            )
+        for directory in sorted(recorded.directories):
+            self._checker.compare(
+                where,
+                f"{directory}/",
+                "directory",
+                "directory" if os.path.isdir(posixpath.join(root, directory)) else "missing",
             )
 
     def _check_session(self) -> None:

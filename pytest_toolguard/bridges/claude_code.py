@@ -1,0 +1,468 @@
+"""Claude Code: session files read, its built-in tools as ours, and the
+PreToolUse / PostToolUse hook.
+
+``read_session(text)`` reads a session transcript
+(``~/.claude/projects/<project>/<sessionId>.jsonl``): one event per line;
+``tool_use`` blocks in assistant lines, ``tool_result`` blocks (and the
+line's ``toolUseResult``) in user lines; the ``sessionId`` and ``cwd`` of
+the lines. Claude Code's tools take absolute paths: with
+``relative_to_cwd`` (the default) a path argument inside the session's
+``cwd`` becomes workspace-relative, so the call replays in a workspace.
+
+``claude_code_registry()`` holds Claude Code's built-in tools under their
+own names and schemas, run in our sandbox: Read, Glob and Grep are READ;
+Write, Edit and MultiEdit are WRITE; WebFetch and WebSearch are EXTERNAL,
+Bash is DANGEROUS (these three never run here: they need an approval, and
+their handlers refuse to reach the network or a shell). An
+``mcp__<server>__<tool>`` call is looked up as ``<tool>`` in the registry
+given (MCP tools imported with ``from_mcp`` or ``from_mcp_server``).
+
+``pre_tool_use(event, runtime)`` and ``post_tool_use(event, runtime)``
+answer Claude Code's hook events (``toolguard hook pre-tool-use``): the
+policy's refusal is ``deny`` (an approval it needs is ``ask``), an admitted
+call is ``allow`` and leaves its RUNNING audit row, which PostToolUse
+finishes.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import posixpath
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ..contract import ErrorCode, ToolCall
+from ..policy import Risk
+from ..registry import PathAccess, ToolRegistry, ToolSpec, tool
+from ..runtime import ToolContext, ToolRuntime
+from .anthropic import tool_result
+from .gate import admit, finish_admitted
+from .transcript import CallCollector, Transcript, json_records, registry_name
+
+PATH_ARGUMENTS = ("file_path", "path", "notebook_path")
+"""Claude Code's tool arguments that hold an absolute path."""
+
+BUILTIN_RISKS = {
+    "Read": Risk.READ,
+    "Glob": Risk.READ,
+    "Grep": Risk.READ,
+    "Write": Risk.WRITE,
+    "Edit": Risk.WRITE,
+    "MultiEdit": Risk.WRITE,
+    "WebFetch": Risk.EXTERNAL,
+    "WebSearch": Risk.EXTERNAL,
+    "Bash": Risk.DANGEROUS,
+}
+
+
+# -- sessions -----------------------------------------------------------------
+
+
+def read_session(text: str, *, relative_to_cwd: bool = True) -> Transcript:
+    """The calls of a Claude Code session file. A line that is not JSON
+    (a truncated last line) is a problem naming it; lines of other types
+    (``summary``, ``system``) are skipped."""
+    collector = CallCollector("claude-code")
+    for where, event in json_records(text, collector, noun="line"):
+        if not isinstance(event, Mapping):
+            collector.problem(where, "not a JSON object")
+            continue
+        if collector.session_id is None and isinstance(event.get("sessionId"), str):
+            collector.session_id = event["sessionId"]
+        if collector.cwd is None and isinstance(event.get("cwd"), str):
+            collector.cwd = event["cwd"]
+        message = event.get("message")
+        if event.get("type") not in ("assistant", "user") or not isinstance(message, Mapping):
+            continue
+        _read_event(collector, where, message, event.get("toolUseResult"))
+    transcript = collector.transcript()
+    if not relative_to_cwd or transcript.cwd is None:
+        return transcript
+    cwd = transcript.cwd
+    calls = tuple(
+        type(call)(
+            call_id=call.call_id,
+            tool_name=call.tool_name,
+            arguments=relative_arguments(call.arguments, cwd),
+            where=call.where,
+            result=call.result,
+        )
+        for call in transcript.calls
+    )
+    return Transcript(transcript.format, calls, transcript.problems, transcript.session_id, cwd)
+
+
+def _read_event(
+    collector: CallCollector, where: str, message: Mapping[str, Any], extra: Any
+) -> None:
+    content = message.get("content")
+    if not isinstance(content, list):
+        return
+    results = [b for b in content if isinstance(b, Mapping) and b.get("type") == "tool_result"]
+    for position, block in enumerate(content):
+        if not isinstance(block, Mapping):
+            continue
+        place = f"{where} content[{position}]"
+        if block.get("type") == "tool_use":
+            collector.call(place, block.get("id"), block.get("name"), block.get("input"))
+        elif block.get("type") == "tool_result":
+            result = tool_result(block)
+            if extra is not None and len(results) == 1:  # toolUseResult belongs to the one result
+                result = type(result)(ok=result.ok, content=result.content, data=extra)
+            collector.result(place, block.get("tool_use_id"), result)
+
+
+def relative_arguments(arguments: Mapping[str, Any], cwd: str) -> dict[str, Any]:
+    """``arguments`` with each absolute path argument inside ``cwd`` made
+    relative to it (``cwd`` itself is ``.``); others unchanged."""
+    root = posixpath.normpath(cwd)
+    changed = dict(arguments)
+    for name in PATH_ARGUMENTS:
+        value = changed.get(name)
+        if isinstance(value, str) and value.startswith("/"):
+            path = posixpath.normpath(value)
+            if path == root:
+                changed[name] = "."
+            elif path.startswith(root.rstrip("/") + "/"):
+                changed[name] = path[len(root.rstrip("/")) + 1 :]
+    return changed
+
+
+# -- the built-in tools -------------------------------------------------------
+
+_FILE_PATH = {"type": "string", "minLength": 1, "description": "The file's path"}
+
+
+@tool(
+    name="Read",
+    input_schema={
+        "type": "object",
+        "properties": {
+            "file_path": _FILE_PATH,
+            "offset": {"type": "integer", "minimum": 0},
+            "limit": {"type": "integer", "minimum": 1},
+        },
+        "required": ["file_path"],
+        "additionalProperties": False,
+    },
+    risk=Risk.READ,
+    paths=[PathAccess.read("{file_path}")],
+)
+def read(ctx: ToolContext, file_path: str, offset: int = 0, limit: int = 2000) -> str:
+    """Read a file: its lines numbered as ``cat -n`` does, from ``offset``."""
+    lines = ctx.workspace.read_text(file_path, max_bytes=ctx.max_read_bytes).splitlines()
+    start = max(offset - 1, 0) if offset else 0
+    return "\n".join(
+        f"{number:6}\t{line}" for number, line in enumerate(lines[start : start + limit], start + 1)
+    )
+
+
+@tool(
+    name="Write",
+    input_schema={
+        "type": "object",
+        "properties": {"file_path": _FILE_PATH, "content": {"type": "string"}},
+        "required": ["file_path", "content"],
+        "additionalProperties": False,
+    },
+    risk=Risk.WRITE,
+    paths=[PathAccess.write("{file_path}", content="content")],
+)
+def write(ctx: ToolContext, file_path: str, content: str) -> str:
+    """Write a file, replacing it."""
+    ctx.workspace.write_text(file_path, content)
+    return f"File written: {file_path}"
+
+
+_EDIT = {
+    "type": "object",
+    "properties": {
+        "old_string": {"type": "string"},
+        "new_string": {"type": "string"},
+        "replace_all": {"type": "boolean"},
+    },
+    "required": ["old_string", "new_string"],
+    "additionalProperties": False,
+}
+
+
+class EditFailed(Exception):
+    """An edit's ``old_string`` is missing, or not unique without ``replace_all``."""
+
+
+def _apply(text: str, edit: Mapping[str, Any]) -> str:
+    old, new = edit["old_string"], edit["new_string"]
+    count = text.count(old) if old else 0
+    if count == 0:
+        raise EditFailed("old_string not found in the file")
+    if count > 1 and not edit.get("replace_all"):
+        raise EditFailed(f"old_string occurs {count} times; give more context or replace_all")
+    return text.replace(old, new) if edit.get("replace_all") else text.replace(old, new, 1)
+
+
+@tool(
+    name="Edit",
+    input_schema={
+        "type": "object",
+        "properties": {"file_path": _FILE_PATH, **_EDIT["properties"]},  # type: ignore[dict-item]
+        "required": ["file_path", "old_string", "new_string"],
+        "additionalProperties": False,
+    },
+    risk=Risk.WRITE,
+    paths=[PathAccess.write("{file_path}")],
+)
+def edit(
+    ctx: ToolContext, file_path: str, old_string: str, new_string: str, replace_all: bool = False
+) -> str:
+    """Replace ``old_string`` (unique unless ``replace_all``) in a file."""
+    text = ctx.workspace.read_text(file_path)
+    edit_spec = {"old_string": old_string, "new_string": new_string, "replace_all": replace_all}
+    ctx.workspace.write_text(file_path, _apply(text, edit_spec))
+    return f"File edited: {file_path}"
+
+
+@tool(
+    name="MultiEdit",
+    input_schema={
+        "type": "object",
+        "properties": {
+            "file_path": _FILE_PATH,
+            "edits": {"type": "array", "items": _EDIT, "minItems": 1},
+        },
+        "required": ["file_path", "edits"],
+        "additionalProperties": False,
+    },
+    risk=Risk.WRITE,
+    paths=[PathAccess.write("{file_path}")],
+)
+def multi_edit(ctx: ToolContext, file_path: str, edits: list[dict[str, Any]]) -> str:
+    """Apply several edits to one file, all or none."""
+    text = ctx.workspace.read_text(file_path)
+    for item in edits:
+        text = _apply(text, item)
+    ctx.workspace.write_text(file_path, text)
+    return f"Applied {len(edits)} edit(s) to {file_path}"
+
+
+def _files_under(ctx: ToolContext, path: str) -> list[str]:
+    """Every regular file beneath ``path``, workspace-relative, sorted."""
+    return ctx.workspace.walk(path)
+
+
+@tool(
+    name="Glob",
+    input_schema={
+        "type": "object",
+        "properties": {"pattern": {"type": "string", "minLength": 1}, "path": {"type": "string"}},
+        "required": ["pattern"],
+        "additionalProperties": False,
+    },
+    risk=Risk.READ,
+    paths=[PathAccess.read("{path}", default=".")],
+)
+def glob(ctx: ToolContext, pattern: str, path: str = ".") -> str:
+    """The files under ``path`` matching a glob pattern (``**/*.py``), one a line."""
+    base = ctx.workspace.normalize(path)
+    matches = []
+    for file in _files_under(ctx, path):
+        relative = file if base == "." else file[len(base) + 1 :]
+        if fnmatch.fnmatch(relative, pattern) or fnmatch.fnmatch(
+            relative, pattern.replace("**/", "")
+        ):
+            matches.append(file)
+    return "\n".join(matches) if matches else "No files found"
+
+
+@tool(
+    name="Grep",
+    input_schema={
+        "type": "object",
+        "properties": {
+            "pattern": {"type": "string", "minLength": 1},
+            "path": {"type": "string"},
+            "glob": {"type": "string"},
+            "output_mode": {"enum": ["content", "files_with_matches", "count"]},
+            "-i": {"type": "boolean"},
+            "-n": {"type": "boolean"},
+        },
+        "required": ["pattern"],
+        "additionalProperties": True,
+    },
+    risk=Risk.READ,
+    paths=[PathAccess.read("{path}", default=".")],
+)
+def grep(ctx: ToolContext, pattern: str, path: str = ".", **options: Any) -> str:
+    """Search files for a regular expression (``output_mode``: files_with_matches,
+    content or count)."""
+    flags = re.IGNORECASE if options.get("-i") else 0
+    try:
+        expression = re.compile(pattern, flags)
+    except re.error as exc:
+        raise ValueError(f"invalid regular expression: {exc}") from None
+    mode = options.get("output_mode", "files_with_matches")
+    wanted = options.get("glob")
+    out: list[str] = []
+    for file in _files_under(ctx, path):
+        if wanted and not fnmatch.fnmatch(posixpath.basename(file), wanted):
+            continue
+        try:
+            lines = ctx.workspace.read_text(file, max_bytes=ctx.max_read_bytes).splitlines()
+        except (UnicodeDecodeError, OSError, ValueError):
+            continue
+        hits = [(number, line) for number, line in enumerate(lines, 1) if expression.search(line)]
+        if not hits:
+            continue
+        if mode == "content":
+            out += [f"{file}:{number}:{line}" for number, line in hits]
+        elif mode == "count":
+            out.append(f"{file}:{len(hits)}")
+        else:
+            out.append(file)
+    return "\n".join(out) if out else "No matches found"
+
+
+class NotRunHere(Exception):
+    """A Claude Code tool that toolguard never runs itself (shell, network)."""
+
+
+def _refusing(name: str, risk: Risk, schema: Mapping[str, Any], **options: Any) -> ToolSpec:
+    def handler(ctx: ToolContext, **arguments: Any) -> Any:
+        raise NotRunHere(f"{name} is not run by toolguard (it reaches a shell or the network)")
+
+    return ToolSpec(
+        name=name,
+        description=f"Claude Code's {name} tool (not run by toolguard)",
+        input_schema=schema,
+        handler=handler,
+        risk=risk,
+        **options,
+    )
+
+
+BASH = _refusing(
+    "Bash",
+    Risk.DANGEROUS,
+    {
+        "type": "object",
+        "properties": {
+            "command": {"type": "string", "minLength": 1},
+            "timeout": {"type": "number"},
+            "description": {"type": "string"},
+            "run_in_background": {"type": "boolean"},
+        },
+        "required": ["command"],
+        "additionalProperties": False,
+    },
+)
+WEB_FETCH = _refusing(
+    "WebFetch",
+    Risk.EXTERNAL,
+    {
+        "type": "object",
+        "properties": {"url": {"type": "string"}, "prompt": {"type": "string"}},
+        "required": ["url", "prompt"],
+        "additionalProperties": False,
+    },
+    network_host_argument="url",
+)
+WEB_SEARCH = _refusing(
+    "WebSearch",
+    Risk.EXTERNAL,
+    {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "minLength": 2},
+            "allowed_domains": {"type": "array", "items": {"type": "string"}},
+            "blocked_domains": {"type": "array", "items": {"type": "string"}},
+        },
+        "required": ["query"],
+        "additionalProperties": False,
+    },
+)
+
+BUILTIN_TOOLS: tuple[ToolSpec, ...] = (
+    read,
+    write,
+    edit,
+    multi_edit,
+    glob,
+    grep,
+    BASH,
+    WEB_FETCH,
+    WEB_SEARCH,
+)
+
+
+def claude_code_registry(*extra: ToolSpec) -> ToolRegistry:
+    """A registry of Claude Code's built-in tools, plus ``extra`` ones
+    (MCP tools a session called as ``mcp__<server>__<tool>``)."""
+    return ToolRegistry(BUILTIN_TOOLS + tuple(extra))
+
+
+# -- hooks --------------------------------------------------------------------
+
+
+def _answer(decision: str, reason: str) -> dict[str, Any]:
+    return {
+        "hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": decision,
+            "permissionDecisionReason": reason,
+        }
+    }
+
+
+def hook_call(event: Mapping[str, Any], registry: ToolRegistry) -> ToolCall:
+    """The ``ToolCall`` a hook event describes: its ``tool_use_id``, the
+    registry's name for its tool and its input (paths made relative to
+    the event's ``cwd``)."""
+    tool_input = event.get("tool_input")
+    arguments = tool_input if isinstance(tool_input, Mapping) else {}
+    cwd = event.get("cwd")
+    if isinstance(cwd, str) and cwd:
+        arguments = relative_arguments(arguments, cwd)
+    return ToolCall(
+        call_id=str(event.get("tool_use_id") or ""),
+        tool_name=registry_name(str(event.get("tool_name") or ""), registry),
+        arguments=dict(arguments),
+        actor="claude-code",
+        session_id=str(event.get("session_id") or "default"),
+    )
+
+
+def pre_tool_use(
+    event: Mapping[str, Any], runtime: ToolRuntime, *, unknown_tools: str = "ask"
+) -> dict[str, Any]:
+    """The answer to a PreToolUse event: ``allow`` when our pipeline admits
+    the call (its RUNNING row written), ``ask`` when it needs an approval,
+    ``deny`` with the code and message otherwise. A tool the registry does
+    not hold gets ``unknown_tools`` (allow, ask or deny) and no row."""
+    call = hook_call(event, runtime.registry)
+    if call.tool_name not in runtime.registry:
+        return _answer(unknown_tools, f"toolguard: {call.tool_name} is not in its registry")
+    refusal = admit(runtime, call)
+    if refusal is None:
+        return _answer("allow", f"toolguard: {call.tool_name} allowed by policy")
+    reason = f"toolguard: {refusal.code.value}: {refusal.message}"
+    if refusal.code is ErrorCode.APPROVAL_REQUIRED:
+        return _answer("ask", reason)
+    return _answer("deny", reason)
+
+
+def post_tool_use(event: Mapping[str, Any], runtime: ToolRuntime) -> bool:
+    """Finish the audit row of the call a PostToolUse event reports (the
+    ``tool_response``: a failure when it says ``is_error`` or ``error``).
+    False when no admitted call of that id is waiting."""
+    response = event.get("tool_response")
+    failed = isinstance(response, Mapping) and bool(
+        response.get("is_error") or response.get("error")
+    )
+    message = str(response.get("error", "")) if failed and isinstance(response, Mapping) else ""
+    return finish_admitted(
+        runtime,
+        str(event.get("tool_use_id") or ""),
+        ok=not failed,
+        data=response,
+        message=message or ("the tool failed" if failed else ""),
+    )

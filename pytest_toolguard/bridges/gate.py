@@ -1,0 +1,78 @@
+"""The executor as a gate in front of a tool another program runs.
+
+An agent framework (the OpenAI Agents SDK, Claude Code) keeps running its
+own tools; we decide each call and keep the audit log. ``admit`` is
+``ToolRuntime.admit``: the whole pipeline up to the handler, so a refusal
+gets the same code, message and audit row as ``execute`` gives, and an
+admitted call leaves its RUNNING row. ``finish_admitted`` finishes that
+row once the other program reports the outcome, possibly from another
+process (a Claude Code PostToolUse hook): it finds the row by call id in
+the audit store. An idempotency key is not supported on this path (the
+other program runs the tool, so we cannot replay its outcome).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+from ..contract import CallState, ErrorCode, ToolCall, ToolResult
+from ..runtime import MESSAGE_LIMIT, PREVIEW_LIMIT, ToolRuntime
+
+
+def admit(runtime: ToolRuntime, call: ToolCall) -> ToolResult | None:
+    """None when ``call`` may run (its RUNNING row is committed); the
+    refusal otherwise."""
+    if call.idempotency_key is not None:
+        call = ToolCall(
+            call_id=call.call_id,
+            tool_name=call.tool_name,
+            arguments=call.arguments,
+            actor=call.actor,
+            session_id=call.session_id,
+            metadata=call.metadata,
+        )
+    return runtime.admit(call)
+
+
+def finish_admitted(
+    runtime: ToolRuntime,
+    call_id: str,
+    *,
+    ok: bool,
+    data: Any = None,
+    message: str = "",
+) -> bool:
+    """Finish the RUNNING row ``admit`` left for ``call_id``: SUCCEEDED
+    (OK) with a redacted preview of ``data``, or FAILED
+    (EXECUTION_ERROR) with the redacted ``message``. False when there is
+    no such RUNNING row (never admitted, or finished already)."""
+    row = runtime.audit.get(call_id)
+    if row is None or row.state is not CallState.RUNNING or row.audit_id is None:
+        return False
+    now = datetime.now(timezone.utc)
+    preview = ""
+    if data is not None:
+        redacted = runtime.redactor.redact(data)
+        preview = json.dumps(redacted, ensure_ascii=False, sort_keys=True, default=str)
+    runtime.audit.finish(
+        row.audit_id,
+        state=CallState.SUCCEEDED if ok else CallState.FAILED,
+        result_code=ErrorCode.OK if ok else ErrorCode.EXECUTION_ERROR,
+        result_preview=preview[:PREVIEW_LIMIT],
+        error_message="" if ok else runtime.redactor.redact_text(message)[:MESSAGE_LIMIT],
+        finished_at=now.isoformat(timespec="milliseconds"),
+        duration_ms=_since(row.started_at, now),
+    )
+    return True
+
+
+def _since(started_at: str, now: datetime) -> int | None:
+    try:
+        started = datetime.fromisoformat(started_at)
+    except ValueError:
+        return None
+    if started.tzinfo is None:
+        started = started.replace(tzinfo=timezone.utc)
+    return max(0, int((now - started).total_seconds() * 1000))

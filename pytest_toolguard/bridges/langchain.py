@@ -1,0 +1,144 @@
+"""LangChain and LangGraph: tools in, and the executor as LangGraph's
+tool-call guard.
+
+``from_langchain(tools)`` reads ``BaseTool`` / ``StructuredTool`` objects
+(``name``, ``description``, ``args_schema`` as a Pydantic model or a JSON
+Schema dict; ``func`` / ``coroutine``, else the tool's own ``invoke``)
+without importing LangChain. ``toolguard_wrap_tool_call(runtime)`` is the
+``wrap_tool_call(request, handler)`` function LangGraph's ``ToolNode``
+(and LangChain's agent middleware) calls around every tool call: a call
+our pipeline refuses becomes ``ToolMessage(status="error")`` and the tool
+never runs; an admitted one runs through the ``handler`` LangGraph gives,
+and its audit row is finished with the outcome
+(``pip install pytest-toolguard[langchain]``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..contract import ToolCall
+from ..policy import Risk
+from ..registry import Handler, ToolSpec
+from ..runtime import ToolRuntime
+from ._common import BridgeError, Paths, as_list, build_spec
+
+
+def tool_schema(tool: Any) -> dict[str, Any]:
+    """A LangChain tool's input schema: its ``args_schema`` (a JSON Schema
+    dict, or a Pydantic model's ``model_json_schema()``), else
+    ``tool_call_schema``; ``{"type": "object"}`` when it has neither."""
+    schema = getattr(tool, "args_schema", None)
+    if isinstance(schema, Mapping):
+        return dict(schema)
+    for candidate in (schema, getattr(tool, "tool_call_schema", None)):
+        produce = getattr(candidate, "model_json_schema", None)
+        if callable(produce):
+            return dict(produce())
+    return {"type": "object"}
+
+
+def _handler(tool: Any) -> Handler:
+    function = getattr(tool, "func", None)
+    coroutine = getattr(tool, "coroutine", None)
+    if coroutine is not None:
+
+        async def run_coroutine(ctx: Any, **arguments: Any) -> Any:
+            return await coroutine(**arguments)
+
+        return run_coroutine
+    if function is not None:
+
+        def run_function(ctx: Any, **arguments: Any) -> Any:
+            return function(**arguments)
+
+        return run_function
+    ainvoke = getattr(tool, "ainvoke", None)
+    if ainvoke is not None and inspect.iscoroutinefunction(ainvoke):
+
+        async def run_tool(ctx: Any, **arguments: Any) -> Any:
+            return await ainvoke(arguments)
+
+        return run_tool
+    raise BridgeError(f"LangChain tool {getattr(tool, 'name', tool)!r} has nothing to run")
+
+
+def from_langchain(
+    tools: Any,
+    *,
+    handlers: Mapping[str, Handler] | None = None,
+    paths: Paths | None = None,
+    default_risk: Risk | str = Risk.READ,
+    risks: Mapping[str, Risk | str] | None = None,
+) -> list[ToolSpec]:
+    """``ToolSpec``s from LangChain tools (one or a list), each running the
+    tool's own function. ``risks``, ``default_risk``, ``handlers`` and
+    ``paths`` as for ``from_openai``."""
+    specs = []
+    for definition in as_list(tools):
+        name = getattr(definition, "name", None)
+        if not isinstance(name, str):
+            raise BridgeError(f"{type(definition).__name__} is not a LangChain tool (no name)")
+        specs.append(
+            build_spec(
+                source="LangChain tool",
+                name=name,
+                description=str(getattr(definition, "description", "") or ""),
+                input_schema=tool_schema(definition),
+                handler=handlers[name] if handlers and name in handlers else _handler(definition),
+                risk=Risk(risks[name]) if risks and name in risks else Risk(default_risk),
+                paths=paths,
+            )
+        )
+    return specs
+
+
+def toolguard_wrap_tool_call(
+    runtime: ToolRuntime, *, session_id: str = "default"
+) -> Callable[[Any, Callable[[Any], Any]], Any]:
+    """LangGraph's ``wrap_tool_call``: our pipeline decides each call
+    (``ToolNode(tools, wrap_tool_call=toolguard_wrap_tool_call(runtime))``).
+    The registry must hold a spec of each tool's name (``from_langchain``
+    makes them)."""
+    from langchain_core.messages import ToolMessage
+
+    from .gate import admit, finish_admitted
+
+    def wrap_tool_call(request: Any, handler: Callable[[Any], Any]) -> Any:
+        tool_call = request.tool_call
+        call_id = str(tool_call.get("id") or "")
+        refusal = admit(
+            runtime,
+            ToolCall(
+                call_id=call_id,
+                tool_name=str(tool_call.get("name") or ""),
+                arguments=tool_call.get("args") or {},
+                session_id=session_id,
+            ),
+        )
+        if refusal is not None:
+            return ToolMessage(
+                content=f"toolguard refused the call ({refusal.code.value}): {refusal.message}",
+                tool_call_id=call_id,
+                name=tool_call.get("name"),
+                status="error",
+            )
+        try:
+            outcome = handler(request)
+        except Exception as exc:
+            finish_admitted(runtime, call_id, ok=False, message=f"{type(exc).__name__}: {exc}")
+            raise
+        status = getattr(outcome, "status", "success")
+        content = getattr(outcome, "content", None)
+        finish_admitted(
+            runtime,
+            call_id,
+            ok=status != "error",
+            data=content if isinstance(content, (str, list, dict)) else None,
+            message=str(content) if status == "error" else "",
+        )
+        return outcome
+
+    return wrap_tool_call

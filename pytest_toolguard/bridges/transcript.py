@@ -1,0 +1,387 @@
+"""A session another program ran, as the calls it made, and that session
+re-executed into a cassette.
+
+The readers (``claude_code.read_session``, ``openai.read_responses``,
+``openai.read_chat``, ``anthropic.read_messages``, ``mcp.read_jsonrpc_log``)
+are pure functions over their wire formats. Each gives a ``Transcript``:
+the calls in order, each with the result the transcript holds for it, and
+a ``Problem`` for every line or item it could not use (a truncated JSON
+line, a result with no call, a repeated id, arguments that are not JSON).
+Good calls are kept whatever else is wrong.
+
+A transcript has no workspace, no audit and no file state, so
+``transcript_to_cassette`` makes them by running the calls again: through
+the user's registry, in a copy of a workspace directory they name,
+recorded by the same ``Recorder`` as ``record_session``. Each interaction
+keeps the transcript's own result as ``transcript_result``, and the report
+lists the calls whose re-executed outcome differs (ok against error).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..contract import ToolCall, ToolResult
+from ..policy import Capabilities, Risk
+from ..registry import ToolRegistry
+from ..replay.cassette import Cassette, dump
+from ..replay.recorder import Recorder
+from ..runtime import ToolRuntime
+
+DEFAULT_ROOT = "/workspace"
+"""The root an imported cassette names when the transcript has no ``cwd``."""
+
+IMPORT_CAPABILITIES = Capabilities(
+    allowed_risks=frozenset({Risk.READ, Risk.WRITE}), write_roots=(".",)
+)
+"""What an imported session may do unless told otherwise: read and write
+anywhere in its workspace. External and dangerous tools still need an
+approval, which a replayed cassette cannot give: they are recorded (and
+replay) as APPROVAL_REQUIRED."""
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptResult:
+    """What the transcript says a call returned."""
+
+    ok: bool
+    content: Any = None
+    """The result as the transcript holds it: text, content blocks or JSON."""
+    data: Any = None
+    """Structured data beside it, when the format has some (MCP
+    ``structuredContent``, Claude Code's ``toolUseResult``)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"ok": self.ok, "content": self.content}
+        if self.data is not None:
+            body["data"] = self.data
+        return body
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptCall:
+    """One tool call a transcript holds."""
+
+    call_id: str
+    tool_name: str
+    arguments: Mapping[str, Any]
+    where: str
+    """Where it is in the file: ``line 4``, ``item 2``, ``message 3``."""
+    result: TranscriptResult | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """A line or item of a transcript that could not be used."""
+
+    where: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class Transcript:
+    """The calls of one session, in order, and what could not be read."""
+
+    format: str
+    calls: tuple[TranscriptCall, ...]
+    problems: tuple[Problem, ...] = ()
+    session_id: str | None = None
+    cwd: str | None = None
+    """The directory the session ran in, when the format says (Claude Code)."""
+
+
+class CallCollector:
+    """Builds a transcript as a reader walks its file: calls by id, results
+    matched to them, and a problem for each thing that does not fit."""
+
+    def __init__(self, format: str) -> None:
+        self.format = format
+        self._calls: dict[str, TranscriptCall] = {}
+        self._order: list[str] = []
+        self._first_seen: dict[str, str] = {}
+        self.problems: list[Problem] = []
+        self.session_id: str | None = None
+        self.cwd: str | None = None
+
+    def problem(self, where: str, message: str) -> None:
+        self.problems.append(Problem(where, message))
+
+    def call(self, where: str, call_id: Any, name: Any, arguments: Any) -> None:
+        """A call; ``arguments`` a mapping or the JSON text of one."""
+        if not isinstance(call_id, str) or not call_id:
+            self.problem(where, "tool call without an id: skipped")
+            return
+        if not isinstance(name, str) or not name:
+            self.problem(where, f"tool call {call_id} without a tool name: skipped")
+            return
+        if call_id in self._first_seen:
+            self.problem(
+                where,
+                f"duplicate call id {call_id} (first at {self._first_seen[call_id]}): skipped",
+            )
+            return
+        parsed = parse_arguments(arguments)
+        if isinstance(parsed, str):
+            self.problem(where, f"call {call_id} ({name}): {parsed}: skipped")
+            self._first_seen[call_id] = where
+            return
+        self._first_seen[call_id] = where
+        self._calls[call_id] = TranscriptCall(call_id, name, parsed, where)
+        self._order.append(call_id)
+
+    def result(self, where: str, call_id: Any, result: TranscriptResult) -> None:
+        if not isinstance(call_id, str) or call_id not in self._first_seen:
+            self.problem(where, f"result for {call_id!r} with no matching tool call: skipped")
+            return
+        call = self._calls.get(call_id)
+        if call is None:  # the call itself was skipped; its problem says why
+            return
+        if call.result is not None:
+            self.problem(where, f"second result for call {call_id}: ignored")
+            return
+        self._calls[call_id] = replace(call, result=result)
+
+    def transcript(self) -> Transcript:
+        return Transcript(
+            format=self.format,
+            calls=tuple(self._calls[call_id] for call_id in self._order),
+            problems=tuple(self.problems),
+            session_id=self.session_id,
+            cwd=self.cwd,
+        )
+
+
+def json_records(
+    text: str, collector: CallCollector, *, noun: str, containers: Sequence[str] = ()
+) -> Iterator[tuple[str, Any]]:
+    """The records of a transcript file with where each is: a JSON array
+    (``item 3``), a JSON object holding the array under one of
+    ``containers`` (``{"messages": [...]}``), or JSON lines (``line 3``).
+    A line that is not JSON is a problem naming it; the others still come."""
+    stripped = text.lstrip()
+    if stripped.startswith(("[", "{")):
+        try:
+            document = json.loads(text)
+        except (ValueError, RecursionError):
+            document = None  # JSON lines, or a broken document: read line by line
+        if isinstance(document, Mapping):
+            for key in containers:
+                if isinstance(document.get(key), list):
+                    document = document[key]
+                    break
+            else:
+                document = [document]
+        if isinstance(document, list):
+            for index, item in enumerate(document, start=1):
+                yield f"{noun} {index}", item
+            return
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            collector.problem(f"line {number}", f"not valid JSON ({exc.msg}; truncated?)")
+            continue
+        except RecursionError:
+            collector.problem(f"line {number}", "JSON nested too deeply")
+            continue
+        yield f"line {number}", record
+
+
+def parse_arguments(arguments: Any) -> dict[str, Any] | str:
+    """A call's arguments as a dict, or why they are not one (a string)."""
+    if arguments is None:
+        return {}
+    if isinstance(arguments, str):
+        if not arguments.strip():
+            return {}
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError as exc:
+            return f"arguments are not valid JSON ({exc.msg} at character {exc.pos})"
+        except RecursionError:
+            return "arguments are JSON nested too deeply"
+    if not isinstance(arguments, Mapping):
+        return f"arguments are a JSON {type(arguments).__name__}, not an object"
+    return dict(arguments)
+
+
+def text_of(content: Any) -> str:
+    """The text of a result's content: a string, or the ``text`` of its
+    text blocks joined by newlines."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        return "\n".join(
+            str(block.get("text", ""))
+            for block in content
+            if isinstance(block, Mapping) and block.get("type") == "text"
+        )
+    return ""
+
+
+# -- into a cassette ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Mismatch:
+    """A call whose re-executed outcome differs from the transcript's."""
+
+    call_id: str
+    tool_name: str
+    where: str
+    transcript_ok: bool
+    result: ToolResult
+
+    def __str__(self) -> str:
+        said = "ok" if self.transcript_ok else "an error"
+        got = "ok" if self.result.ok else f"{self.result.code.value}: {self.result.message}"
+        return (
+            f"{self.where} {self.call_id} ({self.tool_name}): transcript {said}, re-executed {got}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ImportReport:
+    """What ``transcript_to_cassette`` did."""
+
+    cassette: Cassette
+    path: str
+    imported: int
+    problems: tuple[Problem, ...]
+    mismatches: tuple[Mismatch, ...] = field(default=())
+
+    def lines(self) -> list[str]:
+        """The report as lines for a terminal."""
+        out = [
+            f"{self.path}: {self.imported} call(s) imported, {len(self.problems)} problem(s), "
+            f"{len(self.mismatches)} outcome(s) differ from the transcript"
+        ]
+        out += [f"  problem: {problem}" for problem in self.problems]
+        out += [f"  differs: {mismatch}" for mismatch in self.mismatches]
+        return out
+
+
+ToolNamer = Callable[[str, ToolRegistry], str]
+
+
+def registry_name(name: str, registry: ToolRegistry) -> str:
+    """The registry's tool for a transcript's name: the same name, or for
+    ``mcp__<server>__<tool>`` (Claude Code's name of an MCP tool) the bare
+    ``<tool>`` when only that is registered."""
+    if name in registry:
+        return name
+    if name.startswith("mcp__"):
+        bare = name.split("__", 2)[-1]
+        if bare in registry:
+            return bare
+    return name
+
+
+def transcript_to_cassette(
+    transcript: Transcript,
+    registry: ToolRegistry,
+    *,
+    workspace: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    capabilities: Capabilities | None = None,
+    variables: Mapping[str, str] | None = None,
+    root: str | None = None,
+    name: str | None = None,
+    recorded_by: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    map_arguments: Callable[[TranscriptCall], Mapping[str, Any]] | None = None,
+) -> ImportReport:
+    """Re-execute ``transcript``'s calls through ``registry`` in a copy of
+    ``workspace`` (the directory is left as it is) and write the cassette
+    to ``output``.
+
+    The session is ``capabilities`` (default ``IMPORT_CAPABILITIES``) and
+    ``variables``; the cassette's root is ``root``, else the transcript's
+    ``cwd``, else ``/workspace``. ``progress(done, total)`` is called after
+    each call; ``map_arguments`` may rewrite a call's arguments first
+    (Claude Code's absolute paths). Call ids, the session id and the order
+    are kept. ``BridgeError`` when ``workspace`` is not a directory."""
+    from ._common import BridgeError
+
+    source = Path(workspace)
+    if not source.is_dir():
+        raise BridgeError(f"workspace {os.fspath(workspace)!r} is not a directory")
+    calls = transcript.calls
+    mismatches: list[Mismatch] = []
+    with tempfile.TemporaryDirectory(prefix="toolguard-import-") as scratch:
+        copy = os.path.join(scratch, "workspace")
+        shutil.copytree(source, copy, symlinks=True)
+        runtime = ToolRuntime(
+            registry,
+            copy,
+            capabilities or IMPORT_CAPABILITIES,
+            variables=variables,
+        )
+        recorder = Recorder(
+            runtime,
+            name=name or Path(output).stem,
+            recorded_by=recorded_by,
+            description=f"imported from a {transcript.format} transcript",
+        )
+        recorder.start()
+        try:
+            for done, item in enumerate(calls, start=1):
+                arguments = map_arguments(item) if map_arguments else item.arguments
+                result = runtime.execute(
+                    ToolCall(
+                        call_id=item.call_id,
+                        tool_name=registry_name(item.tool_name, registry),
+                        arguments=dict(arguments),
+                        session_id=transcript.session_id or "default",
+                    )
+                )
+                if item.result is not None and item.result.ok != result.ok:
+                    mismatches.append(
+                        Mismatch(item.call_id, item.tool_name, item.where, item.result.ok, result)
+                    )
+                if progress is not None:
+                    progress(done, len(calls))
+            recorder.stop()
+            recorded = recorder.cassette()
+        finally:
+            recorder.stop()
+            runtime.close()
+    by_id = {item.call_id: item for item in calls}
+    interactions = tuple(
+        replace(interaction, transcript_result=_transcript_result(by_id, interaction.call.call_id))
+        for interaction in recorded.interactions
+    )
+    cassette = replace(
+        recorded,
+        workspace=replace(recorded.workspace, root=root or transcript.cwd or DEFAULT_ROOT),
+        interactions=interactions,
+    )
+    dump(cassette, output)
+    return ImportReport(
+        cassette=cassette,
+        path=os.fspath(output),
+        imported=len(interactions),
+        problems=transcript.problems,
+        mismatches=tuple(mismatches),
+    )
+
+
+def _transcript_result(
+    by_id: Mapping[str, TranscriptCall], call_id: str
+) -> Mapping[str, Any] | None:
+    item = by_id.get(call_id)
+    if item is None or item.result is None:
+        return None
+    return item.result.to_dict()

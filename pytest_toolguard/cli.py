@@ -1,0 +1,520 @@
+"""The ``toolguard`` command (also ``python -m pytest_toolguard``).
+
+Every subcommand has ``--help`` with an example. A bad file, format,
+registry or configuration is one line on stderr (``toolguard: ...``) and
+exit status 2, never a traceback. ``replay``, ``matrix`` and ``fuzz`` run
+pytest with the plugin's options and exit with pytest's status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+USAGE_ERROR = 2
+
+FORMATS = ("claude-code", "openai-chat", "openai-responses", "anthropic", "mcp")
+DEFAULT_HOOK_AUDIT = ".toolguard/audit.db"
+
+
+class UsageError(Exception):
+    """A mistake in what the command was given: printed as one line, exit 2."""
+
+
+# -- entry point --------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``toolguard`` with ``argv`` (default ``sys.argv[1:]``); returns
+    the exit status."""
+    parser = _parser()
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    passthrough: list[str] = []
+    if "--" in arguments:
+        cut = arguments.index("--")
+        arguments, passthrough = arguments[:cut], arguments[cut + 1 :]
+    options = parser.parse_args(arguments)
+    if not hasattr(options, "run"):
+        parser.print_help(sys.stderr)
+        return USAGE_ERROR
+    # A registry module beside the user's project, as `python -m` would find it.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        status: int = options.run(options, passthrough)
+        return status
+    except UsageError as exc:
+        print(f"toolguard: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `toolguard tools | head`: the reader left
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - Python flushes stdout at exit
+        return 0
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(USAGE_ERROR, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="toolguard",
+        description="Record, replay, fault-test and guard LLM agents' tool calls.",
+        epilog="Run 'toolguard <command> --help' for a command's options and an example.",
+    )
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=_Parser)
+
+    def command(name: str, help: str, example: str, run: Callable[..., int]) -> Any:
+        sub = commands.add_parser(
+            name,
+            help=help,
+            description=help,
+            epilog=f"example:\n  {example}",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        sub.set_defaults(run=run)
+        return sub
+
+    sub = command(
+        "import",
+        "turn another program's session transcript into a cassette, re-executing its calls",
+        "toolguard import claude-code ~/.claude/projects/x/s.jsonl --registry "
+        "pytest_toolguard.bridges.claude_code:claude_code_registry --workspace repo "
+        "-o cassettes/s.yaml",
+        _import,
+    )
+    sub.add_argument("format", choices=FORMATS, help="the transcript's format")
+    sub.add_argument("file", help="the transcript file")
+    _registry_option(sub)
+    sub.add_argument(
+        "--workspace",
+        required=True,
+        help="directory holding the files before the session (copied, never changed)",
+    )
+    sub.add_argument("-o", "--output", required=True, help="the cassette to write")
+    sub.add_argument(
+        "--allow-risk",
+        action="append",
+        default=[],
+        metavar="RISK",
+        help="a risk the session may use (repeat; default read and write)",
+    )
+    sub.add_argument(
+        "--write-root",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a directory the session may write (repeat; default .)",
+    )
+    sub.add_argument(
+        "--root",
+        help="the workspace root the cassette names (default: the session's cwd, else /workspace)",
+    )
+
+    sub = command(
+        "tools",
+        "print a registry's tool definitions for MCP, OpenAI or Anthropic",
+        "toolguard tools --registry myagent.tools:registry --format openai",
+        _tools,
+    )
+    _registry_option(sub)
+    sub.add_argument(
+        "--format", choices=("mcp", "openai", "openai-responses", "anthropic"), default="mcp"
+    )
+
+    sub = command(
+        "replay",
+        "replay cassettes and cases through the real executor (pytest --toolguard-replay)",
+        "toolguard replay cassettes cases -- -n 2",
+        _replay,
+    )
+    sub.add_argument(
+        "paths", nargs="*", help="cassettes, cases or directories (default: pytest's own)"
+    )
+    _registry_option(sub, required=False)
+
+    sub = command(
+        "matrix",
+        "run the fault matrix over cassettes and cases",
+        "toolguard matrix cassettes --faults timeout,partial_write --report build/matrix.md",
+        _matrix,
+    )
+    sub.add_argument("paths", nargs="*")
+    sub.add_argument("--faults", default="all", help="fault names, comma-separated (default all)")
+    sub.add_argument("--report", help="write the report (.md, .json or .html)")
+    _registry_option(sub, required=False)
+
+    sub = command(
+        "fuzz",
+        "fuzz every tool of a registry with arguments from its schema",
+        "toolguard fuzz --registry myagent.tools:registry --examples 50",
+        _fuzz,
+    )
+    _registry_option(sub)
+    sub.add_argument("--examples", type=int, help="examples per tool")
+    sub.add_argument("--seed", type=int, help="the fuzz seed")
+
+    sub = command(
+        "audit",
+        "query and print an audit log",
+        "toolguard audit audit.db --session s1 --tool write_file --json",
+        _audit,
+    )
+    sub.add_argument("database", help="the SQLite audit database")
+    sub.add_argument("--session", help="only this session")
+    sub.add_argument("--tool", help="only this tool")
+    sub.add_argument("--since", help="only calls started at or after this ISO 8601 time")
+    sub.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+
+    sub = command(
+        "cassette",
+        "check or upgrade cassette and case files",
+        "toolguard cassette check cassettes/*.yaml",
+        _cassette,
+    )
+    sub.add_argument("action", choices=("check", "upgrade"))
+    sub.add_argument("files", nargs="+")
+
+    sub = command(
+        "hook",
+        "a Claude Code / Agent SDK hook command: reads the hook's JSON on stdin",
+        'in .claude/settings.json: {"hooks": {"PreToolUse": [{"matcher": "*", "hooks": '
+        '[{"type": "command", "command": '
+        '"toolguard hook pre-tool-use --config toolguard.yaml"}]}]}}',
+        _hook,
+    )
+    sub.add_argument("event", choices=("pre-tool-use", "post-tool-use"))
+    sub.add_argument(
+        "--config",
+        help="YAML: registry, audit (database path), capabilities, unknown_tools (allow|ask|deny)",
+    )
+    return parser
+
+
+def _registry_option(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+    default = None if not required else "pytest_toolguard.tools:builtin_registry"
+    parser.add_argument(
+        "--registry",
+        default=default,
+        metavar="MODULE:ATTR",
+        help="a ToolRegistry, or a function returning one"
+        + (" (default: the built-in tools)" if required else ""),
+    )
+
+
+def _load_registry(spec: str) -> Any:
+    from .replay.registry_loading import SpecError, load_registry
+
+    try:
+        return load_registry(spec)
+    except SpecError as exc:
+        raise UsageError(str(exc)) from None
+
+
+# -- import and tools ---------------------------------------------------------
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(
+            f"cannot read {path}: {exc.strerror if isinstance(exc, OSError) else exc}"
+        ) from None
+
+
+def reader(format: str) -> Callable[[str], Any]:
+    """The transcript reader of a format name."""
+    from .bridges import anthropic, claude_code, mcp, openai
+
+    readers: dict[str, Callable[[str], Any]] = {
+        "claude-code": claude_code.read_session,
+        "openai-chat": openai.read_chat,
+        "openai-responses": openai.read_responses,
+        "anthropic": anthropic.read_messages,
+        "mcp": mcp.read_jsonrpc_log,
+    }
+    return readers[format]
+
+
+def _import(options: argparse.Namespace, _: list[str]) -> int:
+    from .bridges import BridgeError
+    from .bridges.transcript import IMPORT_CAPABILITIES, transcript_to_cassette
+    from .policy import Capabilities
+
+    transcript = reader(options.format)(_read(options.file))
+    registry = _load_registry(options.registry)
+    capabilities = IMPORT_CAPABILITIES
+    if options.allow_risk or options.write_root:
+        try:
+            capabilities = Capabilities(
+                allowed_risks=frozenset(options.allow_risk) or IMPORT_CAPABILITIES.allowed_risks,
+                write_roots=tuple(options.write_root) or IMPORT_CAPABILITIES.write_roots,
+            )
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    if not transcript.calls and transcript.problems:
+        raise UsageError(
+            f"{options.file}: no tool call could be read as {options.format} "
+            f"({transcript.problems[0]})"
+        )
+    show = sys.stderr.isatty()
+
+    def progress(done: int, total: int) -> None:
+        if show:
+            print(f"\rtoolguard: re-executing call {done}/{total}", end="", file=sys.stderr)
+
+    try:
+        report = transcript_to_cassette(
+            transcript,
+            registry,
+            workspace=options.workspace,
+            output=options.output,
+            capabilities=capabilities,
+            root=options.root,
+            recorded_by=f"toolguard import {options.format} {options.file} --registry "
+            f"{options.registry} --workspace {options.workspace} -o {options.output}",
+            progress=progress,
+        )
+    except BridgeError as exc:
+        raise UsageError(str(exc)) from None
+    if show:
+        print(file=sys.stderr)
+    print("\n".join(report.lines()))
+    return 1 if report.problems or report.mismatches else 0
+
+
+def _tools(options: argparse.Namespace, _: list[str]) -> int:
+    registry = _load_registry(options.registry)
+    shapes: dict[str, Callable[[Any], dict[str, Any]]] = {
+        "mcp": lambda spec: spec.to_mcp(),
+        "openai": lambda spec: spec.to_openai("chat"),
+        "openai-responses": lambda spec: spec.to_openai("responses"),
+        "anthropic": lambda spec: spec.to_anthropic(),
+    }
+    tools = [shapes[options.format](spec) for spec in registry]
+    body: Any = {"tools": tools} if options.format == "mcp" else tools
+    print(json.dumps(body, indent=2, ensure_ascii=False))
+    return 0
+
+
+# -- pytest runs --------------------------------------------------------------
+
+
+def _pytest(arguments: list[str], registry: str | None, passthrough: list[str]) -> int:
+    command = [sys.executable, "-m", "pytest", *arguments]
+    if registry:
+        _load_registry(registry)  # a bad spec is one line here, not a pytest error
+        command += ["-o", f"toolguard_registry={registry}"]
+    environment = dict(os.environ)
+    environment["PYTHONPATH"] = os.pathsep.join(
+        [os.getcwd(), *filter(None, [environment.get("PYTHONPATH")])]
+    )
+    return subprocess.call(command + passthrough, env=environment)
+
+
+def _existing(paths: list[str]) -> list[str]:
+    for path in paths:
+        if not os.path.exists(path):
+            raise UsageError(f"no such file or directory: {path}")
+    return paths
+
+
+def _replay(options: argparse.Namespace, passthrough: list[str]) -> int:
+    return _pytest(["--toolguard-replay", *_existing(options.paths)], options.registry, passthrough)
+
+
+def _matrix(options: argparse.Namespace, passthrough: list[str]) -> int:
+    arguments = ["--toolguard-replay", f"--toolguard-faults={options.faults}"]
+    if options.report:
+        arguments.append(f"--toolguard-report={options.report}")
+    return _pytest(arguments + _existing(options.paths), options.registry, passthrough)
+
+
+def _fuzz(options: argparse.Namespace, passthrough: list[str]) -> int:
+    arguments = ["--toolguard-fuzz", "-p", "no:cacheprovider"]
+    if options.examples is not None:
+        arguments.append(f"--toolguard-fuzz-examples={options.examples}")
+    if options.seed is not None:
+        arguments.append(f"--toolguard-fuzz-seed={options.seed}")
+    # Only the fuzz items: collect from an empty directory.
+    with tempfile.TemporaryDirectory(prefix="toolguard-fuzz-") as empty:
+        return _pytest([*arguments, "--rootdir", empty, empty], options.registry, passthrough)
+
+
+# -- audit and cassettes ------------------------------------------------------
+
+
+def _audit(options: argparse.Namespace, _: list[str]) -> int:
+    from .audit import AuditUnavailable, SQLiteAuditStore
+
+    if not os.path.isfile(options.database):
+        raise UsageError(f"no audit database at {options.database}")
+    try:
+        with SQLiteAuditStore(
+            f"file:{os.path.abspath(options.database)}?mode=ro", uri=True
+        ) as store:
+            rows = store.rows(options.session)
+    except AuditUnavailable as exc:
+        raise UsageError(f"{options.database}: {exc}") from None
+    rows = [
+        row
+        for row in rows
+        if (options.tool is None or row.tool_name == options.tool)
+        and (options.since is None or row.started_at >= options.since)
+    ]
+    if options.json:
+        for row in rows:
+            print(json.dumps(_row_dict(row), ensure_ascii=False, sort_keys=True))
+        return 0
+    columns = ("started_at", "session_id", "call_id", "tool_name", "state", "result_code", "rule")
+    table = [columns] + [
+        tuple("" if getattr(row, name) is None else str(getattr(row, name)) for name in columns)
+        for row in rows
+    ]
+    widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
+    for line in table:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        )
+    print(f"{len(rows)} row(s)")
+    return 0
+
+
+def _row_dict(row: Any) -> dict[str, Any]:
+    body = dataclasses.asdict(row)
+    return {key: getattr(value, "value", value) for key, value in body.items()}
+
+
+MIGRATIONS: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+"""``version -> function`` turning a cassette's plain data of that
+``format_version`` into the next one. Empty: version 1 is the only format
+so far; a change of format adds its step here."""
+
+
+def _cassette(options: argparse.Namespace, _: list[str]) -> int:
+    from .replay.cassette import FORMAT_VERSION, CassetteError, dump, loads
+
+    failed = False
+    for file in options.files:
+        try:
+            text = _read(file)
+            if options.action == "upgrade":
+                text = _migrated(file, text)
+            cassette = loads(text, source=file)
+        except (CassetteError, UsageError) as exc:
+            print(f"toolguard: {exc}", file=sys.stderr)
+            failed = True
+            continue
+        if options.action == "upgrade":
+            dump(cassette, file)
+            print(f"{file}: format_version {FORMAT_VERSION}, written")
+        else:
+            print(f"{file}: ok ({cassette.kind}, {len(cassette.interactions)} interaction(s))")
+    return USAGE_ERROR if failed else 0
+
+
+def _migrated(file: str, text: str) -> str:
+    import yaml
+
+    from .replay.cassette import FORMAT_VERSION
+
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{file}: not valid YAML: {exc}") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("format_version"), int):
+        return text  # loads() says what is wrong
+    version = raw["format_version"]
+    while version < FORMAT_VERSION:
+        step = MIGRATIONS.get(version)
+        if step is None:
+            raise UsageError(
+                f"{file}: no migration from format_version {version}; re-record it"
+                + (f": {raw['recorded_by']}" if raw.get("recorded_by") else "")
+            )
+        raw = step(raw)
+        version = raw["format_version"]
+    return str(yaml.safe_dump(raw, sort_keys=False, allow_unicode=True))
+
+
+# -- the Claude Code hook -----------------------------------------------------
+
+
+def _hook(options: argparse.Namespace, _: list[str]) -> int:
+    from .audit import AuditUnavailable, SQLiteAuditStore
+    from .bridges import claude_code
+    from .policy import Capabilities
+    from .runtime import ToolRuntime
+
+    config = _hook_config(options.config)
+    try:
+        event = json.loads(sys.stdin.read())
+    except ValueError as exc:
+        raise UsageError(f"the hook input on stdin is not JSON: {exc}") from None
+    if not isinstance(event, dict) or not isinstance(event.get("tool_name"), str):
+        raise UsageError("the hook input has no tool_name: is this a PreToolUse/PostToolUse event?")
+    given = event.get("cwd")
+    cwd: str = given if isinstance(given, str) and given else os.getcwd()
+    if not os.path.isdir(cwd):
+        raise UsageError(f"the event's cwd {cwd!r} is not a directory")
+    registry_spec = config.get("registry")
+    registry = (
+        _load_registry(registry_spec) if registry_spec else claude_code.claude_code_registry()
+    )
+    try:
+        capabilities = Capabilities(**(config.get("capabilities") or {}))
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"{options.config}: capabilities: {exc}") from None
+    database = os.path.join(cwd, config.get("audit") or DEFAULT_HOOK_AUDIT)
+    os.makedirs(os.path.dirname(database) or ".", exist_ok=True)
+    try:
+        store = SQLiteAuditStore(database)
+    except AuditUnavailable as exc:
+        raise UsageError(f"audit database {database}: {exc}") from None
+    with store, ToolRuntime(registry, cwd, capabilities, store) as runtime:
+        if options.event == "pre-tool-use":
+            unknown = config.get("unknown_tools", "ask")
+            if unknown not in ("allow", "ask", "deny"):
+                raise UsageError(f"{options.config}: unknown_tools must be allow, ask or deny")
+            answer = claude_code.pre_tool_use(event, runtime, unknown_tools=unknown)
+            print(json.dumps(answer))
+        else:
+            claude_code.post_tool_use(event, runtime)
+    return 0
+
+
+def _hook_config(path: str | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    import yaml
+
+    try:
+        loaded = yaml.safe_load(_read(path))
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{path}: not valid YAML: {exc}") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise UsageError(
+            f"{path}: must be a mapping (registry, audit, capabilities, unknown_tools)"
+        )
+    known = {"registry", "audit", "capabilities", "unknown_tools"}
+    extra = sorted(set(loaded) - known)
+    if extra:
+        raise UsageError(f"{path}: unknown key {extra[0]!r} (known: {', '.join(sorted(known))})")
+    return loaded
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
