@@ -14,6 +14,7 @@ call may ever write into ``b`` nor read from it.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -156,7 +157,7 @@ SWAPPED: list[tuple[str, dict[str, Any], str]] = [
 ]
 
 
-@pytest.mark.parametrize("isolation", ["thread", "process"])
+@pytest.mark.parametrize("isolation", ["thread", "process", "aexecute"])
 @pytest.mark.parametrize(
     ("tool", "arguments", "swapped"), SWAPPED, ids=[f"{t}-{a}"[:50] for t, a, _ in SWAPPED]
 )
@@ -180,9 +181,13 @@ def test_a_directory_swapped_after_the_policy_never_redirects_the_handler(
         caps,
         hooks=[hook],
         variables={"run_id": "r1"},
-        isolation=isolation,
+        isolation="thread" if isolation == "aexecute" else isolation,
     ) as runtime:
-        result = runtime.execute(ToolCall("c1", tool, arguments))
+        call = ToolCall("c1", tool, arguments)
+        if isolation == "aexecute":
+            result = asyncio.run(runtime.aexecute(call))
+        else:
+            result = runtime.execute(call)
     assert result.code in (ErrorCode.OK, ErrorCode.FORBIDDEN_PATH), result.message
     assert not leaked(result)
     assert sorted(path.name for path in (roots / "b").iterdir()) == before_b

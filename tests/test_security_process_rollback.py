@@ -60,7 +60,12 @@ def tree(root: Path) -> dict[str, str]:
 
 
 CASES = [
-    pytest.param(change, end, id=f"{change[0]}-{end}")
+    pytest.param(
+        change,
+        end,
+        id=f"{change[0]}-{end}",
+        marks=[pytest.mark.slow] if end == "killed at the deadline" else [],
+    )
     for change in CHANGES
     for end in sorted(ENDS)
     # The deadline costs its second: once, on the change with most files.
