@@ -891,7 +891,8 @@ class ToolRuntime:
             return self._timed_out(running, handler, exc)
         except asyncio.CancelledError:  # the caller's task: later writes are refused
             handler.cancel()
-            handler.overrun(running.attempt)
+            if self._isolation_mode != "process":  # the handler runs on: it closes them
+                handler.overrun(running.attempt)
             raise
         except Exception as exc:  # the process died, or its outcome could not travel back
             outcome = (False, exc, handler.accessed)
