@@ -581,7 +581,12 @@ class Redactor:
         if family.secret_group is None:
             return placeholder(family.keyword)
         start, end = match.span(family.secret_group)
-        return _splice(match, start, end, placeholder(family.keyword))
+        # What the match keeps around its secret may hold another secret
+        # (an AWS key as a URL's user name): overlapping matches merge.
+        text, offset = match.string, match.start()
+        before = self._redact_text(text[offset:start], exhaustive)
+        after = self._redact_text(text[end : match.end()], exhaustive)
+        return before + placeholder(family.keyword) + after
 
     def _replace_assignment(self, match: re.Match[str], exhaustive: bool) -> str | None:
         label: str = match["assign_label"]
