@@ -29,7 +29,9 @@ finishing update after a handler ran, the result is still returned as it is
 would invite a second side effect) and the write is queued:
 ``flush_audit()`` retries it, every later ``execute`` tries first, and
 ``close()`` reports what could still not be written. A RUNNING row left by a
-crash is marked INTERRUPTED by ``SQLiteAuditStore.recover``.
+crash is marked INTERRUPTED by ``ToolRuntime.recover`` (the store's
+``recover``, plus the crashed writes' temporary files), once its lease ended:
+each RUNNING row's lease lasts the tool's deadline plus the store's grace.
 """
 
 from __future__ import annotations
@@ -72,7 +74,9 @@ from .isolation import (
     ThreadIsolation,
     make_isolation,
 )
+from .lease import call_tag
 from .policy import Capabilities, Decision, authorize
+from .recovery import Recovery, recover_calls
 from .redaction import Redactor, strings_in
 from .registry import ToolRegistry, ToolSpec
 from .rollback import ChangeJournal
@@ -195,6 +199,8 @@ class _Running:
     attempt: _Attempt
     audit_id: int
     claim_key: str | None
+    temp_tag: str = ""
+    """Names the handler's temporary files, so recover finds them after a crash."""
 
 
 _Outcome = tuple[bool, Any, list[str] | None]
@@ -306,7 +312,9 @@ class ToolRuntime:
     """The execution boundary. Safe to call from several threads at once.
 
     ``workspace`` may be a ``Workspace`` or a directory path; ``audit``
-    defaults to an in-memory store. ``close()`` closes what the runtime made
+    defaults to an in-memory store, and may be a store, or a URL or path that
+    names one (``postgresql://...`` for ``PostgresAuditStore``, a file path
+    for ``SQLiteAuditStore``: see ``open_audit_store``). ``close()`` closes what the runtime made
     itself (never a workspace or store it was given), ends its workers and
     reports what it could not finish.
     """
@@ -316,7 +324,7 @@ class ToolRuntime:
         registry: ToolRegistry,
         workspace: Workspace | str | os.PathLike[str],
         capabilities: Capabilities | None = None,
-        audit: AuditStore | None = None,
+        audit: AuditStore | str | os.PathLike[str] | None = None,
         *,
         hooks: Sequence[PreToolUse | PostToolUse] = (),
         redactor: Redactor | None = None,
@@ -335,6 +343,11 @@ class ToolRuntime:
             self._owned.append(workspace)
         if audit is None:
             audit = SQLiteAuditStore(":memory:")
+            self._owned.append(audit)
+        elif isinstance(audit, (str, os.PathLike)):
+            from .audit_stores import open_audit_store
+
+            audit = open_audit_store(audit)
             self._owned.append(audit)
         self.workspace = workspace
         self.audit: AuditStore = audit
@@ -706,14 +719,19 @@ class ToolRuntime:
         claim_key = self._claim_key(spec, attempt)
         record = self._record(attempt, CallState.RUNNING, None, "", "")
         try:
-            audit_id, claim = self.audit.start(record, claim_key=claim_key)
+            # The lease outlasts the deadline by the store's grace: a live
+            # call's row is finished before another worker may take it over.
+            audit_id, claim = self.audit.start(
+                record, claim_key=claim_key, lease_seconds=self._deadline(spec)
+            )
         except AuditUnavailable as exc:
             return self._audit_down(attempt, exc)
         if audit_id is None:
             assert claim is not None
             return self._answer_claim(attempt, claim)
         attempt.idempotency_outcome = "claimed" if claim_key else None
-        return _Running(call, spec, arguments, attempt, audit_id, claim_key)
+        tag = call_tag(audit_id, record.started_at)
+        return _Running(call, spec, arguments, attempt, audit_id, claim_key, tag)
 
     def _complete(self, running: _Running, outcome: ToolResult | Exception) -> ToolResult:
         """After the handler: the row finished, then the PostToolUse hooks."""
@@ -843,6 +861,7 @@ class ToolRuntime:
                 # The handler reaches what the policy judged: one resolution.
                 locations=attempt.policy.locations if attempt.policy is not None else (),
                 on_access=None if accessed is None else accessed.append,
+                temp_tag=running.temp_tag,
             ),
             capabilities=self.capabilities,
             variables=self.variables,
@@ -1265,6 +1284,17 @@ class ToolRuntime:
         )
         self._write_row(attempt, result)
         return result
+
+    def recover(self, now: str | None = None) -> Recovery:
+        """Take over the calls whose process died: the audit store's
+        ``interrupt_expired`` marks every RUNNING row whose lease ended
+        INTERRUPTED (their keys replay that failure, never run again), then
+        the temporary files those calls' killed writes left in this
+        runtime's workspace are removed. Safe while other processes work on
+        the same store: their leases have not ended. ``now`` (default: the
+        runtime's clock) is what the rows' ``finished_at`` says.
+        ``AuditUnavailable`` when the store cannot do it."""
+        return recover_calls(self.audit, self.workspace, now or self._now())
 
     def orphaned_handlers(self) -> list[str]:
         """Call ids whose handler overran its deadline and is still running
