@@ -23,10 +23,13 @@ What it guarantees
       ``timeout`` seconds for a connection, and every statement runs under a
       server-side ``statement_timeout`` of the same length: a server that is
       down or unreachable answers ``AuditUnavailable`` within that bound, the
-      runtime answers AUDIT_UNAVAILABLE and does not run the handler. The pool
-      reconnects in the background; a connection the server closed (a restart)
-      is noticed before use and replaced, so calls succeed again as soon as
-      the server is back.
+      runtime answers AUDIT_UNAVAILABLE and does not run the handler. Once one
+      operation found no server, the next ones wait only a quarter of
+      ``timeout`` (at most 0.5 s) until one succeeds: a call, and each retry
+      of a queued row, costs that instead of the whole timeout while the
+      server is down. Each such wait starts a new connection attempt, so once
+      the server is back the next call connects; a connection the server
+      closed (a restart) is noticed before use and replaced.
     - **Redacted before the INSERT.** Like SQLite's store it never redacts:
       callers pass redacted text, and no row is written first and redacted
       later (an UPDATE would leave the secret in the WAL and in dead tuples).
@@ -278,11 +281,14 @@ class PostgresAuditStore:
         lease_length(None, lease_grace_seconds)  # ValueError for a bad grace
         psycopg, psycopg_pool = _import_driver()
         self._psycopg = psycopg
+        self._pool_timeout: type[Exception] = psycopg_pool.PoolTimeout
         self._timeout = float(timeout)
         self._host = host
         self._lease_grace = float(lease_grace_seconds)
         self._pid = os.getpid()
         self._closed = False
+        self._retry_wait = min(0.5, self._timeout / 4)
+        self._unreachable = False  # the last wait for a connection found no server
         try:
             params = psycopg.conninfo.conninfo_to_dict(url)
         except psycopg.Error as exc:
@@ -314,6 +320,11 @@ class PostgresAuditStore:
             timeout=self._timeout,
             check=_check_idle,
             configure=configure,
+            # A reconnection attempt gives up quickly, and the next operation
+            # that needs a connection starts a new one at once: so once the
+            # server is back, the next call connects (the pool's own backoff
+            # would double its delay for as long as the server was down).
+            reconnect_timeout=self._retry_wait / 2,
             name="toolguard-audit",
         )
         try:
@@ -346,11 +357,18 @@ class PostgresAuditStore:
                 "open a new PostgresAuditStore in this process (after fork)",
                 operation,
             )
+        wait = self._retry_wait if self._unreachable else self._timeout
         try:
-            with self._pool.connection(timeout=self._timeout) as conn:
+            with self._pool.connection(timeout=wait) as conn:
                 yield conn
+        except self._pool_timeout as exc:
+            # No connection at all (not a pool busy with other threads'
+            # operations): the server is down or unreachable.
+            self._unreachable = self._pool.get_stats().get("pool_size", 0) == 0
+            raise self._unavailable(operation, exc) from exc
         except self._psycopg.Error as exc:
             raise self._unavailable(operation, exc) from exc
+        self._unreachable = False
 
     def _migrate(self, migrate: bool) -> None:
         with self._connection("open") as conn:

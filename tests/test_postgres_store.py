@@ -217,9 +217,9 @@ def test_a_connection_the_server_closed_is_replaced_before_use(
 ) -> None:
     store.record(running("before", state=CallState.DENIED, finished_at=T0))
     postgres_server.execute(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        "SELECT pg_terminate_backend(pid, 30000) FROM pg_stat_activity"
         " WHERE application_name = 'pytest-toolguard'"
-    )
+    )  # waits (up to 30 s) until those backends are gone
     store.record(running("after", state=CallState.DENIED, finished_at=T0))
     assert [row.call_id for row in store.rows()] == ["before", "after"]
 
