@@ -366,9 +366,7 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
-_SELECT_AUDIT = (
-    f"SELECT audit_id, {', '.join(AUDIT_COLUMNS + LEASE_COLUMNS)} FROM tool_call_audit"
-)
+_SELECT_AUDIT = f"SELECT audit_id, {', '.join(AUDIT_COLUMNS + LEASE_COLUMNS)} FROM tool_call_audit"
 _INSERT_AUDIT = (
     f"INSERT INTO tool_call_audit ({', '.join(AUDIT_COLUMNS)})"
     f" VALUES ({', '.join('?' for _ in AUDIT_COLUMNS)})"

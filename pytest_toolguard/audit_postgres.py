@@ -168,7 +168,7 @@ _SERVER_NOW = (
 )
 _EXPIRY = (
     "to_char((statement_timestamp() + make_interval(secs => %s)) AT TIME ZONE 'UTC',"
-    " 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
+    ' \'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"\')'
 )
 _SELECT_AUDIT = f"SELECT audit_id, {_ALL_COLUMNS} FROM tool_call_audit"
 _INSERT_RECORD = (
@@ -279,9 +279,9 @@ class PostgresAuditStore:
                 f"got {min_connections}, {max_connections}"
             )
         lease_length(None, lease_grace_seconds)  # ValueError for a bad grace
-        psycopg, psycopg_pool = _import_driver()
-        self._psycopg = psycopg
-        self._pool_timeout: type[Exception] = psycopg_pool.PoolTimeout
+        driver, pool_module = _import_driver()
+        self._psycopg = driver
+        self._pool_timeout: type[Exception] = pool_module.PoolTimeout
         self._timeout = float(timeout)
         self._host = host
         self._lease_grace = float(lease_grace_seconds)
@@ -290,8 +290,8 @@ class PostgresAuditStore:
         self._retry_wait = min(0.5, self._timeout / 4)
         self._unreachable = False  # the last wait for a connection found no server
         try:
-            params = psycopg.conninfo.conninfo_to_dict(url)
-        except psycopg.Error as exc:
+            params = driver.conninfo.conninfo_to_dict(url)
+        except driver.Error as exc:
             raise ValueError(f"not a PostgreSQL URL or conninfo: {exc}") from None
         # Host names and socket directories are kept out of messages (a model
         # and the audit log see them): only "<audit server>".
@@ -311,8 +311,8 @@ class PostgresAuditStore:
             conn.execute(f"SET statement_timeout = {statement_ms:d}")
             conn.execute(f"SET lock_timeout = {statement_ms:d}")
 
-        self._pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
-            psycopg.conninfo.make_conninfo(**params),
+        self._pool: psycopg_pool.ConnectionPool[Any] = pool_module.ConnectionPool(
+            driver.conninfo.make_conninfo(**params),
             kwargs={"autocommit": True},
             min_size=min_connections,
             max_size=max_connections,
@@ -330,7 +330,7 @@ class PostgresAuditStore:
         try:
             try:
                 self._pool.open(wait=True, timeout=self._timeout)
-            except psycopg.Error as exc:
+            except driver.Error as exc:
                 raise self._unavailable("open", exc) from exc
             self._migrate(migrate)
         except BaseException:
@@ -534,9 +534,7 @@ class PostgresAuditStore:
             if claim_key is None:
                 changed = conn.execute(_SET_FINISHED, parameters).rowcount
             else:
-                settle = _texts(
-                    (result_json(stored_result), finished_at, storable_text(claim_key))
-                )
+                settle = _texts((result_json(stored_result), finished_at, storable_text(claim_key)))
                 row = conn.execute(_FINISH_WITH_KEY, [*parameters, *settle]).fetchone()
                 changed = int(row[0]) if row is not None else 0
             if changed == 1:

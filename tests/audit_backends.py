@@ -9,7 +9,6 @@ full disk can), and which raw bytes hold the data at rest.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -109,9 +108,9 @@ class PostgresBackend(Backend):
 
     def stored_bytes(self) -> dict[str, bytes]:
         self.server.execute("CHECKPOINT")
-        return {str(path.relative_to(self.server.data)): data for path, data in self.server.data_files()}
-
-
+        return {
+            str(path.relative_to(self.server.data)): data for path, data in self.server.data_files()
+        }
 
 
 def open_store(spec: tuple[str, str], **settings: Any) -> Any:

@@ -144,7 +144,9 @@ def test_eight_processes_on_two_hosts_make_one_effect_per_key(
             effects[int(name.split("-")[0])] += 1
     with PostgresAuditStore(url) as store:
         rows = store.rows()
-    claimed = Counter(int(r.call_id[1:].split("-")[0]) for r in rows if r.idempotency_outcome == "claimed")
+    claimed = Counter(
+        int(r.call_id[1:].split("-")[0]) for r in rows if r.idempotency_outcome == "claimed"
+    )
     totals = sum(by_round.values(), Counter())
     with capsys.disabled():
         print(
@@ -255,7 +257,9 @@ def test_kill_9_then_lease_expiry_then_a_retry_from_another_host_repeats_no_effe
                 origin = f"r{round_}-{index}"
                 had_row = store.get(origin) is not None
                 result = runtime.execute(
-                    ToolCall(f"retry-{origin}", "effect", {"origin": origin}, idempotency_key=origin)
+                    ToolCall(
+                        f"retry-{origin}", "effect", {"origin": origin}, idempotency_key=origin
+                    )
                 )
                 if had_row:
                     assert result.code in (ErrorCode.IDEMPOTENT_REPLAY, ErrorCode.EXECUTION_ERROR)
@@ -337,9 +341,7 @@ def test_server_stopped_mid_run_fails_closed_and_loses_no_row(
     server = own_postgres_server
     url = server.url()
     store = PostgresAuditStore(url, timeout=1)
-    runtime = ToolRuntime(
-        ToolRegistry([spy_tool(spy)]), str(tmp_path), WRITE_ANYWHERE, store
-    )
+    runtime = ToolRuntime(ToolRegistry([spy_tool(spy)]), str(tmp_path), WRITE_ANYWHERE, store)
     before = [runtime.execute(ToolCall(f"before-{i}", "spy", {})) for i in range(3)]
 
     # A call whose handler runs while the server dies: its side effect is

@@ -162,7 +162,9 @@ def test_a_database_from_a_newer_schema_is_refused(
     store: PostgresAuditStore, postgres_server: Any, url: str
 ) -> None:
     schema = url.rsplit("%3D", 1)[1]
-    postgres_server.execute(f"INSERT INTO {schema}.toolguard_schema_migrations (version) VALUES (99)")
+    postgres_server.execute(
+        f"INSERT INTO {schema}.toolguard_schema_migrations (version) VALUES (99)"
+    )
     with pytest.raises(AuditUnavailable, match="schema version 99"):
         PostgresAuditStore(url)
 
@@ -256,7 +258,9 @@ def test_settings_are_checked(url: str) -> None:
 # --- the CLI ----------------------------------------------------------------------------
 
 
-def test_toolguard_audit_reads_a_postgres_store(store: PostgresAuditStore, url: str, capsys) -> None:
+def test_toolguard_audit_reads_a_postgres_store(
+    store: PostgresAuditStore, url: str, capsys
+) -> None:
     store.record(running("c1", state=CallState.DENIED, finished_at=T0, tool_name="write_file"))
     store.record(running("c2", state=CallState.DENIED, finished_at=T0, session_id="s2"))
     assert main(["audit", url, "--session", "s1", "--json"]) == 0
@@ -271,3 +275,32 @@ def test_toolguard_audit_of_an_empty_postgres_database_is_one_line_and_exit_2(
     err = capsys.readouterr().err
     assert "no pytest-toolguard audit tables" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_the_readme_several_machines_example_runs(url: str, tmp_path: Path, spy: Spy) -> None:
+    import re
+
+    from pytest_toolguard import ToolRegistry
+
+    readme = Path(__file__).resolve().parents[1] / "README.md"
+    section = readme.read_text(encoding="utf-8").split("\n## Several machines\n", 1)[1]
+    match = re.search(r"```python\n(.*?)```", section.split("\n## ", 1)[0], re.S)
+    assert match, "the section has a python block"
+    code = match.group(1)
+    assert '"postgresql://agent@db.internal/toolguard"' in code
+    code = code.replace("postgresql://agent@db.internal/toolguard", url)
+    code = code.replace("/srv/agent-workspace", str(tmp_path))
+    namespace: dict[str, Any] = {
+        "ToolRuntime": ToolRuntime,
+        "registry": ToolRegistry([spy_tool(spy)]),
+        "capabilities": WRITE_ANYWHERE,
+    }
+    exec(compile(code, "README", "exec"), namespace)
+    runtime = namespace["runtime"]
+    try:
+        assert isinstance(runtime.audit, PostgresAuditStore)
+        first = runtime.execute(ToolCall("c1", "spy", {}, session_id="w1", idempotency_key="o-1"))
+        again = runtime.execute(ToolCall("c2", "spy", {}, session_id="w2", idempotency_key="o-1"))
+        assert (first.code, again.code, spy.count) == (ErrorCode.OK, ErrorCode.IDEMPOTENT_REPLAY, 1)
+    finally:
+        runtime.close()
