@@ -24,12 +24,13 @@ What it guarantees
       server-side ``statement_timeout`` of the same length: a server that is
       down or unreachable answers ``AuditUnavailable`` within that bound, the
       runtime answers AUDIT_UNAVAILABLE and does not run the handler. Once one
-      operation found no server, the next ones wait only a quarter of
-      ``timeout`` (at most 0.5 s) until one succeeds: a call, and each retry
-      of a queued row, costs that instead of the whole timeout while the
-      server is down. Each such wait starts a new connection attempt, so once
-      the server is back the next call connects; a connection the server
-      closed (a restart) is noticed before use and replaced.
+      operation found no server, each next one first tries to connect
+      itself (bounded by ``connect_timeout``): while the server is down it
+      fails as soon as that attempt does (a refused connection: at once), so
+      a call, and each retry of a queued row, does not wait the whole
+      timeout; once the server is back the attempt succeeds and the
+      operation proceeds. A connection the server closed (a restart) is
+      noticed before use and replaced.
     - **Redacted before the INSERT.** Like SQLite's store it never redacts:
       callers pass redacted text, and no row is written first and redacted
       later (an UPDATE would leave the secret in the WAL and in dead tuples).
@@ -287,7 +288,6 @@ class PostgresAuditStore:
         self._lease_grace = float(lease_grace_seconds)
         self._pid = os.getpid()
         self._closed = False
-        self._retry_wait = min(0.5, self._timeout / 4)
         self._unreachable = False  # the last wait for a connection found no server
         try:
             params = driver.conninfo.conninfo_to_dict(url)
@@ -311,8 +311,9 @@ class PostgresAuditStore:
             conn.execute(f"SET statement_timeout = {statement_ms:d}")
             conn.execute(f"SET lock_timeout = {statement_ms:d}")
 
+        self._conninfo = driver.conninfo.make_conninfo(**params)
         self._pool: psycopg_pool.ConnectionPool[Any] = pool_module.ConnectionPool(
-            driver.conninfo.make_conninfo(**params),
+            self._conninfo,
             kwargs={"autocommit": True},
             min_size=min_connections,
             max_size=max_connections,
@@ -320,11 +321,10 @@ class PostgresAuditStore:
             timeout=self._timeout,
             check=_check_idle,
             configure=configure,
-            # A reconnection attempt gives up quickly, and the next operation
-            # that needs a connection starts a new one at once: so once the
-            # server is back, the next call connects (the pool's own backoff
-            # would double its delay for as long as the server was down).
-            reconnect_timeout=self._retry_wait / 2,
+            # The pool's own reconnection attempts give up quickly (their
+            # backoff doubles while the server is down); the next operation
+            # that needs a connection starts a new one at once.
+            reconnect_timeout=min(1.0, self._timeout / 4),
             name="toolguard-audit",
         )
         try:
@@ -357,15 +357,26 @@ class PostgresAuditStore:
                 "open a new PostgresAuditStore in this process (after fork)",
                 operation,
             )
-        wait = self._retry_wait if self._unreachable else self._timeout
+        if self._unreachable:
+            self._probe(operation)
         try:
-            with self._pool.connection(timeout=wait) as conn:
+            with self._pool.connection(timeout=self._timeout) as conn:
                 yield conn
         except self._pool_timeout as exc:
             # No connection at all (not a pool busy with other threads'
             # operations): the server is down or unreachable.
             self._unreachable = self._pool.get_stats().get("pool_size", 0) == 0
             raise self._unavailable(operation, exc) from exc
+        except self._psycopg.Error as exc:
+            raise self._unavailable(operation, exc) from exc
+        self._unreachable = False
+
+    def _probe(self, operation: str) -> None:
+        """While the server was last found unreachable: one connection
+        attempt of our own, so that an operation fails as soon as the
+        server refuses, instead of waiting ``timeout`` for the pool."""
+        try:
+            self._psycopg.connect(self._conninfo, autocommit=True).close()
         except self._psycopg.Error as exc:
             raise self._unavailable(operation, exc) from exc
         self._unreachable = False
