@@ -8,6 +8,10 @@ which is root in CI containers, hence this small helper over ``pg_ctl``.
 
 Binaries: ``$TOOLGUARD_PG_BINDIR``, else ``pg_config --bindir``, else the
 newest ``/usr/lib/postgresql/*/bin``, else ``initdb`` on ``PATH``.
+
+A server whose test session was killed (no teardown) would run on: each
+directory names the process that made it, and a new session stops and
+removes those whose maker is dead.
 """
 
 from __future__ import annotations
@@ -23,8 +27,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
+from pytest_toolguard.lease import LeaseOwner, current_owner, owner_is_dead
+
 INSTALL_COMMAND = "apt-get install -y postgresql"
 SERVER_USER = "postgres"
+PREFIX = "tgpg-"
 
 
 class ServerUnavailable(Exception):
@@ -67,7 +74,8 @@ class PostgresServer:
     """One cluster in ``base`` (data in ``base/data``, the socket in
     ``base``), started and stopped with ``pg_ctl``."""
 
-    def __init__(self, bindir: Path) -> None:
+    def __init__(self, bindir: Path, base: Path | None = None) -> None:
+        """A new cluster, or with ``base`` the one already there."""
         self.bindir = bindir
         self._as_user: list[str] = []
         owner: pwd.struct_passwd | None = None
@@ -83,8 +91,13 @@ class PostgresServer:
             if runuser is None:
                 raise ServerUnavailable("running as root and there is no runuser")
             self._as_user = [runuser, "-u", SERVER_USER, "--"]
+        self.data = (base or Path()) / "data"
+        if base is not None:
+            self.base = base
+            return
         # Short: a unix socket path has a limit of about 100 bytes.
-        self.base = Path(tempfile.mkdtemp(prefix="tgpg-", dir="/tmp"))
+        self.base = Path(tempfile.mkdtemp(prefix=PREFIX, dir="/tmp"))
+        (self.base / "maker").write_text(str(current_owner()))
         if owner is not None:
             os.chown(self.base, owner.pw_uid, owner.pw_gid)
         self.data = self.base / "data"
@@ -159,6 +172,21 @@ class PostgresServer:
         shutil.rmtree(self.base, ignore_errors=True)
 
 
+def remove_orphans(bindir: Path) -> list[Path]:
+    """Stop and remove the servers whose maker (a test session) is dead."""
+    here = current_owner()
+    removed = []
+    for base in sorted(Path("/tmp").glob(f"{PREFIX}*")):
+        try:
+            maker = LeaseOwner.parse((base / "maker").read_text())
+        except OSError:
+            continue
+        if maker is not None and owner_is_dead(maker, here):
+            PostgresServer(bindir, base).remove()
+            removed.append(base)
+    return removed
+
+
 def start_server() -> PostgresServer:
     """A running server, or ``ServerUnavailable`` saying what to install."""
     try:
@@ -174,6 +202,7 @@ def start_server() -> PostgresServer:
             f"no PostgreSQL server binaries (initdb, pg_ctl) found: install them with "
             f"`{INSTALL_COMMAND}`, or set TOOLGUARD_PG_BINDIR"
         )
+    remove_orphans(bindir)
     server = PostgresServer(bindir)
     try:
         server.start()
