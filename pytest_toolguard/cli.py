@@ -181,7 +181,13 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument("--session", help="only this session")
     sub.add_argument("--tool", help="only this tool")
     sub.add_argument("--since", help="only calls started at or after this ISO 8601 time")
-    sub.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    shape = sub.add_mutually_exclusive_group()
+    shape.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    shape.add_argument(
+        "--openai-trace",
+        action="store_true",
+        help='the OpenAI Agents SDK\'s trace export, {"data": [trace, trace.span, ...]}',
+    )
 
     sub = command(
         "cassette",
@@ -392,6 +398,11 @@ def _audit(options: argparse.Namespace, _: list[str]) -> int:
         if (options.tool is None or row.tool_name == options.tool)
         and (options.since is None or row.started_at >= options.since)
     ]
+    if options.openai_trace:
+        from .bridges.openai_trace import trace_items
+
+        print(json.dumps({"data": trace_items(rows)}, ensure_ascii=False, indent=2))
+        return 0
     if options.json:
         for row in rows:
             print(json.dumps(_row_dict(row), ensure_ascii=False, sort_keys=True))
