@@ -355,3 +355,62 @@ def test_a_cassette_path_naming_other_fields_is_a_usage_error(
         event(project, "PreToolUse", "Read", read, "r1"),
     )
     assert status == 2 and "may name only {session_id}" in err
+
+
+def test_a_link_out_of_the_project_is_kept_as_a_link_and_refused_again(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    project = make_project(tmp_path / "project")
+    (tmp_path / "secret.txt").write_text("tg-outside-content-7f3a\n")
+    (project / "src" / "out.txt").symlink_to(tmp_path / "secret.txt")
+    read = {"file_path": str(project / "src" / "out.txt")}
+    status, out, _ = hook(
+        monkeypatch,
+        capsys,
+        project,
+        "pre-tool-use",
+        event(project, "PreToolUse", "Read", read, "l1"),
+    )
+    assert status == 0 and json.loads(out)["hookSpecificOutput"]["permissionDecision"] == "deny"
+    cassette = load(project / "cassettes" / f"{SESSION}.yaml")
+    assert cassette.workspace.symlinks == {"src/out.txt": str(tmp_path / "secret.txt")}
+    assert (
+        b"tg-outside-content-7f3a" not in (project / "cassettes" / f"{SESSION}.yaml").read_bytes()
+    )
+    report = replay(cassette, claude_code_registry())
+    assert report.ok, report.differences
+
+
+def test_a_secret_in_a_call_its_file_and_the_response_never_reaches_the_cassette(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    secret = "ghp_Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0FeDcBa"
+    project = make_project(tmp_path / "project")
+    path = project / "src" / "config.py"
+    write = {"file_path": str(path), "content": f"TOKEN = '{secret}'\n"}
+    hook(
+        monkeypatch,
+        capsys,
+        project,
+        "pre-tool-use",
+        event(project, "PreToolUse", "Write", write, "w1"),
+    )
+    path.write_text(write["content"])  # Claude Code's Write
+    status, _, err = hook(
+        monkeypatch,
+        capsys,
+        project,
+        "post-tool-use",
+        event(
+            project,
+            "PostToolUse",
+            "Write",
+            write,
+            "w1",
+            tool_response={"content": write["content"]},
+        ),
+    )
+    assert status == 0, err
+    cassette_file = project / "cassettes" / f"{SESSION}.yaml"
+    assert secret.encode() not in cassette_file.read_bytes()
+    assert replay(load(cassette_file), claude_code_registry()).ok
