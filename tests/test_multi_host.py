@@ -347,6 +347,7 @@ def test_server_stopped_mid_run_fails_closed_and_loses_no_row(
     # A call whose handler runs while the server dies: its side effect is
     # real, so its result stands, and its finishing update is queued.
     spy.block()
+    spy.started.clear()  # set by the calls before: wait for this call's handler
     inflight: list[Any] = []
     worker = threading.Thread(
         target=lambda: inflight.append(runtime.execute(ToolCall("inflight", "spy", {})))
