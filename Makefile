@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
 	$(BIN)/python benchmarks/postgres_bench.py
 	$(BIN)/python benchmarks/matrix_bench.py
+	$(BIN)/python benchmarks/redaction_bench.py
 
 lint: $(STAMP)
 	$(BIN)/python -m pip install --quiet ruff mypy
