@@ -112,28 +112,54 @@ def _host_scope() -> str:
     return hashlib.sha256(f"{boot}\n{namespace}".encode()).hexdigest()[:8]
 
 
-_FIRST_USE_NS = time.time_ns()
-# No lock: two threads computing it at once compute the same owner, and a
-# lock held by another thread at a fork would hang the child.
+@dataclass(slots=True)
+class _Self:
+    """This process's identity, read from ``/proc`` when the module is
+    imported and again in a forked child: never later, when a fake
+    filesystem (replay's pyfakefs) may hide ``/proc``."""
+
+    pid: int
+    scope: str
+    started: str
+
+
+def _read_self() -> _Self:
+    pid = os.getpid()
+    scope = _host_scope()
+    started = _start_ticks(pid) if scope else None
+    return _Self(pid, scope, started or str(time.time_ns()))
+
+
+_SELF = _read_self()
+# No lock: two threads computing an owner at once compute the same one, and
+# a lock held by another thread at a fork would hang the child.
 _cached: dict[tuple[int, str | None], LeaseOwner] = {}
+
+
+def _after_fork_in_child() -> None:
+    global _SELF
+    _SELF = _read_self()
+    _cached.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def current_owner(host: str | None = None) -> LeaseOwner:
     """The owner this process writes: ``host`` (default: the host's name)
     with this boot's scope, this pid, this process's start time. Computed
     once per process and host name (a forked child computes its own)."""
-    key = (os.getpid(), host)
+    me = _SELF
+    key = (me.pid, host)
     owner = _cached.get(key)
     if owner is not None:
         return owner
     name = host if host is not None else socket.gethostname()
-    scope = _host_scope()
-    pid = os.getpid()
-    started = _start_ticks(pid) if scope else None
     owner = LeaseOwner(
-        host=f"{name}#{scope}" if scope else name,
-        pid=pid,
-        started=started or str(_FIRST_USE_NS),
+        host=f"{name}#{me.scope}" if me.scope else name,
+        pid=me.pid,
+        started=me.started,
     )
     _cached[key] = owner
     return owner
@@ -142,17 +168,24 @@ def current_owner(host: str | None = None) -> LeaseOwner:
 def owner_is_dead(owner: LeaseOwner, here: LeaseOwner) -> bool:
     """Whether ``owner`` is provably dead, seen from ``here`` (this
     process's own owner): it is of the same host (name and scope), and its
-    pid runs no process, or a zombie, or one started at another time.
-    False whenever that cannot be told (another host, no ``/proc``)."""
+    pid runs no process (``kill(pid, 0)``), or runs a zombie, or one
+    started at another time (a reused pid). False whenever that cannot be
+    told (another host; a ``/proc`` that cannot be read, as under a fake
+    filesystem, counts the process as alive)."""
     if owner.host != here.host or "#" not in here.host:
         return False
-    if owner == here:
+    if owner == here or owner.pid <= 0:
         return False
+    try:
+        os.kill(owner.pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # EPERM: a process of another user runs under that pid
+        pass
     fields = _stat_fields(owner.pid)
     if fields is None:
-        return True
-    state = fields[0] if fields else ""
-    if state in ("Z", "X", "x"):
+        return False
+    if fields[0] in ("Z", "X", "x"):
         return True
     started = fields[19] if len(fields) > 19 else None
     return started is not None and started != owner.started

@@ -29,7 +29,7 @@ from pytest_toolguard import (
     ToolRuntime,
     ToolSpec,
 )
-from pytest_toolguard.lease import LeaseOwner
+from pytest_toolguard.lease import LeaseOwner, current_owner, owner_is_dead
 from pytest_toolguard.sandbox import TEMP_PREFIX
 
 WAIT = 60.0  # seconds: the bound on every wait for a child
@@ -189,3 +189,22 @@ def _set_owner(audit_backend: Any, call_id: str, owner: str) -> None:
             conn.execute(
                 "UPDATE tool_call_audit SET lease_owner = %s WHERE call_id = %s", (owner, call_id)
             )
+
+
+def test_the_owner_first_asked_for_under_a_fake_filesystem_is_still_this_host(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Replay starts calls under pyfakefs, which hides /proc: the owner's
+    host scope and start time were read before it, so a later recover, on
+    the real disk, still recognises this host's dead processes."""
+    from pyfakefs.fake_filesystem_unittest import Patcher
+
+    from pytest_toolguard import lease
+
+    real = current_owner("replay-host")
+    monkeypatch.setattr(lease, "_cached", {})  # as if never asked before
+    with Patcher():
+        faked = current_owner("replay-host")
+        assert not owner_is_dead(real, faked)  # a live pid stays alive, /proc or not
+    assert faked == real
+    assert "#" in faked.host  # the scope that lets this host judge its own dead
