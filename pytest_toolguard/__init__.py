@@ -15,26 +15,25 @@ from ._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .audit import AuditRecord, AuditStore, AuditUnavailable, SQLiteAuditStore
+    from .capabilities import Capabilities, Risk
+    from .context import ToolContext
     from .contract import CallState, ErrorCode, ToolCall, ToolResult
     from .hooks import (
         Approval,
         Approver,
-        Artifact,
         HookDecision,
-        PlanProgress,
-        PlanStep,
         PostToolUse,
         PostToolUseEvent,
         PreToolUse,
         PreToolUseEvent,
-        StopReport,
     )
     from .idempotency import make_idempotency_key
     from .isolation import HandlerTimeout
-    from .policy import Capabilities, Decision, Risk
+    from .plan import Artifact, PlanProgress, PlanStep, StopReport
+    from .policy import PolicyDecision
     from .redaction import Redactor
     from .registry import PathAccess, ToolRegistry, ToolSpec, tool
-    from .runtime import ToolContext, ToolRuntime
+    from .runtime import ToolRuntime
     from .sandbox import (
         CallCancelled,
         ForbiddenPath,
@@ -58,7 +57,7 @@ __all__ = [
     "CallCancelled",
     "CallState",
     "Capabilities",
-    "Decision",
+    "PolicyDecision",
     "ErrorCode",
     "ForbiddenPath",
     "HandlerTimeout",
@@ -99,22 +98,21 @@ _EXPORTED_FROM = {
     "hooks": (
         "Approval",
         "Approver",
-        "Artifact",
         "HookDecision",
-        "PlanProgress",
-        "PlanStep",
         "PostToolUse",
         "PostToolUseEvent",
         "PreToolUse",
         "PreToolUseEvent",
-        "StopReport",
     ),
+    "plan": ("Artifact", "PlanProgress", "PlanStep", "StopReport"),
     "idempotency": ("make_idempotency_key",),
     "isolation": ("HandlerTimeout",),
-    "policy": ("Capabilities", "Decision", "Risk"),
+    "capabilities": ("Capabilities", "Risk"),
+    "policy": ("PolicyDecision",),
     "redaction": ("Redactor",),
     "registry": ("PathAccess", "ToolRegistry", "ToolSpec", "tool"),
-    "runtime": ("ToolContext", "ToolRuntime"),
+    "context": ("ToolContext",),
+    "runtime": ("ToolRuntime",),
     "sandbox": (
         "CallCancelled",
         "ForbiddenPath",

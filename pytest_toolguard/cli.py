@@ -250,7 +250,7 @@ def reader(format: str) -> Callable[[str], Any]:
 def _import(options: argparse.Namespace, _: list[str]) -> int:
     from .bridges import BridgeError
     from .bridges.transcript import IMPORT_CAPABILITIES, transcript_to_cassette
-    from .policy import Capabilities
+    from .capabilities import Capabilities
 
     transcript = reader(options.format)(_read(options.file))
     registry = _load_registry(options.registry)
@@ -454,7 +454,7 @@ def _migrated(file: str, text: str) -> str:
 def _hook(options: argparse.Namespace, _: list[str]) -> int:
     from .audit import AuditUnavailable, SQLiteAuditStore
     from .bridges import claude_code
-    from .policy import Capabilities
+    from .capabilities import Capabilities
     from .runtime import ToolRuntime
 
     config = _hook_config(options.config)

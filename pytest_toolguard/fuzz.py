@@ -100,13 +100,14 @@ from hypothesis.errors import Flaky, NoSuchExample, Unsatisfiable
 from hypothesis.strategies import SearchStrategy
 
 from .audit import AuditRecord, SQLiteAuditStore
+from .capabilities import Capabilities
 from .contract import ErrorCode, ToolCall, ToolResult
 from .hooks import Approver
-from .policy import Capabilities
+from .jsondata import MAX_JSON_DEPTH, MAX_JSON_INTEGER
 from .registry import PATH_ARGUMENT, Handler, ToolRegistry, ToolSpec
 from .replay.cassette import Cassette, Session, WorkspaceState
 from .replay.environment import shared_world
-from .runtime import MAX_JSON_DEPTH, MAX_JSON_INTEGER, ToolRuntime
+from .runtime import ToolRuntime
 from .sandbox import CallCancelled
 from .schema import SchemaValidator
 from .strategies import UnsupportedSchema, arguments_for

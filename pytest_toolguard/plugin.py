@@ -53,10 +53,10 @@ from .replay.record_mode import parse as parse_record_mode
 from .replay.registry_loading import DEFAULT_REGISTRY
 
 if TYPE_CHECKING:
+    from .capabilities import Capabilities
     from .faults import Fault, Target
     from .faults.outcome import CellOutcome, MatrixReport
     from .fuzz import FuzzReport
-    from .policy import Capabilities
     from .registry import ToolRegistry
     from .replay.cassette import Cassette
     from .replay.report import ReplayTotals

@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import difflib
 import functools
-import hashlib
 import inspect
 import json
 import os
@@ -46,7 +45,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import Any
@@ -54,6 +53,8 @@ from typing import Any
 from .audit import AuditRecord, AuditStore, AuditUnavailable, storable_data
 from .audit import Decision as AuditDecision
 from .audit import storable_text as _storable
+from .capabilities import Capabilities
+from .context import ToolContext
 from .contract import CallState, ErrorCode, ToolCall, ToolResult
 from .hooks import (
     Approval,
@@ -63,7 +64,7 @@ from .hooks import (
     PreToolUse,
     PreToolUseEvent,
 )
-from .idempotency import Claim, ClaimOutcome, canonical_json, scope_client_key
+from .idempotency import Claim, ClaimOutcome, scope_client_key
 from .isolation import (
     ChildLog,
     CoroutineRunner,
@@ -72,7 +73,8 @@ from .isolation import (
     ThreadIsolation,
     make_isolation,
 )
-from .policy import Capabilities, Decision, authorize
+from .jsondata import canonical_json, copy_json, json_hash, plain, plain_json_problem
+from .policy import PolicyDecision, authorize
 from .redaction import Redactor, strings_in
 from .registry import ToolRegistry, ToolSpec
 from .rollback import ChangeJournal
@@ -100,33 +102,6 @@ Listener = Callable[[ToolCall, ToolResult, Any, Approval | None], None]
 
 FileWatcher = Callable[[str, Sequence[str]], None]
 """``watcher(call_id, paths)``: see ``ToolRuntime.watch_files``."""
-
-
-@dataclass(frozen=True, slots=True)
-class ToolContext:
-    """What a handler gets besides its arguments. Files only through
-    ``workspace``: it is the sandbox, journaled for rollback."""
-
-    call_id: str
-    session_id: str
-    actor: str
-    workspace: Workspace
-    capabilities: Capabilities
-    variables: Mapping[str, str]
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-    cancelled: threading.Event = field(default_factory=threading.Event)
-    """Set when the deadline passed and the call was answered TIMEOUT. A
-    write or delete through ``workspace`` that starts after that raises
-    ``CallCancelled`` (one already past its checks still finishes); a long
-    handler should also check it and return."""
-
-    @property
-    def max_read_bytes(self) -> int:
-        return self.capabilities.max_read_bytes
-
-    @property
-    def max_write_bytes(self) -> int:
-        return self.capabilities.max_write_bytes
 
 
 class _Refusal(Exception):
@@ -173,7 +148,7 @@ class _Attempt:
     raw_session_id: str = ""
     raw_idempotency_key: str | None = None
     """The call's own values, which scope the idempotency claim."""
-    policy: Decision | None = None
+    policy: PolicyDecision | None = None
     """The allowing decision, holding open the locations it judged (closed
     when the call ends; left to the handler if it overran)."""
     output: Any = None
@@ -232,7 +207,7 @@ class _HandlerRun:
         arguments: dict[str, Any],
         accessed: list[str] | None,
         child_log: ChildLog | None,
-        policy: Decision | None,
+        policy: PolicyDecision | None,
     ) -> None:
         self.handler = handler
         self.ctx = ctx
@@ -521,7 +496,7 @@ class ToolRuntime:
 
     def _receive(self, call: object) -> _Attempt:
         def text(name: str, fallback: str) -> str:
-            value = _plain(getattr(call, name, None))
+            value = plain(getattr(call, name, None))
             if not isinstance(value, str) or not value:
                 return fallback
             # Ids come from the model too: a token there must not be stored.
@@ -531,9 +506,9 @@ class ToolRuntime:
         call_id = text("call_id", "")
         if not call_id:
             call_id = f"tg-{uuid.uuid4().hex}"
-        key = _plain(getattr(call, "idempotency_key", None))
+        key = plain(getattr(call, "idempotency_key", None))
         metadata = getattr(call, "metadata", None)
-        session = _plain(getattr(call, "session_id", None))
+        session = plain(getattr(call, "session_id", None))
         return _Attempt(
             call_id=call_id,
             tool_name=text("tool_name", "<invalid>"),
@@ -551,13 +526,13 @@ class ToolRuntime:
 
     def _check_fields(self, call: ToolCall, attempt: _Attempt) -> None:
         for name in ("call_id", "tool_name", "actor", "session_id"):
-            value = _plain(getattr(call, name))
+            value = plain(getattr(call, name))
             if not isinstance(value, str) or not value or len(value) > MAX_ID_LENGTH:
                 raise _bad_request(
                     f"{name} must be a non-empty string of at most {MAX_ID_LENGTH} characters",
                     "request.fields",
                 )
-        key = _plain(call.idempotency_key)
+        key = plain(call.idempotency_key)
         if key is not None and (not isinstance(key, str) or not key or len(key) > MAX_ID_LENGTH):
             raise _bad_request(
                 "idempotency_key must be null or a non-empty string of at most "
@@ -581,9 +556,9 @@ class ToolRuntime:
             )
         copied: dict[str, Any] = {}
         try:
-            problem = _not_plain_json(raw)
+            problem = plain_json_problem(raw)
             if not problem:
-                copied = _copy_json(raw)
+                copied = copy_json(raw)
         except Exception as exc:  # a mapping that cannot even be read
             problem = f"cannot be read ({type(exc).__name__})"
         if problem:
@@ -617,7 +592,7 @@ class ToolRuntime:
             rule = f"hook.{getattr(hook, 'name', type(hook).__name__)}"
             # A copy: a hook changing it in place would skip schema and policy.
             event = PreToolUseEvent(
-                call=call, spec=spec, arguments=MappingProxyType(_copy_json(arguments))
+                call=call, spec=spec, arguments=MappingProxyType(copy_json(arguments))
             )
             try:
                 answer = hook.pre_tool_use(event)
@@ -684,7 +659,7 @@ class ToolRuntime:
                 CallState.FAILED,
                 redacted=True,
             )
-        decision: Decision = authorize(
+        decision: PolicyDecision = authorize(
             spec,
             arguments,
             self.capabilities,
@@ -987,8 +962,8 @@ class ToolRuntime:
                 event = PostToolUseEvent(
                     call=call,
                     spec=spec,
-                    arguments=MappingProxyType(_copy_json(arguments)),
-                    result=replace(result, data=_copy_json(result.data)),
+                    arguments=MappingProxyType(copy_json(arguments)),
+                    result=replace(result, data=copy_json(result.data)),
                 )
                 try:
                     hook.post_tool_use(event)
@@ -1148,7 +1123,7 @@ class ToolRuntime:
         redactor = self._redactor(attempt.spec)
         if attempt.arguments is not None:
             shown = canonical_json(redactor.redact(attempt.arguments))
-            digest = hashlib.sha256(canonical_json(attempt.arguments).encode("utf-8")).hexdigest()
+            digest = json_hash(attempt.arguments)
         else:
             shown, digest = "null", ""
         if len(shown) > ARGUMENTS_LIMIT:
@@ -1295,70 +1270,6 @@ class ToolRuntime:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-MAX_JSON_DEPTH = 64
-MAX_JSON_INTEGER = 2**128
-"""Larger integers are refused: Python cannot print one of over 4,300 digits
-as JSON, and no tool argument needs one."""
-
-
-def _not_plain_json(value: object) -> str:
-    """Why ``value`` is not plain JSON data ('' when it is): string keys,
-    finite numbers, UTF-8-encodable text, at most ``MAX_JSON_DEPTH`` deep."""
-    stack: list[tuple[object, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > MAX_JSON_DEPTH:
-            return f"nested deeper than {MAX_JSON_DEPTH} levels"
-        item = _plain(item)  # judged as the copy will hold it (a subclass's methods unused)
-        if isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return "text holds an unpaired surrogate"
-        elif isinstance(item, float):
-            if item != item or item in (float("inf"), float("-inf")):
-                return "numbers must be finite"
-        elif isinstance(item, int) and not isinstance(item, bool):
-            if not -MAX_JSON_INTEGER <= item <= MAX_JSON_INTEGER:
-                return f"integers must be within +-{MAX_JSON_INTEGER}"
-        elif isinstance(item, Mapping):
-            for key, child in item.items():
-                if not isinstance(key, str):
-                    return f"object keys must be strings, not {type(key).__name__}"
-                stack.append((key, depth + 1))
-                stack.append((child, depth + 1))
-        elif isinstance(item, (list, tuple)):
-            stack.extend((child, depth + 1) for child in item)
-        elif not (item is None or isinstance(item, (bool, int))):
-            return f"{type(item).__name__} is not a JSON type"
-    return ""
-
-
-def _copy_json(value: Any) -> Any:
-    """A private copy, so a caller mutating its dict cannot change a call in
-    flight, made of plain types: a ``str``/``int``/``float`` subclass (a key
-    that cannot be ordered, a value whose methods raise) becomes the plain
-    value it holds, read with the base type's own method."""
-    if isinstance(value, Mapping):
-        return {_plain(key): _copy_json(child) for key, child in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_copy_json(child) for child in value]
-    return _plain(value)
-
-
-def _plain(value: Any) -> Any:
-    kind = type(value)
-    if kind is str or kind is int or kind is float or kind is bool or value is None:
-        return value
-    if isinstance(value, str):
-        return str.__str__(value)
-    if isinstance(value, int):  # bool cannot be subclassed: never here
-        return int.__int__(value)
-    if isinstance(value, float):
-        return float.__float__(value)
-    return value
 
 
 def _truncate(data: Any, text: str, limit: int) -> tuple[Any, int | None]:

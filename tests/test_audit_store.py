@@ -22,7 +22,8 @@ from pytest_toolguard.audit import (
     SQLiteAuditStore,
 )
 from pytest_toolguard.contract import CallState, ErrorCode
-from pytest_toolguard.idempotency import ClaimOutcome, arguments_hash, canonical_json
+from pytest_toolguard.idempotency import ClaimOutcome
+from pytest_toolguard.jsondata import canonical_json, json_hash
 from pytest_toolguard.redaction import Redactor
 
 T0 = "2025-01-02T03:04:05.000Z"
@@ -38,7 +39,7 @@ def make_record(call_id: str = "call-1", **overrides: Any) -> AuditRecord:
         "tool_name": "write_file",
         "risk": "write",
         "arguments_json": canonical_json(arguments),
-        "arguments_hash": arguments_hash(arguments),
+        "arguments_hash": json_hash(arguments),
         "decision": "allow",
         "rule": "policy.write_prefix",
         "reason": "notes/ is writable",
@@ -703,7 +704,7 @@ def test_redacted_records_leave_no_secret_bytes_in_db_wal_or_shm(
         make_record(
             "secret-call",
             arguments_json=canonical_json(redacted),
-            arguments_hash=arguments_hash(arguments),
+            arguments_hash=json_hash(arguments),
         ),
         claim_key="key-1",
     )

@@ -16,6 +16,8 @@ import pytest
 
 from pytest_toolguard import fuzz
 from pytest_toolguard.audit import SQLiteAuditStore
+from pytest_toolguard.capabilities import Risk
+from pytest_toolguard.context import ToolContext
 from pytest_toolguard.contract import ErrorCode, ToolCall, ToolResult
 from pytest_toolguard.fuzz import (
     WORKSPACE_ROOT,
@@ -25,9 +27,8 @@ from pytest_toolguard.fuzz import (
     fuzz_registry,
     fuzz_tool,
 )
-from pytest_toolguard.policy import Risk
 from pytest_toolguard.registry import ToolRegistry, ToolSpec, tool
-from pytest_toolguard.runtime import ToolContext, ToolRuntime
+from pytest_toolguard.runtime import ToolRuntime
 from pytest_toolguard.schema import SchemaValidator
 from pytest_toolguard.tools import BUILTIN_TOOLS, builtin_registry
 

@@ -13,14 +13,8 @@ import pytest
 
 from pytest_toolguard.audit import AuditRecord, SQLiteAuditStore
 from pytest_toolguard.contract import CallState, ErrorCode
-from pytest_toolguard.idempotency import (
-    Claim,
-    ClaimOutcome,
-    arguments_hash,
-    canonical_json,
-    make_idempotency_key,
-    scope_client_key,
-)
+from pytest_toolguard.idempotency import Claim, ClaimOutcome, make_idempotency_key, scope_client_key
+from pytest_toolguard.jsondata import canonical_json, json_hash
 
 T0 = "2025-01-02T03:04:05.000Z"
 T1 = "2025-01-02T03:04:06.000Z"
@@ -36,7 +30,7 @@ def running_record(call_id: str, arguments: dict[str, Any] | None = None) -> Aud
         tool_name="send_message",
         risk="external",
         arguments_json=canonical_json(arguments),
-        arguments_hash=arguments_hash(arguments),
+        arguments_hash=json_hash(arguments),
         decision="allow",
         rule="policy.capabilities",
         state=CallState.RUNNING,
@@ -111,7 +105,7 @@ def test_key_refuses_a_tool_name_with_a_newline() -> None:
 
 
 def test_arguments_hash_is_sha256_of_canonical_json() -> None:
-    assert arguments_hash(ARGS) == hashlib.sha256(canonical_json(ARGS).encode()).hexdigest()
+    assert json_hash(ARGS) == hashlib.sha256(canonical_json(ARGS).encode()).hexdigest()
 
 
 def test_client_key_is_scoped_by_tool_and_scope() -> None:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from pytest_toolguard.policy import Capabilities, Risk
+from pytest_toolguard.capabilities import Capabilities, Risk
 from pytest_toolguard.registry import PathAccess, ToolRegistry, ToolSpec, tool
 from pytest_toolguard.schema import InvalidSchema
 from pytest_toolguard.tools import builtin_registry

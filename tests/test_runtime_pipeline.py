@@ -8,7 +8,7 @@ import pytest
 from conftest import WRITE_ANYWHERE, spy_tool
 
 from pytest_toolguard import CallState, ErrorCode, ToolCall
-from pytest_toolguard.policy import Risk
+from pytest_toolguard.capabilities import Risk
 
 
 def call(tool_name="spy", arguments=None, **kw):

@@ -21,7 +21,7 @@ import urllib3.util
 from conftest import EVERY_RISK, spy_tool
 
 from pytest_toolguard import Approver, Capabilities, ErrorCode, Risk, ToolCall
-from pytest_toolguard.policy import normalize_host, target_host
+from pytest_toolguard.hosts import normalize_host, target_host
 
 ALLOWED = ("api.good.com", "*.good.com", "xn--mnchen-3ya.de", "127.0.0.1", "[::1]")
 CAPS = Capabilities(allowed_risks=EVERY_RISK, network_hosts=ALLOWED)

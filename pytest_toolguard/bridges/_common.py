@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..policy import Risk
+from ..capabilities import Risk
 from ..registry import PATH_ARGUMENT, Handler, PathAccess, ToolSpec
 from ..schema import InvalidSchema
 

@@ -32,10 +32,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ..capabilities import Risk
+from ..context import ToolContext
 from ..contract import ErrorCode, ToolCall
-from ..policy import Risk
 from ..registry import PathAccess, ToolRegistry, ToolSpec, tool
-from ..runtime import ToolContext, ToolRuntime
+from ..runtime import ToolRuntime
 from .anthropic import tool_result
 from .gate import admit, finish_admitted
 from .transcript import CallCollector, Transcript, json_records, registry_name

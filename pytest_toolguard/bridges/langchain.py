@@ -19,8 +19,8 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..capabilities import Risk
 from ..contract import ToolCall
-from ..policy import Risk
 from ..registry import Handler, ToolSpec
 from ..runtime import ToolRuntime
 from ._common import BridgeError, Paths, as_list, build_spec

@@ -45,7 +45,7 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from ..policy import Risk
+from ..capabilities import Risk
 from ..registry import Handler, ToolSpec
 from ._common import BridgeError, Paths, as_list, build_spec, handler_for, warn
 from .transcript import CallCollector, Transcript, TranscriptResult, json_records, text_of

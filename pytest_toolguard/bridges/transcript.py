@@ -28,8 +28,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..capabilities import Capabilities, Risk
 from ..contract import ToolCall, ToolResult
-from ..policy import Capabilities, Risk
 from ..registry import ToolRegistry
 from ..replay.cassette import Cassette, dump
 from ..replay.recorder import Recorder

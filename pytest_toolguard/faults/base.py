@@ -41,9 +41,10 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from ..audit import SQLiteAuditStore
+from ..capabilities import Capabilities, Risk
 from ..contract import CallState, ErrorCode, ToolCall, ToolResult
-from ..hooks import PlanProgress, PostToolUse, PreToolUse
-from ..policy import Capabilities, Risk
+from ..hooks import PostToolUse, PreToolUse
+from ..plan import PlanProgress
 from ..registry import PATH_ARGUMENT, ToolRegistry, ToolSpec
 from ..replay.approvals import approval_hooks
 from ..replay.cassette import Cassette, Interaction

@@ -18,9 +18,9 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import quote, unquote
 
+from ..capabilities import Risk
 from ..contract import CallState, ErrorCode, ToolCall, ToolResult
-from ..hooks import PlanProgress, PlanStep
-from ..policy import Risk
+from ..plan import PlanProgress, PlanStep
 from ..redaction import Redactor
 from ..replay.cassette import dumps
 from ..replay.http import Answer

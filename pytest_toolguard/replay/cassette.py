@@ -33,9 +33,10 @@ from typing import Any, Literal
 import yaml
 from jsonschema import Draft202012Validator
 
+from ..capabilities import Capabilities, Risk
 from ..contract import ToolCall
-from ..hooks import Approval, Artifact, PlanStep
-from ..policy import Capabilities, Risk
+from ..hooks import Approval
+from ..plan import Artifact, PlanStep
 from ..schema import format_path
 
 FORMAT_VERSION = 1

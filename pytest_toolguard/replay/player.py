@@ -31,7 +31,8 @@ from typing import Any
 
 from ..audit import AuditRecord, SQLiteAuditStore
 from ..contract import ToolCall, ToolResult
-from ..hooks import PlanProgress, PostToolUse, PreToolUse
+from ..hooks import PostToolUse, PreToolUse
+from ..plan import PlanProgress
 from ..redaction import Redactor
 from ..registry import ToolRegistry
 from ..runtime import ToolRuntime

@@ -34,9 +34,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
+from ..capabilities import under_root
 from ..contract import ToolCall, ToolResult
-from ..hooks import Approval, PlanProgress
-from ..policy import fill_template, under_root
+from ..hooks import Approval
+from ..plan import PlanProgress
+from ..policy import fill_template
 from ..runtime import ToolRuntime
 from ..sandbox import SandboxError
 from .cassette import (

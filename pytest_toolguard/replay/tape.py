@@ -54,9 +54,10 @@ from pathlib import Path
 from typing import Any
 
 from ..audit import AuditRecord, SQLiteAuditStore
+from ..capabilities import Capabilities
 from ..contract import ToolCall, ToolResult
-from ..hooks import PlanProgress, PostToolUse, PreToolUse
-from ..policy import Capabilities
+from ..hooks import PostToolUse, PreToolUse
+from ..plan import PlanProgress
 from ..redaction import Redactor
 from ..registry import ToolRegistry
 from ..runtime import ToolRuntime
