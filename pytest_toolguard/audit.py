@@ -60,6 +60,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pytest_toolguard.contract import CallState, ErrorCode
+from pytest_toolguard.errors import ToolguardError
 from pytest_toolguard.idempotency import Claim, ClaimOutcome, StoredKey, resolve_claim
 
 __all__ = [
@@ -97,7 +98,7 @@ OPERATIONS: frozenset[str] = frozenset(
 """The store operations ``SQLiteAuditStore.inject_fault`` can make fail."""
 
 
-class AuditUnavailable(Exception):
+class AuditUnavailable(ToolguardError):
     """The audit store could not read or write. The runtime answers
     ``AUDIT_UNAVAILABLE`` and does not run the handler. The message names the
     operation and SQLite's reason, never the database path; ``operation`` is

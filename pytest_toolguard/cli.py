@@ -19,13 +19,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from .errors import ToolguardError
+
 USAGE_ERROR = 2
 
 FORMATS = ("claude-code", "openai-chat", "openai-responses", "anthropic", "mcp")
 DEFAULT_HOOK_AUDIT = ".toolguard/audit.db"
 
 
-class UsageError(Exception):
+class UsageError(ToolguardError):
     """A mistake in what the command was given: printed as one line, exit 2."""
 
 

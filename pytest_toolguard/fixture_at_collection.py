@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .errors import ToolguardError
+
 if TYPE_CHECKING:
     from _pytest.fixtures import FixtureDef
 
@@ -42,7 +44,7 @@ PYTESTCONFIG = "pytestconfig"
 _MAX_DEPTH = 20
 
 
-class NotAtCollection(Exception):
+class NotAtCollection(ToolguardError):
     """The fixture cannot be evaluated at collection; the message says why."""
 
 

@@ -102,6 +102,7 @@ from hypothesis.strategies import SearchStrategy
 from .audit import AuditRecord, SQLiteAuditStore
 from .capabilities import Capabilities
 from .contract import ErrorCode, ToolCall, ToolResult
+from .errors import ToolguardError
 from .hooks import Approver
 from .jsondata import MAX_JSON_DEPTH, MAX_JSON_INTEGER
 from .registry import PATH_ARGUMENT, Handler, ToolRegistry, ToolSpec
@@ -1078,7 +1079,7 @@ def _explicit_examples(
 # -- the search -------------------------------------------------------------
 
 
-class _ExampleFailed(Exception):
+class _ExampleFailed(ToolguardError):
     """Raised inside the Hypothesis test so that it shrinks the example."""
 
     def __init__(self, problem: Problem, detail: str, arguments: dict[str, Any]) -> None:

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from . import hookspecs
+from .errors import ToolguardError
 from .replay.record_mode import CHOICES as RECORD_MODES
 from .replay.record_mode import parse as parse_record_mode
 from .replay.registry_loading import DEFAULT_REGISTRY
@@ -390,11 +391,11 @@ class FaultCell(pytest.Function):
         return super().repr_failure(excinfo)
 
 
-class FaultCellFailed(AssertionError):
+class FaultCellFailed(ToolguardError, AssertionError):
     """A fault cell whose oracle did not hold."""
 
 
-class RegistryUnavailable(Exception):
+class RegistryUnavailable(ToolguardError):
     """The registry items would get cannot be had at collection (a broken
     ini value, a fixture returning no ``ToolRegistry``); says which and why."""
 
@@ -664,7 +665,7 @@ class FuzzItem(pytest.Function):
         return super().repr_failure(excinfo)
 
 
-class FuzzFailed(AssertionError):
+class FuzzFailed(ToolguardError, AssertionError):
     """A tool the fuzzer found a failing example for."""
 
 

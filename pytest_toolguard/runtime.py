@@ -56,6 +56,7 @@ from .audit import storable_text as _storable
 from .capabilities import Capabilities
 from .context import ToolContext
 from .contract import CallState, ErrorCode, ToolCall, ToolResult
+from .errors import ToolguardError
 from .hooks import (
     Approval,
     HookDecision,
@@ -104,7 +105,7 @@ FileWatcher = Callable[[str, Sequence[str]], None]
 """``watcher(call_id, paths)``: see ``ToolRuntime.watch_files``."""
 
 
-class _Refusal(Exception):
+class _Refusal(ToolguardError):
     """Internal: the pipeline stops here with this outcome (no handler ran)."""
 
     def __init__(

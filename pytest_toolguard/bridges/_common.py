@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..capabilities import Risk
+from ..errors import ToolguardError
 from ..registry import PATH_ARGUMENT, Handler, PathAccess, ToolSpec
 from ..schema import InvalidSchema
 
@@ -32,7 +33,7 @@ class BridgeWarning(UserWarning):
     the tool and says what to pass to be explicit."""
 
 
-class BridgeError(ValueError):
+class BridgeError(ToolguardError, ValueError):
     """A definition, transcript or server that cannot be imported; the
     message names the tool or the place, and what is wrong."""
 

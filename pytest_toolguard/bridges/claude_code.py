@@ -35,6 +35,7 @@ from typing import Any
 from ..capabilities import Risk
 from ..context import ToolContext
 from ..contract import ErrorCode, ToolCall
+from ..errors import ToolguardError
 from ..registry import PathAccess, ToolRegistry, ToolSpec, tool
 from ..runtime import ToolRuntime
 from .anthropic import tool_result
@@ -188,7 +189,7 @@ _EDIT = {
 }
 
 
-class EditFailed(Exception):
+class EditFailed(ToolguardError):
     """An edit's ``old_string`` is missing, or not unique without ``replace_all``."""
 
 
@@ -323,7 +324,7 @@ def grep(ctx: ToolContext, pattern: str, path: str = ".", **options: Any) -> str
     return "\n".join(out) if out else "No matches found"
 
 
-class NotRunHere(Exception):
+class NotRunHere(ToolguardError):
     """A Claude Code tool that toolguard never runs itself (shell, network)."""
 
 

@@ -20,6 +20,7 @@ from urllib.parse import quote, unquote
 
 from ..capabilities import Risk
 from ..contract import CallState, ErrorCode, ToolCall, ToolResult
+from ..errors import ToolguardError
 from ..plan import PlanProgress, PlanStep
 from ..redaction import Redactor
 from ..replay.cassette import dumps
@@ -48,7 +49,7 @@ _REFUSED = (
 )
 
 
-class InjectedFault(Exception):
+class InjectedFault(ToolguardError):
     """What the ``handler_exception`` fault raises."""
 
 

@@ -46,6 +46,7 @@ from pyfakefs.fake_file import FakeDirectory, FakeFile
 from pyfakefs.fake_filesystem import FakeFilesystem
 from pyfakefs.fake_filesystem_unittest import Patcher
 
+from ..errors import ToolguardError
 from .cassette import Cassette
 
 DEFAULT_TIME = "2026-01-01T00:00:00+00:00"
@@ -453,7 +454,7 @@ def fake_filesystem(cassette: Cassette) -> Iterator[Any]:
 # -- reading files back ---------------------------------------------------------------
 
 
-class _SlowPath(Exception):
+class _SlowPath(ToolguardError):
     """The fake filesystem's objects cannot answer as ``os`` would."""
 
 

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from ..errors import ToolguardError
 from .cassette import Cassette
 from .player import Difference, ReplayReport
 
@@ -29,11 +30,11 @@ VALUE_LIMIT = 400
 RECORD_OPTION = "--toolguard-record-mode"
 
 
-class ReplayFailed(AssertionError):
+class ReplayFailed(ToolguardError, AssertionError):
     """A replay that differed from its cassette; ``str()`` is the report."""
 
 
-class CallNotInCassette(AssertionError):
+class CallNotInCassette(ToolguardError, AssertionError):
     """A call a test made that its cassette does not hold next; ``str()``
     names the closest recorded call, the fields that differ, and the
     command that re-records the cassette."""
