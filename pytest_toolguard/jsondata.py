@@ -106,3 +106,15 @@ def plain_json_problem(value: object) -> str:
         elif not (item is None or isinstance(item, (bool, int))):
             return f"{type(item).__name__} is not a JSON type"
     return ""
+
+
+def strings_of(value: Any) -> list[str]:
+    """Every string in ``value`` (values of mappings, items of lists),
+    depth first; keys are not included."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Mapping):
+        return [text for item in value.values() for text in strings_of(item)]
+    if isinstance(value, list):
+        return [text for item in value for text in strings_of(item)]
+    return []

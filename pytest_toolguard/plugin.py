@@ -39,7 +39,6 @@ never replays, fuzzes or asks for a toolguard fixture does not pay for it.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,9 +54,10 @@ from .replay.registry_loading import DEFAULT_REGISTRY
 
 if TYPE_CHECKING:
     from .capabilities import Capabilities
-    from .faults import Fault, Target
+    from .faults import Fault, PrefixCache, Target
     from .faults.outcome import CellOutcome, MatrixReport
     from .fuzz import FuzzReport
+    from .harness.fake_filesystem import FakeWorld
     from .registry import ToolRegistry
     from .replay.cassette import Cassette
     from .replay.report import ReplayTotals
@@ -85,6 +85,8 @@ _COLLECTION_REGISTRIES: pytest.StashKey[dict[int, RegistryAtCollection | Registr
 )
 _FUZZED: pytest.StashKey[list[FuzzReport]] = pytest.StashKey()
 _INI_REGISTRY: pytest.StashKey[ToolRegistry] = pytest.StashKey()
+_FAKE_WORLD: pytest.StashKey[FakeWorld] = pytest.StashKey()
+_PREFIX_CACHE: pytest.StashKey[PrefixCache] = pytest.StashKey()
 
 
 # -- options, ini values, marker ------------------------------------------------
@@ -210,13 +212,34 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """End the fake filesystem shared by every replay and fault cell of this
-    process (paused between them; an atexit hook is the safety net). Only a
-    process that imported ``replay.environment`` can have one, and importing
-    it here would load pyfakefs into every run."""
-    environment = sys.modules.get("pytest_toolguard.replay.environment")
-    if environment is not None:
-        environment.close_shared_world()
+    """End the fake filesystem this run's replays, cells and fuzzed calls
+    shared (paused between them), and the states its cells saved."""
+    world = config.stash.get(_FAKE_WORLD, None)
+    if world is not None:
+        world.close()
+    prefixes = config.stash.get(_PREFIX_CACHE, None)
+    if prefixes is not None:
+        prefixes.clear()
+
+
+def _fake_world(config: pytest.Config) -> FakeWorld:
+    """The run's ``FakeWorld``, made on first use (it loads pyfakefs)."""
+    world = config.stash.get(_FAKE_WORLD, None)
+    if world is None:
+        from .harness.fake_filesystem import FakeWorld
+
+        world = config.stash[_FAKE_WORLD] = FakeWorld()
+    return world
+
+
+def _prefix_cache(config: pytest.Config) -> PrefixCache:
+    """The run's cache of the states before targets, made on first use."""
+    cache = config.stash.get(_PREFIX_CACHE, None)
+    if cache is None:
+        from .faults import PrefixCache
+
+        cache = config.stash[_PREFIX_CACHE] = PrefixCache()
+    return cache
 
 
 def _check_ini_record_mode(config: pytest.Config) -> None:
@@ -246,17 +269,18 @@ def _selected_faults(config: pytest.Config) -> tuple[Fault, ...]:
     spec = config.getoption("toolguard_faults")
     if not spec:
         return ()
-    from .faults import catalogue, select_faults
+    from .faults import BUILTIN_FAULTS, select_faults
+    from .faults.fault import with_added
 
-    known = list(catalogue())
-    for added in config.hook.pytest_toolguard_faults(config=config):
-        for fault in added or ():
-            fault = fault() if isinstance(fault, type) else fault
-            if any(f.name == fault.name for f in known):
-                raise pytest.UsageError(
-                    f"pytest_toolguard_faults: a fault named {fault.name!r} already exists"
-                )
-            known.append(fault)
+    added = [
+        fault
+        for faults in config.hook.pytest_toolguard_faults(config=config)
+        for fault in faults or ()
+    ]
+    try:
+        known = with_added(BUILTIN_FAULTS, added)
+    except ValueError as exc:
+        raise pytest.UsageError(f"pytest_toolguard_faults: {exc}") from None
     try:
         return select_faults(spec, known)
     except ValueError as exc:
@@ -484,7 +508,13 @@ def _run_fault_cell(
         toolguard_registry.get(planned.call.tool_name),
     )
     outcome = run_cell(
-        fault, target, toolguard_registry, secrets=toolguard_secrets, nodeid=item.nodeid
+        fault,
+        target,
+        toolguard_registry,
+        secrets=toolguard_secrets,
+        nodeid=item.nodeid,
+        prefixes=_prefix_cache(config),
+        fake_world=_fake_world(config),
     )
     config.stash[_CELLS].append(outcome)
     if outcome.status == "n/a":
@@ -537,7 +567,9 @@ def _replay_file(
     except CassetteError:
         config.stash[_TOTALS] += ReplayTotals(unreadable=1)
         raise
-    report = replay(cassette, toolguard_registry, secrets=toolguard_secrets)
+    report = replay(
+        cassette, toolguard_registry, secrets=toolguard_secrets, fake_world=_fake_world(config)
+    )
     config.stash[_TOTALS] += ReplayTotals.of(report)
     if not report.ok:
         note = missing_tools_note(
@@ -735,6 +767,7 @@ def _fuzz(spec: Any, registry: ToolRegistry, config: pytest.Config) -> FuzzRepor
         registry=registry,
         examples=config.getoption("toolguard_fuzz_examples"),
         seed=config.getoption("toolguard_fuzz_seed"),
+        fake_world=_fake_world(config),
     )
     config.stash[_FUZZED].append(report)
     return report
@@ -958,6 +991,7 @@ def _play_back(
         volatile=options.volatile,
         capabilities=options.capabilities,
         variables=options.variables or None,
+        fake_world=_fake_world(request.config),
     )
     try:
         yield tape.start()
@@ -977,20 +1011,21 @@ def _record(
 ) -> Iterator[ToolRuntime]:
     from .audit import SQLiteAuditStore
     from .replay.tape import RecordingTape
-    from .runtime import ToolRuntime
 
     workspace = tmp_path / "workspace"
     workspace.mkdir(exist_ok=True)
     store = SQLiteAuditStore(":memory:")
-    runtime = ToolRuntime(
+    tape = RecordingTape(
         registry,
         str(workspace),
-        options.capabilities,
         store,
+        name=path.stem,
+        recorded_by=rerecord,
+        capabilities=options.capabilities,
         variables=options.variables,
         hooks=options.hooks,
     )
-    tape = RecordingTape(runtime, name=path.stem, recorded_by=rerecord)
+    runtime = tape.runtime
     try:
         yield runtime
     finally:

@@ -7,6 +7,7 @@ import pytest
 from conftest import WRITE_ANYWHERE, spy_tool
 
 from pytest_toolguard import CallState, ErrorCode, SQLiteAuditStore, ToolCall, ToolRuntime
+from pytest_toolguard.harness.failing_store import FailingStore
 
 
 def call(call_id="c1", tool_name="spy", **arguments):
@@ -20,7 +21,8 @@ def db(tmp_path):
 
 @pytest.fixture
 def store(db):
-    store = SQLiteAuditStore(db)
+    """The store on ``db``, behind a ``FailingStore`` the tests switch off."""
+    store = FailingStore(SQLiteAuditStore(db))
     yield store
     store.close()
 
@@ -52,13 +54,13 @@ def test_store_down_at_start_answers_audit_unavailable_and_the_handler_never_run
     toolguard_runtime, registry_of, spy, store
 ):
     runtime = toolguard_runtime(registry_of(spy_tool(spy)), WRITE_ANYWHERE, audit=store)
-    store.inject_fault("start", "record")
+    store.fail("start", "record")
     with pytest.warns(RuntimeWarning, match="queued for retry"):
         result = runtime.execute(call())
     assert (result.code, result.retryable, result.ok) == (ErrorCode.AUDIT_UNAVAILABLE, True, False)
     assert spy.count == 0
     # The refusal's own row is queued, and written once the store is back.
-    store.clear_fault()
+    store.heal()
     assert runtime.flush_audit() == 0
     row = store.get("c1")
     assert (row.state, row.result_code, row.rule) == (
@@ -89,14 +91,14 @@ def test_store_down_at_finish_keeps_the_result_and_queues_the_row(
     toolguard_runtime, registry_of, spy, store
 ):
     runtime = toolguard_runtime(registry_of(spy_tool(spy)), WRITE_ANYWHERE, audit=store)
-    store.inject_fault("finish")
+    store.fail("finish")
     with pytest.warns(RuntimeWarning, match="queued for retry"):
         result = runtime.execute(call())
     # The side effect happened: answering AUDIT_UNAVAILABLE would invite a second one.
     assert result.ok and spy.count == 1
     assert store.get("c1").state is CallState.RUNNING
     assert runtime.flush_audit() == 1  # still down
-    store.clear_fault()
+    store.heal()
     assert runtime.flush_audit() == 0
     row = store.get("c1")
     assert (row.state, row.result_code) == (CallState.SUCCEEDED, ErrorCode.OK)
@@ -104,24 +106,24 @@ def test_store_down_at_finish_keeps_the_result_and_queues_the_row(
 
 def test_queued_rows_are_written_by_the_next_call(toolguard_runtime, registry_of, spy, store):
     runtime = toolguard_runtime(registry_of(spy_tool(spy)), WRITE_ANYWHERE, audit=store)
-    store.inject_fault("record")
+    store.fail("record")
     with pytest.warns(RuntimeWarning):
         refused = runtime.execute(call(tool_name="nope"))
     assert refused.code is ErrorCode.TOOL_NOT_FOUND  # the refusal is still the answer
     assert store.count() == 0
-    store.clear_fault()
+    store.heal()
     runtime.execute(call("c2"))
     assert [row.call_id for row in store.rows()] == ["c1", "c2"]
 
 
 def test_close_reports_rows_it_could_not_store(toolguard_runtime, registry_of, spy, store):
     runtime = toolguard_runtime(registry_of(spy_tool(spy)), WRITE_ANYWHERE, audit=store)
-    store.inject_fault("finish")
+    store.fail("finish")
     with pytest.warns(RuntimeWarning):
         runtime.execute(call())
     with pytest.warns(RuntimeWarning, match="1 audit write"):
         assert runtime.close() == ["1 audit write(s) could not be stored"]
-    store.clear_fault()
+    store.heal()
     assert runtime.close() == []
 
 

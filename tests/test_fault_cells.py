@@ -6,9 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from pytest_toolguard.faults import base, iter_cells, run_cell, select_faults
+from pytest_toolguard.faults import (
+    Cell,
+    Fault,
+    PrefixCache,
+    iter_cells,
+    run_cell,
+    select_faults,
+    targets,
+)
 from pytest_toolguard.faults.outcome import CellOutcome
 from pytest_toolguard.replay.cassette import load
 from pytest_toolguard.tools import builtin_registry
@@ -17,47 +23,38 @@ ROOT = Path(__file__).parent.parent
 FAULTS = "duplicate_submission,response_lost,schema_drift,plan_violation,unknown_tool"
 
 
-def _outcomes(size: int) -> dict[tuple[str, str, str], CellOutcome]:
+def _outcomes(prefixes: PrefixCache | None) -> dict[tuple[str, str, str], CellOutcome]:
     registry = builtin_registry()
-    base._PREFIXES.clear()
-    base._PREFIXES.size = size
     outcomes = {}
     for name in ("cassettes/feedback_analysis.yaml", "cases/duplicate_idempotency_key.yaml"):
         cassette = load(ROOT / name, source=name)
         for target, fault in iter_cells(cassette, registry, name, select_faults(FAULTS)):
-            outcomes[(name, target.label, fault.name)] = run_cell(fault, target, registry)
+            outcome = run_cell(fault, target, registry, prefixes=prefixes)
+            outcomes[(name, target.label, fault.name)] = outcome
     return outcomes
 
 
-@pytest.fixture
-def restore_cache_size():
-    size = base._PREFIXES.size
-    yield
-    base._PREFIXES.clear()
-    base._PREFIXES.size = size
-
-
-@pytest.mark.usefixtures("restore_cache_size")
 def test_saved_states_give_the_outcomes_replaying_gives() -> None:
-    replayed = _outcomes(0)
-    restored = _outcomes(8)
+    replayed = _outcomes(None)
+    cache = PrefixCache()
+    restored = _outcomes(cache)
+    cache.clear()
     assert restored == replayed
     # The comparison means something: states were saved and cells passed.
     assert sum(o.status == "pass" for o in replayed.values()) > 20
     assert any(label.startswith(("4-", "5-", "6-")) for _, label, _ in replayed)
 
 
-@pytest.mark.usefixtures("restore_cache_size")
 def test_a_saved_state_is_used_once_the_first_cell_saved_it() -> None:
     registry = builtin_registry()
     name = "cassettes/feedback_analysis.yaml"
     cassette = load(ROOT / name, source=name)
-    target = base.targets(cassette, registry, name)[4]
+    target = targets(cassette, registry, name)[4]
     (fault,) = select_faults("unknown_tool")
-    base._PREFIXES.clear()
-    assert base._PREFIXES.get(cassette, 4, registry, None) is None
-    assert run_cell(fault, target, registry).status == "pass"
-    saved = base._PREFIXES.get(cassette, 4, registry, None)
+    cache = PrefixCache()
+    assert cache.get(cassette, 4, registry, None) is None
+    assert run_cell(fault, target, registry, prefixes=cache).status == "pass"
+    saved = cache.get(cassette, 4, registry, None)
     assert saved is not None
     # What the four calls before it wrote is in the saved workspace.
     paths = {path for path, _mode, _data in saved.entries}
@@ -65,17 +62,18 @@ def test_a_saved_state_is_used_once_the_first_cell_saved_it() -> None:
     assert saved.plan is not None and saved.plan.current_step is not None
     assert saved.plan.current_step.id == "step_3"
     # Another registry is another key: it replays.
-    assert base._PREFIXES.get(cassette, 4, builtin_registry(), None) is None
+    assert cache.get(cassette, 4, builtin_registry(), None) is None
+    cache.clear()
 
 
-class _Keys(base.Fault):
+class _Keys(Fault):
     name = "keys_seen"
     applies_to = "any call"
     injection = "none"
     expected = "distinct keys"
     seen: list[str | None] = []
 
-    def inject(self, cell: base.Cell) -> None:
+    def inject(self, cell: Cell) -> None:
         _Keys.seen = [cell.call().idempotency_key for _ in range(3)]
         _Keys.seen.append(cell.call(idempotency_key="chosen").idempotency_key)
 
@@ -86,7 +84,7 @@ def test_each_call_of_a_cell_gets_its_own_idempotency_key() -> None:
     registry = builtin_registry()
     name = "cases/duplicate_idempotency_key.yaml"
     cassette = load(ROOT / name, source=name)
-    target = base.targets(cassette, registry, name)[0]
+    target = targets(cassette, registry, name)[0]
     assert target.call.idempotency_key == "todo-v1"
     assert run_cell(_Keys(), target, registry).status == "pass"
     *made, chosen = _Keys.seen

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from pytest_toolguard import Risk
-from pytest_toolguard.faults import catalogue, iter_cells, run_cell
+from pytest_toolguard.faults import BUILTIN_FAULTS, iter_cells, run_cell
 from pytest_toolguard.registry import ToolRegistry, tool
 from pytest_toolguard.replay import loads
 
@@ -50,10 +50,10 @@ REGISTRY = ToolRegistry([annotate])
 REWRITING = ("path_traversal", "secret_in_payload")
 
 
-@pytest.mark.parametrize("name", [fault.name for fault in catalogue()])
+@pytest.mark.parametrize("name", [fault.name for fault in BUILTIN_FAULTS])
 def test_no_fault_sends_a_recorded_placeholder_for_a_known_secret(name: str) -> None:
     cassette = loads(CASE, source="case.yaml")
-    faults = [fault for fault in catalogue() if fault.name == name]
+    faults = [fault for fault in BUILTIN_FAULTS if fault.name == name]
     seen.clear()
     for target, fault in iter_cells(cassette, REGISTRY, "case.yaml", faults):
         run_cell(fault, target, REGISTRY, secrets={"api_key": REAL})

@@ -63,8 +63,8 @@ from typing import Any
 import broken_tools as broken
 import pytest
 
-from pytest_toolguard.faults import base, catalogue, run_cell, select_faults, targets
-from pytest_toolguard.faults.base import Fault, Target
+from pytest_toolguard.faults import BUILTIN_FAULTS, Fault, Target, run_cell, select_faults, targets
+from pytest_toolguard.faults import cell as cell_module
 from pytest_toolguard.faults.outcome import CellOutcome
 from pytest_toolguard.registry import ToolRegistry, ToolSpec, tool
 from pytest_toolguard.replay.cassette import Cassette, load, loads
@@ -125,8 +125,8 @@ def run(
 def run_all(
     spec: ToolSpec, arguments: Mapping[str, Any], files: Mapping[str, str] = NOTES
 ) -> dict[str, CellOutcome]:
-    """Every fault of the catalogue against the one call of ``spec``."""
-    return {fault.name: run(fault.name, spec, arguments, files) for fault in catalogue()}
+    """Every built-in fault against the one call of ``spec``."""
+    return {fault.name: run(fault.name, spec, arguments, files) for fault in BUILTIN_FAULTS}
 
 
 def reported(outcome: CellOutcome, *fragments: str) -> bool:
@@ -278,7 +278,7 @@ interactions:
 def job_done(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
     """The event a waiting tool waits for, set when the test ends (so no
     thread outlives it); the cell waits 0.5 s, not 5, for late handlers."""
-    monkeypatch.setattr(base, "JOIN_SECONDS", 0.5)
+    monkeypatch.setattr(cell_module, "JOIN_SECONDS", 0.5)
     done = threading.Event()
     yield done
     done.set()
@@ -403,7 +403,7 @@ HTTP_FAULTS = ("network_error", "http_error")
 CELLS = [
     pytest.param(target, fault, id=f"{target.source}-{target.label}-{fault.name}")
     for target in SELECTED
-    for fault in catalogue()
+    for fault in BUILTIN_FAULTS
 ]
 
 
@@ -419,7 +419,7 @@ def test_the_shipped_subset_exercises_every_fault_and_builtin_tool() -> None:
     # tools make no HTTP request: the HTTP faults run in test_http_replay.py.
     idle = [
         f.name
-        for f in catalogue()
+        for f in BUILTIN_FAULTS
         if f.name not in HTTP_FAULTS and not any(f.applies(t) for t in SELECTED)
     ]
     untested = set(builtin_registry().names()) - {t.call.tool_name for t in SELECTED}

@@ -40,7 +40,8 @@ from pytest_toolguard import (
     ToolRegistry,
     ToolRuntime,
 )
-from pytest_toolguard.faults import catalogue, run_cell, secret_forms, targets
+from pytest_toolguard.faults import BUILTIN_FAULTS, run_cell, targets
+from pytest_toolguard.faults.storage import secret_forms
 from pytest_toolguard.replay import dump, dumps, load, loads, record_session, replay
 from pytest_toolguard.replay.approvals import approval_hooks
 from pytest_toolguard.replay.http import HttpConflict, HttpPlayback, HttpRecording
@@ -351,7 +352,7 @@ def test_the_http_faults_apply_to_calls_with_recorded_http_only(
     without = replace(
         cassette, interactions=tuple(replace(i, http=()) for i in cassette.interactions)
     )
-    faults = [f for f in catalogue() if f.name in ("network_error", "http_error")]
+    faults = [f for f in BUILTIN_FAULTS if f.name in ("network_error", "http_error")]
 
     assert all(f.applies(t) for f in faults for t in targets(cassette, registry, "c"))
     assert not any(f.applies(t) for f in faults for t in targets(without, registry, "c"))
@@ -362,7 +363,7 @@ def test_http_faults_catch_a_tool_answering_stale_data(
     recorded: tuple[Path, WeatherServer], fault: str
 ) -> None:
     second = targets(load(recorded[0]), stale_registry, "weather.yaml")[1]
-    chosen = next(f for f in catalogue() if f.name == fault)
+    chosen = next(f for f in BUILTIN_FAULTS if f.name == fault)
 
     outcome = run_cell(chosen, second, stale_registry)
 
@@ -371,11 +372,11 @@ def test_http_faults_catch_a_tool_answering_stale_data(
 
 
 @pytest.mark.parametrize("tools", [registry, async_registry], ids=["sync", "async"])
-@pytest.mark.parametrize("fault", [f.name for f in catalogue()])
+@pytest.mark.parametrize("fault", [f.name for f in BUILTIN_FAULTS])
 def test_the_correct_tool_passes_every_fault_on_an_http_cassette(
     recorded: tuple[Path, WeatherServer], fault: str, tools: ToolRegistry
 ) -> None:
-    chosen = next(f for f in catalogue() if f.name == fault)
+    chosen = next(f for f in BUILTIN_FAULTS if f.name == fault)
     for target in targets(load(recorded[0]), tools, "weather.yaml"):
         outcome = run_cell(chosen, target, tools)
         assert outcome.status in ("pass", "n/a"), (target.label, outcome.problems)

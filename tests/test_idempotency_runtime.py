@@ -33,6 +33,7 @@ from pytest_toolguard import (
     ToolRegistry,
     ToolRuntime,
 )
+from pytest_toolguard.harness.failing_store import FailingStore
 
 ARGS = {"text": "deploy done"}
 ANSWERS_TO_A_TWIN = {ErrorCode.IDEMPOTENT_REPLAY, ErrorCode.DUPLICATE_CALL}
@@ -93,6 +94,19 @@ def runtime(toolguard_runtime, registry_of, spy):
         registry_of(effect_tool(spy), effect_tool(spy, "other"), failing_tool(spy)),
         WRITE_ANYWHERE,
     )
+
+
+@pytest.fixture
+def failing_runtime(toolguard_runtime, registry_of, spy, tmp_path):
+    """The runtime of ``runtime``, its store behind a ``FailingStore``."""
+    store = FailingStore(SQLiteAuditStore(tmp_path / "failing-audit.db"))
+    runtime = toolguard_runtime(
+        registry_of(effect_tool(spy), effect_tool(spy, "other"), failing_tool(spy)),
+        WRITE_ANYWHERE,
+        audit=store,
+    )
+    yield runtime, store
+    store.close()
 
 
 def run_in_thread(runtime: ToolRuntime, call: ToolCall) -> tuple[threading.Thread, list[Any]]:
@@ -191,12 +205,13 @@ def test_outcome_survives_a_restart_on_the_same_database(tmp_path, registry_of, 
     assert spy.count == 1
 
 
-def test_key_stays_running_until_the_queued_finish_is_stored_then_replays(runtime, spy):
-    runtime.audit.inject_fault("finish")
+def test_key_stays_running_until_the_queued_finish_is_stored_then_replays(failing_runtime, spy):
+    runtime, store = failing_runtime
+    store.fail("finish")
     with pytest.warns(RuntimeWarning, match="queued for retry"):
         first = runtime.execute(keyed("c1"))
     while_queued = runtime.execute(keyed("c2"))
-    runtime.audit.clear_fault()
+    store.heal()
     assert runtime.flush_audit() == 0
     after = runtime.execute(keyed("c3"))
     assert first.code is ErrorCode.OK
@@ -313,10 +328,13 @@ def test_key_of_a_call_waiting_for_approval_is_free_once_approved(
     assert spy.count == 1
 
 
-def test_key_of_a_call_refused_for_audit_unavailable_is_free_once_the_store_is_back(runtime, spy):
-    runtime.audit.inject_fault("start")
+def test_key_of_a_call_refused_for_audit_unavailable_is_free_once_the_store_is_back(
+    failing_runtime, spy
+):
+    runtime, store = failing_runtime
+    store.fail("start")
     down = runtime.execute(keyed("c1"))
-    runtime.audit.clear_fault()
+    store.heal()
     back = runtime.execute(keyed("c2"))
     assert (down.code, back.code) == (ErrorCode.AUDIT_UNAVAILABLE, ErrorCode.OK)
     assert spy.count == 1

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_toolguard.faults import Fault, catalogue, select_faults
+from pytest_toolguard.faults import BUILTIN_FAULTS, Fault, select_faults
 
 NO_XDIST = ("-p", "no:xdist", "-p", "no:hypothesispytest")
 
@@ -72,7 +72,7 @@ def test_every_interaction_gets_one_item_per_applicable_fault(project: pytest.Py
     assert "cases/notes.yaml::3-read_text::timeout" not in ids
     assert "cases/notes.yaml::3-read_text::path_traversal" in ids
     # Catalogue order within an interaction, file order across them.
-    names = [fault.name for fault in catalogue()]
+    names = [fault.name for fault in BUILTIN_FAULTS]
     second = [i.rsplit("::", 1)[1] for i in ids if "::2-write_file::" in i]
     assert second == sorted(second, key=names.index)
     again = project.runpytest("--toolguard-faults=all", "--collect-only", "-q", *NO_XDIST)
@@ -176,10 +176,10 @@ def test_xdist_runs_the_same_cells_and_merges_them(project: pytest.Pytester) -> 
 def test_select_faults_keeps_catalogue_order_and_refuses_unknown_names() -> None:
     assert [f.name for f in select_faults("timeout,unknown_tool")] == ["timeout", "unknown_tool"]
     assert [f.name for f in select_faults("unknown_tool,timeout")] == ["timeout", "unknown_tool"]
-    assert select_faults("all") == catalogue()
+    assert select_faults("all") == BUILTIN_FAULTS
     with pytest.raises(ValueError, match="unknown fault nope"):
         select_faults("timeout,nope")
-    assert all(isinstance(fault, Fault) for fault in catalogue())
+    assert all(isinstance(fault, Fault) for fault in BUILTIN_FAULTS)
 
 
 def test_the_readme_example_fault_runs(project: pytest.Pytester) -> None:
@@ -193,7 +193,7 @@ def test_the_readme_example_fault_runs(project: pytest.Pytester) -> None:
 
 def test_the_readme_table_lists_every_built_in_fault_as_it_is() -> None:
     readme = (Path(__file__).parent.parent / "README.md").read_text()
-    for fault in catalogue():
+    for fault in BUILTIN_FAULTS:
         row = f"| `{fault.name}` | {fault.applies_to} | {fault.injection} | {fault.expected} |"
         assert row in readme, f"README's fault table is out of date for {fault.name}"
 

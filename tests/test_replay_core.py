@@ -10,9 +10,9 @@ import threading
 import pytest
 
 from pytest_toolguard import Capabilities, Risk, SQLiteAuditStore, ToolCall, ToolRuntime
+from pytest_toolguard.harness.clock import frozen_clock
 from pytest_toolguard.registry import ToolRegistry, tool
 from pytest_toolguard.replay import CassetteError, dumps, load, loads, record_session, replay
-from pytest_toolguard.replay.environment import frozen_clock
 from pytest_toolguard.tools import builtin_registry
 
 CAPS = Capabilities(
@@ -276,10 +276,10 @@ def test_output_cut_inside_a_token_leaves_no_fragment_and_replays(tmp_path):
 
 
 def test_a_secret_filled_into_json_text_arguments_stays_one_string():
-    from pytest_toolguard.replay.player import _with_secrets
+    from pytest_toolguard.harness.session import with_secrets
 
     call = ToolCall(call_id="c1", tool_name="t", arguments='{"auth": "<redacted:authorization>"}')
-    filled = _with_secrets(call, {"authorization": 'Bearer a"b\\c'})
+    filled = with_secrets(call, {"authorization": 'Bearer a"b\\c'})
     import json
 
     assert json.loads(filled.arguments) == {"auth": 'Bearer a"b\\c'}

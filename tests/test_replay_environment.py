@@ -19,14 +19,10 @@ import pytest
 from pyfakefs import helpers as fake_helpers
 from pyfakefs.fake_filesystem_unittest import Patcher
 
-from pytest_toolguard.replay import Cassette, Session, WorkspaceState, environment
-from pytest_toolguard.replay.environment import (
-    FakeWorld,
-    fake_filesystem,
-    fill_workspace,
-    read_tree,
-    shared_world,
-)
+from pytest_toolguard.harness import fake_filesystem as fakes
+from pytest_toolguard.harness.fake_filesystem import FakeWorld, process_fake_world
+from pytest_toolguard.harness.files import read_tree, read_tree_through_os
+from pytest_toolguard.replay import Cassette, Session, WorkspaceState
 
 ROOT = "/toolguard-world-test/workspace"
 """A root no real machine has, so a real lookup of it is always False."""
@@ -78,8 +74,17 @@ def world() -> Iterator[FakeWorld]:
     """The shared world, started: a cassette has run, its patcher is kept."""
     with fake_filesystem(cassette()):
         pass
-    assert shared_world().started and not shared_world().active
-    yield shared_world()
+    assert process_fake_world().started and not process_fake_world().active
+    yield process_fake_world()
+
+
+def fake_filesystem(case: Cassette) -> Any:
+    """The process's world, holding ``case``'s workspace."""
+    return process_fake_world().filesystem(case.workspace)
+
+
+def fill_workspace(fs: Any, case: Cassette) -> None:
+    fakes.fill_workspace(fs, case.workspace)
 
 
 def snapshot(fs: Any) -> dict[str, tuple[Any, ...]]:
@@ -313,7 +318,7 @@ def test_the_workspace_is_built_as_pyfakefs_create_functions_build_it(world: Fak
 
 def test_the_filesystem_is_emptied_as_pyfakefs_reset_empties_it(world: FakeWorld) -> None:
     with fake_filesystem(RICH) as fs:
-        environment._reset_filesystem(fs)
+        fakes.reset_filesystem(fs)
         emptied = snapshot(fs)
         fs.reset()
         assert emptied == snapshot(fs)
@@ -350,26 +355,13 @@ def test_paths_that_are_not_plain_go_through_pyfakefs(world: FakeWorld) -> None:
         assert read_tree(ROOT) == {"a/b.txt": b"1", "c/d.txt": b"2", "f.txt": b"3"}
 
 
-def _read_tree_through_os(root: str) -> dict[str, bytes]:
-    original = environment._read_fake_tree
-
-    def refuse(fs: Any, root: str) -> dict[str, bytes]:
-        raise environment._SlowPath
-
-    environment._read_fake_tree = refuse
-    try:
-        return read_tree(root)
-    finally:
-        environment._read_fake_tree = original
-
-
 @pytest.mark.parametrize("root", [ROOT, f"{ROOT}/src", f"{ROOT}/link-to-dir", f"{ROOT}/missing"])
 def test_read_tree_in_the_fake_filesystem_answers_as_the_walk_through_os(
     world: FakeWorld, root: str
 ) -> None:
     with fake_filesystem(RICH):
         fast = read_tree(root)
-        walked = _read_tree_through_os(root)
+        walked = read_tree_through_os(root)
     assert list(fast.items()) == list(walked.items())  # the same order too
 
 
@@ -400,7 +392,7 @@ def test_fill_workspace_works_in_a_filesystem_of_its_own() -> None:
     with Patcher() as own:
         assert own.fs is not None
         fill_workspace(own.fs, RICH)
-        assert read_tree(ROOT) == _read_tree_through_os(ROOT)
+        assert read_tree(ROOT) == read_tree_through_os(ROOT)
         assert os.readlink(f"{ROOT}/link-to-dir") == "src"
 
 
@@ -409,7 +401,7 @@ def test_fill_workspace_works_in_a_filesystem_of_its_own() -> None:
     [("/w", "a/b"), ("/w/", "a"), ("/w", "/abs"), ("", "a"), ("/", "a"), ("/w", "")],
 )
 def test_paths_are_joined_as_posixpath_joins_them(root: str, path: str) -> None:
-    assert environment._join(root, path) == posixpath.join(root, path)
+    assert fakes.join_path(root, path) == posixpath.join(root, path)
 
 
 @pytest.mark.parametrize(
@@ -418,7 +410,7 @@ def test_paths_are_joined_as_posixpath_joins_them(root: str, path: str) -> None:
 def test_only_paths_normpath_leaves_alone_are_built_directly(path: str) -> None:
     plain = path.startswith("/") and path != "/" and "\0" not in path
     plain = plain and posixpath.normpath(path) == path and not path.startswith("//")
-    assert (environment._components(path) is not None) == plain
+    assert (fakes.plain_components(path) is not None) == plain
 
 
 def test_a_file_that_does_not_fit_is_refused_and_not_left_behind() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_toolguard import Capabilities, Risk, ToolRegistry, ToolRuntime
-from pytest_toolguard.faults import catalogue, select_faults
+from pytest_toolguard.faults import BUILTIN_FAULTS, select_faults
 from pytest_toolguard.faults.outcome import CellOutcome, MatrixReport
 from pytest_toolguard.faults.report import terminal_grid
 from pytest_toolguard.replay import loads, replay
@@ -21,7 +21,7 @@ NO_XDIST = ("-p", "no:xdist", "-p", "no:hypothesispytest")
 
 @pytest.mark.parametrize("spec", ["all,timeout", "timeout,all", "all, partial_write"])
 def test_all_in_a_fault_list_is_every_fault(spec: str) -> None:
-    assert select_faults(spec) == catalogue()
+    assert select_faults(spec) == BUILTIN_FAULTS
 
 
 def test_an_unknown_fault_beside_all_is_still_refused() -> None:

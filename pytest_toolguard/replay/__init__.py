@@ -26,7 +26,8 @@ if TYPE_CHECKING:
         load,
         loads,
     )
-    from .player import Difference, ReplayReport, replay
+    from .checks import Difference, ReplayReport
+    from .player import replay
     from .recorder import Recorder, record_session
 
 __all__ = [
@@ -66,7 +67,8 @@ _EXPORTED_FROM = {
         "load",
         "loads",
     ),
-    "player": ("Difference", "ReplayReport", "replay"),
+    "checks": ("Difference", "ReplayReport"),
+    "player": ("replay",),
     "recorder": ("Recorder", "record_session"),
 }
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTED_FROM)

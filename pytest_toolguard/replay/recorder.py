@@ -36,6 +36,7 @@ from typing import Any
 
 from ..capabilities import under_root
 from ..contract import ToolCall, ToolResult
+from ..harness.files import read_tree
 from ..hooks import Approval
 from ..plan import PlanProgress
 from ..policy import fill_template
@@ -52,7 +53,6 @@ from .cassette import (
     WorkspaceState,
     dump,
 )
-from .environment import read_tree
 from .http import HttpRecording
 from .redacting import redact_file, redact_path, tool_redactor
 

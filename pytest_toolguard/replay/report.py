@@ -22,7 +22,7 @@ from typing import Any
 
 from ..errors import ToolguardError
 from .cassette import Cassette
-from .player import Difference, ReplayReport
+from .checks import Difference, ReplayReport
 
 VALUE_LIMIT = 400
 """Characters of a recorded or replayed value shown before it is cut."""

@@ -1,2 +1,2 @@
 def greet(name):
-    return "hi " + name
+    return 'hi ' + name

@@ -1,95 +1,40 @@
-"""The world a cassette replays in: a fake filesystem and a frozen clock.
+"""The fake filesystem a world runs in: pyfakefs, shared between worlds.
 
-The filesystem is pyfakefs, with the recorded workspace rebuilt at its
-recorded root (and any recorded files outside it, so an escape would meet
-something). The clock is frozen at the recorded time for every thread. The
-backend is freezegun, with ``threading`` and ``queue`` taken off its ignore
-list so that handlers on worker threads see the same frozen clock
-(freezegun's default gives them the real one); or, when the optional
-time-machine is installed (``pytest-toolguard[fast]``), time-machine, which
-patches the clock at the C level for all threads and starts in ~40 us where
-freezegun takes ~5 ms (it scans every loaded module: the benchmark measured
-it as two thirds of a cassette's set-up). Deadlines stay on the real
-monotonic clock: ``Lock.acquire`` with a timeout is C code neither patches.
+The filesystem is pyfakefs, with a workspace rebuilt at its root (and any
+files outside it, so an escape would meet something). One patcher serves
+every world of a ``FakeWorld``: starting a pyfakefs ``Patcher`` scans
+every loaded module and builds a filesystem, about as much as the rest of
+a cassette's set-up together, so the patcher is started once, *paused*
+between worlds (the real ``os``, ``open`` and ``pathlib`` are back: pytest
+writes its cache, reports and ``tmp_path`` for real) and resumed with an
+emptied filesystem for the next one. Whoever makes a ``FakeWorld`` closes
+it (the pytest plugin's run does, at the end of the session); the one
+``process_fake_world()`` gives, for callers that pass none, is closed by
+an ``atexit`` hook (nothing is patched while it is paused, so late is
+harmless).
 
-One fake filesystem serves every cassette of a process (``FakeWorld``):
-starting a pyfakefs ``Patcher`` scans every loaded module and builds a
-filesystem, about as much as the rest of a cassette's set-up together, so
-the patcher is started once, *paused* between cassettes (the real ``os``,
-``open`` and ``pathlib`` are back: pytest writes its cache, reports and
-``tmp_path`` for real) and resumed with an emptied filesystem for the next
-one. ``close_shared_world()`` drops it at the end of a run (nothing is
-patched while it is paused, so late is harmless; an ``atexit`` hook is the
-safety net).
-
-sqlite3 never sees pyfakefs: the audit store used in replay is in memory.
-Handlers run in thread isolation only; a forked process would not share the
-fake filesystem.
+sqlite3 never sees pyfakefs: an audit store used in a world is in memory,
+or made before the world starts. Handlers run in thread isolation only; a
+forked process would not share the fake filesystem.
 """
 
 from __future__ import annotations
 
 import atexit
-import os
 import stat
 import sys
 import threading
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
-from freezegun import freeze_time
 from pyfakefs import helpers as fake_helpers
 from pyfakefs.fake_file import FakeDirectory, FakeFile
 from pyfakefs.fake_filesystem import FakeFilesystem
 from pyfakefs.fake_filesystem_unittest import Patcher
 
-from ..errors import ToolguardError
-from .cassette import Cassette
-
-DEFAULT_TIME = "2026-01-01T00:00:00+00:00"
-"""The frozen time of a case that gives none."""
-
-_THREAD_MODULES = ("threading", "queue")
-
-
-ClockBackend = Literal["auto", "freezegun", "time-machine"]
-
-
-def _time_machine() -> Any:
-    try:
-        import time_machine
-    except ImportError:
-        return None
-    return time_machine
-
-
-@contextmanager
-def frozen_clock(moment: str | None, backend: ClockBackend = "auto") -> Iterator[None]:
-    """Freeze wall-clock time at ``moment`` for every thread. ``auto`` uses
-    time-machine when it is installed, else freezegun."""
-    time_machine = _time_machine() if backend != "freezegun" else None
-    if backend == "time-machine" and time_machine is None:
-        raise RuntimeError("the time-machine clock backend needs: pip install time-machine")
-    if time_machine is not None:
-        destination = datetime.fromisoformat(moment or DEFAULT_TIME)
-        with time_machine.travel(destination, tick=False):
-            yield
-        return
-    freezer: Any = freeze_time(moment or DEFAULT_TIME)
-    # freezegun captures its ignore list when the freezer is made; without
-    # these two, code called from a worker thread's run() sees real time.
-    freezer.ignore = tuple(name for name in freezer.ignore if name not in _THREAD_MODULES)
-    freezer.start()
-    try:
-        yield
-    finally:
-        freezer.stop()
-
-
-# -- the fake filesystem ------------------------------------------------------------
+from ..replay.cassette import WorkspaceState
 
 _FS_SETTINGS = (
     "_is_windows_fs",
@@ -104,7 +49,7 @@ _FS_SETTINGS = (
     "create_temp_dir",
 )
 """FakeFilesystem settings a test may change and ``reset()`` keeps: when one
-differs from the filesystem's first value, the next cassette gets a new
+differs from the filesystem's first value, the next world gets a new
 patcher instead of the old one emptied."""
 
 _CAN_SHARE = all(
@@ -112,32 +57,31 @@ _CAN_SHARE = all(
     for name in ("PATCHER", "REF_COUNT", "CACHED_MODULES", "pause", "resume", "_find_modules")
 )
 """pyfakefs has what ``FakeWorld`` relies on (6.x does); otherwise every
-cassette gets its own ``Patcher``, as before."""
+world gets its own ``Patcher``, as before."""
 
 
 def _settings(fs: FakeFilesystem) -> tuple[Any, ...]:
     return tuple(getattr(fs, name, None) for name in _FS_SETTINGS)
 
 
-def fill_workspace(fs: FakeFilesystem, cassette: Cassette) -> None:
-    """Create the cassette's recorded starting state in ``fs``: the root,
-    its directories, files and symlinks, and the recorded files outside.
+def fill_workspace(fs: FakeFilesystem, state: WorkspaceState) -> None:
+    """Create a workspace's starting state in ``fs``: the root, its
+    directories, files and symlinks, and the files outside it.
     Raises what ``FakeFilesystem.create_dir``/``create_file``/
     ``create_symlink`` raise (``FileExistsError`` for a path made twice)."""
-    state = cassette.workspace
     builder = _Builder(fs)
     builder.directory(state.root)
     for directory in state.directories:
-        builder.directory(_join(state.root, directory))
+        builder.directory(join_path(state.root, directory))
     for path, content in state.files.items():
-        builder.file(_join(state.root, path), content)
+        builder.file(join_path(state.root, path), content)
     for path, content in state.outside_files.items():
         builder.file(path, content)
     for link, target in state.symlinks.items():
-        fs.create_symlink(_join(state.root, link), target)
+        fs.create_symlink(join_path(state.root, link), target)
 
 
-def _reset_filesystem(fs: FakeFilesystem) -> None:
+def reset_filesystem(fs: FakeFilesystem) -> None:
     """What ``fs.reset()`` does (every entry, descriptor and mount gone, a
     fresh temporary directory), with ``/tmp`` made by ``_Builder`` when it
     can be instead of through pyfakefs's path functions."""
@@ -169,7 +113,7 @@ def _plain_posix(fs: FakeFilesystem) -> bool:
     )
 
 
-def _components(path: str) -> list[str] | None:
+def plain_components(path: str) -> list[str] | None:
     """The names of a plain absolute POSIX path (one that ``normpath``
     leaves alone, not the root, no NUL); None for any other. Plain string
     work: inside the world, ``posixpath`` here is pyfakefs's."""
@@ -181,7 +125,7 @@ def _components(path: str) -> list[str] | None:
     return None
 
 
-def _join(root: str, path: str) -> str:
+def join_path(root: str, path: str) -> str:
     """``posixpath.join(root, path)``, without pyfakefs's (slower) one."""
     if path.startswith("/") or not root:
         return path
@@ -214,7 +158,7 @@ class _Builder:
     def make(self, path: str, content: bytes | None) -> bool:
         """Make the directory (``content`` None) or the file ``path`` and
         any missing parent; False, having changed nothing, when unsure."""
-        names = _components(path)
+        names = plain_components(path)
         if names is None:
             return False
         *parents, name = names
@@ -251,35 +195,35 @@ class _Builder:
 
 
 class FakeWorld:
-    """One pyfakefs ``Patcher`` for many cassettes, one at a time.
+    """One pyfakefs ``Patcher`` for many worlds, one at a time.
 
-    ``filesystem(cassette)`` gives each cassette an empty fake filesystem
+    ``filesystem(state)`` gives each world an empty fake filesystem
     holding only its recorded files, exactly as a new ``Patcher`` would;
     what is saved is the patcher's start and teardown (scanning every loaded
     module, building the filesystem and the fake modules): about half of
-    what the fake filesystem cost a cassette. Between cassettes the patcher is paused, which puts
+    what the fake filesystem cost a world. Between worlds the patcher is paused, which puts
     the real ``os``, ``open``, ``io``, ``shutil`` and ``pathlib`` back in
     every module, and it is hidden from pyfakefs (``Patcher.PATCHER`` is
     None, ``REF_COUNT`` 0), so pyfakefs's own pytest hooks never resume it
     and the ``fs`` fixture, or any other ``Patcher``, starts its own.
 
-    Guarantees, per cassette: the filesystem is ``reset()`` (no file, link
-    or open descriptor of an earlier cassette; ``/tmp`` fresh); modules
-    imported since the last cassette are patched too (the module scan is
+    Guarantees, per world: the filesystem is ``reset()`` (no file, link
+    or open descriptor of an earlier world; ``/tmp`` fresh); modules
+    imported since the last world are patched too (the module scan is
     redone, cached, as a new ``Patcher`` does it); pyfakefs's user and
     group ids are put back after it, as ``Patcher.tearDown`` does. When a
     test changed a filesystem setting that ``reset()`` keeps (the OS type,
-    case sensitivity, the umask, ...), the next cassette gets a new patcher.
+    case sensitivity, the umask, ...), the next world gets a new patcher.
 
     Not shared, and run exactly as before (a ``Patcher`` of its own, or
-    joining the running one): a cassette entered while any fake filesystem
-    is running (nested in another cassette, or in a test using pyfakefs's
-    ``fs`` fixture), and every cassette when the installed pyfakefs lacks
+    joining the running one): a world entered while any fake filesystem
+    is running (nested in another world, or in a test using pyfakefs's
+    ``fs`` fixture), and every world when the installed pyfakefs lacks
     what this relies on. Not thread-safe beyond that: pyfakefs patches the
-    whole process, so one cassette runs at a time.
+    whole process, so one world runs at a time.
 
     ``close()`` drops the paused patcher (nothing is patched while paused,
-    so closing late is harmless); the next cassette starts a new one.
+    so closing late is harmless); the next world starts a new one.
     """
 
     def __init__(self) -> None:
@@ -293,35 +237,35 @@ class FakeWorld:
 
     @property
     def started(self) -> bool:
-        """A patcher is kept (paused, or running a cassette)."""
+        """A patcher is kept (paused, or running a world)."""
         return self._patcher is not None
 
     @property
     def active(self) -> bool:
-        """A cassette's world is running now."""
+        """A world is running now."""
         return self._active
 
     @contextmanager
-    def filesystem(self, cassette: Cassette) -> Iterator[FakeFilesystem]:
-        """The cassette's fake filesystem, running until the block ends;
-        yields the ``FakeFilesystem``. Same contract as ``fake_filesystem``."""
+    def filesystem(self, state: WorkspaceState) -> Iterator[FakeFilesystem]:
+        """A fake filesystem holding only ``state`` (``fill_workspace``),
+        running until the block ends; yields the ``FakeFilesystem``."""
         patcher = self._enter()
         if patcher is None:  # not shareable now: a Patcher of its own, or join the running one
             with Patcher() as joined:
                 assert joined.fs is not None  # set by Patcher.__enter__
-                fill_workspace(joined.fs, cassette)
+                fill_workspace(joined.fs, state)
                 yield joined.fs
             return
         try:
             assert patcher.fs is not None
-            fill_workspace(patcher.fs, cassette)
+            fill_workspace(patcher.fs, state)
             yield patcher.fs
         finally:
             self._leave(patcher)
 
     def close(self) -> None:
-        """Drop the paused patcher. Inside a running cassette, the patcher
-        is torn down when that cassette ends instead. Idempotent."""
+        """Drop the paused patcher. Inside a running world, the patcher
+        is torn down when that world ends instead. Idempotent."""
         with self._lock:
             if self._active:
                 self._closing = True
@@ -331,7 +275,7 @@ class FakeWorld:
     # -- internals ---------------------------------------------------------------
 
     def _enter(self) -> Patcher | None:
-        """Start or resume the patcher for one cassette, with an empty
+        """Start or resume the patcher for one world, with an empty
         filesystem; None when it must not be shared now."""
         with self._lock:
             if not _CAN_SHARE or self._active or Patcher.PATCHER is not None or Patcher.REF_COUNT:
@@ -355,13 +299,13 @@ class FakeWorld:
             else:
                 # What setUp does, without building a new filesystem: be the
                 # running patcher again, patch modules imported since the
-                # last cassette, and start from an empty filesystem.
+                # last world, and start from an empty filesystem.
                 Patcher.PATCHER = patcher
                 Patcher.REF_COUNT += 1
                 try:
                     self._find_modules(patcher)
                     assert patcher.fs is not None
-                    _reset_filesystem(patcher.fs)
+                    reset_filesystem(patcher.fs)
                     patcher.resume()
                 except BaseException:
                     self._patcher = None
@@ -395,7 +339,7 @@ class FakeWorld:
 
     def _leave(self, patcher: Patcher) -> None:
         """Pause the patcher and hide it; or, when anything is not as this
-        cassette left it (a joined patcher still running, a close asked),
+        world left it (a joined patcher still running, a close asked),
         leave as a ``Patcher`` context does and forget the patcher."""
         with self._lock:
             self._active = False
@@ -426,111 +370,12 @@ class FakeWorld:
             patcher.pause()
 
 
-_SHARED_WORLD = FakeWorld()
-"""The process's fake filesystem (pyfakefs patches the whole process, so
-there can be only one running at a time anyway)."""
+_PROCESS_WORLD = FakeWorld()
+"""The ``FakeWorld`` of callers that bring none (pyfakefs patches the whole
+process, so only one world runs at a time anyway)."""
 
 
-def shared_world() -> FakeWorld:
-    """The ``FakeWorld`` that ``fake_filesystem`` uses."""
-    return _SHARED_WORLD
-
-
-def close_shared_world() -> None:
-    """Drop the shared fake filesystem's paused patcher (at the end of a
-    pytest session, or of any program that replayed cassettes)."""
-    _SHARED_WORLD.close()
-
-
-@contextmanager
-def fake_filesystem(cassette: Cassette) -> Iterator[Any]:
-    """A pyfakefs filesystem holding the cassette's workspace as it was
-    before the first call; yields the fake filesystem object. The patcher
-    behind it is the process's ``FakeWorld``, paused between cassettes."""
-    with _SHARED_WORLD.filesystem(cassette) as fs:
-        yield fs
-
-
-# -- reading files back ---------------------------------------------------------------
-
-
-class _SlowPath(ToolguardError):
-    """The fake filesystem's objects cannot answer as ``os`` would."""
-
-
-def read_tree(root: str) -> dict[str, bytes]:
-    """Every regular file beneath ``root`` (never following links), by
-    POSIX path relative to it. Works in the fake filesystem and the real one.
-
-    In a running fake filesystem the answer is read from pyfakefs's objects
-    (a walk through the fake ``os`` costs about ten times more), unless a
-    permission could refuse a read there: then through ``os``, as always."""
-    fs = getattr(os, "filesystem", None)  # set when pyfakefs patched this module
-    if isinstance(fs, FakeFilesystem):
-        try:
-            return _read_fake_tree(fs, root)
-        except _SlowPath:
-            pass
-    files: dict[str, bytes] = {}
-    for directory, subdirs, names in os.walk(root):
-        subdirs.sort()
-        for name in sorted(names):
-            path = os.path.join(directory, name)
-            if os.path.islink(path) or not os.path.isfile(path):
-                continue
-            with open(path, "rb") as handle:
-                files[os.path.relpath(path, root).replace(os.sep, "/")] = handle.read()
-    return files
-
-
-def _read_fake_tree(fs: FakeFilesystem, root: str) -> dict[str, bytes]:
-    """``read_tree`` from pyfakefs's objects, in the same order: each
-    directory's files by name, then its subdirectories by name."""
-    try:
-        top = fs.resolve(root)  # os.walk follows a link given as its top
-    except PermissionError:
-        raise _SlowPath from None
-    except OSError:
-        return {}  # os.walk yields nothing for a missing top
-    if not stat.S_ISDIR(top.st_mode):
-        return {}
-    as_root = fake_helpers.is_root()
-    files: dict[str, bytes] = {}
-
-    def walk(directory: Any, prefix: str) -> None:
-        if not as_root and not directory.has_permission(
-            fake_helpers.PERM_READ | fake_helpers.PERM_EXE
-        ):
-            raise _SlowPath
-        entries: dict[str, Any] = directory.entries
-        subdirs = []
-        for name in sorted(entries):
-            entry = entries[name]
-            mode = entry.st_mode
-            if stat.S_ISDIR(mode):
-                subdirs.append((name, entry))
-            elif stat.S_ISREG(mode):
-                if not as_root and not entry.has_permission(fake_helpers.PERM_READ):
-                    raise _SlowPath
-                content = entry.byte_contents
-                if not isinstance(content, bytes):  # pyfakefs's large-file mode
-                    raise _SlowPath
-                files[prefix + name] = content
-            # symlinks, FIFOs, devices: never read, as in the walk through os
-        for name, entry in subdirs:
-            walk(entry, prefix + name + "/")
-
-    walk(top, "")
-    return files
-
-
-def read_files(paths: Mapping[str, bytes]) -> dict[str, bytes | None]:
-    """The current bytes of each absolute path (None when missing)."""
-    current: dict[str, bytes | None] = {}
-    for path in paths:
-        try:
-            with open(path, "rb") as handle:
-                current[path] = handle.read()
-        except OSError:
-            current[path] = None
-    return current
+def process_fake_world() -> FakeWorld:
+    """The process's ``FakeWorld``, for callers that pass none; its paused
+    patcher is dropped at exit."""
+    return _PROCESS_WORLD
