@@ -173,6 +173,47 @@ def test_xdist_runs_the_same_cells_and_merges_them(project: pytest.Pytester) -> 
     )
 
 
+KILLS_ITS_WORKER = """
+import os
+from pytest_toolguard.faults import Fault
+
+class KillsItsWorker(Fault):
+    name = "kills_its_worker"
+    applies_to = "the last interaction"
+    injection = "the process running the cell dies (os._exit)"
+    expected = "nothing: the cell never ends"
+
+    def applies(self, target):
+        return target.index == len(target.cassette.interactions) - 1
+
+    def inject(self, cell):
+        os._exit(3)
+
+def pytest_toolguard_faults(config):
+    return [KillsItsWorker]
+"""
+
+
+def test_a_worker_killed_mid_matrix_loses_no_other_cell(project: pytest.Pytester) -> None:
+    # One worker runs every cell in order; the cell that kills it is the
+    # file's last: the cells it ran before are in the report (they would be
+    # lost with the worker's end-of-session output), the killed one fails.
+    project.makeconftest(KILLS_ITS_WORKER)
+    faults = "--toolguard-faults=kills_its_worker,unknown_tool,schema_drift,path_traversal"
+    planned = _ids(project.runpytest(faults, "--collect-only", "-q", *NO_XDIST))
+    killer = "cases/notes.yaml::3-read_text::kills_its_worker"
+    assert killer in planned and planned.index(killer) > 3
+    result = project.runpytest_subprocess(faults, "-n", "1", "--toolguard-report=m.json")
+    result.assert_outcomes(passed=len(planned) - 1, failed=1)
+    cells = json.loads((project.path / "m.json").read_text())["cells"]
+    by_id = {cell["nodeid"]: cell for cell in cells}
+    assert sorted(by_id) == sorted(i for i in planned if i.count("::") == 2)
+    assert by_id[killer]["status"] == "fail"
+    assert "worker running this cell crashed" in by_id[killer]["problems"][0]
+    assert all(cell["status"] == "pass" for nodeid, cell in by_id.items() if nodeid != killer)
+    assert "toolguard: 0 cassettes and 1 case replayed" in result.stdout.str()
+
+
 def test_select_faults_keeps_catalogue_order_and_refuses_unknown_names() -> None:
     assert [f.name for f in select_faults("timeout,unknown_tool")] == ["timeout", "unknown_tool"]
     assert [f.name for f in select_faults("unknown_tool,timeout")] == ["timeout", "unknown_tool"]

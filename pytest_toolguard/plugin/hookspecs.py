@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pytest
 
-    from .faults import Fault
+    from ..faults import Fault
 
 
 def pytest_toolguard_faults(config: pytest.Config) -> Sequence[Fault | type[Fault]] | None:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .errors import ToolguardError
+from ..errors import ToolguardError
 
 if TYPE_CHECKING:
     from _pytest.fixtures import FixtureDef
