@@ -33,6 +33,7 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
 	$(BIN)/python benchmarks/matrix_bench.py
+	$(BIN)/python benchmarks/redaction_bench.py
 
 lint: $(STAMP)
 	$(BIN)/python -m pip install --quiet ruff mypy

@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -123,6 +124,12 @@ def _parser() -> argparse.ArgumentParser:
         "--root",
         help="the workspace root the cassette names (default: the session's cwd, else /workspace)",
     )
+    sub.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="report each re-executed call on stderr (default: when stderr is a terminal)",
+    )
 
     sub = command(
         "tools",
@@ -177,7 +184,13 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument("--session", help="only this session")
     sub.add_argument("--tool", help="only this tool")
     sub.add_argument("--since", help="only calls started at or after this ISO 8601 time")
-    sub.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    shape = sub.add_mutually_exclusive_group()
+    shape.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    shape.add_argument(
+        "--openai-trace",
+        action="store_true",
+        help='the OpenAI Agents SDK\'s trace export, {"data": [trace, trace.span, ...]}',
+    )
 
     sub = command(
         "cassette",
@@ -196,10 +209,16 @@ def _parser() -> argparse.ArgumentParser:
         '"toolguard hook pre-tool-use --config toolguard.yaml"}]}]}}',
         _hook,
     )
-    sub.add_argument("event", choices=("pre-tool-use", "post-tool-use"))
+    sub.add_argument(
+        "event",
+        choices=("pre-tool-use", "post-tool-use", "stop"),
+        help="pre-tool-use (PreToolUse), post-tool-use (PostToolUse, PostToolUseFailure), "
+        "stop (Stop, SessionEnd: closes calls that never reported)",
+    )
     sub.add_argument(
         "--config",
-        help="YAML: registry, audit (database path), capabilities, unknown_tools (allow|ask|deny)",
+        help="YAML: registry, audit (database path), capabilities, unknown_tools "
+        "(allow|ask|deny), cassette (a path; {session_id} is filled in)",
     )
     return parser
 
@@ -271,11 +290,17 @@ def _import(options: argparse.Namespace, _: list[str]) -> int:
             f"{options.file}: no tool call could be read as {options.format} "
             f"({transcript.problems[0]})"
         )
-    show = sys.stderr.isatty()
+    terminal = sys.stderr.isatty()
+    show = terminal if options.progress is None else options.progress
 
     def progress(done: int, total: int) -> None:
+        # A terminal's line is rewritten in place; a log gets one line a call.
         if show:
-            print(f"\rtoolguard: re-executing call {done}/{total}", end="", file=sys.stderr)
+            line = f"toolguard: re-executing call {done}/{total}"
+            if terminal:
+                print(f"\r{line}", end="", file=sys.stderr, flush=True)
+            else:
+                print(line, file=sys.stderr, flush=True)
 
     try:
         report = transcript_to_cassette(
@@ -291,7 +316,7 @@ def _import(options: argparse.Namespace, _: list[str]) -> int:
         )
     except BridgeError as exc:
         raise UsageError(str(exc)) from None
-    if show:
+    if show and terminal:
         print(file=sys.stderr)
     print("\n".join(report.lines()))
     return 1 if report.problems or report.mismatches else 0
@@ -376,6 +401,11 @@ def _audit(options: argparse.Namespace, _: list[str]) -> int:
         if (options.tool is None or row.tool_name == options.tool)
         and (options.since is None or row.started_at >= options.since)
     ]
+    if options.openai_trace:
+        from .bridges.openai_trace import trace_items
+
+        print(json.dumps({"data": trace_items(rows)}, ensure_ascii=False, indent=2))
+        return 0
     if options.json:
         for row in rows:
             print(json.dumps(_row_dict(row), ensure_ascii=False, sort_keys=True))
@@ -453,10 +483,13 @@ def _migrated(file: str, text: str) -> str:
 
 # -- the Claude Code hook -----------------------------------------------------
 
+HOOK_CONFIG_KEYS = ("audit", "capabilities", "cassette", "registry", "unknown_tools")
+
 
 def _hook(options: argparse.Namespace, _: list[str]) -> int:
     from .audit import AuditUnavailable, SQLiteAuditStore
-    from .bridges import claude_code
+    from .bridges import claude_code, claude_code_hook
+    from .bridges.hook_cassette import HookCassette, HookCassetteError
     from .capabilities import Capabilities
     from .runtime import ToolRuntime
 
@@ -465,8 +498,13 @@ def _hook(options: argparse.Namespace, _: list[str]) -> int:
         event = json.loads(sys.stdin.read())
     except ValueError as exc:
         raise UsageError(f"the hook input on stdin is not JSON: {exc}") from None
-    if not isinstance(event, dict) or not isinstance(event.get("tool_name"), str):
+    if not isinstance(event, dict):
+        raise UsageError("the hook input is not a JSON object: is this a Claude Code hook event?")
+    if options.event != "stop" and not isinstance(event.get("tool_name"), str):
         raise UsageError("the hook input has no tool_name: is this a PreToolUse/PostToolUse event?")
+    unknown = config.get("unknown_tools", "ask")
+    if unknown not in ("allow", "ask", "deny"):
+        raise UsageError(f"{options.config}: unknown_tools must be allow, ask or deny")
     given = event.get("cwd")
     cwd: str = given if isinstance(given, str) and given else os.getcwd()
     if not os.path.isdir(cwd):
@@ -479,22 +517,49 @@ def _hook(options: argparse.Namespace, _: list[str]) -> int:
         capabilities = Capabilities(**(config.get("capabilities") or {}))
     except (TypeError, ValueError) as exc:
         raise UsageError(f"{options.config}: capabilities: {exc}") from None
+    session_id = str(event.get("session_id") or "default")
+    cassette = _cassette_path(options.config, config.get("cassette"), cwd, session_id)
     database = os.path.join(cwd, config.get("audit") or DEFAULT_HOOK_AUDIT)
     os.makedirs(os.path.dirname(database) or ".", exist_ok=True)
     try:
         store = SQLiteAuditStore(database)
     except AuditUnavailable as exc:
         raise UsageError(f"audit database {database}: {exc}") from None
-    with store, ToolRuntime(registry, cwd, capabilities, store) as runtime:
-        if options.event == "pre-tool-use":
-            unknown = config.get("unknown_tools", "ask")
-            if unknown not in ("allow", "ask", "deny"):
-                raise UsageError(f"{options.config}: unknown_tools must be allow, ask or deny")
-            answer = claude_code.pre_tool_use(event, runtime, unknown_tools=unknown)
-            print(json.dumps(answer))
-        else:
-            claude_code.post_tool_use(event, runtime)
+    prompt = claude_code_hook.ClaudeCodePrompt()
+    with store, ToolRuntime(registry, cwd, capabilities, store, hooks=[prompt]) as runtime:
+        recording = (
+            None
+            if cassette is None
+            else HookCassette(cassette, runtime, session_id=session_id, own_files=[database])
+        )
+        try:
+            output = claude_code_hook.answer(
+                options.event, event, runtime, cassette=recording, unknown_tools=unknown
+            )
+        except HookCassetteError as exc:
+            raise UsageError(f"cassette {cassette}: {exc}") from None
+    if output is not None:
+        print(json.dumps(output))
     return 0
+
+
+def _cassette_path(config_file: str | None, template: Any, cwd: str, session_id: str) -> str | None:
+    """The configured cassette for this session: ``{session_id}`` filled
+    in (unsafe characters replaced), relative to the event's cwd."""
+    if template is None:
+        return None
+    if not isinstance(template, str) or not template.strip():
+        raise UsageError(
+            f"{config_file}: cassette must be a path, e.g. cassettes/{{session_id}}.yaml"
+        )
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", session_id).lstrip(".") or "default"
+    try:
+        path = template.format(session_id=safe)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise UsageError(
+            f"{config_file}: cassette: {template!r} may name only {{session_id}} ({exc})"
+        ) from None
+    return os.path.join(cwd, path)
 
 
 def _hook_config(path: str | None) -> dict[str, Any]:
@@ -509,13 +574,10 @@ def _hook_config(path: str | None) -> dict[str, Any]:
     if loaded is None:
         return {}
     if not isinstance(loaded, dict):
-        raise UsageError(
-            f"{path}: must be a mapping (registry, audit, capabilities, unknown_tools)"
-        )
-    known = {"registry", "audit", "capabilities", "unknown_tools"}
-    extra = sorted(set(loaded) - known)
+        raise UsageError(f"{path}: must be a mapping ({', '.join(HOOK_CONFIG_KEYS)})")
+    extra = sorted(set(loaded) - set(HOOK_CONFIG_KEYS))
     if extra:
-        raise UsageError(f"{path}: unknown key {extra[0]!r} (known: {', '.join(sorted(known))})")
+        raise UsageError(f"{path}: unknown key {extra[0]!r} (known: {', '.join(HOOK_CONFIG_KEYS)})")
     return loaded
 
 

@@ -1,7 +1,7 @@
 """Redaction: secrets never reach the audit log or a cassette.
 
 A ``Redactor`` removes secrets from the arguments and results of tool calls
-before anything is written, by two rules:
+before anything is written, by these rules:
 
 * **By key.** In a mapping, the value of a sensitive key is replaced whole,
   whatever its type, by ``<redacted:KEYWORD>`` (``{"password": 1234}`` ->
@@ -21,6 +21,19 @@ before anything is written, by two rules:
   ``label=value`` / ``label: value`` assignments whose label is a sensitive
   key by the rule above. Each is replaced by a stable placeholder such as
   ``<redacted:jwt>`` or ``<redacted:aws_access_key>``.
+* **By a maintained rule set**, after the patterns above: the ~220 rules of
+  gitleaks' default configuration (``secret_rules.py``), each run only where
+  one of its keywords occurs, for the providers' key formats the patterns
+  above do not know (``<redacted:stripe_access_token>``: the rule id with
+  ``_``). Overlapping matches merge into one placeholder.
+* **By entropy**, in config syntax (``.env``, YAML, JSON, TOML, INI): a long
+  high-entropy value given to any key-like name (``<redacted:high_entropy>``);
+  ``entropy="everywhere"`` also takes such values standing alone in prose,
+  ``entropy="off"`` none.
+
+A JSON document whose strings hold escapes (``"a\\nAKIA..."``) has its
+strings redacted as decoded, in their escaped form, before the text itself:
+an escape glues a secret to a letter, and no ``\\b`` pattern matches there.
 
 Guarantees: the input is never modified; the output is a deep copy made of
 dicts, lists, tuples, strings, numbers, booleans and ``None`` (any other
@@ -45,11 +58,13 @@ import binascii
 import functools
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-__all__ = ["MAX_DEPTH", "ExtraPattern", "Redactor", "placeholder", "strings_in"]
+from .secret_rules import Finding, SecretRuleSet, default_rule_set, high_entropy_assignments
+
+__all__ = ["MAX_DEPTH", "EntropyScope", "ExtraPattern", "Redactor", "placeholder", "strings_in"]
 
 MAX_DEPTH = 64
 """Containers nested deeper than this are replaced by ``<redacted:depth_limit>``."""
@@ -58,6 +73,15 @@ ExtraPattern = str | re.Pattern[str] | tuple[str, str | re.Pattern[str]]
 """An extra value pattern: a regex (placeholder ``<redacted:pattern>``) or a
 ``(keyword, regex)`` pair (placeholder ``<redacted:keyword>``). When the regex
 has a group named ``secret`` only that group is replaced."""
+
+EntropyScope = Literal["off", "config", "everywhere"]
+"""Where ``Redactor`` looks for high-entropy values no rule names: nowhere,
+in config syntax only (``KEY=value``, ``key: value``, ``"key": "value"``),
+or also standing alone in prose."""
+
+MAX_PASSES = 4
+"""``redact_text`` repeats its pass until the text stops changing (each pass
+that changes it only replaces text outside placeholders), at most this often."""
 
 _PLACEHOLDER_PREFIX = "<redacted:"
 _PLACEHOLDER = re.compile(r"<redacted:[a-z0-9_]+>")
@@ -325,9 +349,9 @@ _ANY_CLUE = re.compile(
 _SHORT_TEXT = 64  # characters; about where the two ways cost the same on prose
 
 
-def _families_that_may_match(text: str) -> int:
-    """The families whose clue is in ``text``: the others cannot match it."""
-    folded = _fold_case(text)
+def _families_that_may_match(text: str, folded: str) -> int:
+    """The families whose clue is in ``text`` (``folded``: ``_fold_case(text)``):
+    the others cannot match it."""
     if len(text) <= _SHORT_TEXT and _ANY_CLUE.search(folded) is None:
         return 0
     families = 0
@@ -405,20 +429,31 @@ class Redactor:
     ``accountNumber`` and ``customer_account_number``; the keyword is the
     phrase's words joined by ``_``). ``extra_patterns`` adds value patterns
     (see ``ExtraPattern``); each must not match its own placeholder, or
-    idempotency is lost. Patterns are compiled once, here.
+    idempotency is lost. Patterns are compiled once, here. ``secret_rules``
+    replaces the vendored gitleaks rules (``SecretRuleSet([])``: none);
+    ``entropy`` says where high-entropy values are looked for (see
+    ``EntropyScope``; config syntax by default, not free prose).
 
     A ``Redactor`` may be shared by threads. ``redact`` never raises for
     JSON-like input. The constructor raises ``re.error`` for an invalid extra
-    pattern and ``ValueError`` for a keyword that is not ``[a-z0-9_]+``.
+    pattern and ``ValueError`` for a keyword that is not ``[a-z0-9_]+`` or an
+    unknown ``entropy``.
     """
 
-    __slots__ = ("_extra_phrases", "_extra_patterns", "_key_cache")
+    __slots__ = ("_entropy", "_extra_phrases", "_extra_patterns", "_key_cache", "_rules")
 
     def __init__(
         self,
         extra_keys: Iterable[str] = (),
         extra_patterns: Iterable[ExtraPattern] = (),
+        *,
+        secret_rules: SecretRuleSet | None = None,
+        entropy: EntropyScope = "config",
     ) -> None:
+        if entropy not in ("off", "config", "everywhere"):
+            raise ValueError(f"entropy is 'off', 'config' or 'everywhere': {entropy!r}")
+        self._rules = default_rule_set() if secret_rules is None else secret_rules
+        self._entropy: EntropyScope = entropy
         self._extra_phrases: tuple[tuple[str, ...], ...] = tuple(
             words for words in (_words(key) for key in extra_keys) if words
         )
@@ -496,8 +531,31 @@ class Redactor:
         return self.redact_text(str(value))
 
     def redact_text(self, text: str) -> str:
-        """``text`` with every secret found by value pattern replaced."""
-        return self._redact_text(text, exhaustive=False)
+        """``text`` with every secret found by value pattern replaced. A JSON
+        document with escapes in its strings (``"a\\nAKIA..."``: the escape
+        glues the secret to a letter) has each string redacted as it is
+        decoded, in its escaped form, first."""
+        if text[:1] in _JSON_STARTS and "\\" in text:
+            text = self._redact_json_strings(text)
+        return self._redact_until_stable(text, exhaustive=False)
+
+    def _redact_json_strings(self, text: str) -> str:
+        try:
+            document = json.loads(text)
+        except (ValueError, RecursionError):
+            return text
+        return self._replace_quoted(text, strings_in(document), _JSON_QUOTES)
+
+    def _redact_until_stable(self, text: str, exhaustive: bool) -> str:
+        # A pass that replaced a secret can leave text a second pass would
+        # match (a rule's scan went on after its match's end): repeat until
+        # nothing changes, so that redaction is idempotent.
+        for _ in range(MAX_PASSES):
+            redacted = self._redact_text(text, exhaustive)
+            if redacted == text:
+                break
+            text = redacted
+        return text
 
     def redact_message(self, text: str, raw: Iterable[str] = ()) -> str:
         """``redact_text(text)`` for a message that may quote the ``raw``
@@ -507,33 +565,48 @@ class Redactor:
         turns a tab into ``\\t``, after which no pattern matches: the raw
         text is redacted before it is quoted. Forms cut short are not found;
         build messages from redacted text where you can."""
+        return self.redact_text(self._replace_quoted(text, raw, (repr, _json_quote)))
+
+    def _replace_quoted(
+        self, text: str, raw: Iterable[str], quotes: tuple[Callable[[str], str], ...]
+    ) -> str:
+        """``text`` with each ``quotes`` form of each ``raw`` value replaced
+        by the same form of the value redacted."""
         for value in raw:
             if len(value) < _MIN_QUOTED:
                 continue
             redacted = self.redact_text(value)
             if redacted == value:
                 continue  # nothing secret in it
-            for quote in (repr, _json_quote):
+            for quote in quotes:
                 form, safe = quote(value), quote(redacted)
                 if form in text:
                     text = text.replace(form, safe)
                 if form[1:-1] != value and form[1:-1] in text:
                     text = text.replace(form[1:-1], safe[1:-1])
-        return self.redact_text(text)
+        return text
 
     def _redact_text_exhaustive(self, text: str) -> str:
         """``redact_text`` scanning for every family by its plain regex, with
         no clue or guard consulted: the reference the fast path is tested
         against. Not for use: it is slow."""
-        return self._redact_text(text, exhaustive=True)
+        return self._redact_until_stable(text, exhaustive=True)
 
     def _redact_text(self, text: str, exhaustive: bool) -> str:
         if "-----BEGIN" in text:
             text = _PEM_BLOCK.sub(placeholder("private_key"), text)
         # Most text holds no clue of any family and is not scanned at all.
-        families = _EVERY_FAMILY if exhaustive else _families_that_may_match(text)
+        folded = _fold_case(text)
+        families = _EVERY_FAMILY if exhaustive else _families_that_may_match(text, folded)
         if families:
-            text = self._redact_patterns(text, families, exhaustive)
+            redacted = self._redact_patterns(text, families, exhaustive)
+            if redacted != text:
+                text, folded = redacted, _fold_case(redacted)
+        findings = self._rules.find(text, folded, exhaustive) if self._rules.rules else []
+        if self._entropy != "off":
+            findings += high_entropy_assignments(text, self._entropy == "everywhere")
+        if findings:
+            text = _replace_findings(text, findings)
         for extra in self._extra_patterns:
             text = extra.regex.sub(extra.replace, text)
         return text
@@ -605,6 +678,42 @@ class Redactor:
         return label + separator + placeholder(keyword)
 
 
+def _replace_findings(text: str, findings: list[Finding]) -> str:
+    """``text`` with each finding's span replaced by its placeholder.
+    Overlapping findings merge (the first by start names the placeholder);
+    placeholders already in the text stay as they are, and the text around
+    them in a finding is replaced."""
+    kept = [m.span() for m in _PLACEHOLDER.finditer(text)] if _PLACEHOLDER_PREFIX in text else []
+    spans: list[list[Any]] = []
+    for finding in sorted(findings, key=lambda finding: finding.start):
+        start, end = finding.start, finding.end
+        for begin, finish in kept:  # never cut a placeholder in two
+            if begin < start < finish:
+                start = begin
+            if begin < end < finish:
+                end = finish
+        if spans and start < spans[-1][1]:
+            spans[-1][1] = max(spans[-1][1], end)
+        else:
+            spans.append([start, end, finding.keyword])
+    pieces: list[str] = []
+    copied = 0
+    for start, end, keyword in spans:
+        pieces.append(text[copied:start])
+        cursor = start
+        for begin, finish in kept:
+            if begin >= cursor and finish <= end:
+                if begin > cursor:
+                    pieces.append(placeholder(keyword))
+                pieces.append(text[begin:finish])
+                cursor = finish
+        if cursor < end:
+            pieces.append(placeholder(keyword))
+        copied = end
+    pieces.append(text[copied:])
+    return "".join(pieces)
+
+
 _MIN_QUOTED = 6
 """Raw values shorter than this are not looked for in messages: none of
 the patterns matches so little."""
@@ -612,6 +721,14 @@ the patterns matches so little."""
 
 def _json_quote(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
+
+
+def _json_quote_ascii(text: str) -> str:
+    return json.dumps(text)
+
+
+_JSON_STARTS = ("{", "[", '"')
+_JSON_QUOTES = (_json_quote, _json_quote_ascii)
 
 
 def strings_in(value: Any, limit: int = 256) -> list[str]:

@@ -1,6 +1,7 @@
 """An ``mcp`` SDK v1 ``FastMCP`` server wrapped. mcp 2.x has no FastMCP
-(the [test] extra installs 2.x, so this skips there); run it in an
-environment with ``pip install 'mcp<2'`` (checked with mcp 1.30)."""
+(the [test] extra installs 2.x, so this skips there); CI runs it in an
+environment of its own with ``mcp<2`` (``.ci/mcp-v1-check``, which fails if
+it skips; checked with mcp 1.30)."""
 
 from __future__ import annotations
 

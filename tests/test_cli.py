@@ -416,7 +416,7 @@ def test_hook_denies_a_write_outside_the_write_roots(project: Path) -> None:
 
 def test_hook_asks_for_a_dangerous_tool(project: Path) -> None:
     verdict, reason = pre(project, "Bash", {"command": "rm -rf build"}, "toolu_4")
-    assert verdict == "ask" and "APPROVAL_REQUIRED" in reason
+    assert verdict == "ask" and "needs your approval" in reason
 
 
 def test_hook_asks_for_a_tool_it_does_not_know(project: Path) -> None:

@@ -17,11 +17,8 @@ their handlers refuse to reach the network or a shell). An
 ``mcp__<server>__<tool>`` call is looked up as ``<tool>`` in the registry
 given (MCP tools imported with ``from_mcp`` or ``from_mcp_server``).
 
-``pre_tool_use(event, runtime)`` and ``post_tool_use(event, runtime)``
-answer Claude Code's hook events (``toolguard hook pre-tool-use``): the
-policy's refusal is ``deny`` (an approval it needs is ``ask``), an admitted
-call is ``allow`` and leaves its RUNNING audit row, which PostToolUse
-finishes.
+Claude Code's hook events (``toolguard hook pre-tool-use``) are answered
+in ``claude_code_hook``.
 """
 
 from __future__ import annotations
@@ -34,13 +31,10 @@ from typing import Any
 
 from ..capabilities import Risk
 from ..context import ToolContext
-from ..contract import ErrorCode, ToolCall
 from ..errors import ToolguardError
 from ..registry import PathAccess, ToolRegistry, ToolSpec, tool
-from ..runtime import ToolRuntime
 from .anthropic import tool_result
-from .gate import admit, finish_admitted
-from .transcript import CallCollector, Transcript, json_records, registry_name
+from .transcript import CallCollector, Transcript, json_records
 
 PATH_ARGUMENTS = ("file_path", "path", "notebook_path")
 """Claude Code's tool arguments that hold an absolute path."""
@@ -383,6 +377,16 @@ WEB_SEARCH = _refusing(
     },
 )
 
+NOT_RUN_HERE: tuple[ToolSpec, ...] = (BASH, WEB_FETCH, WEB_SEARCH)
+"""Claude Code's tools whose handlers here only refuse (a shell, the network)."""
+
+
+def runs_here(spec: ToolSpec) -> bool:
+    """Whether ``spec``'s handler does the tool's work here: False for
+    ``NOT_RUN_HERE`` (a replay of such a call could only fail)."""
+    return all(spec.handler is not other.handler for other in NOT_RUN_HERE)
+
+
 BUILTIN_TOOLS: tuple[ToolSpec, ...] = (
     read,
     write,
@@ -400,71 +404,3 @@ def claude_code_registry(*extra: ToolSpec) -> ToolRegistry:
     """A registry of Claude Code's built-in tools, plus ``extra`` ones
     (MCP tools a session called as ``mcp__<server>__<tool>``)."""
     return ToolRegistry(BUILTIN_TOOLS + tuple(extra))
-
-
-# -- hooks --------------------------------------------------------------------
-
-
-def _answer(decision: str, reason: str) -> dict[str, Any]:
-    return {
-        "hookSpecificOutput": {
-            "hookEventName": "PreToolUse",
-            "permissionDecision": decision,
-            "permissionDecisionReason": reason,
-        }
-    }
-
-
-def hook_call(event: Mapping[str, Any], registry: ToolRegistry) -> ToolCall:
-    """The ``ToolCall`` a hook event describes: its ``tool_use_id``, the
-    registry's name for its tool and its input (paths made relative to
-    the event's ``cwd``)."""
-    tool_input = event.get("tool_input")
-    arguments = tool_input if isinstance(tool_input, Mapping) else {}
-    cwd = event.get("cwd")
-    if isinstance(cwd, str) and cwd:
-        arguments = relative_arguments(arguments, cwd)
-    return ToolCall(
-        call_id=str(event.get("tool_use_id") or ""),
-        tool_name=registry_name(str(event.get("tool_name") or ""), registry),
-        arguments=dict(arguments),
-        actor="claude-code",
-        session_id=str(event.get("session_id") or "default"),
-    )
-
-
-def pre_tool_use(
-    event: Mapping[str, Any], runtime: ToolRuntime, *, unknown_tools: str = "ask"
-) -> dict[str, Any]:
-    """The answer to a PreToolUse event: ``allow`` when our pipeline admits
-    the call (its RUNNING row written), ``ask`` when it needs an approval,
-    ``deny`` with the code and message otherwise. A tool the registry does
-    not hold gets ``unknown_tools`` (allow, ask or deny) and no row."""
-    call = hook_call(event, runtime.registry)
-    if call.tool_name not in runtime.registry:
-        return _answer(unknown_tools, f"toolguard: {call.tool_name} is not in its registry")
-    refusal = admit(runtime, call)
-    if refusal is None:
-        return _answer("allow", f"toolguard: {call.tool_name} allowed by policy")
-    reason = f"toolguard: {refusal.code.value}: {refusal.message}"
-    if refusal.code is ErrorCode.APPROVAL_REQUIRED:
-        return _answer("ask", reason)
-    return _answer("deny", reason)
-
-
-def post_tool_use(event: Mapping[str, Any], runtime: ToolRuntime) -> bool:
-    """Finish the audit row of the call a PostToolUse event reports (the
-    ``tool_response``: a failure when it says ``is_error`` or ``error``).
-    False when no admitted call of that id is waiting."""
-    response = event.get("tool_response")
-    failed = isinstance(response, Mapping) and bool(
-        response.get("is_error") or response.get("error")
-    )
-    message = str(response.get("error", "")) if failed and isinstance(response, Mapping) else ""
-    return finish_admitted(
-        runtime,
-        str(event.get("tool_use_id") or ""),
-        ok=not failed,
-        data=response,
-        message=message or ("the tool failed" if failed else ""),
-    )

@@ -17,6 +17,7 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
+from ..audit import AuditRecord
 from ..contract import CallState, ErrorCode, ToolCall, ToolResult
 from ..runtime import MESSAGE_LIMIT, PREVIEW_LIMIT, ToolRuntime
 
@@ -49,17 +50,42 @@ def finish_admitted(
     (EXECUTION_ERROR) with the redacted ``message``. False when there is
     no such RUNNING row (never admitted, or finished already)."""
     row = runtime.audit.get(call_id)
-    if row is None or row.state is not CallState.RUNNING or row.audit_id is None:
+    if row is None:
+        return False
+    return close_admitted(
+        runtime,
+        row,
+        state=CallState.SUCCEEDED if ok else CallState.FAILED,
+        code=ErrorCode.OK if ok else ErrorCode.EXECUTION_ERROR,
+        data=data,
+        message=message,
+    )
+
+
+def close_admitted(
+    runtime: ToolRuntime,
+    row: AuditRecord,
+    *,
+    state: CallState,
+    code: ErrorCode,
+    data: Any = None,
+    message: str = "",
+) -> bool:
+    """Finish ``row``, a RUNNING row ``admit`` left, in ``state`` with
+    ``code``: a redacted preview of ``data`` and, unless the code is OK,
+    the redacted ``message``. False when the row is not RUNNING (any more)."""
+    if row.state is not CallState.RUNNING or row.audit_id is None:
         return False
     now = datetime.now(timezone.utc)
     preview = ""
     if data is not None:
         redacted = runtime.redactor.redact(data)
         preview = json.dumps(redacted, ensure_ascii=False, sort_keys=True, default=str)
+    ok = code is ErrorCode.OK
     runtime.audit.finish(
         row.audit_id,
-        state=CallState.SUCCEEDED if ok else CallState.FAILED,
-        result_code=ErrorCode.OK if ok else ErrorCode.EXECUTION_ERROR,
+        state=state,
+        result_code=code,
         result_preview=preview[:PREVIEW_LIMIT],
         error_message="" if ok else runtime.redactor.redact_text(message)[:MESSAGE_LIMIT],
         finished_at=now.isoformat(timespec="milliseconds"),

@@ -196,6 +196,29 @@ class Recorder:
             final_files={shown(path): state for path, state in final.items()},
         )
 
+    def interaction(
+        self,
+        call: ToolCall,
+        result: ToolResult,
+        *,
+        stored_data: Any = None,
+        approval: Approval | None = None,
+    ) -> Interaction:
+        """The interaction a cassette keeps for one call, as ``cassette()``
+        builds it: the arguments redacted as in the audit row, the result
+        (with ``stored_data``, already redacted), and the summary of the
+        call's audit row as the store holds it now. For a call whose outcome
+        another program reports (a Claude Code hook), which ``execute``
+        never saw."""
+        return self._interaction(_Recorded(call, result, stored_data, (), approval))
+
+    def declared_paths(self, call: ToolCall) -> tuple[str, ...]:
+        """The workspace paths ``call``'s tool declares (``PathAccess``)
+        filled from its arguments, each as spelt (normalized) and where it
+        resolves now; paths refused by their spelling are left out. What a
+        recorder keeps for a call whose handler it cannot watch."""
+        return self._touched(call)
+
     def _interaction(self, item: _Recorded) -> Interaction:
         call, result = item.call, item.result
         # The tool's own redactor when it has one, as in the audit row.

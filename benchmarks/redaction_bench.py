@@ -1,0 +1,141 @@
+"""Benchmark of redaction with the vendored gitleaks rules against without
+them, in one run, reported, never asserted.
+
+    make bench                                    # after the executor's and replay's tables
+    .venv/bin/python benchmarks/redaction_bench.py
+    .venv/bin/python benchmarks/redaction_bench.py --blocks 20 --per-block 100
+
+Three redactors, timed in alternating blocks on the same texts:
+
+* **before**: the hand-written families alone, as before the rule set
+  (``Redactor(secret_rules=SecretRuleSet([]), entropy="off")``);
+* **after**: ``Redactor()`` as shipped: the families, the gitleaks rules
+  behind one keyword pass (Aho-Corasick when ``ahocorasick_rs`` is
+  installed, as ``make bench`` has it) and entropy in config syntax;
+* **regex**: the same, with the keyword pass done by the trie regex that
+  stands in when ``ahocorasick_rs`` is absent.
+
+The texts: a short call's arguments (the hot path: every call redacts its
+arguments), 1 KB and 20 KB of the notes ``variants.py`` reads (dates,
+colons, numbers; no keyword of any rule), and 20 KB of config text full of
+the rules' keywords (``api_key``, ``token``, ``password``...) but no
+secret: there the rules run, and that is what they cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from timing import Samples, machine, measure, package_version, ratio
+from variants import ARGUMENTS, BenchmarkSetupError, sample_text
+
+from pytest_toolguard.redaction import Redactor
+from pytest_toolguard.secret_rules import SecretRuleSet, default_rule_set
+
+CONFIG_LINES = (
+    "# service settings, reviewed 2026-01-05: the api key and the access token\n",
+    "# live in vault, password rules are in the auth guide\n",
+    "api_version = 2024-06-01\n",
+    "token_ttl: 3600\n",
+    "auth_mode = oidc\n",
+    "access_log: /var/log/service/access.log\n",
+    "key_rotation_days: 90\n",
+    "- name: keyboard-layout\n  value: us\n",
+)
+
+
+def config_text(size: int) -> str:
+    """``size`` characters of settings whose names hold the rules' keywords."""
+    text = ""
+    while len(text) < size:
+        for line in CONFIG_LINES:
+            text += line
+    return text[:size]
+
+
+def redactors() -> dict[str, Redactor]:
+    return {
+        "before": Redactor(secret_rules=SecretRuleSet([]), entropy="off"),
+        "after": Redactor(),
+        "regex": Redactor(secret_rules=default_rule_set(accelerated=False)),
+    }
+
+
+def texts() -> dict[str, object]:
+    return {
+        "call arguments": dict(ARGUMENTS),
+        "1 KB notes": sample_text(1024),
+        "20 KB notes": sample_text(20 * 1024),
+        "20 KB config": config_text(20 * 1024),
+    }
+
+
+def check(variants: dict[str, Redactor]) -> None:
+    """Each redactor does what its row says, or its timings mean nothing."""
+    key = "stripe: sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc"
+    for name, redactor in variants.items():
+        caught = "<redacted:stripe_access_token>" in redactor.redact_text(key)
+        if caught != (name != "before"):
+            raise BenchmarkSetupError(
+                f"{name}: the Stripe key {'stayed' if not caught else 'went'}"
+            )
+        for label, text in texts().items():
+            if redactor.redact(text) != text:
+                raise BenchmarkSetupError(f"{name} changed {label}, which holds no secret")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--blocks", type=int, default=10, help="alternating blocks (default 10)")
+    parser.add_argument("--per-block", type=int, default=60, help="calls per block and variant")
+    parser.add_argument("--warmup", type=int, default=30, help="warm-up calls per variant")
+    options = parser.parse_args(argv)
+
+    variants = redactors()
+    try:
+        check(variants)
+    except BenchmarkSetupError as error:
+        print(f"redaction benchmark not run: {error}", file=sys.stderr)
+        return 1
+    rules = len(default_rule_set().rules)
+    print(
+        f"\nRedaction: {rules} gitleaks rules, ahocorasick_rs "
+        f"{package_version('ahocorasick-rs')}; {machine()}; Python {sys.version.split()[0]}"
+    )
+    print(f"{options.blocks} blocks of {options.per_block} calls per variant and text\n")
+    header = (
+        f"{'text':<16} {'before µs':>10} {'after µs':>10} {'after/before':>22} "
+        f"{'regex µs':>10} {'regex/before':>22}"
+    )
+    print(header)
+    print("-" * len(header))
+    for label, text in texts().items():
+        calls: dict[str, Callable[[], object]] = {
+            name: (lambda redactor=redactor, text=text: redactor.redact(text))
+            for name, redactor in variants.items()
+        }
+        samples = measure(
+            calls, warmup=options.warmup, blocks=options.blocks, per_block=options.per_block
+        )
+        print(_row(label, samples))
+    print(
+        "\nafter/before: median of the per-block ratios (lowest - highest); "
+        "absolute times are this machine's only."
+    )
+    return 0
+
+
+def _row(label: str, samples: dict[str, Samples]) -> str:
+    after, low, high = ratio(samples["after"], samples["before"])
+    regex, regex_low, regex_high = ratio(samples["regex"], samples["before"])
+    return (
+        f"{label:<16} {samples['before'].median_us:>10.1f} {samples['after'].median_us:>10.1f} "
+        f"{f'{after:.2f} ({low:.2f} - {high:.2f})':>22} {samples['regex'].median_us:>10.1f} "
+        f"{f'{regex:.2f} ({regex_low:.2f} - {regex_high:.2f})':>22}"
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

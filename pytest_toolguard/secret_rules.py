@@ -1,0 +1,844 @@
+"""Secret rules: gitleaks' default rule set, run with Python's ``re``.
+
+``secret_rules.json`` beside this module holds the rules of the gitleaks
+default configuration (``config/gitleaks.toml``; MIT licence, in
+``secret_rules.LICENSE.txt``; the source version is in the file), each
+regex translated from Go's RE2 syntax by ``translate_go_regex`` when the
+file was refreshed (``scripts/refresh_secret_rules.py`` reads a local copy;
+nothing is fetched at run time). ``SecretRuleSet.find`` scans a text as
+gitleaks scans a fragment (``detect/detect.go``):
+
+1. **Keywords.** A rule runs only where one of its keywords occurs in the
+   lowercased text. All keywords are looked for in one pass, by an
+   Aho-Corasick automaton when ``ahocorasick_rs`` is installed (the
+   ``fast`` extra), else by one regex shaped like a trie: the cost of a
+   text without keywords does not grow with the number of rules.
+2. **The regex**, compiled on first use. Its secret is the group
+   ``secretGroup`` names, else the first non-empty unnamed group, else the
+   whole match.
+3. **Entropy.** A rule with an ``entropy`` threshold keeps a secret only
+   when its Shannon entropy is above it.
+4. **Allowlists**, the global one and the rule's: a regex found in the
+   secret, the match or its line, or a stopword in the secret, keeps the
+   text visible.
+
+What differs from gitleaks, and why: rules that match file names only are
+left out, and rules limited to some paths apply to every text (a tool's
+text has no path); allowlist conditions on paths or commits never hold;
+encoded segments (base64, hex, percent) are not decoded; ``gitleaks:allow``
+comments are ignored (a redactor does not take the text's word for it);
+named groups, and groups inside a repeat, never hold the secret
+(``jwt-base64`` uses named groups as labels, ``microsoft-teams-webhook``
+repeats ``([a-z0-9]{4}-){3}``: gitleaks would report that part alone, so
+their whole match is redacted); and case-insensitive parts fold ASCII letters
+only, where Go also folds the Kelvin sign and the long s. A match never
+starts inside a ``<redacted:...>`` placeholder (the ``>`` of a placeholder
+would otherwise serve as gitleaks' XML separator after the label it
+names).
+
+Separately, ``high_entropy_assignments`` finds long high-entropy values
+given to a key-like name in config syntax (``.env``, YAML, JSON, TOML,
+INI), which no rule names.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from .errors import ToolguardError
+
+_ahocorasick: Any
+try:  # the ``fast`` extra: one automaton pass for every keyword
+    import ahocorasick_rs as _ahocorasick
+except ImportError:  # pragma: no cover - the regex stands in (tested with accelerated=False)
+    _ahocorasick = None
+
+__all__ = [
+    "RULES_FILE",
+    "Allowlist",
+    "Finding",
+    "SecretRule",
+    "SecretRuleSet",
+    "UnsupportedRegex",
+    "ENTROPY_MIN_LENGTH",
+    "ENTROPY_THRESHOLD",
+    "default_rule_set",
+    "high_entropy_assignments",
+    "shannon_entropy",
+    "translate_go_regex",
+]
+
+RULES_FILE = "secret_rules.json"
+"""The vendored rules, beside this module."""
+
+_FLAGS = re.ASCII
+"""Go's ``\\w``, ``\\d``, ``\\s`` and ``\\b`` are ASCII-only; so are these."""
+
+_PLACEHOLDER = re.compile(r"<redacted:[a-z0-9_]+>")
+
+
+# --- Go RE2 syntax -> Python re ------------------------------------------------------
+
+_POSIX_CLASSES: Mapping[str, str] = {
+    "alnum": "0-9A-Za-z",
+    "alpha": "A-Za-z",
+    "ascii": "\\x00-\\x7f",
+    "blank": "\\t ",
+    "cntrl": "\\x00-\\x1f\\x7f",
+    "digit": "0-9",
+    "graph": "!-~",
+    "lower": "a-z",
+    "print": " -~",
+    "punct": "!-/:-@\\[-`{-~",
+    "space": "\\t\\n\\v\\f\\r ",
+    "upper": "A-Z",
+    "word": "0-9A-Za-z_",
+    "xdigit": "0-9A-Fa-f",
+}
+_INLINE_FLAGS = frozenset("is")
+# Characters Python reads, or warns it will read, as set syntax inside a
+# class (nested sets, set operations): written escaped there, as literals.
+_CLASS_SPECIAL = frozenset("[]\\^-&|~")
+_FLAG_GROUP = re.compile(r"\(\?([a-zA-Z]*)(?:-([a-zA-Z]*))?([:)])")
+_NAMED_GROUP = re.compile(r"\(\?P?<([A-Za-z_][A-Za-z0-9_]*)>")
+
+
+class UnsupportedRegex(ToolguardError, ValueError):
+    """A Go regex uses syntax ``translate_go_regex`` has no translation for."""
+
+
+def translate_go_regex(pattern: str) -> str:
+    """``pattern`` (Go RE2 syntax) as a Python ``re`` pattern that matches the
+    same texts when compiled with ``re.ASCII``.
+
+    Translated: flag groups in mid-pattern (``ab(?i)cd``, scoped in Go to the
+    end of the enclosing group, across its ``|``) become scoped groups
+    (``ab(?i:cd)``); ``\\z`` and ``$`` (the end of the text in Go) become
+    ``\\Z``; POSIX classes (``[[:alnum:]]``) become ranges; ``\\x{...}``,
+    ``\\Q...\\E`` and ``(?<name>...)`` get Python's spelling; ``{,n}`` (text in
+    Go) is escaped; in classes, ``[``, ``&``, ``|``, ``~`` and stray ``-`` are
+    escaped. Raises ``UnsupportedRegex`` for what has no translation here:
+    Unicode classes (``\\p{...}``), ``\\C``, the ``m`` and ``U`` flags.
+    """
+    out: list[str] = []
+    # Per open group, the flags opened inside it by a mid-pattern "(?i)":
+    # closed with it, and reopened after each "|".
+    frames: list[list[str]] = [[]]
+    i = 0
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            text, i = _translate_escape(pattern, i, in_class=False)
+            out.append(text)
+        elif char == "[":
+            text, i = _translate_class(pattern, i)
+            out.append(text)
+        elif char == "(":
+            i = _translate_group_start(pattern, i, out, frames)
+        elif char == ")":
+            if len(frames) == 1:
+                raise UnsupportedRegex(f"unbalanced ')' at {i}")
+            out.append(")" * len(frames.pop()) + ")")
+            i += 1
+        elif char == "|":
+            opened = frames[-1]
+            out.append(")" * len(opened) + "|" + "".join(f"(?{spec}:" for spec in opened))
+            i += 1
+        elif char == "{" and re.match(r"\{,\d*\}", pattern[i:]):
+            out.append("\\{")
+            i += 1
+        elif char == "$":
+            out.append("\\Z")
+            i += 1
+        else:
+            out.append(char)
+            i += 1
+    if len(frames) != 1:
+        raise UnsupportedRegex("unbalanced '('")
+    out.append(")" * len(frames[0]))
+    return "".join(out)
+
+
+def _translate_group_start(pattern: str, i: int, out: list[str], frames: list[list[str]]) -> int:
+    flags = _FLAG_GROUP.match(pattern, i)
+    if flags:
+        on, off, end = flags.group(1), flags.group(2) or "", flags.group(3)
+        unknown = set(on + off) - _INLINE_FLAGS
+        if unknown:
+            raise UnsupportedRegex(f"flag {''.join(sorted(unknown))!r} at {i}")
+        spec = on + (f"-{off}" if off else "")
+        if end == ":":
+            out.append(f"(?{spec}:")
+            frames.append([])
+        elif i == 0 and not off:
+            out.append(f"(?{on})")  # leading: global in both
+        else:
+            out.append(f"(?{spec}:")
+            frames[-1].append(spec)
+        return flags.end()
+    named = _NAMED_GROUP.match(pattern, i)
+    if named:
+        out.append(f"(?P<{named.group(1)}>")
+        frames.append([])
+        return named.end()
+    if pattern.startswith("(?", i):
+        raise UnsupportedRegex(f"group syntax at {i}")
+    out.append("(")
+    frames.append([])
+    return i + 1
+
+
+def _translate_escape(pattern: str, i: int, in_class: bool) -> tuple[str, int]:
+    if i + 1 >= len(pattern):
+        raise UnsupportedRegex("trailing backslash")
+    char = pattern[i + 1]
+    if char == "z" and not in_class:
+        return "\\Z", i + 2
+    if char == "x":
+        braced = re.compile(r"\\x\{([0-9A-Fa-f]{1,6})\}").match(pattern, i)
+        if braced:
+            return f"\\U{int(braced.group(1), 16):08x}", braced.end()
+        if re.compile(r"\\x[0-9A-Fa-f]{2}").match(pattern, i):
+            return pattern[i : i + 4], i + 4
+        raise UnsupportedRegex(f"\\x at {i}")
+    if char == "Q":
+        end = pattern.find("\\E", i + 2)
+        literal = pattern[i + 2 :] if end < 0 else pattern[i + 2 : end]
+        return re.escape(literal), len(pattern) if end < 0 else end + 2
+    if char in "pPCZ" or (char.isdigit() and char != "0"):
+        raise UnsupportedRegex(f"\\{char} at {i}")
+    return "\\" + char, i + 2
+
+
+def _translate_class(pattern: str, i: int) -> tuple[str, int]:
+    start = i
+    i += 1
+    out = ["["]
+    if pattern.startswith("^", i):
+        out.append("^")
+        i += 1
+    first = True
+    single = False  # the last item is one character: a "-" after it makes a range
+    while True:
+        if i >= len(pattern):
+            raise UnsupportedRegex(f"unterminated class at {start}")
+        char = pattern[i]
+        if char == "]" and not first:
+            out.append("]")
+            return "".join(out), i + 1
+        first = False
+        posix = re.compile(r"\[:(\^?)([a-z]+):\]").match(pattern, i) if char == "[" else None
+        if posix:
+            if posix.group(1) or posix.group(2) not in _POSIX_CLASSES:
+                raise UnsupportedRegex(f"class {posix.group(0)} at {i}")
+            out.append(_POSIX_CLASSES[posix.group(2)])
+            i, single = posix.end(), False
+        elif char == "\\":
+            text, i = _translate_escape(pattern, i, in_class=True)
+            out.append(text)
+            single = text[1] not in "dDwWsS"
+        elif char == "-" and single and i + 1 < len(pattern) and pattern[i + 1] != "]":
+            out.append("-")
+            i, single = i + 1, False
+            if pattern[i] == "\\":
+                text, i = _translate_escape(pattern, i, in_class=True)
+            else:
+                text, i = _class_literal(pattern[i]), i + 1
+            out.append(text)
+        else:
+            out.append(_class_literal(char))
+            i, single = i + 1, True
+
+
+def _class_literal(char: str) -> str:
+    return "\\" + char if char in _CLASS_SPECIAL else char
+
+
+# --- entropy -----------------------------------------------------------------------
+
+
+def shannon_entropy(text: str) -> float:
+    """Bits per character of ``text``, as gitleaks computes it (counts of
+    characters over the UTF-8 length). 0.0 for the empty text."""
+    if not text:
+        return 0.0
+    size = len(text.encode("utf-8", "surrogatepass"))
+    return -sum(count / size * math.log2(count / size) for count in Counter(text).values())
+
+
+# --- rules -------------------------------------------------------------------------
+
+
+@functools.cache
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern, _FLAGS)
+
+
+@dataclass(frozen=True, slots=True)
+class Allowlist:
+    """Texts a rule (or every rule) leaves visible. ``target`` is what the
+    regexes look at: ``"secret"``, ``"match"`` or ``"line"``; stopwords are
+    looked for in the lowercased secret. ``condition="and"`` needs every kind
+    of check present to hold, and a path or commit check (``scoped``) never
+    does here."""
+
+    regexes: tuple[str, ...] = ()
+    stopwords: tuple[str, ...] = ()
+    target: str = "secret"
+    condition: str = "or"
+    scoped: bool = False
+
+    def allows(self, secret: str, match: str, line: str) -> bool:
+        """True when this allowlist keeps the finding visible."""
+        target = {"match": match, "line": line}.get(self.target, secret)
+        regex_found = any(_compiled(regex).search(target) for regex in self.regexes)
+        lowered = secret.lower()
+        stopword_found = any(word in lowered for word in self.stopwords)
+        if self.condition == "and":
+            checks = [not self.scoped] if self.scoped else []
+            if self.regexes:
+                checks.append(regex_found)
+            if self.stopwords:
+                checks.append(stopword_found)
+            return bool(checks) and all(checks)
+        return regex_found or stopword_found
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Allowlist:
+        """From an entry of ``secret_rules.json``."""
+        return cls(
+            regexes=tuple(data.get("regexes", ())),
+            stopwords=tuple(data.get("stopwords", ())),
+            target=data.get("target", "secret"),
+            condition=data.get("condition", "or"),
+            scoped=bool(data.get("scoped", False)),
+        )
+
+
+# A leading lazy run, as most keyword rules start: ``(?i)[\w.-]{0,50}?``, or two
+# of them with a flag group between. Cut off, the match starts at the keyword
+# that follows (see ``SecretRule.matches``).
+_LAZY_RUN = re.compile(r"(\[(?:\\.|[^\]\\])+\])\{0,(\d+)\}\?")
+_LEADING_FLAGS = re.compile(r"\(\?[a-z]+\)")
+_SCOPED_FLAGS = re.compile(r"\(\?[a-z]+(?:-[a-z]+)?:")
+
+
+@functools.cache
+def _split_lazy_prefix(pattern: str) -> tuple[str, str, int]:
+    """``(rest, prefix, longest)``: ``pattern`` without its leading lazy runs
+    of one class, that class (with the pattern's leading flags) and the most
+    characters the runs take; ``(pattern, "", 0)`` when it has none."""
+    flags = _LEADING_FLAGS.match(pattern)
+    head = flags.group(0) if flags else ""
+    rest = pattern[len(head) :]
+    kept, total, char_class = head, 0, ""
+    while True:
+        run = _LAZY_RUN.match(rest)
+        if run and char_class in ("", run.group(1)):
+            char_class, total, rest = run.group(1), total + int(run.group(2)), rest[run.end() :]
+            continue
+        group = _SCOPED_FLAGS.match(rest)
+        inner = _LAZY_RUN.match(rest, group.end()) if group else None
+        if group and inner and char_class in ("", inner.group(1)):
+            kept += group.group(0)
+            rest = rest[group.end() :]
+            continue
+        break
+    if not total:
+        return pattern, "", 0
+    return kept + rest, head + char_class, total
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A secret at ``text[start:end]``, found by the rule named ``rule``;
+    ``keyword`` names its placeholder."""
+
+    start: int
+    end: int
+    keyword: str
+    rule: str
+
+
+@dataclass(frozen=True, slots=True)
+class SecretRule:
+    """One gitleaks rule: its (translated) regex, its lowercase keywords,
+    which group holds the secret (0: the first non-empty one that is neither
+    named nor repeated), the entropy a secret must exceed (0.0: none) and
+    its allowlists."""
+
+    id: str
+    pattern: str
+    keywords: tuple[str, ...]
+    secret_group: int = 0
+    entropy: float = 0.0
+    allowlists: tuple[Allowlist, ...] = ()
+    description: str = ""
+    repeated_groups: tuple[int, ...] = ()
+    """Groups inside a repeat: they hold their last repetition only, never
+    the secret (gitleaks would report that part alone)."""
+    min_length: int = 0
+    """The fewest characters a match takes: a shorter text is not scanned."""
+    anchored: bool = False
+    """Every match starts with one of the keywords (proven on the regex's
+    parse tree when the file was refreshed): the regex is tried at the
+    keywords' places only."""
+
+    @property
+    def keyword(self) -> str:
+        """The placeholder keyword: the rule id with ``_`` for ``-``."""
+        return re.sub(r"[^a-z0-9_]", "_", self.id.lower())
+
+    def regex(self) -> re.Pattern[str]:
+        """The whole regex, compiled (once)."""
+        return _compiled(self.pattern)
+
+    def matches(
+        self,
+        text: str,
+        exhaustive: bool = False,
+        barriers: Sequence[tuple[int, int]] = (),
+        starts: Sequence[int] | None = None,
+    ) -> Iterator[tuple[re.Match[str], int]]:
+        """Each match in ``text`` as gitleaks finds them (leftmost, not
+        overlapping), with where gitleaks' match starts; a match that would
+        start inside one of the ``barriers`` (placeholders) is not taken, and
+        the scan goes on after that barrier.
+
+        The fast way runs the regex without its leading lazy run
+        (``[\\w.-]{0,50}?``, with which a backtracking engine tries 50 starts
+        at every place) and finds where the run starts afterwards; for an
+        ``anchored`` rule given the keywords' places (``starts``, sorted), it
+        tries the regex there only. The same matches, in the same order.
+        ``exhaustive`` searches with the whole regex: the reference."""
+        rest, prefix, longest = _split_lazy_prefix(self.pattern)
+        fast = not exhaustive
+        regex = _compiled(rest) if fast and prefix else self.regex()
+        tail = _compiled(f"{prefix}*\\Z") if fast and prefix else None
+        seeds = iter(starts) if fast and starts is not None and self.anchored else None
+        position = 0
+        while position <= len(text):
+            if seeds is None:
+                match = regex.search(text, position)
+            else:
+                match = None
+                for seed in seeds:
+                    if seed >= position:
+                        match = regex.match(text, seed)
+                        if match is not None:
+                            break
+            if match is None:
+                return
+            barrier = _barrier_at(barriers, match.start())
+            if barrier is not None:
+                position = barrier
+                continue
+            start = match.start()
+            if tail is not None:
+                run = tail.search(text, max(position, start - longest), start)
+                start = run.start() if run else start
+            yield match, start
+            position = match.end() if match.end() > match.start() else match.start() + 1
+
+
+_GENERIC = "generic"
+
+
+@dataclass(frozen=True, slots=True)
+class _Keywords:
+    """Finds which of ``words`` (lowercase) occur in a lowercased text."""
+
+    words: tuple[str, ...]
+    automaton: Any
+    any_word: re.Pattern[str]
+    each_word: re.Pattern[str]
+    implied: Mapping[str, tuple[int, ...]]
+    """For each word, itself and the words that are prefixes of it."""
+
+    @classmethod
+    def build(cls, words: Sequence[str], accelerated: bool) -> _Keywords:
+        trie = _trie_regex(words)
+        index = {word: i for i, word in enumerate(words)}
+        implied = {
+            word: tuple(
+                index[word[:size]] for size in range(1, len(word) + 1) if word[:size] in index
+            )
+            for word in words
+        }
+        automaton = None
+        if accelerated and _ahocorasick is not None and words:
+            automaton = _ahocorasick.AhoCorasick(
+                list(words),
+                matchkind=_ahocorasick.MatchKind.Standard,
+                implementation=_ahocorasick.Implementation.DFA,
+            )
+        return cls(
+            tuple(words),
+            automaton,
+            re.compile(trie or "(?!)"),
+            re.compile(f"(?=({trie or '(?!)'}))"),
+            implied,
+        )
+
+    def occurrences(self, folded: str) -> dict[int, list[int]]:
+        """Where each word of ``folded`` starts, by the word's index."""
+        places: dict[int, list[int]] = {}
+        if self.automaton is not None:
+            try:
+                matches = self.automaton.find_matches_as_indexes(folded, True)
+            except UnicodeEncodeError:  # a lone surrogate: the regex takes it
+                pass
+            else:
+                for word, start, _ in matches:
+                    places.setdefault(word, []).append(start)
+                return places
+        first = self.any_word.search(folded)
+        if first is None:
+            return places
+        for match in self.each_word.finditer(folded, first.start()):
+            for word in self.implied[match.group(1)]:
+                places.setdefault(word, []).append(match.start())
+        return places
+
+
+def _trie_regex(words: Iterable[str]) -> str:
+    """One regex matching any of ``words``, shaped as their trie (``ab|ac`` is
+    ``a(?:b|c)``), which Python's engine tries faster than a flat
+    alternation; at each place it matches the longest word there."""
+    trie: dict[str, Any] = {}
+    for word in words:
+        node = trie
+        for char in word:
+            node = node.setdefault(char, {})
+        node[""] = {}
+
+    def emit(node: dict[str, Any]) -> str:
+        branches = [re.escape(char) + emit(node[char]) for char in sorted(node) if char]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else f"(?:{'|'.join(branches)})"
+        if "" in node:  # a word ends here: the longer ones are optional
+            return f"(?:{'|'.join(branches)})?"
+        return body
+
+    return emit(trie)
+
+
+class SecretRuleSet:
+    """Rules and the keyword pass that picks the ones a text needs.
+
+    Thread-safe; regexes are compiled on first use. ``accelerated=False``
+    looks for keywords with the trie regex even when ``ahocorasick_rs`` is
+    installed (the two find the same)."""
+
+    __slots__ = ("_by_keyword", "_keywords", "_rule_words", "_shortest", "allowlist", "rules")
+
+    def __init__(
+        self,
+        rules: Iterable[SecretRule],
+        allowlist: Allowlist | None = None,
+        accelerated: bool = True,
+    ) -> None:
+        self.rules: tuple[SecretRule, ...] = tuple(rules)
+        self.allowlist = allowlist
+        self._shortest = min((rule.min_length for rule in self.rules), default=0)
+        words = sorted({word for rule in self.rules for word in rule.keywords})
+        self._keywords = _Keywords.build(words, accelerated)
+        index_of = {word: index for index, word in enumerate(words)}
+        by_keyword: dict[int, list[int]] = {}
+        for index, rule in enumerate(self.rules):
+            for word in rule.keywords:
+                by_keyword.setdefault(index_of[word], []).append(index)
+        self._rule_words: tuple[tuple[int, ...], ...] = tuple(
+            tuple(index_of[word] for word in rule.keywords) for rule in self.rules
+        )
+        self._by_keyword: Mapping[int, tuple[int, ...]] = {
+            word: tuple(indexes) for word, indexes in by_keyword.items()
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], accelerated: bool = True) -> SecretRuleSet:
+        """From the contents of ``secret_rules.json``."""
+        rules = [
+            SecretRule(
+                id=rule["id"],
+                pattern=rule["regex"],
+                keywords=tuple(rule["keywords"]),
+                secret_group=rule.get("secret_group", 0),
+                entropy=rule.get("entropy", 0.0),
+                allowlists=tuple(
+                    Allowlist.from_json(entry) for entry in rule.get("allowlists", ())
+                ),
+                description=rule.get("description", ""),
+                repeated_groups=tuple(rule.get("repeated_groups", ())),
+                min_length=rule.get("min_length", 0),
+                anchored=rule.get("anchored", False),
+            )
+            for rule in data["rules"]
+        ]
+        return cls(rules, Allowlist.from_json(data["allowlist"]), accelerated)
+
+    def candidates(self, folded: str) -> list[SecretRule]:
+        """The rules a keyword of which occurs in ``folded`` (the text in
+        lowercase), in rule order."""
+        return [self.rules[index] for index in self._candidates(self._keywords.occurrences(folded))]
+
+    def _candidates(self, places: Mapping[int, list[int]]) -> list[int]:
+        if not places:
+            return []
+        return sorted({rule for word in places for rule in self._by_keyword[word]})
+
+    def find(self, text: str, folded: str | None = None, exhaustive: bool = False) -> list[Finding]:
+        """Every secret the rules find in ``text``, by start (see the module
+        docstring). ``folded`` is ``text`` in lowercase, when the caller has
+        it. ``exhaustive`` checks each rule's keywords with ``in`` and
+        searches with its whole regex: the reference the fast way is tested
+        against."""
+        if len(text) < self._shortest:
+            return []
+        lowered = text.lower() if folded is None else folded
+        places: Mapping[int, list[int]] = {}
+        if exhaustive:
+            indexes = [
+                i for i, rule in enumerate(self.rules) if any(w in lowered for w in rule.keywords)
+            ]
+        else:
+            places = self._keywords.occurrences(lowered)
+            indexes = [i for i in self._candidates(places) if len(text) >= self.rules[i].min_length]
+        if not indexes:
+            return []
+        # Keyword places are places in ``text`` when lowering kept every offset.
+        seeded = not exhaustive and text.isascii() and len(lowered) == len(text)
+        barriers = _placeholder_spans(text)
+        findings: list[tuple[int, bool, int, Finding]] = []
+        for order, index in enumerate(indexes):
+            rule = self.rules[index]
+            starts = None
+            if seeded and rule.anchored:
+                starts = sorted(
+                    {p for word in self._rule_words[index] for p in places.get(word, ())}
+                )
+            for match, start in rule.matches(text, exhaustive, barriers, starts):
+                finding = self._judge(rule, match, start)
+                if finding is not None:
+                    generic = rule.id.startswith(_GENERIC)
+                    findings.append((finding.start, generic, order, finding))
+        findings.sort(key=lambda item: item[:3])
+        return [item[3] for item in findings]
+
+    def _judge(self, rule: SecretRule, match: re.Match[str], start: int) -> Finding | None:
+        """The finding ``match`` makes, or None when gitleaks would drop it."""
+        text = match.string
+        end = match.end()
+        span = _secret_span(rule, match)
+        if span is None:
+            # The whole match, less the newlines at its ends (as gitleaks trims).
+            while start < end and text[start] == "\n":
+                start += 1
+            while end > start and text[end - 1] == "\n":
+                end -= 1
+            span = (start, end)
+        secret = text[span[0] : span[1]]
+        if not secret:
+            return None
+        if rule.entropy and shannon_entropy(secret) <= rule.entropy:
+            return None
+        lists = (self.allowlist, *rule.allowlists) if self.allowlist else rule.allowlists
+        if lists:
+            whole = text[start:end]
+            line = text[text.rfind("\n", 0, start) + 1 : _line_end(text, end)]
+            if any(allowlist.allows(secret, whole, line) for allowlist in lists if allowlist):
+                return None
+        return Finding(span[0], span[1], rule.keyword, rule.id)
+
+
+def _line_end(text: str, end: int) -> int:
+    newline = text.find("\n", end)
+    return len(text) if newline < 0 else newline
+
+
+def _secret_span(rule: SecretRule, match: re.Match[str]) -> tuple[int, int] | None:
+    """Where the secret of ``match`` is: the rule's secret group, else its
+    first non-empty group that is neither named nor repeated; None for the
+    whole match."""
+    if rule.secret_group:
+        start, end = match.span(rule.secret_group)
+        return (start, end) if start >= 0 else None
+    for group in range(1, (match.re.groups or 0) + 1):
+        if group in rule.repeated_groups or group in match.re.groupindex.values():
+            continue
+        start, end = match.span(group)
+        if end > start:
+            return start, end
+    return None
+
+
+def _placeholder_spans(text: str) -> list[tuple[int, int]]:
+    if "<redacted:" not in text:
+        return []
+    return [match.span() for match in _PLACEHOLDER.finditer(text)]
+
+
+def _barrier_at(spans: Sequence[tuple[int, int]], position: int) -> int | None:
+    """The end of the span ``position`` is inside (after its first character), if any."""
+    for begin, end in spans:
+        if begin < position < end:
+            return end
+    return None
+
+
+# Read when this module is imported: a fake filesystem (replay's pyfakefs)
+# may be in place by the time the first Redactor needs the rules.
+_RULES_TEXT = resources.files(__package__).joinpath(RULES_FILE).read_text("utf-8")
+
+
+@functools.lru_cache(maxsize=4)
+def default_rule_set(accelerated: bool = True) -> SecretRuleSet:
+    """The vendored gitleaks rules (``secret_rules.json``), built once."""
+    return SecretRuleSet.from_json(json.loads(_RULES_TEXT), accelerated)
+
+
+# --- high-entropy values in config syntax --------------------------------------------
+
+_TOKEN_CHARS = r"A-Za-z0-9+/=_\-.~"
+_LONG_TOKEN = re.compile(
+    # Each run of token characters is tried once, from its start.
+    rf"(?<![{_TOKEN_CHARS}])[{_TOKEN_CHARS}]{{20,1024}}(?![{_TOKEN_CHARS}])",
+    re.ASCII,
+)
+# A value after "=" or ":", all there is until the end of the line, the
+# member or a comment. The scan starts at separators only: most text has few.
+_SEPARATED_VALUE = re.compile(
+    rf"[=:][ \t]*(?P<quote>[\"']?)(?P<value>[{_TOKEN_CHARS}]{{20,1024}})(?![{_TOKEN_CHARS}])"
+    r"(?P=quote)[ \t]*(?=[,}\]#;\r\n]|\Z)",
+    re.ASCII,
+)
+# What comes before the separator: a line of .env, INI, TOML or YAML
+# (indented, "export ", a YAML "- "), or a member of an inline JSON or YAML
+# object (after "{" or ","), then the name.
+_NAME_BEFORE = re.compile(
+    r"(?:^[ \t]*(?:export[ \t]+|-[ \t]+)?|[{,][ \t]*)"
+    r"(?P<quote>[\"']?)(?P<label>[A-Za-z_][A-Za-z0-9_.\-]{0,63})(?P=quote)[ \t]*\Z",
+    re.ASCII | re.MULTILINE,
+)
+_LONGEST_NAME = 200
+"""How far before a separator its line start and name are looked for."""
+# Words of a name that say what the value is, and that it is not a secret.
+_NOT_SECRET_WORDS = frozenset(
+    {
+        *("id", "ids", "uuid", "guid", "hash", "digest", "checksum", "integrity", "sha", "md5"),
+        *("commit", "revision", "rev", "etag", "version", "ref"),
+        *("url", "uri", "path", "file", "dir", "name", "image", "tag"),
+    }
+)
+_NAME_WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+_NOT_SECRET_VALUE = re.compile(
+    r"[0-9a-fA-F]+"  # digests, git SHAs
+    r"|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"  # UUIDs
+    r"|(?i:sha(?:1|224|256|384|512)|md5|blake2[bs]?)[-_=].*"  # lock files' integrity
+    r"|[~.]{0,2}/.*"  # paths
+    r"|[A-Za-z0-9_\-]+(?:\.[A-Za-z][A-Za-z0-9_\-]*)+"  # file and host names, dotted.names
+    r"|[A-Za-z0-9_\-]+(?:/[A-Za-z0-9_.\-]+)+\.[A-Za-z]{1,5}"  # relative paths to files
+    r"|v?[0-9]+(?:\.[0-9]+)+(?:[-+.][A-Za-z0-9.\-+]*)?"  # versions
+    r"|[0-9.+\-_:]+",  # dates, numbers
+    re.ASCII,
+)
+_CHARACTER_CLASSES = (re.compile("[a-z]"), re.compile("[A-Z]"), re.compile("[0-9]"))
+_CHUNK = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
+_CONSONANTS = re.compile("[b-df-hj-np-tv-xz]{4}")
+_SEPARATORS = re.compile(r"[_\-.]")
+_ONE_CASE_PART = re.compile("[A-Z0-9]{1,8}|[a-z0-9]{1,8}")
+ENTROPY_THRESHOLD = 3.7
+"""Bits per character a value needs (it has at most ``log2(len)``): random
+base62 of 20 characters has about 4.1, of 40 about 5.0; hex at most 4.0."""
+ENTROPY_MIN_LENGTH = 20
+
+
+def _names_no_secret(name: str) -> bool:
+    words = [word.lower() for word in _NAME_WORD.findall(name)]
+    return any(word in _NOT_SECRET_WORDS or word.startswith("sha") for word in words)
+
+
+def _looks_random(value: str) -> bool:
+    """True when ``value`` looks like a key, not like an identifier, a path,
+    a digest or encoded text."""
+    classes = sum(1 for chars in _CHARACTER_CLASSES if chars.search(value))
+    if classes < 2 or shannon_entropy(value) < ENTROPY_THRESHOLD:
+        return False
+    if _NOT_SECRET_VALUE.fullmatch(value):
+        return False
+    # Identifiers are mostly words, or short parts of one case between
+    # separators (TLS_ECDHE_RSA_WITH_AES_128); random text is neither.
+    words = sum(len(chunk) for chunk in _CHUNK.findall(value) if _pronounceable(chunk))
+    if words >= len(value) / 2:
+        return False
+    parts = _SEPARATORS.split(value)
+    if len(parts) >= 3 and all(_ONE_CASE_PART.fullmatch(part) for part in parts):
+        return False
+    return not _is_base64_of_text(value)
+
+
+def _pronounceable(chunk: str) -> bool:
+    """A run of 4+ letters with vowels as words have them, and no 4 consonants in a row."""
+    if len(chunk) < 4:
+        return False
+    lowered = chunk.lower()
+    vowels = sum(char in "aeiouy" for char in lowered)
+    return 0.25 <= vowels / len(lowered) <= 0.65 and not _CONSONANTS.search(lowered)
+
+
+def _is_base64_of_text(value: str) -> bool:
+    """True when ``value`` decodes (base64, either alphabet) to printable text."""
+    stripped = value.rstrip("=")
+    if len(stripped) % 4 == 1:
+        return False
+    padded = stripped + "=" * (-len(stripped) % 4)
+    for altchars in (b"+/", b"-_"):
+        try:
+            decoded = base64.b64decode(padded, altchars=altchars, validate=True)
+            text = decoded.decode("utf-8")
+        except (binascii.Error, ValueError):
+            continue
+        if text and all(char.isprintable() or char in "\t\n\r" for char in text):
+            return True
+    return False
+
+
+def high_entropy_assignments(text: str, everywhere: bool = False) -> list[Finding]:
+    """Long (``ENTROPY_MIN_LENGTH``+) high-entropy values given to a key-like
+    name in config syntax (``KEY=value``, ``key: value``, ``"key": "value"``,
+    ``key = "value"``), by start: what no rule names. Left visible: names
+    that say what the value is (``commit``, ``sha256``, ``integrity``,
+    ``request_id``, ``url``, ``path``...), hex (digests, git SHAs), UUIDs,
+    ``sha512-...`` integrity strings, paths, dotted names, versions, base64
+    of printable text, identifiers made of words, and values of one
+    character class. ``everywhere`` takes such values wherever they stand,
+    in prose too."""
+    findings: list[Finding] = []
+    if len(text) < ENTROPY_MIN_LENGTH:
+        return findings
+    if everywhere:
+        for token in _LONG_TOKEN.finditer(text):
+            if _looks_random(token[0]):
+                findings.append(Finding(*token.span(), "high_entropy", "high-entropy"))
+        return findings
+    if "=" not in text and ":" not in text:
+        return findings
+    for match in _SEPARATED_VALUE.finditer(text):
+        if not _looks_random(match["value"]):
+            continue
+        separator = match.start()
+        name = _NAME_BEFORE.search(text, max(0, separator - _LONGEST_NAME), separator)
+        if name is not None and not _names_no_secret(name["label"]):
+            findings.append(Finding(*match.span("value"), "high_entropy", "high-entropy"))
+    return findings
