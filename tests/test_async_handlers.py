@@ -21,10 +21,8 @@ import pytest
 from conftest import WRITE_ANYWHERE
 
 from pytest_toolguard import (
-    CallCancelled,
     CallState,
     ErrorCode,
-    HandlerTimeout,
     PathAccess,
     Risk,
     ToolCall,
@@ -33,9 +31,10 @@ from pytest_toolguard import (
     ToolRuntime,
     ToolSpec,
 )
-from pytest_toolguard.isolation import CoroutineRunner, ThreadIsolation
+from pytest_toolguard.isolation import CoroutineRunner, HandlerTimeout, ThreadIsolation
 from pytest_toolguard.replay.cassette import load
 from pytest_toolguard.replay.recorder import record_session
+from pytest_toolguard.sandbox import CallCancelled
 
 TEXT_SCHEMA = {
     "type": "object",

@@ -9,7 +9,6 @@ import pytest
 from conftest import WRITE_ANYWHERE, spy_tool
 
 from pytest_toolguard import (
-    Artifact,
     CallState,
     Capabilities,
     ErrorCode,
@@ -19,6 +18,7 @@ from pytest_toolguard import (
     Risk,
     ToolCall,
 )
+from pytest_toolguard.plan import Artifact
 from pytest_toolguard.tools import builtin_registry
 
 

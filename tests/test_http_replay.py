@@ -33,7 +33,6 @@ from http_tools import (
 )
 
 from pytest_toolguard import (
-    Approval,
     Approver,
     ErrorCode,
     ToolCall,
@@ -42,6 +41,7 @@ from pytest_toolguard import (
 )
 from pytest_toolguard.faults import BUILTIN_FAULTS, run_cell, targets
 from pytest_toolguard.faults.storage import secret_forms
+from pytest_toolguard.hooks import Approval
 from pytest_toolguard.replay import dump, dumps, load, loads, record_session, replay
 from pytest_toolguard.replay.approvals import approval_hooks
 from pytest_toolguard.replay.http import HttpConflict, HttpPlayback, HttpRecording

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -98,3 +99,11 @@ def test_dir_lists_every_name_in_all_before_any_is_used():
 def test_an_unknown_name_is_an_attribute_error():
     with pytest.raises(AttributeError, match="no_such_name"):
         _ = pytest_toolguard.no_such_name
+
+
+def test_the_public_api_is_what_the_readme_teaches():
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    table = readme[readme.index("## The API at a glance") : readme.index("## Your own tools")]
+    public = [name for name in pytest_toolguard.__all__ if name != "__version__"]
+    assert [name for name in public if f"`{name}`" not in table] == []
+    assert 15 <= len(public) <= 25

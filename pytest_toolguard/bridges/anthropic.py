@@ -14,7 +14,7 @@ from typing import Any
 
 from ..capabilities import Risk
 from ..registry import Handler, ToolSpec
-from ._common import BridgeError, Paths, as_list, build_spec, handler_for
+from .definitions import BridgeError, Paths, as_list, build_spec, handler_for
 from .transcript import CallCollector, Transcript, TranscriptResult, json_records
 
 

@@ -23,7 +23,7 @@ from ..capabilities import Risk
 from ..contract import ToolCall
 from ..registry import Handler, ToolSpec
 from ..runtime import ToolRuntime
-from ._common import BridgeError, Paths, as_list, build_spec
+from .definitions import BridgeError, Paths, as_list, build_spec
 
 
 def tool_schema(tool: Any) -> dict[str, Any]:

@@ -48,7 +48,7 @@ from typing import Any
 from ..capabilities import Risk
 from ..errors import ToolguardError
 from ..registry import Handler, ToolSpec
-from ._common import BridgeError, Paths, as_list, build_spec, handler_for, warn
+from .definitions import BridgeError, Paths, as_list, build_spec, handler_for, warn
 from .transcript import CallCollector, Transcript, TranscriptResult, json_records, text_of
 
 ANNOTATION_DEFAULTS = {

@@ -34,7 +34,7 @@ from ..capabilities import Risk
 from ..contract import ToolCall
 from ..registry import Handler, ToolSpec
 from ..runtime import ToolRuntime
-from ._common import BridgeError, Paths, as_list, build_spec, handler_for
+from .definitions import BridgeError, Paths, as_list, build_spec, handler_for
 from .transcript import CallCollector, Transcript, TranscriptResult, json_records
 
 AGENTS_CONTEXT = "openai_agents_tool_context"

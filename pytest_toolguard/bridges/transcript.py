@@ -313,7 +313,7 @@ def transcript_to_cassette(
     each call; ``map_arguments`` may rewrite a call's arguments first
     (Claude Code's absolute paths). Call ids, the session id and the order
     are kept. ``BridgeError`` when ``workspace`` is not a directory."""
-    from ._common import BridgeError
+    from .definitions import BridgeError
 
     source = Path(workspace)
     if not source.is_dir():

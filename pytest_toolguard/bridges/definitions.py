@@ -1,4 +1,4 @@
-"""What every importer of foreign tool definitions shares.
+"""Foreign tool definitions into ToolSpecs: what every importer shares.
 
 A foreign definition (an MCP ``Tool``, an OpenAI function, an Anthropic
 tool, a LangChain tool) says nothing about paths and little about risk.
