@@ -32,7 +32,7 @@ again. The semantics follow Stripe's idempotent requests and the IETF
 The claim itself is atomic: ``SQLiteAuditStore.start`` claims the key and
 writes the RUNNING audit row in one ``BEGIN IMMEDIATE`` transaction. A
 ``SELECT`` followed by an ``INSERT`` is not atomic: two concurrent calls both
-see "no key" and both run (``tests/test_idempotency_store.py`` shows it).
+see "no key" and both run (``tests/core/test_idempotency_store.py`` shows it).
 
 This module is pure: key derivation and the decision of what a claim means
 given what is stored. Storage lives in ``pytest_toolguard.audit``.

@@ -15,6 +15,7 @@ Pytest-free; each problem is said as a line for a report.
 from __future__ import annotations
 
 import inspect
+import json
 import stat
 import threading
 import time
@@ -284,8 +285,6 @@ def audit_row_problems(
 def holds_marker(marker: str, results: Iterable[ToolResult], *others: Any) -> bool:
     """Whether ``marker`` is in any result's data or message, or in any of
     ``others`` as JSON (outputs a handler returned)."""
-    import json
-
     texts = [json.dumps([result.data, result.message], default=str) for result in results]
     texts += [json.dumps(other, ensure_ascii=False, default=repr) for other in others]
     return any(marker in text for text in texts)

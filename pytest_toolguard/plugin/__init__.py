@@ -38,7 +38,7 @@ imports this package, so at module level it imports only pytest and small
 modules of ours. The library (jsonschema, yaml, pyfakefs, hypothesis behind
 it) is imported inside the hook, item or fixture that uses it, so a run that
 never replays, fuzzes or asks for a toolguard fixture does not pay for it.
-``tests/test_plugin_import.py`` checks that.
+``tests/plugin/test_plugin_import.py`` checks that.
 """
 
 from __future__ import annotations

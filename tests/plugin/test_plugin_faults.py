@@ -224,7 +224,7 @@ def test_select_faults_keeps_catalogue_order_and_refuses_unknown_names() -> None
 
 
 def test_the_readme_example_fault_runs(project: pytest.Pytester) -> None:
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
     start = readme.index("# conftest.py\nfrom pytest_toolguard import ErrorCode")
     project.makeconftest(readme[start : readme.index("```", start)])
     result = project.runpytest("--toolguard-faults=oversized_arguments", "-v", *NO_XDIST)
@@ -233,7 +233,7 @@ def test_the_readme_example_fault_runs(project: pytest.Pytester) -> None:
 
 
 def test_the_readme_table_lists_every_built_in_fault_as_it_is() -> None:
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
     for fault in BUILTIN_FAULTS:
         row = f"| `{fault.name}` | {fault.applies_to} | {fault.injection} | {fault.expected} |"
         assert row in readme, f"README's fault table is out of date for {fault.name}"

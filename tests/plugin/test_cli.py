@@ -17,8 +17,8 @@ from pytest_toolguard.cli import main
 from pytest_toolguard.replay import load, replay
 from pytest_toolguard.tools import builtin_registry
 
-ROOT = Path(__file__).parent.parent
-SAMPLES = Path(__file__).parent / "data" / "transcripts"
+ROOT = Path(__file__).parents[2]
+SAMPLES = Path(__file__).parents[1] / "data" / "transcripts"
 CLAUDE_REGISTRY = "pytest_toolguard.bridges.claude_code:claude_code_registry"
 
 SAMPLE_OF = {

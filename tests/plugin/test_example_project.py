@@ -20,7 +20,7 @@ import pytest
 
 from pytest_toolguard.replay import load
 
-PROJECT = Path(__file__).resolve().parents[1] / "examples" / "agent_project"
+PROJECT = Path(__file__).resolve().parents[2] / "examples" / "agent_project"
 TOOLS = ["copy_file", "fetch_status", "grep_file", "save_note", "word_count"]
 
 

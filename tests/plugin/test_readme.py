@@ -10,7 +10,7 @@ import pytest
 
 from pytest_toolguard import ErrorCode, SQLiteAuditStore
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def _tour() -> str:

@@ -71,7 +71,7 @@ from pytest_toolguard.replay.cassette import Cassette, load, loads
 from pytest_toolguard.replay.player import replay
 from pytest_toolguard.tools import builtin_registry, read_text, write_file
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 NOTES = {"notes/todo.md": "- old\n"}
 """The workspace of most cases: one short file under the write root."""

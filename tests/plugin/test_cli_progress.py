@@ -14,8 +14,8 @@ import pytest
 
 from pytest_toolguard.cli import main
 
-ROOT = Path(__file__).parent.parent
-SAMPLES = Path(__file__).parent / "data" / "transcripts"
+ROOT = Path(__file__).parents[2]
+SAMPLES = Path(__file__).parents[1] / "data" / "transcripts"
 
 
 def import_arguments(output: Path) -> list[str]:

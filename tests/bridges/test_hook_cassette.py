@@ -22,7 +22,7 @@ from pytest_toolguard.bridges.claude_code import claude_code_registry
 from pytest_toolguard.cli import main
 from pytest_toolguard.replay import load, replay
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 SESSION = "5f0c9a1e-session"
 
 

@@ -23,7 +23,7 @@ import pytest
 from pytest_toolguard.sandbox import PathOutsideWorkspace, SandboxError, Workspace
 
 # A copy of the shared corpus (MIT, see its LICENSE file), so a clone tests itself.
-CORPUS = Path(__file__).resolve().parent / "corpora" / "traversal"
+CORPUS = Path(__file__).resolve().parents[1] / "corpora" / "traversal"
 DEPTH = 16
 SENTINEL = b"SENTINEL: outside the workspace"
 MARKER = b"written through the workspace: "

@@ -19,7 +19,7 @@ from pytest_toolguard.faults.outcome import CellOutcome
 from pytest_toolguard.replay.cassette import load
 from pytest_toolguard.tools import builtin_registry
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 FAULTS = "duplicate_submission,response_lost,schema_drift,plan_violation,unknown_tool"
 
 

@@ -17,7 +17,7 @@ import pytest
 from pytest_toolguard.replay import load, replay
 from pytest_toolguard.tools import builtin_registry
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CASES = sorted((ROOT / "cases").glob("*.yaml"))
 CASSETTES = sorted((ROOT / "cassettes").glob("*.yaml"))
 RECORD_SCRIPT = ROOT / "cassettes" / "record.py"

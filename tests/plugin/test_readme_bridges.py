@@ -9,7 +9,7 @@ import pytest
 
 from pytest_toolguard import Capabilities, Risk, ToolCall, ToolRegistry, ToolRuntime
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 WRITE = Capabilities(allowed_risks=frozenset({Risk.READ, Risk.WRITE}), write_roots=(".",))
 
 

@@ -201,7 +201,7 @@ def test_a_fresh_process_replays_http_inside_the_fake_filesystem(
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent)},
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
     )
 
     assert done.stdout.strip() == "True ['OK', 'OK'] ()", done.stderr

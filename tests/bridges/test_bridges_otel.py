@@ -18,7 +18,7 @@ from pytest_toolguard.bridges.otel import export_audit_rows, export_replay
 from pytest_toolguard.replay import load, replay
 from pytest_toolguard.tools import builtin_registry
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from pytest_toolguard.bridges.transcript import IMPORT_CAPABILITIES, registry_na
 from pytest_toolguard.replay import CassetteError, dumps, load, loads, replay
 from pytest_toolguard.tools import builtin_registry, read_text
 
-SAMPLES = Path(__file__).parent / "data" / "transcripts"
+SAMPLES = Path(__file__).parents[1] / "data" / "transcripts"
 WORKSPACE = SAMPLES / "workspace"
 
 Reader = Callable[[str], Transcript]
