@@ -36,10 +36,15 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/matrix_bench.py
 	$(BIN)/python benchmarks/redaction_bench.py
 
+# lint: ruff, mypy --strict, and the architecture: imports only go down the layers of
+# ARCHITECTURE.md (import-linter's contracts in pyproject.toml), no private name is
+# imported across modules, every module is listed there (tests/test_architecture.py).
 lint: $(STAMP)
-	$(BIN)/python -m pip install --quiet ruff mypy
+	$(BIN)/python -m pip install --quiet ruff mypy import-linter
 	$(BIN)/ruff check pytest_toolguard tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_architecture.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info

@@ -62,7 +62,10 @@ from timing import in_temp_dir, machine, package_version, plural
 from variants import BenchmarkSetupError
 
 import pytest_toolguard
-from pytest_toolguard.faults import Fault, Target, base, run_cell
+from pytest_toolguard.faults import Fault, Target, run_cell
+from pytest_toolguard.faults import cell as cell_module
+from pytest_toolguard.faults import run as run_module
+from pytest_toolguard.harness.world import World
 from pytest_toolguard.runtime import ToolRuntime
 from pytest_toolguard.tools import builtin_registry
 
@@ -468,7 +471,7 @@ def _profile(files: Shipped, count: int, top: int) -> None:
 
 @contextmanager
 def _timed_parts() -> Iterator[dict[str, float]]:
-    """For the block's duration, ``base``'s parts of a cell are timed into
+    """For the block's duration, the parts of a cell are timed into
     the yielded dict (seconds summed over the cells, by ``PARTS``; "calls":
     the executor's calls)."""
     parts: dict[str, float] = defaultdict(float)
@@ -496,19 +499,20 @@ def _timed_parts() -> Iterator[dict[str, float]]:
         originals.append((owner, name, getattr(owner, name)))
         setattr(owner, name, new)
 
-    swap(base.Cell, "__init__", timing(PARTS[1], base.Cell.__init__))
-    swap(base, "_plant_decoys", timing(PARTS[2], base._plant_decoys))
-    swap(base.Cell, "replay_before", timing(PARTS[3], base.Cell.replay_before))
-    swap(base, "_outside", timing(PARTS[4], base._outside))
-    swap(base.Cell, "finish", timing(PARTS[6], base.Cell.finish))
+    cell = cell_module.Cell
+    swap(cell, "__init__", timing(PARTS[1], cell.__init__))
+    swap(World, "plant", timing(PARTS[2], World.plant))
+    swap(cell, "replay_before", timing(PARTS[3], cell.replay_before))
+    swap(World, "outside", timing(PARTS[4], World.outside))
+    swap(cell, "finish", timing(PARTS[6], cell.finish))
     swap(ToolRuntime, "execute", counting(ToolRuntime.execute))
-    original_run = base._run
+    original_run = run_module._run
 
     def run(fault: Fault, target: Target, *args: Any) -> Any:
         timed_fault: Any = _TimedInject(fault, timing(PARTS[5], fault.inject))
         return original_run(timed_fault, target, *args)
 
-    swap(base, "_run", run)
+    swap(run_module, "_run", run)
     try:
         yield parts
     finally:

@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_toolguard.faults import Fault, Target, catalogue, iter_cells
+from pytest_toolguard.faults import BUILTIN_FAULTS, Fault, Target, iter_cells
 from pytest_toolguard.replay.cassette import Cassette, load
 from pytest_toolguard.tools import builtin_registry
 
@@ -129,7 +129,7 @@ class Project:
 def shipped() -> Shipped:
     """Load the repository's ``cassettes/*.yaml`` and ``cases/*.yaml``."""
     registry = builtin_registry()
-    faults = catalogue()
+    faults = BUILTIN_FAULTS
     files = []
     cells: list[tuple[Target, Fault]] = []
     for directory in SHIPPED_DIRS:

@@ -34,6 +34,7 @@ from replay_variants import patched
 
 import pytest_toolguard
 from pytest_toolguard import ToolRuntime
+from pytest_toolguard.harness import session as session_module
 from pytest_toolguard.replay import Cassette, replay
 from pytest_toolguard.tools import builtin_registry
 
@@ -59,14 +60,14 @@ class _Inline:
 class _InlineRuntime(ToolRuntime):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._isolation = _Inline()
+        self._isolation = self._invocation.isolation = _Inline()
 
 
 def profile_replay(cassette: Cassette, case: Cassette, *, calls: int, top: int) -> str:
     registry = builtin_registry()
     out = io.StringIO()
     count = len(cassette.interactions)
-    with patched(ToolRuntime=_InlineRuntime):
+    with patched(session_module, ToolRuntime=_InlineRuntime):
         replay(cassette, registry)
         stats = _profile(lambda: replay(cassette, registry), calls)
     out.write(

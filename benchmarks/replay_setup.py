@@ -52,13 +52,10 @@ from replay_workload import ONE_CALL_CASE
 from variants import BenchmarkSetupError
 
 from pytest_toolguard import Redactor, SQLiteAuditStore, ToolRuntime
+from pytest_toolguard.harness.clock import DEFAULT_TIME, frozen_clock
+from pytest_toolguard.harness.fake_filesystem import process_fake_world
+from pytest_toolguard.harness.files import read_tree
 from pytest_toolguard.replay import Cassette, loads, replay
-from pytest_toolguard.replay.environment import (
-    DEFAULT_TIME,
-    fake_filesystem,
-    frozen_clock,
-    read_tree,
-)
 from pytest_toolguard.tools import builtin_registry
 
 CLOCK: tuple[Callable[[], int]] = (time.perf_counter_ns,)
@@ -170,7 +167,7 @@ def setup_steps(case: Cassette) -> list[Callable[[], object]]:
     root = case.workspace.root
 
     def filesystem() -> object:
-        with fake_filesystem(case):
+        with process_fake_world().filesystem(case.workspace):
             return None
 
     def clock() -> object:
@@ -256,7 +253,7 @@ def time_setup(case: Cassette, repeats: int) -> SetupTimes:
             timed(name, step)
         timed(STEPS[1], clock)
         with ExitStack() as world:
-            world.enter_context(fake_filesystem(case))
+            world.enter_context(process_fake_world().filesystem(case.workspace))
             world.enter_context(frozen_clock(case.recorded_at))
             timed(STEPS[2], runtime)
             timed(STEPS[3], tree)
@@ -283,7 +280,7 @@ def time_setup(case: Cassette, repeats: int) -> SetupTimes:
 
 
 def _own_patcher(case: Cassette) -> None:
-    """The fake filesystem as ``fake_filesystem`` made it before
+    """The fake filesystem as replay made it before
     ``FakeWorld``: a new ``Patcher``, filled with pyfakefs's ``create_*``."""
     with Patcher() as patcher:
         fs: Any = patcher.fs

@@ -2,22 +2,25 @@
 
 Every replay variant calls the library's real ``replay()`` on the recorded
 read/write session (``replay_workload``) and times each interaction inside
-it. To see inside, ``replay()``'s module gets, for the duration of one
-batch, a ``ToolRuntime`` subclass that stamps the clock around ``execute``
-and at ``close``: an interaction costs from the start of its ``execute`` to
+it. To see inside, the module that builds ``replay()``'s runtime
+(``harness.session``) gets, for the duration of one batch, a
+``ToolRuntime`` subclass that stamps the clock around ``execute`` and at
+``close``: an interaction costs from the start of its ``execute`` to
 the start of the next one (the last: to ``close``), which is exactly what
 replay does per call (send the call, execute it, compare the result) and
 none of what it does once per cassette (build the world, the runtime and
 the store before the first call; tear them down and compare files and
 audit rows after the last). ``execute`` alone is the first part of it.
 
-The world is the other thing a variant changes. ``replay()`` looks up
-``fake_filesystem`` and ``frozen_clock`` in its module when it runs, so a
-variant can swap either for a stand-in: no frozen clock (a null context),
-or no fake filesystem (the real workspace, put back as it was before the
-first call). ``plain`` does not use ``replay()`` at all: a ``ToolRuntime``
-on the real workspace with an in-memory audit store, as replay's is, making
-the same calls in the same order.
+The world is the other thing a variant changes. ``replay()`` runs in a
+``harness.World``, which looks up ``frozen_clock`` in its module when it
+starts and takes the ``FakeWorld`` to run in as an argument of ``replay()``,
+so a variant can swap either for a stand-in: no frozen clock (a null
+context), or no fake filesystem (a ``FakeWorld`` stand-in leaving the real
+workspace, put back as it was before the first call). ``plain`` does not
+use ``replay()`` at all: a ``ToolRuntime`` on the real workspace with an
+in-memory audit store, as replay's is, making the same calls in the same
+order.
 
 The clock: freezegun replaces ``time.perf_counter_ns`` (and the same
 function held in any module's globals) while it runs, so the stamps use the
@@ -39,7 +42,9 @@ from timing import Samples
 from variants import BenchmarkSetupError
 
 from pytest_toolguard import SQLiteAuditStore, ToolCall, ToolRegistry, ToolResult, ToolRuntime
-from pytest_toolguard.replay import Cassette, ReplayReport, player, replay
+from pytest_toolguard.harness import session as session_module
+from pytest_toolguard.harness import world as world_module
+from pytest_toolguard.replay import ReplayReport, WorkspaceState, replay
 from pytest_toolguard.tools import builtin_registry
 
 CLOCK: tuple[Callable[[], int]] = (time.perf_counter_ns,)
@@ -75,8 +80,8 @@ def _timed_runtime(stamps: _Stamps) -> type[ToolRuntime]:
 
 
 @contextmanager
-def patched(module: ModuleType = player, **names: Any) -> Iterator[None]:
-    """Replace names in ``module`` (default: ``replay()``'s) for the block."""
+def patched(module: ModuleType, **names: Any) -> Iterator[None]:
+    """Replace names in ``module`` for the block."""
     missing = [name for name in names if not hasattr(module, name)]
     if missing:
         raise BenchmarkSetupError(
@@ -90,6 +95,15 @@ def patched(module: ModuleType = player, **names: Any) -> Iterator[None]:
     finally:
         for name, value in old.items():
             setattr(module, name, value)
+
+
+class _RealWorkspace:
+    """A ``FakeWorld`` stand-in that fakes nothing: the world is the real
+    workspace."""
+
+    @contextmanager
+    def filesystem(self, state: WorkspaceState) -> Iterator[None]:
+        yield None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,18 +124,12 @@ def timed_replay(
     cassette = session.cassette
     session.reset()
     stamps = _Stamps()
-    swaps: dict[str, Any] = {"ToolRuntime": _timed_runtime(stamps)}
-    if not frozen:
-        swaps["frozen_clock"] = lambda moment: nullcontext()
-    if not fake_fs:
-
-        @contextmanager
-        def real_workspace(cassette: Cassette) -> Iterator[None]:
-            yield None
-
-        swaps["fake_filesystem"] = real_workspace
-    with patched(**swaps):
-        report = replay(cassette, registry)
+    clock: dict[str, Any] = {} if frozen else {"frozen_clock": lambda moment: nullcontext()}
+    with (
+        patched(session_module, ToolRuntime=_timed_runtime(stamps)),
+        patched(world_module, **clock),
+    ):
+        report = replay(cassette, registry, fake_world=None if fake_fs else _RealWorkspace())
     starts = [start for start, _ in stamps.calls] + [stamps.closed]
     per_interaction = [
         following - start for start, following in zip(starts, starts[1:], strict=False)

@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 from pytest_toolguard import (
-    Artifact,
     Capabilities,
     PlanProgress,
     PlanStep,
@@ -46,8 +45,9 @@ from pytest_toolguard import (
     ToolRuntime,
 )
 from pytest_toolguard.demo import ANALYSIS_SCHEMA, FEEDBACK_CSV
+from pytest_toolguard.harness.clock import frozen_clock
+from pytest_toolguard.plan import Artifact
 from pytest_toolguard.replay import record_session
-from pytest_toolguard.replay.environment import frozen_clock
 from pytest_toolguard.tools import builtin_registry
 
 HERE = Path(__file__).resolve().parent

@@ -1,129 +1,19 @@
 """pytest-toolguard: a safe execution boundary for LLM agents' tool calls,
 and the pytest harness that tests it.
 
-Everything public is re-exported here; submodules hold one noun each.
-The re-exports load on first use (PEP 562), so importing the package, as
-the pytest plugin does in every test run, costs no jsonschema or sqlite
-set-up; ``from pytest_toolguard import ToolRuntime`` works as always.
+The public API is listed once, in ``__init__.pyi`` (what the README
+teaches: the runtime, tools and their registry, calls and results, risks
+and capabilities, hooks and the plan, the audit store, the redactor, the
+workspace, the one base class of our exceptions); everything else is in the
+submodule that owns it (see ARCHITECTURE.md). The names load on first use
+(``lazy_exports``): the pytest plugin imports this package in every run.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from ._lazy import lazy_exports
-
-if TYPE_CHECKING:
-    from .audit import AuditRecord, AuditStore, AuditUnavailable, SQLiteAuditStore
-    from .contract import CallState, ErrorCode, ToolCall, ToolResult
-    from .hooks import (
-        Approval,
-        Approver,
-        Artifact,
-        HookDecision,
-        PlanProgress,
-        PlanStep,
-        PostToolUse,
-        PostToolUseEvent,
-        PreToolUse,
-        PreToolUseEvent,
-        StopReport,
-    )
-    from .idempotency import make_idempotency_key
-    from .isolation import HandlerTimeout
-    from .policy import Capabilities, Decision, Risk
-    from .redaction import Redactor
-    from .registry import PathAccess, ToolRegistry, ToolSpec, tool
-    from .runtime import ToolContext, ToolRuntime
-    from .sandbox import (
-        CallCancelled,
-        ForbiddenPath,
-        InvalidPath,
-        LimitExceeded,
-        PathOutsideWorkspace,
-        SandboxError,
-        Workspace,
-    )
-    from .schema import InvalidSchema
+from .lazy_exports import lazy_exports
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Approval",
-    "Approver",
-    "Artifact",
-    "AuditRecord",
-    "AuditStore",
-    "AuditUnavailable",
-    "CallCancelled",
-    "CallState",
-    "Capabilities",
-    "Decision",
-    "ErrorCode",
-    "ForbiddenPath",
-    "HandlerTimeout",
-    "HookDecision",
-    "InvalidPath",
-    "InvalidSchema",
-    "LimitExceeded",
-    "PathAccess",
-    "PathOutsideWorkspace",
-    "PlanProgress",
-    "PlanStep",
-    "PostToolUse",
-    "PostToolUseEvent",
-    "PreToolUse",
-    "PreToolUseEvent",
-    "Redactor",
-    "Risk",
-    "SQLiteAuditStore",
-    "SandboxError",
-    "StopReport",
-    "ToolCall",
-    "ToolContext",
-    "ToolRegistry",
-    "ToolResult",
-    "ToolRuntime",
-    "ToolSpec",
-    "Workspace",
-    "make_idempotency_key",
-    "tool",
-    "__version__",
-]
-
-# The submodule each re-export comes from; keep it in step with the
-# TYPE_CHECKING imports above (tests/test_plugin_import.py resolves every name).
-_EXPORTED_FROM = {
-    "audit": ("AuditRecord", "AuditStore", "AuditUnavailable", "SQLiteAuditStore"),
-    "contract": ("CallState", "ErrorCode", "ToolCall", "ToolResult"),
-    "hooks": (
-        "Approval",
-        "Approver",
-        "Artifact",
-        "HookDecision",
-        "PlanProgress",
-        "PlanStep",
-        "PostToolUse",
-        "PostToolUseEvent",
-        "PreToolUse",
-        "PreToolUseEvent",
-        "StopReport",
-    ),
-    "idempotency": ("make_idempotency_key",),
-    "isolation": ("HandlerTimeout",),
-    "policy": ("Capabilities", "Decision", "Risk"),
-    "redaction": ("Redactor",),
-    "registry": ("PathAccess", "ToolRegistry", "ToolSpec", "tool"),
-    "runtime": ("ToolContext", "ToolRuntime"),
-    "sandbox": (
-        "CallCancelled",
-        "ForbiddenPath",
-        "InvalidPath",
-        "LimitExceeded",
-        "PathOutsideWorkspace",
-        "SandboxError",
-        "Workspace",
-    ),
-    "schema": ("InvalidSchema",),
-}
-__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTED_FROM)
+__getattr__, __dir__, __all__ = lazy_exports(__name__)
+__all__ += ["__version__"]

@@ -53,8 +53,8 @@ below that turn records into rows and back are shared by both stores.
 sqlite3 is C code and never sees pyfakefs: the file must be a real path,
 made before a fake filesystem starts, or ``":memory:"``. Simulate "audit
 down" at the store: ``close()``, a read-only URI
-(``SQLiteAuditStore("file:/x/audit.db?mode=ro", uri=True)``) or
-``inject_fault``.
+(``SQLiteAuditStore("file:/x/audit.db?mode=ro", uri=True)``) or the
+harness's ``pytest_toolguard.harness.failing_store.FailingStore``.
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pytest_toolguard.contract import CallState, ErrorCode
+from pytest_toolguard.errors import ToolguardError
 from pytest_toolguard.idempotency import Claim, ClaimOutcome, StoredKey, resolve_claim
 from pytest_toolguard.lease import LeaseOwner, current_owner, owner_is_dead
 
@@ -80,7 +81,6 @@ __all__ = [
     "LEASE_COLUMNS",
     "LEASE_GRACE_SECONDS",
     "MAX_LEASE_SECONDS",
-    "OPERATIONS",
     "SCHEMA_VERSION",
     "AuditRecord",
     "AuditStore",
@@ -125,13 +125,8 @@ INTERRUPTED_MESSAGE = "interrupted: the process died while the handler ran"
 Decision = Literal["allow", "deny", "ask", "none"]
 _DECISIONS: frozenset[str] = frozenset({"allow", "deny", "ask", "none"})
 
-OPERATIONS: frozenset[str] = frozenset(
-    {"record", "start", "finish", "release", "get", "rows", "count", "recover"}
-)
-"""The store operations ``SQLiteAuditStore.inject_fault`` can make fail."""
 
-
-class AuditUnavailable(Exception):
+class AuditUnavailable(ToolguardError):
     """The audit store could not read or write. The runtime answers
     ``AUDIT_UNAVAILABLE`` and does not run the handler. The message names the
     operation and SQLite's reason, never the database path; ``operation`` is
@@ -566,12 +561,6 @@ if sys.platform != "win32":
     os.register_at_fork(after_in_child=_count_fork)
 
 
-@dataclass(frozen=True, slots=True)
-class _Fault:
-    operations: frozenset[str]
-    message: str
-
-
 class SQLiteAuditStore:
     """``AuditStore`` on SQLite: durable, shared by threads and processes.
 
@@ -613,7 +602,6 @@ class SQLiteAuditStore:
         self._memory = _is_memory(self._target, uri)
         self._fork_generation = _fork_generation
         self._closed = False
-        self._fault: _Fault | None = None
         self._local = threading.local()
         self._registry_lock = threading.Lock()
         self._connections: list[tuple[threading.Thread, sqlite3.Connection]] = []
@@ -669,9 +657,8 @@ class SQLiteAuditStore:
         """The calling thread's connection, opened on first use.
 
         ``AuditUnavailable`` when the store is closed or was inherited through
-        ``fork``; ``sqlite3.OperationalError`` for an injected fault or when
-        the connection cannot be opened (callers turn it into
-        ``AuditUnavailable``)."""
+        ``fork``; ``sqlite3.OperationalError`` when the connection cannot be
+        opened (callers turn it into ``AuditUnavailable``)."""
         if self._closed:
             raise AuditUnavailable("the audit store is closed", operation)
         if self._fork_generation != _fork_generation:
@@ -680,9 +667,6 @@ class SQLiteAuditStore:
                 "open a new SQLiteAuditStore in this process (after fork)",
                 operation,
             )
-        fault = self._fault
-        if fault is not None and operation in fault.operations:
-            raise sqlite3.OperationalError(fault.message)
         if self._memory:
             if self._shared is None:
                 shared = self._open()
@@ -1058,20 +1042,7 @@ class SQLiteAuditStore:
             schema_version=version,
         )
 
-    # --- faults and lifetime --------------------------------------------------
-
-    def inject_fault(self, *operations: str, message: str = "disk I/O error (injected)") -> None:
-        """Make ``operations`` (method names from ``OPERATIONS``; all of them
-        when none is named) fail as if SQLite raised ``OperationalError``:
-        they raise ``AuditUnavailable`` and change nothing. For tests and the
-        fault harness; ``clear_fault`` ends it. ``ValueError`` for an unknown
-        operation name."""
-        unknown = set(operations) - OPERATIONS
-        if unknown:
-            raise ValueError(
-                f"unknown store operations {sorted(unknown)}; known: {sorted(OPERATIONS)}"
-            )
-        self._fault = _Fault(frozenset(operations) or OPERATIONS, message)
+    # --- copies and lifetime -------------------------------------------------
 
     def copy(self) -> SQLiteAuditStore:
         """A new in-memory store holding this one's rows and idempotency
@@ -1098,10 +1069,6 @@ class SQLiteAuditStore:
         finally:
             if lock is not None:
                 lock.release()
-
-    def clear_fault(self) -> None:
-        """Undo ``inject_fault``."""
-        self._fault = None
 
     def close(self) -> None:
         """Close every connection this store opened, in all threads. Later

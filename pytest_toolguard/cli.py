@@ -20,13 +20,16 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from . import options as options_names
+from .errors import ToolguardError
+
 USAGE_ERROR = 2
 
 FORMATS = ("claude-code", "openai-chat", "openai-responses", "anthropic", "mcp")
 DEFAULT_HOOK_AUDIT = ".toolguard/audit.db"
 
 
-class UsageError(Exception):
+class UsageError(ToolguardError):
     """A mistake in what the command was given: printed as one line, exit 2."""
 
 
@@ -141,7 +144,7 @@ def _parser() -> argparse.ArgumentParser:
 
     sub = command(
         "replay",
-        "replay cassettes and cases through the real executor (pytest --toolguard-replay)",
+        f"replay cassettes and cases through the real executor (pytest {options_names.REPLAY})",
         "toolguard replay cassettes cases -- -n 2",
         _replay,
     )
@@ -271,7 +274,7 @@ def reader(format: str) -> Callable[[str], Any]:
 def _import(options: argparse.Namespace, _: list[str]) -> int:
     from .bridges import BridgeError
     from .bridges.transcript import IMPORT_CAPABILITIES, transcript_to_cassette
-    from .policy import Capabilities
+    from .capabilities import Capabilities
 
     transcript = reader(options.format)(_read(options.file))
     registry = _load_registry(options.registry)
@@ -342,7 +345,7 @@ def _pytest(arguments: list[str], registry: str | None, passthrough: list[str]) 
     command = [sys.executable, "-m", "pytest", *arguments]
     if registry:
         _load_registry(registry)  # a bad spec is one line here, not a pytest error
-        command += ["-o", f"toolguard_registry={registry}"]
+        command += ["-o", f"{options_names.REGISTRY_INI}={registry}"]
     environment = dict(os.environ)
     environment["PYTHONPATH"] = os.pathsep.join(
         [os.getcwd(), *filter(None, [environment.get("PYTHONPATH")])]
@@ -358,22 +361,22 @@ def _existing(paths: list[str]) -> list[str]:
 
 
 def _replay(options: argparse.Namespace, passthrough: list[str]) -> int:
-    return _pytest(["--toolguard-replay", *_existing(options.paths)], options.registry, passthrough)
+    return _pytest([options_names.REPLAY, *_existing(options.paths)], options.registry, passthrough)
 
 
 def _matrix(options: argparse.Namespace, passthrough: list[str]) -> int:
-    arguments = ["--toolguard-replay", f"--toolguard-faults={options.faults}"]
+    arguments = [options_names.REPLAY, f"{options_names.FAULTS}={options.faults}"]
     if options.report:
-        arguments.append(f"--toolguard-report={options.report}")
+        arguments.append(f"{options_names.REPORT}={options.report}")
     return _pytest(arguments + _existing(options.paths), options.registry, passthrough)
 
 
 def _fuzz(options: argparse.Namespace, passthrough: list[str]) -> int:
-    arguments = ["--toolguard-fuzz", "-p", "no:cacheprovider"]
+    arguments = [options_names.FUZZ, "-p", "no:cacheprovider"]
     if options.examples is not None:
-        arguments.append(f"--toolguard-fuzz-examples={options.examples}")
+        arguments.append(f"{options_names.FUZZ_EXAMPLES}={options.examples}")
     if options.seed is not None:
-        arguments.append(f"--toolguard-fuzz-seed={options.seed}")
+        arguments.append(f"{options_names.FUZZ_SEED}={options.seed}")
     # Only the fuzz items: collect from an empty directory.
     with tempfile.TemporaryDirectory(prefix="toolguard-fuzz-") as empty:
         return _pytest([*arguments, "--rootdir", empty, empty], options.registry, passthrough)
@@ -500,7 +503,7 @@ def _hook(options: argparse.Namespace, _: list[str]) -> int:
     from .audit import AuditUnavailable, SQLiteAuditStore
     from .bridges import claude_code, claude_code_hook
     from .bridges.hook_cassette import HookCassette, HookCassetteError
-    from .policy import Capabilities
+    from .capabilities import Capabilities
     from .runtime import ToolRuntime
 
     config = _hook_config(options.config)

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from .audit import SQLiteAuditStore
+from .capabilities import Capabilities, Risk
 from .contract import ToolCall, ToolResult
-from .hooks import Artifact, PlanProgress, PlanStep
-from .policy import Capabilities, Risk
+from .plan import Artifact, PlanProgress, PlanStep
 from .runtime import ToolRuntime
 from .tools import builtin_registry
 

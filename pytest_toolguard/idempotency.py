@@ -32,7 +32,7 @@ again. The semantics follow Stripe's idempotent requests and the IETF
 The claim itself is atomic: ``SQLiteAuditStore.start`` claims the key and
 writes the RUNNING audit row in one ``BEGIN IMMEDIATE`` transaction. A
 ``SELECT`` followed by an ``INSERT`` is not atomic: two concurrent calls both
-see "no key" and both run (``tests/test_idempotency_store.py`` shows it).
+see "no key" and both run (``tests/core/test_idempotency_store.py`` shows it).
 
 This module is pure: key derivation and the decision of what a claim means
 given what is stored. Storage lives in ``pytest_toolguard.audit``.
@@ -45,47 +45,21 @@ low-entropy secret in the arguments can be guessed back from the hash.
 from __future__ import annotations
 
 import enum
-import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pytest_toolguard.contract import ErrorCode
+from .contract import ErrorCode
+from .jsondata import canonical_json, json_hash, sha256_text
 
 __all__ = [
     "Claim",
     "ClaimOutcome",
     "StoredKey",
-    "arguments_hash",
-    "canonical_json",
     "make_idempotency_key",
     "resolve_claim",
     "scope_client_key",
 ]
-
-
-def canonical_json(value: Any) -> str:
-    """The one JSON text of ``value`` used for hashing: keys sorted, no
-    spaces, non-ASCII kept as UTF-8.
-
-    Equal mappings give equal text whatever their key order. ``1`` and
-    ``1.0`` give different text (JSON Schema would call both integers).
-    Raises ``TypeError`` for values JSON cannot encode and ``ValueError`` for
-    circular references.
-    """
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def _utf8(text: str) -> bytes:
-    # JSON text may carry lone surrogates ("\\ud800" parses); hash them rather
-    # than raise. Valid text encodes exactly as UTF-8.
-    return text.encode("utf-8", "surrogatepass")
-
-
-def arguments_hash(arguments: Mapping[str, Any]) -> str:
-    """sha256 hex digest of ``canonical_json(arguments)``; same failure modes."""
-    return hashlib.sha256(_utf8(canonical_json(arguments))).hexdigest()
 
 
 def make_idempotency_key(tool_name: str, arguments: Mapping[str, Any], scope: str) -> str:
@@ -99,8 +73,7 @@ def make_idempotency_key(tool_name: str, arguments: Mapping[str, Any], scope: st
     """
     if "\n" in tool_name:
         raise ValueError("a tool name used in an idempotency key must not contain a newline")
-    raw = f"{scope}\n{tool_name}\n{canonical_json(dict(arguments))}"
-    return hashlib.sha256(_utf8(raw)).hexdigest()
+    return sha256_text(f"{scope}\n{tool_name}\n{canonical_json(dict(arguments))}")
 
 
 def scope_client_key(
@@ -121,8 +94,7 @@ def scope_client_key(
     surrogates kept), so two different quadruples never give the same text:
     no collision but sha256's. Deterministic; never raises for strings.
     """
-    raw = canonical_json(["client-key", scope_kind, scope, tool_name, client_key])
-    return hashlib.sha256(_utf8(raw)).hexdigest()
+    return json_hash(["client-key", scope_kind, scope, tool_name, client_key])
 
 
 class ClaimOutcome(str, enum.Enum):

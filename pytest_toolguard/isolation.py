@@ -49,13 +49,15 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from .errors import ToolguardError
+
 if TYPE_CHECKING:  # imported where used: asyncio costs ~15 ms, paid by async callers only
     import asyncio
 
 IsolationMode = Literal["thread", "process"]
 
 
-class HandlerTimeout(Exception):
+class HandlerTimeout(ToolguardError):
     """The handler overran its deadline."""
 
     def __init__(self, seconds: float) -> None:
@@ -63,7 +65,7 @@ class HandlerTimeout(Exception):
         self.seconds = seconds
 
 
-class HandlerCrashed(Exception):
+class HandlerCrashed(ToolguardError):
     """Process mode: the child died without sending a result, or sent an
     exception that could not be carried back as itself."""
 

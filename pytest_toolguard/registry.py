@@ -16,15 +16,15 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from .policy import Capabilities, Risk
+from .capabilities import Capabilities, Risk
 from .schema import SchemaValidator
+from .signatures import schema_from_signature, with_dataclass_arguments
 
 if TYPE_CHECKING:
     from .redaction import Redactor
-    from .runtime import ToolContext
 
 Handler = Callable[..., Any]
-"""``handler(ctx: ToolContext, **arguments) -> JSON-like data``, or an
+"""``handler(ctx: pytest_toolguard.context.ToolContext, **arguments) -> JSON-like data``, or an
 ``async def`` handler (or any callable returning an awaitable of such data)."""
 
 AccessMode = Literal["read", "write"]
@@ -210,7 +210,7 @@ def tool(
     """Declare a tool from a handler. The name defaults to the function's
     name and the description to its docstring; without ``input_schema`` the
     schema comes from the handler's signature and type hints (see
-    ``pytest_toolguard.bridges.python``)::
+    ``pytest_toolguard.signatures``)::
 
         @tool(input_schema={...}, paths=[PathAccess.read("{path}")])
         def read_text(ctx, path, max_chars=4000): ...
@@ -222,8 +222,6 @@ def tool(
     def wrap(handler: Handler) -> ToolSpec:
         schema = input_schema
         if schema is None:
-            from .bridges.python import schema_from_signature, with_dataclass_arguments
-
             schema = schema_from_signature(handler)
             handler = with_dataclass_arguments(handler)
         return ToolSpec(
@@ -293,7 +291,3 @@ class ToolRegistry:
 
     def __len__(self) -> int:
         return len(self._tools)
-
-
-if TYPE_CHECKING:  # the handler's first argument, for readers of this module
-    _ = ToolContext

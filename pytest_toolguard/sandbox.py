@@ -138,6 +138,7 @@ from types import TracebackType
 from typing import Any, ClassVar, Literal, NoReturn, TypeAlias
 
 from .contract import ErrorCode
+from .errors import ToolguardError
 
 __all__ = [
     "DEFAULT_FORBIDDEN_NAMES",
@@ -220,7 +221,7 @@ _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXE
 # --------------------------------------------------------------------------- errors
 
 
-class SandboxError(Exception):
+class SandboxError(ToolguardError):
     """A path or operation the workspace refuses.
 
     ``code`` is the stable ``ErrorCode`` to report; ``path`` is the path as

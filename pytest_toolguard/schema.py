@@ -26,6 +26,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError
 
+from .errors import ToolguardError
+
 _rs: Any
 try:
     import jsonschema_rs as _rs
@@ -40,7 +42,7 @@ MAX_REPORTED_ERRORS = 20
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
 
-class InvalidSchema(ValueError):
+class InvalidSchema(ToolguardError, ValueError):
     """A tool was declared with a schema that is not valid JSON Schema 2020-12."""
 
 

@@ -55,6 +55,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from .errors import ToolguardError
+
 _ahocorasick: Any
 try:  # the ``fast`` extra: one automaton pass for every keyword
     import ahocorasick_rs as _ahocorasick
@@ -111,7 +113,7 @@ _FLAG_GROUP = re.compile(r"\(\?([a-zA-Z]*)(?:-([a-zA-Z]*))?([:)])")
 _NAMED_GROUP = re.compile(r"\(\?P?<([A-Za-z_][A-Za-z0-9_]*)>")
 
 
-class UnsupportedRegex(ValueError):
+class UnsupportedRegex(ToolguardError, ValueError):
     """A Go regex uses syntax ``translate_go_regex`` has no translation for."""
 
 

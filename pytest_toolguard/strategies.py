@@ -57,6 +57,7 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
+from .errors import ToolguardError
 from .registry import ToolSpec
 from .schema import SchemaValidator, format_path
 
@@ -156,7 +157,7 @@ _OF_TYPE: dict[str, SearchStrategy[Any]] = {
 """One arbitrary value of each JSON type, for "wrong type" mutations."""
 
 
-class UnsupportedSchema(ValueError):
+class UnsupportedSchema(ToolguardError, ValueError):
     """The schema uses something this translation cannot generate values for.
 
     ``keyword`` is the offending keyword and ``path`` where it is, such as

@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
 
-from pytest_toolguard.policy import Risk
+from pytest_toolguard.capabilities import Risk
+from pytest_toolguard.context import ToolContext
 from pytest_toolguard.registry import PathAccess, ToolSpec, tool
-from pytest_toolguard.runtime import ToolContext
 from pytest_toolguard.sandbox import CallCancelled
 from pytest_toolguard.tools import read_text, write_file
 

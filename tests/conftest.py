@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from pytest_toolguard.policy import Capabilities, Risk
+from pytest_toolguard.capabilities import Capabilities, Risk
 from pytest_toolguard.registry import PathAccess, ToolRegistry, ToolSpec
 
 pytest_plugins = ["pytester"]

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..policy import Risk
+from ..capabilities import Risk
 from ..registry import Handler, ToolSpec
-from ._common import BridgeError, Paths, as_list, build_spec, handler_for
+from .definitions import BridgeError, Paths, as_list, build_spec, handler_for
 from .transcript import CallCollector, Transcript, TranscriptResult, json_records
 
 

@@ -29,9 +29,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..policy import Risk
+from ..capabilities import Risk
+from ..context import ToolContext
+from ..errors import ToolguardError
 from ..registry import PathAccess, ToolRegistry, ToolSpec, tool
-from ..runtime import ToolContext
 from .anthropic import tool_result
 from .transcript import CallCollector, Transcript, json_records
 
@@ -182,7 +183,7 @@ _EDIT = {
 }
 
 
-class EditFailed(Exception):
+class EditFailed(ToolguardError):
     """An edit's ``old_string`` is missing, or not unique without ``replace_all``."""
 
 
@@ -317,7 +318,7 @@ def grep(ctx: ToolContext, pattern: str, path: str = ".", **options: Any) -> str
     return "\n".join(out) if out else "No matches found"
 
 
-class NotRunHere(Exception):
+class NotRunHere(ToolguardError):
     """A Claude Code tool that toolguard never runs itself (shell, network)."""
 
 

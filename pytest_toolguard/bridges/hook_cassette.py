@@ -72,7 +72,7 @@ from ..replay.recorder import Recorder
 from ..replay.redacting import redact_file, redact_path
 from ..runtime import ToolRuntime
 from ..sandbox import SandboxError
-from ._common import BridgeError
+from .definitions import BridgeError
 
 SKIPPED_DIRECTORIES = frozenset({".git"})
 """Directory names never expanded beneath a declared directory."""

@@ -19,11 +19,11 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..capabilities import Risk
 from ..contract import ToolCall
-from ..policy import Risk
 from ..registry import Handler, ToolSpec
 from ..runtime import ToolRuntime
-from ._common import BridgeError, Paths, as_list, build_spec
+from .definitions import BridgeError, Paths, as_list, build_spec
 
 
 def tool_schema(tool: Any) -> dict[str, Any]:

@@ -45,9 +45,10 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from ..policy import Risk
+from ..capabilities import Risk
+from ..errors import ToolguardError
 from ..registry import Handler, ToolSpec
-from ._common import BridgeError, Paths, as_list, build_spec, handler_for, warn
+from .definitions import BridgeError, Paths, as_list, build_spec, handler_for, warn
 from .transcript import CallCollector, Transcript, TranscriptResult, json_records, text_of
 
 ANNOTATION_DEFAULTS = {
@@ -61,7 +62,7 @@ ANNOTATION_DEFAULTS = {
 KNOWN_ANNOTATIONS = frozenset(ANNOTATION_DEFAULTS) | {"title"}
 
 
-class MCPToolError(Exception):
+class MCPToolError(ToolguardError):
     """An MCP tool answered ``isError: true``; the message is its text."""
 
 

@@ -30,11 +30,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from ..capabilities import Risk
 from ..contract import ToolCall
-from ..policy import Risk
 from ..registry import Handler, ToolSpec
 from ..runtime import ToolRuntime
-from ._common import BridgeError, Paths, as_list, build_spec, handler_for
+from .definitions import BridgeError, Paths, as_list, build_spec, handler_for
 from .transcript import CallCollector, Transcript, TranscriptResult, json_records
 
 AGENTS_CONTEXT = "openai_agents_tool_context"

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..capabilities import Capabilities, Risk
 from ..contract import ToolCall, ToolResult
-from ..policy import Capabilities, Risk
 from ..registry import ToolRegistry
 from ..replay.cassette import Cassette, dump
 from ..replay.recorder import Recorder
@@ -313,7 +313,7 @@ def transcript_to_cassette(
     each call; ``map_arguments`` may rewrite a call's arguments first
     (Claude Code's absolute paths). Call ids, the session id and the order
     are kept. ``BridgeError`` when ``workspace`` is not a directory."""
-    from ._common import BridgeError
+    from .definitions import BridgeError
 
     source = Path(workspace)
     if not source.is_dir():

@@ -1,41 +1,29 @@
 """Fault matrices: every recorded call against every fault.
 
-See ``base`` (what a fault is, the cell world), ``builtin`` (the catalogue),
-``outcome`` and ``report`` (the matrix and its reports).
+A fault (``fault.Fault``) applies to a recorded interaction (``Target``)
+and is injected into one ``Cell`` (``cell``: the world, the session's
+runtime, the oracles); ``run.run_cell`` runs one, ``iter_cells`` lists the
+cells of a cassette. ``BUILTIN_FAULTS`` is the catalogue (one module per
+theme: ``handler``, ``paths``, ``repeats``, ``refusals``, ``storage``,
+``network``); ``outcome`` and ``report`` hold the matrix and its reports.
 """
 
-from . import builtin as _builtin  # registers the built-in faults, in order
-from .base import (
-    DECOY_MARKER,
-    Cell,
-    Fault,
-    Target,
-    catalogue,
-    iter_cells,
-    register_fault,
-    run_cell,
-    select_faults,
-    targets,
-    unregister_fault,
-)
-from .builtin import FAKE_SECRET, InjectedFault, secret_forms, traversal_payloads
+from .builtin import BUILTIN_FAULTS, select_faults
+from .cell import Cell
+from .fault import AfterSuccess, Fault, iter_cells
+from .prefixes import PrefixCache
+from .run import run_cell
+from .target import Target, targets
 
 __all__ = [
-    "DECOY_MARKER",
-    "FAKE_SECRET",
+    "BUILTIN_FAULTS",
+    "AfterSuccess",
     "Cell",
     "Fault",
-    "InjectedFault",
+    "PrefixCache",
     "Target",
-    "catalogue",
     "iter_cells",
-    "register_fault",
     "run_cell",
-    "secret_forms",
     "select_faults",
     "targets",
-    "traversal_payloads",
-    "unregister_fault",
 ]
-
-del _builtin

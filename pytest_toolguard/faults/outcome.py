@@ -14,7 +14,7 @@ cell (a test run twice) count once, as the worse: ``fail`` over ``pass``
 over ``n/a``.
 
 ``CellOutcome.as_dict``/``from_dict`` carry a cell between processes as
-plain JSON data (pytest-xdist's ``workeroutput``).
+plain JSON data (on each fault cell's report, to the xdist controller).
 
 Nothing here imports pytest; rendering lives in ``faults.report``.
 """

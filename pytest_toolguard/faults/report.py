@@ -35,13 +35,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from ..options import FAULTS, REPLAY
 from .outcome import STATUSES, CellOutcome, CellStatus, MatrixReport, Row
 
 FORMAT_VERSION = 1
 """The ``format_version`` of ``render_json`` output."""
 
-REPLAY_OPTION = "--toolguard-replay"
-FAULTS_OPTION = "--toolguard-faults"
 
 TITLE = "toolguard fault matrix"
 
@@ -80,7 +79,7 @@ def rerun_command(cell: CellOutcome) -> str:
     target = shlex.quote(cell.nodeid or cell.source)
     if not target.startswith("'"):
         target = f"'{target}'"
-    return f"pytest {REPLAY_OPTION} {FAULTS_OPTION}={shlex.quote(cell.fault)} {target}"
+    return f"pytest {REPLAY} {FAULTS}={shlex.quote(cell.fault)} {target}"
 
 
 def cell_label(cell: CellOutcome) -> str:
@@ -460,8 +459,8 @@ def _rerun_one(failures: tuple[CellOutcome, ...], width: int) -> str:
     fault = shlex.quote(example.fault)
     candidates = [
         rerun_command(example),
-        f"pytest {REPLAY_OPTION} {FAULTS_OPTION}={fault} '<node id from above>'",
-        f"pytest {REPLAY_OPTION} {FAULTS_OPTION}=<fault> '<node id>'",
+        f"pytest {REPLAY} {FAULTS}={fault} '<node id from above>'",
+        f"pytest {REPLAY} {FAULTS}=<fault> '<node id>'",
     ]
     for command in candidates:
         if len(f"rerun one: {command}") <= width:

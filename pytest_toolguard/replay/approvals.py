@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..hooks import Approval, HookDecision, PreToolUse, PreToolUseEvent
-from ..idempotency import canonical_json
+from ..jsondata import canonical_json
 from ..redaction import Redactor
 from .cassette import Cassette, Interaction
 

@@ -33,9 +33,11 @@ from typing import Any, Literal
 import yaml
 from jsonschema import Draft202012Validator
 
+from ..capabilities import Capabilities, Risk
 from ..contract import ToolCall
-from ..hooks import Approval, Artifact, PlanStep
-from ..policy import Capabilities, Risk
+from ..errors import ToolguardError
+from ..hooks import Approval
+from ..plan import Artifact, PlanStep
 from ..schema import format_path
 
 FORMAT_VERSION = 1
@@ -51,7 +53,7 @@ _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _Dumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
-class CassetteError(ValueError):
+class CassetteError(ToolguardError, ValueError):
     """A cassette or case that cannot be used. ``str()`` reads
     ``<file>: <field>: <what is wrong>`` and, where it helps, what to do."""
 

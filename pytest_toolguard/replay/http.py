@@ -64,6 +64,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..errors import ToolguardError
 from ..redaction import Redactor
 from ..registry import ToolRegistry, ToolSpec
 from .cassette import Cassette, HttpExchange, Interaction
@@ -87,11 +88,11 @@ instead of its recorded response (or raise, as the network would); see
 ``faults.network``."""
 
 
-class HttpUnavailable(ImportError):
+class HttpUnavailable(ToolguardError, ImportError):
     """vcrpy is not installed, and the session needs it."""
 
 
-class HttpConflict(RuntimeError):
+class HttpConflict(ToolguardError, RuntimeError):
     """Another session is recording or serving HTTP in this process."""
 
 

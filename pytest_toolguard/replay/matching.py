@@ -19,7 +19,7 @@ from typing import Any
 from ..contract import ToolCall
 from ..redaction import Redactor
 from .cassette import Interaction
-from .player import Difference
+from .checks import Difference
 
 MATCHED_FIELDS = ("tool_name", "call_id", "idempotency_key", "actor", "session_id")
 """Call fields compared besides the arguments."""

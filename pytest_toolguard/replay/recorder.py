@@ -34,9 +34,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
+from ..capabilities import under_root
 from ..contract import ToolCall, ToolResult
-from ..hooks import Approval, PlanProgress
-from ..policy import fill_template, under_root
+from ..harness.files import read_tree
+from ..hooks import Approval
+from ..plan import PlanProgress
+from ..policy import fill_template
 from ..runtime import ToolRuntime
 from ..sandbox import SandboxError
 from .cassette import (
@@ -50,7 +53,6 @@ from .cassette import (
     WorkspaceState,
     dump,
 )
-from .environment import read_tree
 from .http import HttpRecording
 from .redacting import redact_file, redact_path, tool_redactor
 

@@ -18,6 +18,8 @@ import importlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from ..errors import ToolguardError
+
 if TYPE_CHECKING:
     from ..registry import ToolRegistry
 
@@ -25,7 +27,7 @@ DEFAULT_REGISTRY = "pytest_toolguard.tools:builtin_registry"
 """The built-in tools, used when no registry is configured."""
 
 
-class SpecError(ValueError):
+class SpecError(ToolguardError, ValueError):
     """A ``module:attribute`` spec that does not name what it must."""
 
 

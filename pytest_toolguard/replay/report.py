@@ -6,8 +6,8 @@ field, the recorded and the replayed value, a unified diff for text and file
 contents, and the exact command that re-records the cassette. Values are
 shown whole up to ``VALUE_LIMIT`` characters, then cut with a note.
 
-``ReplayTotals`` counts a run's replays; it travels as a plain dict (for
-pytest-xdist's ``workeroutput``) and adds up across workers.
+``ReplayTotals`` counts a run's replays; it travels as a plain dict (on
+each replay item's report, to the xdist controller) and adds up.
 
 Nothing here imports pytest.
 """
@@ -20,20 +20,20 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from ..errors import ToolguardError
+from ..options import RECORD_MODE
 from .cassette import Cassette
-from .player import Difference, ReplayReport
+from .checks import Difference, ReplayReport
 
 VALUE_LIMIT = 400
 """Characters of a recorded or replayed value shown before it is cut."""
 
-RECORD_OPTION = "--toolguard-record-mode"
 
-
-class ReplayFailed(AssertionError):
+class ReplayFailed(ToolguardError, AssertionError):
     """A replay that differed from its cassette; ``str()`` is the report."""
 
 
-class CallNotInCassette(AssertionError):
+class CallNotInCassette(ToolguardError, AssertionError):
     """A call a test made that its cassette does not hold next; ``str()``
     names the closest recorded call, the fields that differ, and the
     command that re-records the cassette."""
@@ -41,7 +41,7 @@ class CallNotInCassette(AssertionError):
 
 def record_command(nodeid: str, mode: str = "rewrite") -> str:
     """The shell command that records one test's cassette in ``mode``."""
-    return f"pytest {RECORD_OPTION}={mode} {shlex.quote(nodeid)}"
+    return f"pytest {RECORD_MODE}={mode} {shlex.quote(nodeid)}"
 
 
 def how_to_rerecord(cassette: Cassette) -> str:
@@ -55,7 +55,7 @@ def how_to_rerecord(cassette: Cassette) -> str:
         return f"a case is written by hand: edit {where}"
     return (
         f"{where} names no recorder (recorded_by): re-run the test or script that "
-        f"recorded it with {RECORD_OPTION}=rewrite"
+        f"recorded it with {RECORD_MODE}=rewrite"
     )
 
 

@@ -44,6 +44,7 @@ those.
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 import threading
@@ -53,28 +54,30 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..audit import AuditRecord, SQLiteAuditStore
+from ..audit import AuditRecord, AuditStore, SQLiteAuditStore
+from ..capabilities import Capabilities
 from ..contract import ToolCall, ToolResult
-from ..hooks import PlanProgress, PostToolUse, PreToolUse
-from ..policy import Capabilities
+from ..harness.fake_filesystem import FakeWorld
+from ..harness.files import read_tree
+from ..harness.session import session_runtime
+from ..harness.world import World
+from ..hooks import PostToolUse, PreToolUse
 from ..redaction import Redactor
 from ..registry import ToolRegistry
 from ..runtime import ToolRuntime
-from .approvals import approval_hooks
 from .cassette import (
     Cassette,
     CassetteError,
     FileState,
-    WorkspaceState,
     capabilities_dict,
     dump,
     dumps,
     load,
 )
-from .environment import fake_filesystem, frozen_clock, read_tree
+from .checks import Difference, ReplayChecks, ReplayReport, describe_content
 from .matching import call_differences, closest
 from .naming import explicit_cassette_name
-from .player import ORPHAN_JOIN_SECONDS, Difference, ReplayReport, _Checker, _describe
+from .player import ORPHAN_JOIN_SECONDS
 from .record_mode import RecordMode, parse
 from .recorder import Recorder
 from .redacting import redact_file, redact_path
@@ -158,32 +161,60 @@ def _capabilities(value: Any) -> Capabilities | None:
 # -- recording ----------------------------------------------------------------
 
 
-class RecordingTape:
-    """Records ``runtime`` from its first ``execute`` on."""
+class RecordingRuntime(ToolRuntime):
+    """The runtime a recording tape gives its test: a ``ToolRuntime`` whose
+    first ``execute`` (or ``aexecute``) starts the recording, so files the
+    test writes under ``workspace.root`` beforehand are the recorded
+    starting state."""
 
-    def __init__(self, runtime: ToolRuntime, *, name: str, recorded_by: str | None = None) -> None:
-        self.runtime = runtime
-        self.recorder = Recorder(runtime, name=name, recorded_by=recorded_by)
+    def __init__(self, tape: RecordingTape, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._tape = tape
+
+    def execute(self, call: ToolCall) -> ToolResult:
+        self._tape.start()
+        return super().execute(call)
+
+    async def aexecute(self, call: ToolCall) -> ToolResult:
+        self._tape.start()
+        return await super().aexecute(call)
+
+
+class RecordingTape:
+    """Records a test's session from its first call on. ``runtime`` is the
+    ``RecordingRuntime`` the test gets (a real runtime on a real
+    workspace at ``root``); ``write(path)`` writes what it recorded."""
+
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        root: str,
+        audit: AuditStore,
+        *,
+        name: str,
+        recorded_by: str | None = None,
+        capabilities: Capabilities | None = None,
+        variables: Mapping[str, str] | None = None,
+        hooks: Sequence[PreToolUse | PostToolUse] = (),
+    ) -> None:
+        self.runtime = RecordingRuntime(
+            self, registry, root, capabilities, audit, variables=variables, hooks=hooks
+        )
+        self.recorder = Recorder(self.runtime, name=name, recorded_by=recorded_by)
         self._started = False
         self._lock = threading.Lock()
-        runtime.execute = self._first_call  # type: ignore[method-assign]
 
-    def _first_call(self, call: ToolCall) -> ToolResult:
-        self._start()
-        result: ToolResult = self.runtime.execute(call)
-        return result
-
-    def _start(self) -> None:
+    def start(self) -> None:
+        """Start recording (once): snapshot the workspace, then watch every call."""
         with self._lock:
             if not self._started:
-                vars(self.runtime).pop("execute", None)  # the runtime's own method again
-                self.recorder.start()  # snapshots the workspace, then watches execute
+                self.recorder.start()
                 self._started = True
 
     def cassette(self) -> Cassette:
         """Stop recording; the cassette of what was recorded, with the
         workspace root written as ``STABLE_ROOT``."""
-        self._start()  # a test that made no call records an empty session
+        self.start()  # a test that made no call records an empty session
         self.recorder.stop()
         cassette = self.recorder.cassette()
         return replace(cassette, workspace=replace(cassette.workspace, root=STABLE_ROOT))
@@ -230,9 +261,12 @@ class PlaybackTape:
         volatile: Sequence[str] = (),
         capabilities: Capabilities | None = None,
         variables: Mapping[str, str] | None = None,
+        fake_world: FakeWorld | None = None,
     ) -> None:
         """``capabilities`` and ``variables``, when given, are what the test
-        asks for now: a difference from the recorded session is reported."""
+        asks for now: a difference from the recorded session is reported.
+        ``fake_world`` is the ``FakeWorld`` to play in (default: the
+        process's)."""
         self.cassette = cassette
         self.registry = registry
         self.cassette_path = cassette_path
@@ -241,7 +275,7 @@ class PlaybackTape:
         self.asked_capabilities = capabilities
         self.asked_variables = variables
         self._refused: list[Difference] = []
-        self._checker = _Checker(
+        self._checks = ReplayChecks(
             self.redactor, tuple(cassette.volatile) + tuple(volatile), registry
         )
         self._stack = ExitStack()
@@ -253,36 +287,33 @@ class PlaybackTape:
         self._before: dict[str, bytes] | None = None
         self._runtime: ToolRuntime | None = None
         self._store: SQLiteAuditStore | None = None
-        self._execute: Any = None
-        self._http = self._checker.http_playback(cassette, registry)  # before the fake world
+        self._fake_world = fake_world
+        self._http = self._checks.http_playback(cassette, registry)  # before the fake world
 
     def start(self) -> ToolRuntime:
+        """Enter the cassette's world (an empty workspace at the recorded
+        root: the test makes its own set-up) and give the runtime the test
+        calls through."""
         cassette = self.cassette
-        self._stack.enter_context(frozen_clock(cassette.recorded_at))  # before pyfakefs: see player
-        # The test makes its own starting state (see the module docstring).
-        empty = replace(cassette, workspace=WorkspaceState(root=cassette.workspace.root))
-        self._stack.enter_context(fake_filesystem(empty))
-        session = cassette.session
+        self._stack.enter_context(World.of(cassette, empty=True, fake_world=self._fake_world))
         self._store = SQLiteAuditStore(":memory:")
-        plan: list[PreToolUse | PostToolUse] = [PlanProgress(session.plan)] if session.plan else []
-        runtime = ToolRuntime(
-            self._http.registry(self.registry) if self._http else self.registry,
-            cassette.workspace.root,
-            session.capabilities,
+        runtime = session_runtime(
+            cassette,
+            self.registry,
             self._store,
-            hooks=[*plan, *approval_hooks(cassette, self.redactor)],
             redactor=self.redactor,
-            variables=session.variables,
-            idempotency_scope=session.idempotency_scope,
-            timeouts=session.timeouts,
+            http=self._http,
+            runtime_class=functools.partial(PlaybackRuntime, self),
         )
         runtime.add_listener(lambda call, result, data, approval: self._stored.append(data))
-        self._execute = runtime.execute
-        runtime.execute = self._play  # type: ignore[method-assign]
         self._runtime = runtime
         return runtime
 
-    def _play(self, call: ToolCall) -> ToolResult:
+    def expect(self, call: ToolCall) -> int:
+        """The index of the interaction ``call`` plays: the cassette's next
+        one, which it must match; ``CallNotInCassette`` otherwise (naming
+        the closest recorded call), and the call is not executed. The first
+        call also checks what the test's set-up made."""
         __tracebackhide__ = True  # pytest shows the test's line, not this one
         interactions = self.cassette.interactions
         with self._lock:
@@ -306,10 +337,12 @@ class PlaybackTape:
             self._next += 1
             if self._http is not None:
                 self._http.current = index
-        result: ToolResult = self._execute(call)
+        return index
+
+    def played(self, index: int, result: ToolResult) -> None:
+        """Compare the result of the interaction ``expect`` gave."""
         self._results.append(result)
-        self._checker.result(index, interactions[index], result, self._stored[-1])
-        return result
+        self._checks.result(index, self.cassette.interactions[index], result, self._stored[-1])
 
     def _mismatch(self, number: int, index: int, call: ToolCall) -> str:
         interactions = self.cassette.interactions
@@ -334,37 +367,37 @@ class PlaybackTape:
         early) leaves out the interactions never reached and the calls
         refused as not in the cassette (the test already failed on those);
         every other difference is kept."""
-        checker, cassette = self._checker, self.cassette
+        checks, cassette = self._checks, self.cassette
         rows: tuple[AuditRecord, ...] = ()
         try:
             if self._runtime is not None:
                 for orphan in self._runtime.close(join_timeout=ORPHAN_JOIN_SECONDS):
-                    checker.add("runtime", "handlers", "none still running", orphan)
+                    checks.add("runtime", "handlers", "none still running", orphan)
             if self._http is not None:
                 self._http.close()
-                checker.http_requests(cassette.interactions, self._http.unmatched())
+                checks.http_requests(cassette.interactions, self._http.unmatched())
             if self._store is not None:
                 rows = tuple(self._store.rows())
                 self._store.close()
             replayed = cassette.interactions[: self._next]
-            checker.audit(replayed, rows)
+            checks.audit(replayed, rows)
             self._check_session()
             if test_completed:
-                checker.differences.extend(self._refused)
+                checks.differences.extend(self._refused)
                 self._list_unreached()
             if self._next == len(cassette.interactions) and self._before is not None:
                 self._check_files(read_tree(cassette.workspace.root))
         finally:
             self._stack.close()
         return ReplayReport(
-            cassette, tuple(self._results), tuple(checker.differences), checker.checks, rows
+            cassette, tuple(self._results), tuple(checks.differences), checks.checks, rows
         )
 
     def _list_unreached(self) -> None:
         interactions = self.cassette.interactions
         for index in range(self._next, len(interactions)):
             call = interactions[index].call
-            self._checker.add(
+            self._checks.add(
                 f"interaction {index + 1} ({call.tool_name})",
                 "never replayed",
                 {"call_id": call.call_id, "arguments": call.arguments},
@@ -379,22 +412,22 @@ class PlaybackTape:
         shown = {redact_path(self.redactor, path): data for path, data in made.items()}
         for path, content in sorted(recorded.files.items()):
             have = shown.get(path)
-            self._checker.compare(
+            self._checks.compare(
                 where,
                 path,
-                _describe(content),
-                None if have is None else _describe(redact_file(self.redactor, have)),
+                describe_content(content),
+                None if have is None else describe_content(redact_file(self.redactor, have)),
             )
         for link, target in sorted(recorded.symlinks.items()):
             full = posixpath.join(root, link)
-            self._checker.compare(
+            self._checks.compare(
                 where,
                 link,
                 f"symlink to {target}",
                 f"symlink to {os.readlink(full)}" if os.path.islink(full) else "no symlink",
             )
         for directory in sorted(recorded.directories):
-            self._checker.compare(
+            self._checks.compare(
                 where,
                 f"{directory}/",
                 "directory",
@@ -404,30 +437,54 @@ class PlaybackTape:
     def _check_session(self) -> None:
         recorded = self.cassette.session
         if self.asked_capabilities is not None:
-            self._checker.compare(
+            self._checks.compare(
                 "session",
                 "capabilities",
                 capabilities_dict(recorded.capabilities),
                 capabilities_dict(self.asked_capabilities),
             )
         if self.asked_variables is not None:
-            self._checker.compare(
+            self._checks.compare(
                 "session", "variables", dict(recorded.variables), dict(self.asked_variables)
             )
 
     def _check_files(self, after: Mapping[str, bytes]) -> None:
         # Recorded final files must match; files the test changed (through a
         # tool or not) since its first call must be recorded ones.
-        self._checker.files(replace(self.cassette, final_files_exact=False), after)
+        self._checks.files(replace(self.cassette, final_files_exact=False), after)
         before = self._before or {}
         expected = self.cassette.final_files
         for path in sorted(after):
             if path not in expected and after[path] != before.get(path):
-                self._checker.checks += 1
+                self._checks.checks += 1
                 state = FileState.of(after[path])
-                self._checker.add(
+                self._checks.add(
                     "files",
                     path,
                     "absent (not in the cassette)",
                     f"{len(after[path])} bytes, sha256 {state.sha256[:12]}",
                 )
+
+
+class PlaybackRuntime(ToolRuntime):
+    """The runtime a playing tape gives its test: each ``execute`` (or
+    ``aexecute``) must be the cassette's next call (``PlaybackTape.expect``)
+    and its result is compared as ``replay()`` compares it."""
+
+    def __init__(self, tape: PlaybackTape, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._tape = tape
+
+    def execute(self, call: ToolCall) -> ToolResult:
+        __tracebackhide__ = True  # pytest shows the test's line, not this one
+        index = self._tape.expect(call)
+        result = super().execute(call)
+        self._tape.played(index, result)
+        return result
+
+    async def aexecute(self, call: ToolCall) -> ToolResult:
+        __tracebackhide__ = True
+        index = self._tape.expect(call)
+        result = await super().aexecute(call)
+        self._tape.played(index, result)
+        return result

@@ -12,9 +12,9 @@ import errno
 import math
 from typing import Any
 
-from ..policy import Risk
+from ..capabilities import Risk
+from ..context import ToolContext
 from ..registry import PathAccess, tool
-from ..runtime import ToolContext
 from ..sandbox import CallCancelled, show_path
 
 PATH = {"type": "string", "minLength": 1, "maxLength": 300}

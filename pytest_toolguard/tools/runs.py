@@ -13,9 +13,9 @@ import io
 import json
 from typing import Any
 
-from ..policy import Risk
+from ..capabilities import Risk
+from ..context import ToolContext
 from ..registry import PathAccess, tool
-from ..runtime import ToolContext
 
 ARTIFACTS = "runs/{run_id}/artifacts"
 

@@ -1,0 +1,371 @@
+"""What a fault works with: the ``Cell`` of one fault against one target.
+
+``run.run_cell`` rebuilds the cassette's world (``harness.World``: fake
+filesystem, frozen clock), brings the session to the moment before the
+target's call (replaying the interactions before it, or restoring what a
+``PrefixCache`` saved for them), plants decoys beside the workspace, hands
+the fault a ``Cell`` to inject and call through, and then checks the
+invariants every cell shares:
+
+- nothing outside the workspace changed (every entry of the fake
+  filesystem outside the root, planted decoys included: content, mode,
+  inode, link count, mtime, link target; none added or removed);
+- every call the fault made has exactly one audit row, and it is finished
+  (unless the fault said the store was down for it);
+- no handler, and no thread started during the cell, is still running;
+- no result holds a decoy's marker (nothing outside was read).
+
+Like replay, a cell grants the recorded approvals again (they follow the
+hooks a fault gives ``make_runtime``, so a plan still blocks first) and
+serves the recorded HTTP exchanges of external tools, each as often as
+asked, with no network (``cell.http``).
+
+A fault reports a broken oracle with ``cell.check(condition, message)``; the
+cell passes when no check failed. ``run_cell`` never raises for what a tool
+or the executor does: a fault's own crash is reported as a failed cell too.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from ..audit import SQLiteAuditStore
+from ..capabilities import Capabilities
+from ..contract import CallState, ErrorCode, ToolCall, ToolResult
+from ..harness.failing_store import FailingStore
+from ..harness.probes import (
+    HandlerProbe,
+    OutsideSnapshot,
+    ThreadWatch,
+    audit_row_problems,
+    outside_changes,
+)
+from ..harness.session import recorded_hooks, session_runtime, with_secrets
+from ..harness.world import DECOY_MARKER, OUTSIDE_DIR, World
+from ..hooks import PostToolUse, PreToolUse
+from ..plan import PlanProgress
+from ..registry import ToolRegistry, ToolSpec
+from ..replay.approvals import approval_hooks
+from ..replay.http import HttpPlayback
+from ..runtime import ToolRuntime
+from .prefixes import SavedPrefix
+from .target import Target
+
+JOIN_SECONDS = 5.0
+"""How long a cell waits for a handler that overran its deadline to end."""
+
+THREAD_JOIN_SECONDS = 1.0
+"""How long a cell waits, in all, for threads started during it to end."""
+
+
+class Cell:
+    """What a fault works with: the target, the workspace as it was just
+    before the target's call, and ways to call through the real executor.
+
+    ``runtime`` is the session's runtime (the recorded capabilities, plan,
+    variables and idempotency scope), over a copy of the registry whose
+    target tool counts its handler's runs (``handler_calls``). Every
+    runtime's store sits behind a ``FailingStore`` (``failing_store``)."""
+
+    def __init__(
+        self,
+        fault_name: str,
+        target: Target,
+        registry: ToolRegistry,
+        world: World,
+        secrets: Mapping[str, str] | None,
+        *,
+        http: HttpPlayback | None = None,
+        start: SavedPrefix | None = None,
+    ) -> None:
+        self.fault_name = fault_name
+        """The fault's name: its calls' ids start with it."""
+        self.target = target
+        self.world = world
+        self.fs = world.fs
+        """The pyfakefs ``FakeFilesystem`` (for ``set_disk_usage``, ...)."""
+        self.root = world.root
+        self.outside_dir = posixpath.join(posixpath.dirname(self.root), OUTSIDE_DIR)
+        """A directory beside the workspace holding decoy files."""
+        self.secrets = secrets
+        self.problems: list[str] = []
+        self._probe: HandlerProbe | None = None
+        self.http = http
+        """Serves the recorded HTTP exchanges (None when the cassette calls
+        no external tool); ``http.injected(...)`` changes what they answer."""
+        self.registry = self._probing_registry(registry)
+        if http is not None:
+            self.registry = http.registry(self.registry)
+        self.approvals = approval_hooks(target.cassette)
+        """The hooks granting the recorded approvals; every runtime of the
+        cell has them, after its other hooks."""
+        self._runtimes: list[tuple[ToolRuntime, SQLiteAuditStore, FailingStore]] = []
+        self._settled: set[int] = set()
+        self._results: list[ToolResult] = []
+        self.outside_before: OutsideSnapshot | None = None
+        self._calls: list[tuple[SQLiteAuditStore, str]] = []
+        self._unaudited: set[str] = set()
+        self._serial = 0
+        self.hooks: list[PreToolUse | PostToolUse]
+        if start is None:
+            self.hooks = recorded_hooks(target.cassette)
+        else:
+            self.hooks = [start.plan.copy()] if start.plan else []
+        self._threads = ThreadWatch()
+        self.runtime = self.make_runtime(audit=start.store.copy() if start else None)
+        """The session's runtime."""
+
+    # -- set-up
+
+    def _probing_registry(self, registry: ToolRegistry) -> ToolRegistry:
+        specs = []
+        for spec in registry:
+            if spec.name == self.target.call.tool_name:
+                self._probe = HandlerProbe(spec.handler)
+                spec = spec.with_handler(self._probe)
+            specs.append(spec)
+        return ToolRegistry(specs)
+
+    @property
+    def handler_calls(self) -> int:
+        """How often the target tool's handler has run for the fault's calls
+        (the replayed interactions before it are not counted)."""
+        return self._probe.calls if self._probe else 0
+
+    @property
+    def spec(self) -> ToolSpec | None:
+        """The target tool as the runtime sees it now."""
+        return self.registry.get(self.target.call.tool_name)
+
+    def replace_handler(
+        self, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]
+    ) -> Callable[..., Any]:
+        """Replace the target tool's handler with ``wrap(current_handler)``
+        (still counted); returns the handler it replaced."""
+        probe = self._probe
+        if probe is None:
+            raise LookupError(f"no tool {self.target.call.tool_name!r} in the registry")
+        previous = probe.handler
+        probe.handler = wrap(previous)
+        return previous
+
+    def restore_handler(self, handler: Callable[..., Any]) -> None:
+        """Put back a handler ``replace_handler`` returned."""
+        self.replace_handler(lambda _current: handler)
+
+    def replace_spec(self, **changes: Any) -> None:
+        """Change fields of the target tool's spec (``result_limit=...``)."""
+        spec = self.spec
+        if spec is None:
+            raise LookupError(f"no tool {self.target.call.tool_name!r} in the registry")
+        self.registry.replace(replace(spec, **changes))
+
+    def make_runtime(
+        self,
+        *,
+        capabilities: Capabilities | None = None,
+        hooks: Sequence[PreToolUse | PostToolUse] | None = None,
+        timeouts: Mapping[str, float] | None = None,
+        audit: SQLiteAuditStore | None = None,
+    ) -> ToolRuntime:
+        """A runtime of the recorded session over this cell's registry, with
+        its own in-memory audit store (or ``audit``, which it then owns);
+        the cell closes it and checks its rows."""
+        store = audit if audit is not None else SQLiteAuditStore(":memory:")
+        switch = FailingStore(store)
+        runtime = session_runtime(
+            self.target.cassette,
+            self.registry,
+            switch,
+            hooks=self.hooks if hooks is None else hooks,
+            approvals=self.approvals,
+            capabilities=capabilities,
+            timeouts=timeouts,
+        )
+        self._runtimes.append((runtime, store, switch))
+        return runtime
+
+    def replay_before(self) -> None:
+        """Bring the session to the moment before the target's call:
+        replay the interactions before it (no comparisons: the replay items
+        do that)."""
+        for position, interaction in enumerate(self.target.cassette.interactions):
+            if position == self.target.index:
+                break
+            self._playing(position)
+            self.runtime.execute(with_secrets(interaction.call, self.secrets))
+
+    def saved(self) -> SavedPrefix:
+        """The state ``replay_before`` left: the workspace, a copy of the
+        session's store, a copy of the plan's progress."""
+        plan = next((hook for hook in self.hooks if isinstance(hook, PlanProgress)), None)
+        return SavedPrefix(
+            self.world.save_workspace(),
+            self.store_of(self.runtime).copy(),
+            plan.copy() if plan else None,
+        )
+
+    def at_target(self) -> None:
+        """From here on the target's call plays: the handler count starts
+        at zero, HTTP is served as recorded with it."""
+        self._playing(self.target.index)
+        if self._probe is not None:
+            self._probe.reset()
+
+    def _playing(self, index: int) -> None:
+        if self.http is not None:
+            self.http.current = index
+
+    # -- calls
+
+    def call(self, arguments: Any = None, **changes: Any) -> ToolCall:
+        """The target's call with a fresh call id, optionally with other
+        ``arguments`` or other fields, and the secrets filled in last: a
+        placeholder in arguments a fault derived from the recorded ones
+        (``target.arguments``) is sent as the real value too. A recorded
+        idempotency key is made unique to this call too (unless
+        ``idempotency_key`` is given): reused, every call after the first
+        would only be answered from the key, and test nothing."""
+        self._serial += 1
+        call = self.target.call
+        call_id = f"{self.fault_name}-{self._serial}"
+        fields: dict[str, Any] = {"call_id": call_id}
+        if call.idempotency_key:
+            fields["idempotency_key"] = f"{call.idempotency_key}-{call_id}"
+        fields.update(changes)
+        if arguments is not None:
+            fields["arguments"] = arguments
+        return with_secrets(replace(call, **fields), self.secrets)
+
+    def execute(self, call: ToolCall, runtime: ToolRuntime | None = None) -> ToolResult:
+        """Run ``call`` through ``runtime`` (default: the session's) and keep
+        it for the audit invariant."""
+        runtime = runtime or self.runtime
+        self._calls.append((self.store_of(runtime), call.call_id))
+        result = runtime.execute(call)
+        self._results.append(result)
+        return result
+
+    def store_of(self, runtime: ToolRuntime) -> SQLiteAuditStore:
+        """The audit store of a runtime this cell made."""
+        return next(store for made, store, _switch in self._runtimes if made is runtime)
+
+    def failing_store(self, runtime: ToolRuntime | None = None) -> FailingStore:
+        """The ``FailingStore`` in front of a runtime's store (default: the
+        session's): ``with cell.failing_store().failing("start"): ...``."""
+        runtime = runtime or self.runtime
+        return next(switch for made, _store, switch in self._runtimes if made is runtime)
+
+    def settle(self, runtime: ToolRuntime) -> None:
+        """Close ``runtime`` now, waiting for handlers that overran their
+        deadline (a still running one is a problem)."""
+        if id(runtime) not in self._settled:
+            self._settled.add(id(runtime))
+            for problem in runtime.close(join_timeout=JOIN_SECONDS):
+                self.problems.append(f"{problem}")
+
+    def outside_planted(self) -> None:
+        """Call after planting files outside the workspace: they become part
+        of what must stay unchanged."""
+        self.outside_before = self.world.outside()
+
+    def unaudited(self, call_id: str) -> None:
+        """Declare that ``call_id`` may have no audit row (the store was down
+        when it started)."""
+        self._unaudited.add(call_id)
+
+    # -- oracles
+
+    def check(self, condition: bool, message: str) -> bool:
+        """Record ``message`` as a broken oracle unless ``condition``."""
+        if not condition:
+            self.problems.append(message)
+        return condition
+
+    def expect(
+        self,
+        result: ToolResult,
+        *codes: ErrorCode,
+        state: CallState | None = None,
+        retryable: bool | None = None,
+    ) -> bool:
+        """Check that ``result`` answers one of ``codes`` (and ``state``,
+        ``retryable`` when given)."""
+        wanted = " or ".join(code.value for code in codes)
+        ok = self.check(
+            result.code in codes,
+            f"{result.call_id}: expected {wanted}, got {result.code.value}: "
+            f"{_short(result.message)}",
+        )
+        if state is not None:
+            ok &= self.check(
+                result.state is state,
+                f"{result.call_id}: expected state {state.value}, got {result.state.value}",
+            )
+        if retryable is not None:
+            ok &= self.check(
+                result.retryable is retryable,
+                f"{result.call_id}: expected retryable={retryable}, got {result.retryable}",
+            )
+        return ok
+
+    def tree(self) -> dict[str, bytes]:
+        """Every regular file under the workspace, by relative path."""
+        return self.world.tree()
+
+    def check_refused(self, before: Mapping[str, bytes], why: str) -> None:
+        """A refused call's oracle: the handler never ran (``handler_calls``
+        is 0) and the workspace holds exactly ``before``."""
+        self.check(self.handler_calls == 0, f"{why}, but the handler ran")
+        self.check_unchanged(before, why)
+
+    def check_unchanged(self, before: Mapping[str, bytes], why: str) -> None:
+        """The workspace holds exactly ``before``."""
+        after = self.tree()
+        changed = sorted(
+            path for path in set(before) | set(after) if before.get(path) != after.get(path)
+        )
+        self.check(not changed, f"{why}, but the workspace changed: {', '.join(changed[:5])}")
+
+    # -- teardown
+
+    def finish(self) -> None:
+        """Close every runtime (waiting for late handlers) and check the
+        shared invariants but the outside one (``check_outside``)."""
+        for runtime, _store, _switch in self._runtimes:
+            self.settle(runtime)
+        if self.http is not None:
+            self.http.close()
+        # After the runtimes are closed their own workers have ended: a
+        # thread still alive was started by a handler.
+        left = self._threads.leftover(THREAD_JOIN_SECONDS)
+        self.check(not left, f"threads started during the cell still running: {', '.join(left)}")
+        for result in self._results:
+            shown = json.dumps([result.data, result.message], default=str)
+            self.check(
+                DECOY_MARKER not in shown,
+                f"{result.call_id}: the result holds a file from outside the workspace",
+            )
+        for store in {id(store): store for _runtime, store, _switch in self._runtimes}.values():
+            calls = [call_id for call_store, call_id in self._calls if call_store is store]
+            for problem in audit_row_problems(store.rows(), calls, may_lack_row=self._unaudited):
+                self.problems.append(problem)
+            store.close()
+
+    def check_outside(self) -> None:
+        """Nothing outside the workspace changed since ``outside_planted``."""
+        before = self.outside_before
+        if before is not None:
+            changes = outside_changes(before, self.world.outside())
+            self.check(
+                not changes, f"outside the workspace changed: {', '.join(changes.paths[:5])}"
+            )
+
+
+def _short(text: str, limit: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

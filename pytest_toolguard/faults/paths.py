@@ -1,0 +1,249 @@
+"""Faults in the paths a call names: a component swapped for a symlink to
+outside (``symlink_escape``), escaping payloads in every path argument
+(``path_traversal``)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import posixpath
+import unicodedata
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import unquote
+
+from ..contract import ErrorCode, ToolResult
+from ..harness.world import DECOY_MARKER
+from .cell import Cell
+from .fault import Fault
+from .target import Target
+
+_REFUSED = (
+    ErrorCode.PATH_OUTSIDE_WORKSPACE,
+    ErrorCode.FORBIDDEN_PATH,
+    ErrorCode.INVALID_ARGUMENT,
+    ErrorCode.PERMISSION_DENIED,
+)
+
+
+class SymlinkEscapeFault(Fault):
+    name = "symlink_escape"
+    applies_to = "successful calls with a path argument inside the workspace"
+    injection = (
+        "the path's first component replaced by a symlink to a decoy directory outside: "
+        "before the call, and again swapped in after the policy check, as the handler starts"
+    )
+    expected = "refused (PATH_OUTSIDE_WORKSPACE or a refused open); nothing outside read or changed"
+
+    def applies(self, target: Target) -> bool:
+        return target.handler_can_run and bool(_link_points(target))
+
+    def inject(self, cell: Cell) -> None:
+        points = _link_points(cell.target)
+        decoys = {first: _plant_mirror(cell, first) for first in points}
+        cell.outside_planted()  # once, before any call: an escape must not be absorbed
+        for first, decoy in decoys.items():
+            with _Swapped(cell, first, decoy):
+                result = cell.execute(cell.call())
+            self._refused(cell, result, f"{first} was a symlink to outside before the call")
+
+            original = cell.replace_handler(_swapping_first(cell, first, decoy))
+            result = cell.execute(cell.call())
+            self._refused(cell, result, f"{first} became a symlink to outside during the call")
+            cell.restore_handler(original)
+
+    @staticmethod
+    def _refused(cell: Cell, result: ToolResult, when: str) -> None:
+        if result.ok:
+            # A listing or search may succeed by skipping the link; it must
+            # not have gone through it (the decoy marker check sees that).
+            cell.check(
+                DECOY_MARKER not in json.dumps(result.data, default=str),
+                f"{when}: the call read through it",
+            )
+        else:
+            cell.check(
+                result.code in _REFUSED or result.code is ErrorCode.EXECUTION_ERROR,
+                f"{when}: expected a refusal, got {result.code.value}",
+            )
+
+
+def _swapping_first(
+    cell: Cell, first: str, decoy: str
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A handler wrapper that swaps the link in as the handler starts
+    (after the policy check) and back when it ends."""
+
+    def wrap(handler: Callable[..., Any]) -> Callable[..., Any]:
+        if inspect.iscoroutinefunction(handler):
+            # Held across the await: a coroutine's body runs after the call returns it.
+            async def swapping_async(ctx: Any, **arguments: Any) -> Any:
+                with _Swapped(cell, first, decoy):
+                    return await handler(ctx, **arguments)
+
+            return swapping_async
+
+        def swapping(ctx: Any, **arguments: Any) -> Any:
+            with _Swapped(cell, first, decoy):
+                return handler(ctx, **arguments)
+
+        return swapping
+
+    return wrap
+
+
+def _link_points(target: Target) -> tuple[str, ...]:
+    """The first components of the call's workspace paths (after filling
+    the tool's path templates), where a symlink can be put."""
+    spec, arguments = target.spec, target.arguments
+    if spec is None or arguments is None:
+        return ()
+    values = {**arguments, **target.cassette.session.variables}
+    paths: list[str] = []
+    for access in spec.paths:
+        try:
+            paths.append(access.template.format_map(values))
+        except (KeyError, ValueError, IndexError):
+            continue
+    declared = {name for access in spec.paths for name in access.fields}
+    paths += [arguments[name] for name in target.path_arguments if name not in declared]
+    points: list[str] = []
+    for path in paths:
+        normal = posixpath.normpath(path)
+        if normal.startswith(("/", "..")) or normal == ".":
+            continue
+        first = normal.split("/")[0]
+        if first not in points:
+            points.append(first)
+    return tuple(points)
+
+
+def _plant_mirror(cell: Cell, first: str) -> str:
+    """A decoy copy of ``first`` outside the workspace: every file beneath
+    it with decoy content, plus a file whose name is the marker."""
+    decoy = posixpath.join(cell.outside_dir, "mirror", first)
+    fs, source = cell.fs, posixpath.join(cell.root, first)
+    if fs.isdir(source):
+        for relative in cell.tree():
+            if relative.startswith(first + "/"):
+                path = posixpath.join(cell.outside_dir, "mirror", relative)
+                fs.create_file(path, contents=f"{DECOY_MARKER} {relative}\n")
+        fs.create_file(posixpath.join(decoy, DECOY_MARKER + ".txt"), contents=DECOY_MARKER)
+    else:
+        fs.create_file(decoy, contents=f"{DECOY_MARKER} {first}\n")
+    return decoy
+
+
+class _Swapped:
+    """Within the block, ``root/first`` is a symlink to ``decoy``; the real
+    entry waits beside it and comes back afterwards."""
+
+    def __init__(self, cell: Cell, first: str, decoy: str) -> None:
+        self.path = posixpath.join(cell.root, first)
+        self.aside = posixpath.join(cell.root, f"{first}.toolguard-aside")
+        self.decoy = decoy
+        self.fs = cell.fs
+        self.moved = False
+
+    def __enter__(self) -> None:
+        if os.path.lexists(self.path):
+            os.rename(self.path, self.aside)
+            self.moved = True
+        os.symlink(self.decoy, self.path)
+
+    def __exit__(self, *exc: object) -> None:
+        if os.path.islink(self.path):
+            os.unlink(self.path)
+        elif os.path.lexists(self.path):  # the tool replaced the link: keep the evidence
+            return
+        if self.moved:
+            os.rename(self.aside, self.path)
+
+
+# -- path_traversal --------------------------------------------------------------------
+
+_PAYLOADS = (
+    "../../../../../../etc/passwd",
+    "/etc/passwd",
+    "..",
+    "../",
+    "../toolguard-outside/secret.txt",
+    "./../toolguard-outside/secret.txt",
+    "a/../../toolguard-outside/secret.txt",
+    "..%2f..%2f..%2f..%2fetc%2fpasswd",
+    "%2e%2e/%2e%2e/%2e%2e/%2e%2e/etc/passwd",
+    "%252e%252e%252f%252e%252e%252fetc%252fpasswd",
+    "....//....//....//etc/passwd",
+    "..\\..\\..\\..\\etc\\passwd",
+    "\u2025/\u2025/\u2025/\u2025/etc/passwd",
+    "..%c0%af..%c0%af..%c0%afetc/passwd",
+    "//etc/passwd",
+    "/./etc/./passwd",
+    "etc/passwd\x00.txt",
+    "~/.ssh/id_rsa",
+)
+"""Raw payloads in the styles of the traversal corpus (tests/corpora):
+dot-dot, absolute, encoded once and twice, overlong UTF-8, backslashes, a
+Unicode two-dot leader, a NUL. Each is also sent decoded."""
+
+
+def traversal_payloads() -> tuple[str, ...]:
+    """Every payload, raw and decoded (URL-unquoted up to three times,
+    NFKC-normalised, backslashes made slashes), without repeats."""
+    seen: dict[str, None] = {}
+    for raw in _PAYLOADS:
+        seen[raw] = None
+        value = raw
+        for _ in range(3):
+            value = unquote(value)
+            seen[value] = None
+        for variant in (unicodedata.normalize("NFKC", value), value.replace("\\", "/")):
+            seen[variant] = None
+            seen[unicodedata.normalize("NFKC", variant.replace("\\", "/"))] = None
+    return tuple(seen)
+
+
+def escapes(path: str) -> bool:
+    """Whether ``path`` read lexically as a POSIX path leaves a root: it is
+    absolute or climbs above it with ``..``."""
+    if path.startswith("/"):
+        return True
+    depth = 0
+    for part in path.split("/"):
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                return True
+        elif part not in ("", "."):
+            depth += 1
+    return False
+
+
+class PathTraversalFault(Fault):
+    name = "path_traversal"
+    applies_to = "calls with a path argument"
+    injection = (
+        f"each path argument replaced by {len(traversal_payloads())} payloads "
+        "(traversal corpus styles, raw and decoded)"
+    )
+    expected = (
+        "every escaping path refused (in a declared path argument); nothing outside read or changed"
+    )
+
+    def applies(self, target: Target) -> bool:
+        return target.spec is not None and bool(target.path_arguments)
+
+    def inject(self, cell: Cell) -> None:
+        arguments = cell.target.arguments or {}
+        declared = cell.target.declared_path_arguments
+        for name in cell.target.path_arguments:
+            for payload in traversal_payloads():
+                result = cell.execute(cell.call({**arguments, name: payload}))
+                # An argument only named like a path may not be one (a
+                # language's "source"): there, the decoy and outside checks judge.
+                if name in declared and escapes(payload):
+                    cell.check(
+                        not result.ok,
+                        f"{name}={payload!r} escapes the workspace but the call succeeded",
+                    )

@@ -1,0 +1,84 @@
+"""The state before a target, saved by the first cell of an interaction and
+restored for the next ones: a cache the caller owns (the pytest plugin's
+run keeps one for the session; ``run_cell`` without one replays every
+time).
+
+A saved prefix holds what replaying the interactions before a target left
+behind: the workspace (every entry under the root, with its mode), the
+session's audit store (rows and idempotency keys) and the plan's progress.
+Not kept: the runtime's rollback journal, so a fault that rolls back an
+earlier call must run without a cache.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from ..audit import SQLiteAuditStore
+from ..harness.world import WorkspaceEntry
+from ..plan import PlanProgress
+from ..replay.cassette import Cassette
+
+DEFAULT_SIZE = 8
+"""Saved prefixes a cache keeps: pytest runs an interaction's cells one
+after another, so a few suffice."""
+
+
+@dataclass(frozen=True, slots=True)
+class SavedPrefix:
+    """What replaying the interactions before a target left behind."""
+
+    entries: tuple[WorkspaceEntry, ...]
+    """(relative path, st_mode, content or link target), parents first."""
+    store: SQLiteAuditStore
+    """The session's audit store as it was (copy it before use)."""
+    plan: PlanProgress | None
+    """The plan's progress as it was (copy it before use)."""
+
+
+class PrefixCache:
+    """The last ``size`` saved prefixes, by (cassette, index, registry,
+    secrets) identity. Each entry keeps its key objects alive, so an id is
+    never reused while it is here; a dropped entry's store is closed."""
+
+    def __init__(self, size: int = DEFAULT_SIZE) -> None:
+        self.size = size
+        self._entries: OrderedDict[tuple[int, ...], tuple[tuple[object, ...], SavedPrefix]] = (
+            OrderedDict()
+        )
+
+    def get(
+        self, cassette: Cassette, index: int, registry: object, secrets: object
+    ) -> SavedPrefix | None:
+        """The prefix saved for the interaction ``index`` of ``cassette``
+        with this registry and these secrets, or None."""
+        found = self._entries.get((id(cassette), index, id(registry), id(secrets)))
+        if found is None or found[0] != (cassette, registry, secrets):
+            return None
+        return found[1]
+
+    def put(
+        self,
+        cassette: Cassette,
+        index: int,
+        registry: object,
+        secrets: object,
+        saved: SavedPrefix,
+    ) -> None:
+        """Keep ``saved``, dropping the oldest entries past ``size``."""
+        if self.size <= 0:
+            saved.store.close()
+            return
+        key = (id(cassette), index, id(registry), id(secrets))
+        self._entries[key] = ((cassette, registry, secrets), saved)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.size:
+            _key, (_keep, dropped) = self._entries.popitem(last=False)
+            dropped.store.close()
+
+    def clear(self) -> None:
+        """Drop every entry (closing their stores)."""
+        while self._entries:
+            _key, (_keep, dropped) = self._entries.popitem(last=False)
+            dropped.store.close()

@@ -1,0 +1,133 @@
+"""Faults in what is stored: the audit store failing (``audit_unavailable``),
+a secret that must never reach the audit database or a cassette
+(``secret_in_payload``)."""
+
+from __future__ import annotations
+
+import base64
+import inspect
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import quote
+
+from ..contract import ErrorCode
+from ..jsondata import strings_of
+from ..replay.cassette import dumps
+from ..replay.recorder import Recorder
+from .cell import Cell
+from .fault import AfterSuccess, Fault
+from .target import Target
+
+FAKE_SECRET = "ghp_" + "T00lGuardFakeSecretTok3n0123456789ab"
+"""A GitHub-token-shaped fake secret (40 characters): the redactor knows
+its shape, so it must never be stored."""
+
+
+class AuditUnavailableFault(AfterSuccess):
+    name = "audit_unavailable"
+    injection = "the audit store fails when the call starts; then, in a fresh try, when it finishes"
+    expected = (
+        "at start: AUDIT_UNAVAILABLE, retryable, the handler never runs; at finish: the "
+        "handler's outcome, its row written by flush_audit() once the store is back"
+    )
+
+    def inject(self, cell: Cell) -> None:
+        store = cell.failing_store()
+        before = cell.tree()
+        call = cell.call()
+        cell.unaudited(call.call_id)
+        with store.failing("start"):
+            result = cell.execute(call)
+        cell.expect(result, ErrorCode.AUDIT_UNAVAILABLE, retryable=True)
+        cell.check_refused(before, "the start could not be audited")
+
+        with store.failing("finish"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            result = cell.execute(cell.call())
+        cell.check(cell.handler_calls == 1, "the handler did not run once the start was stored")
+        cell.check(
+            result.code is not ErrorCode.AUDIT_UNAVAILABLE or not result.ok,
+            "a failed finish turned a success into AUDIT_UNAVAILABLE",
+        )
+        pending = cell.runtime.flush_audit()
+        cell.check(pending == 0, f"{pending} audit writes still pending after the store came back")
+
+
+class SecretInPayloadFault(Fault):
+    name = "secret_in_payload"
+    applies_to = "successful calls with a text argument"
+    injection = "a fake token appended to the longest text argument and to the handler's output"
+    expected = (
+        "the token (raw, base64, hex or URL-encoded) in neither the audit database's bytes "
+        "nor the recorded cassette"
+    )
+
+    def applies(self, target: Target) -> bool:
+        return target.handler_can_run and bool(strings_of(target.arguments))
+
+    def inject(self, cell: Cell) -> None:
+        arguments = _plant(cell.target.arguments, FAKE_SECRET)
+
+        def leaking(handler: Callable[..., Any]) -> Callable[..., Any]:
+            if inspect.iscoroutinefunction(handler):  # plant in the awaited output
+
+                async def leak_async(ctx: Any, **kwargs: Any) -> Any:
+                    return _plant(await handler(ctx, **kwargs), FAKE_SECRET)
+
+                return leak_async
+
+            def leak(ctx: Any, **kwargs: Any) -> Any:
+                return _plant(handler(ctx, **kwargs), FAKE_SECRET)
+
+            return leak
+
+        cell.replace_handler(leaking)
+        runtime = cell.make_runtime()
+        # The cell already serves the HTTP of external tools: record none.
+        recorder = Recorder(runtime, name="secret_in_payload", record_http=False)
+        recorder.start()
+        cell.execute(cell.call(arguments), runtime)
+        recorder.stop()
+        stored = {
+            "the audit database": cell.store_of(runtime).serialize(),
+            "the recorded cassette": dumps(recorder.cassette()).encode(),
+        }
+        for where, data in stored.items():
+            for form, needle in secret_forms(FAKE_SECRET):
+                cell.check(needle not in data, f"the fake secret ({form}) is in {where}")
+
+
+def _plant(value: Any, secret: str) -> Any:
+    """``value`` with `` <secret>`` appended to its longest string (a copy)."""
+    texts = strings_of(value)
+    if not texts:
+        return value
+    longest = max(texts, key=len)
+    done = False
+
+    def walk(item: Any) -> Any:
+        nonlocal done
+        if isinstance(item, str) and item == longest and not done:
+            done = True
+            return f"{item} {secret}"
+        if isinstance(item, Mapping):
+            return {key: walk(inner) for key, inner in item.items()}
+        if isinstance(item, list):
+            return [walk(inner) for inner in item]
+        return item
+
+    return walk(value)
+
+
+def secret_forms(secret: str) -> list[tuple[str, bytes]]:
+    """The byte strings that give ``secret`` away: raw, hex, URL-encoded,
+    and base64 at each of the three alignments (the part of the encoding
+    that does not depend on neighbouring bytes)."""
+    raw = secret.encode()
+    forms = [("raw", raw), ("hex", raw.hex().encode()), ("URL-encoded", quote(secret).encode())]
+    for pad in range(3):
+        encoded = base64.b64encode(b"\0" * pad + raw + b"\0\0")
+        start = -(-pad * 4 // 3) + 1
+        forms.append((f"base64/{pad}", encoded[start : start + (len(raw) * 4 // 3) - 4]))
+    return forms

@@ -1,0 +1,103 @@
+"""What a fault runs against: one recorded interaction of a cassette or case."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..capabilities import Risk
+from ..contract import ErrorCode, ToolCall
+from ..registry import PATH_ARGUMENT, ToolRegistry, ToolSpec
+from ..replay.cassette import Cassette, Interaction
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One recorded interaction, with the tool it calls (``spec`` is None when
+    the registry has no such tool)."""
+
+    source: str
+    """The cassette or case file, as shown (``cassettes/feedback.yaml``)."""
+    cassette: Cassette
+    index: int
+    """0-based position of the interaction in the file."""
+    spec: ToolSpec | None
+
+    @property
+    def interaction(self) -> Interaction:
+        return self.cassette.interactions[self.index]
+
+    @property
+    def call(self) -> ToolCall:
+        return self.interaction.call
+
+    @property
+    def label(self) -> str:
+        """``3-write_json_file``: the interaction's part of a cell's id."""
+        return f"{self.index + 1}-{self.call.tool_name}"
+
+    @property
+    def arguments(self) -> dict[str, Any] | None:
+        """The call's arguments as an object, or None when they are not one
+        (bad JSON text, a list, ...)."""
+        value: Any = self.call.arguments
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                return None
+        return dict(value) if isinstance(value, Mapping) else None
+
+    @property
+    def handler_ran(self) -> bool:
+        """Whether the recorded call reached its handler and succeeded: the
+        faults that change a handler's world need one."""
+        expected = self.interaction.result
+        if expected.ok is not None:
+            return expected.ok and expected.code in (None, ErrorCode.OK.value)
+        return expected.code == ErrorCode.OK.value
+
+    @property
+    def handler_can_run(self) -> bool:
+        """The tool is registered and its recorded call reached its handler
+        and succeeded: what the faults that change a handler's world need."""
+        return self.spec is not None and self.handler_ran
+
+    @property
+    def writes(self) -> bool:
+        """Whether the tool may change files or the world."""
+        return self.spec is not None and self.spec.risk is not Risk.READ
+
+    @property
+    def declared_path_arguments(self) -> tuple[str, ...]:
+        """The fields of the tool's ``paths`` templates."""
+        if self.spec is None:
+            return ()
+        return tuple(name for access in self.spec.paths for name in access.fields)
+
+    @property
+    def path_arguments(self) -> tuple[str, ...]:
+        """Arguments that name a path and that this call gives as strings:
+        fields of the tool's ``paths`` templates, then any other whose name
+        looks like a path (``PATH_ARGUMENT``: a tool may use a path it never
+        declared)."""
+        if self.spec is None:
+            return ()
+        arguments = self.arguments or {}
+        declared = list(self.declared_path_arguments)
+        guessed = [name for name in arguments if PATH_ARGUMENT.search(name)]
+        names: list[str] = []
+        for name in declared + guessed:
+            if isinstance(arguments.get(name), str) and name not in names:
+                names.append(name)
+        return tuple(names)
+
+
+def targets(cassette: Cassette, registry: ToolRegistry, source: str) -> list[Target]:
+    """Every interaction of ``cassette`` as a target, in file order."""
+    return [
+        Target(source, cassette, index, registry.get(interaction.call.tool_name))
+        for index, interaction in enumerate(cassette.interactions)
+    ]

@@ -1,0 +1,264 @@
+"""One fuzzed call, checked: the tool wrapped in a ``HandlerProbe``, run
+through a fresh ``ToolRuntime`` in a fresh fuzz world, and every property
+of the ``fuzz`` docstring judged."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..audit import AuditRecord, SQLiteAuditStore
+from ..capabilities import Capabilities
+from ..contract import ErrorCode, ToolCall, ToolResult
+from ..harness.fake_filesystem import FakeWorld
+from ..harness.probes import (
+    HandlerProbe,
+    HandlerRuns,
+    audit_row_problems,
+    holds_marker,
+    outside_changes,
+)
+from ..harness.world import DECOY_MARKER, World
+from ..hooks import Approver
+from ..registry import ToolRegistry, ToolSpec
+from ..runtime import ToolRuntime
+from ..sandbox import CallCancelled
+from .report import Problem
+from .world import FUZZ_DECOYS, FUZZ_WORKSPACE, RUN_ID, WORKSPACE_ROOT
+
+DEADLINE_SECONDS = 1.0
+"""The deadline each fuzzed call gets unless ``timeout_seconds`` says
+otherwise (or the tool's own is shorter)."""
+
+ORPHAN_JOIN_SECONDS = 5.0
+"""How long a handler past its deadline is waited for before the fake
+filesystem is torn down."""
+
+CALL_ID = "toolguard-fuzz-call"
+"""The call id (and, as ``ACTOR``, the actor and session) of every fuzzed call."""
+ACTOR = "toolguard-fuzz"
+
+LISTED = 5
+"""Paths named in an "outside changed" message before "and N more"."""
+
+
+@dataclass
+class Refusals:
+    """Valid calls refused before the handler, of one code and rule."""
+
+    count: int
+    reason: str
+    """The first such call's reason (its audit row's)."""
+
+
+class CallChecker:
+    """The fuzzed tool, wrapped, and everything a call needs besides its
+    arguments; ``check(arguments, valid)`` runs one call and judges it."""
+
+    def __init__(
+        self,
+        spec: ToolSpec,
+        *,
+        capabilities: Capabilities | None,
+        registry: ToolRegistry | None,
+        variables: Mapping[str, str] | None,
+        approve: bool,
+        timeout_seconds: float | None,
+        fake_world: FakeWorld | None = None,
+    ) -> None:
+        self.spec = spec
+        # Validators compiled afresh from the schemas: the contract, judged
+        # independently of whatever the runtime uses.
+        self.judge = replace(spec)
+        self._probe = HandlerProbe(spec.handler)
+        # The runtime gets the tool as registered, validators included.
+        wrapped = spec.with_handler(self._probe)
+        others = [other for other in registry or () if other.name != spec.name]
+        self.registry = ToolRegistry([*others, wrapped])
+        self.capabilities = capabilities or Capabilities(
+            allowed_tools=frozenset({spec.name}),
+            allowed_risks=frozenset({spec.risk}),
+            read_roots=(".",),
+            write_roots=(".",),
+        )
+        self.variables = dict(variables) if variables is not None else {"run_id": RUN_ID}
+        self.hooks = [Approver(lambda _event: True)] if approve else []
+        deadline = timeout_seconds
+        if deadline is None:
+            deadline = min(spec.timeout_seconds, DEADLINE_SECONDS)
+        self.timeouts = {spec.name: deadline}
+        self.fake_world = fake_world
+        self.codes: dict[str, int] = {}
+        """How many calls were answered with each code."""
+        self.refusals: dict[tuple[str, str], Refusals] = {}
+        """Valid calls that never reached the handler, by (code, audit rule)."""
+
+    @property
+    def handler_calls(self) -> int:
+        return self._probe.calls
+
+    def check(self, arguments: dict[str, Any], valid: bool) -> list[tuple[Problem, str]]:
+        """Run one call in a fresh fake filesystem; every problem it shows."""
+        runs = self._probe.start_call()
+        call = ToolCall(
+            call_id=CALL_ID,
+            tool_name=self.spec.name,
+            arguments=json.dumps(arguments, ensure_ascii=False),  # as a model sends them
+            actor=ACTOR,
+            session_id=ACTOR,
+        )
+        problems: list[tuple[Problem, str]] = []
+        result: ToolResult | None = None
+        store = SQLiteAuditStore(":memory:")  # made outside the fake fs; never sees it
+        try:
+            with World(FUZZ_WORKSPACE, fake_world=self.fake_world) as world:
+                world.plant(FUZZ_DECOYS)
+                before = world.outside()
+                runtime = ToolRuntime(
+                    self.registry,
+                    WORKSPACE_ROOT,
+                    self.capabilities,
+                    store,
+                    hooks=self.hooks,
+                    variables=self.variables,
+                    timeouts=self.timeouts,
+                )
+                try:
+                    result = runtime.execute(call)
+                except Exception as exc:
+                    problems.append((Problem.EXECUTE_RAISED, _raised(exc)))
+                except BaseException as exc:
+                    if exc is not runs.raised:
+                        raise  # a real interrupt of the fuzzer, not the tool's
+                    problems.append((Problem.EXECUTE_RAISED, _raised(exc)))
+                finally:
+                    with warnings.catch_warnings():
+                        # An overrunning handler is reported below, not warned about.
+                        warnings.simplefilter("ignore", RuntimeWarning)
+                        runtime.close(join_timeout=ORPHAN_JOIN_SECONDS)
+                if runs.finished < runs.calls:
+                    problems.append(
+                        (
+                            Problem.HANDLER_STILL_RUNNING,
+                            f"the handler was still running {ORPHAN_JOIN_SECONDS:g} s after "
+                            "its deadline; it may write to the real disk once the fake "
+                            "filesystem is gone",
+                        )
+                    )
+                changed = outside_changes(before, world.outside()).describe(LISTED)
+            rows = store.rows()
+        finally:
+            store.close()
+        if result is not None:
+            self.codes[result.code.value] = self.codes.get(result.code.value, 0) + 1
+            if valid and not runs.calls:
+                self._refused(result, rows)
+            problems.extend(self._judge(result, runs, valid, rows))
+            if holds_marker(DECOY_MARKER, [result], *runs.outputs):
+                problems.append(
+                    (
+                        Problem.OUTSIDE_READ,
+                        f"the result holds a file from outside the workspace; {_answered(result)}",
+                    )
+                )
+        if changed:
+            where = f"outside the workspace {WORKSPACE_ROOT}"
+            problems.append((Problem.OUTSIDE_CHANGED, f"{changed}, {where}"))
+        audit = _audit_problem(rows, result)
+        if audit:
+            problems.append((Problem.AUDIT_ROWS, audit))
+        return problems
+
+    def _refused(self, result: ToolResult, rows: list[AuditRecord]) -> None:
+        row = rows[0] if len(rows) == 1 else None
+        rule = row.rule if row is not None else ""
+        reason = (row.reason if row is not None else "") or result.message
+        key = (result.code.value, rule)
+        if key in self.refusals:
+            self.refusals[key].count += 1
+        else:
+            self.refusals[key] = Refusals(1, reason)
+
+    def _judge(
+        self, result: ToolResult, runs: HandlerRuns, valid: bool, rows: list[AuditRecord]
+    ) -> list[tuple[Problem, str]]:
+        answered = _answered(result)
+        if not valid:
+            if runs.calls:
+                return [(Problem.INVALID_REACHED_HANDLER, f"the handler ran; {answered}")]
+            if result.code is not ErrorCode.INVALID_ARGUMENT:
+                return [(Problem.INVALID_NOT_REFUSED, answered)]
+            return []
+        problems: list[tuple[Problem, str]] = []
+        schema_refused = any(row.rule == "schema.input" for row in rows)
+        if result.code is ErrorCode.INVALID_ARGUMENT and not runs.calls and schema_refused:
+            problems.append((Problem.VALID_REFUSED, answered))
+        if runs.calls > 1:
+            problems.append((Problem.HANDLER_RAN_TWICE, f"the handler ran {runs.calls} times"))
+        stopped = isinstance(runs.raised, (CallCancelled, asyncio.CancelledError))
+        if runs.raised is not None and not isinstance(runs.raised, Exception) and not stopped:
+            problems.append((Problem.HANDLER_BASE_EXCEPTION, f"the handler {_raised(runs.raised)}"))
+        if result.code is ErrorCode.TIMEOUT and not stopped:
+            # A handler may wait past a deadline (wait_for_file); it must stop
+            # when cancelled (CallCancelled, or a coroutine's CancelledError:
+            # the runtime's doing, never a problem), not run on and return.
+            problems.append((Problem.TIMEOUT, answered))
+        if result.code is ErrorCode.OUTPUT_INVALID:
+            if runs.outputs and not is_json(runs.outputs[0]):
+                detail = f"returned {type(runs.outputs[0]).__name__}; {answered}"
+                problems.append((Problem.OUTPUT_NOT_JSON, detail))
+            else:
+                problems.append((Problem.OUTPUT_INVALID, answered))
+        elif result.ok and runs.outputs:
+            judge = self.judge.output_validator
+            output = _as_json(runs.outputs[0])
+            errors = judge.errors(output) if judge is not None else []
+            if errors:
+                problems.append(
+                    (Problem.OUTPUT_UNCHECKED, f"answered OK, but {short('; '.join(errors))}")
+                )
+        return problems
+
+
+def _answered(result: ToolResult) -> str:
+    return f"answered {result.code}: {short(result.message)}"
+
+
+def _raised(exc: BaseException) -> str:
+    try:
+        text = str(exc)
+    except Exception:
+        text = ""
+    return f"raised {type(exc).__name__}" + (f": {short(text)}" if text else "")
+
+
+def short(text: str, limit: int = 300) -> str:
+    """``text`` cut to ``limit`` characters."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def is_json(value: Any) -> bool:
+    """Whether ``value`` is JSON data (finite numbers)."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return False
+    return True
+
+
+def _as_json(value: Any) -> Any:
+    """``value`` as the runtime judges it: through JSON text and back."""
+    return json.loads(json.dumps(value, ensure_ascii=False, sort_keys=True, allow_nan=False))
+
+
+def _audit_problem(rows: list[AuditRecord], result: ToolResult | None) -> str:
+    """Why the rows are not one finished row of the call with the result's
+    code ('' when they are)."""
+    problems = audit_row_problems(rows, [CALL_ID], exclusive=True)
+    if not problems and result is not None and rows[0].result_code is not result.code:
+        problems.append(f"the audit row says {rows[0].result_code}, the result {result.code}")
+    return "; ".join(problems)

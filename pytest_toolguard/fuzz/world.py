@@ -1,0 +1,75 @@
+"""The fuzz world: the workspace every fuzzed call starts from, the decoys
+outside it, and the path probes tried in path-like arguments.
+
+The workspace root is ``WORKSPACE_ROOT`` holding ``WORKSPACE_FILES`` and
+``WORKSPACE_SYMLINKS`` (one leads out); ``FUZZ_DECOYS`` are files outside,
+each holding ``harness.world.DECOY_MARKER``. Every example runs in a fresh
+``harness.World`` of ``FUZZ_WORKSPACE`` with the decoys planted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..harness.world import DECOY_MARKER, Decoys
+from ..replay.cassette import WorkspaceState
+
+FUZZ_ROOT = "/toolguard-fuzz"
+WORKSPACE_ROOT = f"{FUZZ_ROOT}/workspace"
+"""The workspace root in the fake filesystem."""
+RUN_ID = "fuzz-run"
+"""The ``run_id`` runtime variable, unless ``variables`` gives another."""
+
+WORKSPACE_FILES: Mapping[str, bytes] = {
+    "notes.txt": b"first line\nsecond line mentions fuzz\n",
+    "data.csv": b"name,score\nada,3\nlin,5\n",
+    "sub/nested.txt": b"nested file\n",
+    "sub/deeper/leaf.md": b"# leaf\n",
+    "sub/blob.bin": b"\x00\xff\xfe binary",
+    f"runs/{RUN_ID}/input.csv": b"id,text\n1,hello\n",
+    f"runs/{RUN_ID}/artifacts/summary.md": b"# summary\n",
+}
+"""Files of the fuzz workspace, by path relative to its root."""
+WORKSPACE_SYMLINKS: Mapping[str, str] = {"link-out": f"{FUZZ_ROOT}/outside"}
+"""Symlinks in the workspace (relative path -> target); this one leads out."""
+OUTSIDE_FILES: Mapping[str, bytes] = {
+    f"{FUZZ_ROOT}/outside/secret.txt": f"{DECOY_MARKER}: outside, must never change\n".encode(),
+    f"{FUZZ_ROOT}/workspace2/keep.txt": f"{DECOY_MARKER}: shares the root's prefix\n".encode(),
+    "/etc/passwd": f"root:x:0:0:{DECOY_MARKER}:/root:/bin/sh\n".encode(),
+}
+"""Decoys outside the workspace; the "outside changed" check covers every
+other path of the fake filesystem too."""
+
+FUZZ_DECOYS = Decoys(OUTSIDE_FILES)
+"""``OUTSIDE_FILES`` as the world plants them."""
+
+FUZZ_WORKSPACE = WorkspaceState(
+    root=WORKSPACE_ROOT, files=WORKSPACE_FILES, symlinks=WORKSPACE_SYMLINKS
+)
+"""The state every fuzzed call starts from (the decoys are planted after)."""
+
+PATH_PROBES: tuple[str, ...] = (
+    "notes.txt",
+    ".",
+    "sub",
+    "sub/nested.txt",
+    "data.csv",
+    "sub/blob.bin",
+    "new.txt",
+    "sub/new/deep.txt",
+    "../escape.txt",
+    "../outside/secret.txt",
+    f"{FUZZ_ROOT}/outside/secret.txt",
+    f"{FUZZ_ROOT}/escape.txt",
+    "../workspace2/keep.txt",
+    "sub/../../escape.txt",
+    "link-out/secret.txt",
+    "link-out/new.txt",
+    "..\\escape.txt",
+    "../../../../etc/passwd",
+    "/etc/passwd",
+    ".env",
+    "sub/.env",
+)
+"""Strings tried in path-like arguments: workspace files first, then
+escapes (shrinking prefers earlier probes, so a failure names the simplest)."""

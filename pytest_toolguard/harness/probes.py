@@ -1,0 +1,290 @@
+"""What the oracles of replay, fault cells and the fuzzer look at.
+
+- ``HandlerProbe`` wraps a tool's handler: how often it ran, and for each
+  call what its runs did (finished, raised, returned);
+- ``snapshot_outside`` / ``outside_changes``: every entry of the fake
+  filesystem outside the workspace (kind and mode; a file's inode, link
+  count, mtime and bytes; a link's target), and what changed between two
+  snapshots;
+- ``ThreadWatch``: threads started since it was made that are still alive;
+- ``audit_row_problems``: each call has exactly one finished audit row.
+
+Pytest-free; each problem is said as a line for a report.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import stat
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..audit import AuditRecord
+from ..contract import ToolResult
+
+# -- handler runs ------------------------------------------------------------------
+
+
+@dataclass
+class HandlerRuns:
+    """What a handler's runs did during one call."""
+
+    calls: int = 0
+    """Runs that started (a coroutine counts once its body starts)."""
+    finished: int = 0
+    raised: BaseException | None = None
+    outputs: list[Any] = field(default_factory=list)
+
+
+class HandlerProbe:
+    """A handler wrapper that counts its runs and records, per call, what
+    they did (thread-safe). Put it in a tool with ``spec.with_handler(probe)``:
+    it stays async when the tool is. ``handler`` is the wrapped handler and
+    may be replaced between calls (a fault wraps it); ``start_call()``
+    begins a new ``HandlerRuns``.
+
+    A run is counted when it starts: a plain handler when it is called, a
+    coroutine (what an ``async def`` handler, or a handler returning an
+    awaitable, gives) when its body starts; an awaitable closed unstarted
+    (the deadline passed first) never ran. It ends when its value is there."""
+
+    def __init__(self, handler: Callable[..., Any]) -> None:
+        self.handler = handler
+        self.calls = 0
+        """Runs since the probe was made (or ``reset``)."""
+        self.current = HandlerRuns()
+        self._lock = threading.Lock()
+
+    def start_call(self) -> HandlerRuns:
+        """A new record for the next call's runs."""
+        self.current = HandlerRuns()
+        return self.current
+
+    def reset(self) -> None:
+        """Count from zero again."""
+        with self._lock:
+            self.calls = 0
+
+    def __call__(self, ctx: Any, **arguments: Any) -> Any:
+        runs = self.current  # the call this run belongs to, even if it overruns
+        handler = self.handler
+        if inspect.iscoroutinefunction(handler) or (
+            not inspect.isroutine(handler) and inspect.iscoroutinefunction(type(handler).__call__)
+        ):
+            return _Settling(self, runs, handler(ctx, **arguments), started=False)
+        self._started(runs)
+        try:
+            value = handler(ctx, **arguments)
+        except BaseException as exc:
+            self._finished(runs, raised=exc)
+            raise
+        if inspect.isawaitable(value):
+            return _Settling(self, runs, value, started=True)  # the runtime awaits it
+        self._finished(runs, value=value)
+        return value
+
+    def _started(self, runs: HandlerRuns) -> None:
+        with self._lock:
+            runs.calls += 1
+            self.calls += 1
+
+    def _finished(
+        self, runs: HandlerRuns, *, value: Any = None, raised: BaseException | None = None
+    ) -> None:
+        with self._lock:
+            runs.finished += 1
+            if raised is not None:
+                runs.raised = raised
+            else:
+                runs.outputs.append(value)
+
+
+class _Settling:
+    """The awaitable a probed handler returns: awaits the handler's own and
+    records how it ended; closed unstarted, it closes the handler's (no
+    "never awaited" warning) and the run never started."""
+
+    def __init__(
+        self, probe: HandlerProbe, runs: HandlerRuns, awaitable: Awaitable[Any], *, started: bool
+    ) -> None:
+        self._probe = probe
+        self._runs = runs
+        self._awaitable = awaitable
+        self._counted = started
+        self._awaited = False
+
+    def __await__(self) -> Any:
+        return self._body().__await__()
+
+    async def _body(self) -> Any:
+        self._awaited = True
+        if not self._counted:  # a coroutine function's run starts here
+            self._counted = True
+            self._probe._started(self._runs)
+        try:
+            value = await self._awaitable
+        except BaseException as exc:
+            self._probe._finished(self._runs, raised=exc)
+            raise
+        self._probe._finished(self._runs, value=value)
+        return value
+
+    def close(self) -> None:
+        if not self._awaited:
+            close = getattr(self._awaitable, "close", None)
+            if close is not None:
+                close()
+
+
+# -- outside the workspace ----------------------------------------------------------
+
+OutsideSnapshot = dict[str, tuple[Any, ...]]
+"""Path -> what it is: ("directory", mode), ("symlink", target bytes) or
+("file", mode, inode, links, mtime, bytes)."""
+
+
+def snapshot_outside(fs: Any, root: str) -> OutsideSnapshot:
+    """Every entry of the fake filesystem ``fs`` outside the workspace
+    ``root``, read from pyfakefs's objects (a walk through ``os`` costs ten
+    times more and changes access times)."""
+    entries: OutsideSnapshot = {}
+    pending: list[tuple[str, Any]] = [("", fs.root)]
+    while pending:
+        prefix, directory = pending.pop()
+        for name, item in directory.entries.items():
+            path = f"{prefix}/{name}"
+            if path == root:
+                continue
+            mode = item.st_mode
+            if stat.S_ISDIR(mode):
+                entries[path] = ("directory", mode)
+                pending.append((path, item))
+            elif stat.S_ISLNK(mode):
+                entries[path] = ("symlink", item.byte_contents)
+            else:
+                entries[path] = (
+                    "file",
+                    mode,
+                    item.st_ino,
+                    item.st_nlink,
+                    item.st_mtime,
+                    item.byte_contents,
+                )
+    return entries
+
+
+@dataclass(frozen=True, slots=True)
+class OutsideChanges:
+    """What changed outside the workspace between two snapshots."""
+
+    created: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    modified: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.created or self.removed or self.modified)
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """Every changed path, sorted."""
+        return tuple(sorted((*self.created, *self.removed, *self.modified)))
+
+    def describe(self, listed: int = 5) -> str:
+        """``created /a; modified /b`` ('' when nothing changed), at most
+        ``listed`` paths named per kind."""
+        parts = []
+        for verb, paths in (
+            ("created", self.created),
+            ("removed", self.removed),
+            ("modified", self.modified),
+        ):
+            if paths:
+                shown = ", ".join(paths[:listed])
+                more = f" and {len(paths) - listed} more" if len(paths) > listed else ""
+                parts.append(f"{verb} {shown}{more}")
+        return "; ".join(parts)
+
+
+def outside_changes(before: OutsideSnapshot, after: OutsideSnapshot) -> OutsideChanges:
+    """What ``after`` created, removed and modified since ``before``."""
+    return OutsideChanges(
+        created=tuple(sorted(after.keys() - before.keys())),
+        removed=tuple(sorted(before.keys() - after.keys())),
+        modified=tuple(sorted(p for p in before.keys() & after.keys() if before[p] != after[p])),
+    )
+
+
+# -- threads ------------------------------------------------------------------------
+
+
+class ThreadWatch:
+    """Remembers the threads alive when it is made; ``leftover(wait)``
+    names those started since that are still alive after waiting up to
+    ``wait`` seconds in all for them to end."""
+
+    def __init__(self) -> None:
+        self._before = set(threading.enumerate())
+
+    def leftover(self, wait: float) -> list[str]:
+        deadline = time.monotonic() + wait
+        alive = []
+        for thread in threading.enumerate():
+            if (
+                thread in self._before
+                or thread is threading.current_thread()
+                or isinstance(thread, threading._DummyThread)  # not joinable; not started by us
+            ):
+                continue
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                alive.append(thread.name)
+        return sorted(alive)
+
+
+# -- audit rows ---------------------------------------------------------------------
+
+
+def audit_row_problems(
+    rows: Sequence[AuditRecord],
+    call_ids: Iterable[str],
+    *,
+    may_lack_row: Iterable[str] = (),
+    exclusive: bool = False,
+) -> list[str]:
+    """For each call id (in order), a line when it has not exactly one
+    audit row, or when its row is not finished; a call in ``may_lack_row``
+    (the store was down when it started) may have none. ``exclusive``: rows
+    of any other call are a problem too (a world where only these calls
+    were made)."""
+    call_ids = list(call_ids)
+    by_call: dict[str, list[AuditRecord]] = {}
+    for row in rows:
+        by_call.setdefault(row.call_id, []).append(row)
+    exempt = set(may_lack_row)
+    problems = []
+    for call_id in call_ids:
+        mine = by_call.get(call_id, [])
+        if call_id in exempt and not mine:
+            continue
+        if len(mine) != 1:
+            problems.append(f"{call_id}: expected one audit row, found {len(mine)}")
+        unfinished = [row.state.value for row in mine if not row.state.finished]
+        if unfinished:
+            problems.append(f"{call_id}: audit row left {', '.join(unfinished)}")
+    if exclusive:
+        strays = sorted({row.call_id for row in rows} - set(call_ids))
+        if strays:
+            problems.append(f"audit rows of calls never made: {', '.join(strays)}")
+    return problems
+
+
+def holds_marker(marker: str, results: Iterable[ToolResult], *others: Any) -> bool:
+    """Whether ``marker`` is in any result's data or message, or in any of
+    ``others`` as JSON (outputs a handler returned)."""
+    texts = [json.dumps([result.data, result.message], default=str) for result in results]
+    texts += [json.dumps(other, ensure_ascii=False, default=repr) for other in others]
+    return any(marker in text for text in texts)

@@ -1,0 +1,166 @@
+"""The world a recorded session, a fault cell or a fuzzed call runs in.
+
+``World(state, frozen_at=...)`` is one context manager: the clock frozen at
+``frozen_at`` for every thread (when given), then a fake filesystem holding
+``state`` (the workspace and any files outside it), in that order (pyfakefs
+unloads modules first imported while it is active, so the clock's backend
+is imported first). Inside it:
+
+- ``world.fs`` is the pyfakefs ``FakeFilesystem`` (``set_disk_usage``, ...);
+- ``world.plant(decoys)`` puts files outside the workspace for an escape to
+  meet, each holding ``DECOY_MARKER``;
+- ``world.outside()`` snapshots everything outside the workspace
+  (``probes.snapshot_outside``), ``world.tree()`` every file inside;
+- ``world.save_workspace()`` / ``restore_workspace(entries)`` copy the
+  workspace out and put it back (a fault matrix's cache of the state
+  before a target).
+
+Guarantees: each world starts from an empty filesystem holding only its
+state; the real ``os``, ``open`` and ``pathlib`` are back once the block
+ends, even when it raised. Not guaranteed: anything done outside this
+process (sqlite3, a subprocess, the network) sees the real world.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import stat
+from collections.abc import Mapping
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyfakefs.fake_filesystem import FakeFilesystem
+
+from ..replay.cassette import Cassette, WorkspaceState
+from .clock import DEFAULT_TIME, frozen_clock
+from .fake_filesystem import FakeWorld, process_fake_world
+from .files import read_tree
+from .probes import OutsideSnapshot, snapshot_outside
+
+DECOY_MARKER = "TOOLGUARD-DECOY-7f3a9c"
+"""In every decoy planted outside a workspace: a result that holds it read
+outside."""
+
+OUTSIDE_DIR = "toolguard-outside"
+"""The directory beside a workspace that ``beside_the_workspace`` plants in."""
+
+WorkspaceEntry = tuple[str, int, bytes]
+"""(path relative to the root, st_mode, content or link target)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decoys:
+    """Files planted outside a workspace (absolute path -> content, each
+    holding ``DECOY_MARKER``); a file already there is left as it is."""
+
+    files: Mapping[str, bytes] = field(default_factory=dict)
+
+
+def beside_the_workspace(root: str) -> Decoys:
+    """The decoys of a fault cell: a secret in a directory beside the
+    workspace (``OUTSIDE_DIR``) and ``/etc/passwd``."""
+    outside = posixpath.join(posixpath.dirname(root), OUTSIDE_DIR)
+    return Decoys(
+        {
+            posixpath.join(outside, "secret.txt"): f"{DECOY_MARKER} secret\n".encode(),
+            "/etc/passwd": f"root:x:0:0:{DECOY_MARKER}:/root:/bin/sh\n".encode(),
+        }
+    )
+
+
+class World:
+    """A frozen clock and a fake filesystem holding ``state`` (see the
+    module docstring). ``frozen_at`` None leaves the clock alone;
+    ``fake_world`` is the ``FakeWorld`` to run in (default: the process's)."""
+
+    def __init__(
+        self,
+        state: WorkspaceState,
+        *,
+        frozen_at: str | None = None,
+        fake_world: FakeWorld | None = None,
+    ) -> None:
+        self.state = state
+        self.root = state.root
+        self.frozen_at = frozen_at
+        self._fake_world = fake_world or process_fake_world()
+        self._stack = ExitStack()
+        self._fs: FakeFilesystem | None = None
+
+    @classmethod
+    def of(
+        cls, cassette: Cassette, *, empty: bool = False, fake_world: FakeWorld | None = None
+    ) -> World:
+        """The world of a recorded session: its workspace as it was before
+        the first call (only the empty root with ``empty``: a test that
+        plays a cassette back makes its own set-up), the clock frozen at
+        its recorded time (``DEFAULT_TIME`` for a case that gives none)."""
+        state = WorkspaceState(root=cassette.workspace.root) if empty else cassette.workspace
+        return cls(state, frozen_at=cassette.recorded_at or DEFAULT_TIME, fake_world=fake_world)
+
+    def __enter__(self) -> World:
+        with ExitStack() as stack:
+            if self.frozen_at is not None:
+                stack.enter_context(frozen_clock(self.frozen_at))
+            self._fs = stack.enter_context(self._fake_world.filesystem(self.state))
+            self._stack = stack.pop_all()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._fs = None
+        self._stack.close()
+
+    @property
+    def fs(self) -> FakeFilesystem:
+        """The running fake filesystem; ``RuntimeError`` outside the block."""
+        if self._fs is None:
+            raise RuntimeError("the world is not running: use it inside its with block")
+        return self._fs
+
+    def plant(self, decoys: Decoys) -> None:
+        """Create each decoy file that is not there yet."""
+        fs = self.fs
+        for path, content in decoys.files.items():
+            if not fs.exists(path):
+                fs.create_file(path, contents=content)
+
+    def tree(self) -> dict[str, bytes]:
+        """Every regular file under the workspace, by relative path."""
+        return read_tree(self.root)
+
+    def outside(self) -> OutsideSnapshot:
+        """Everything of the fake filesystem outside the workspace, now."""
+        return snapshot_outside(self.fs, self.root)
+
+    def save_workspace(self) -> tuple[WorkspaceEntry, ...]:
+        """Every entry under the root (directories, files, links, with their
+        modes), parents first, read from pyfakefs's objects."""
+        entries: list[WorkspaceEntry] = []
+        pending: list[tuple[str, Any]] = [("", self.fs.get_object(self.root))]
+        while pending:
+            prefix, directory = pending.pop(0)
+            for name, entry in sorted(directory.entries.items()):
+                path = f"{prefix}{name}"
+                mode = entry.st_mode
+                entries.append(
+                    (path, mode, b"" if stat.S_ISDIR(mode) else entry.byte_contents or b"")
+                )
+                if stat.S_ISDIR(mode):
+                    pending.append((path + "/", entry))
+        return tuple(entries)
+
+    def restore_workspace(self, entries: tuple[WorkspaceEntry, ...]) -> None:
+        """Empty the workspace and make it hold ``entries`` (as
+        ``save_workspace`` gave them)."""
+        fs, root = self.fs, self.root
+        for name in list(fs.get_object(root).entries):
+            fs.remove_object(posixpath.join(root, name))
+        for path, mode, data in entries:
+            full = posixpath.join(root, path)
+            if stat.S_ISDIR(mode):
+                fs.create_dir(full, perm_bits=stat.S_IMODE(mode))
+            elif stat.S_ISLNK(mode):
+                fs.create_symlink(full, data.decode())
+            else:
+                fs.create_file(full, st_mode=mode, contents=data)

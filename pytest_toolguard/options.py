@@ -1,0 +1,40 @@
+"""The pytest plugin's command-line options and ini values, named once.
+
+The plugin declares them from here (``plugin.options``), and everything
+pytest-free that tells a person which command to run (the fault matrix's
+rerun commands, replay's re-record command, the ``toolguard`` CLI) spells
+them from here too, so a renamed option cannot leave a stale command
+behind. Data only: importing it costs nothing.
+"""
+
+from __future__ import annotations
+
+REPLAY = "--toolguard-replay"
+"""Collect cassettes and cases as items and replay them."""
+RECORD_MODE = "--toolguard-record-mode"
+"""When the ``toolguard`` fixture records."""
+FAULTS = "--toolguard-faults"
+"""The fault matrix: ``all`` or fault names."""
+REPORT = "--toolguard-report"
+"""Where the fault matrix is written (``.md``, ``.json``, ``.html``)."""
+FUZZ = "--toolguard-fuzz"
+"""One fuzz item per tool."""
+FUZZ_EXAMPLES = "--toolguard-fuzz-examples"
+"""Generated examples per tool and kind."""
+FUZZ_SEED = "--toolguard-fuzz-seed"
+"""The fuzzer's seed."""
+
+CASSETTE_DIR_INI = "toolguard_cassette_dir"
+CASE_DIR_INI = "toolguard_case_dir"
+REGISTRY_INI = "toolguard_registry"
+SECRETS_INI = "toolguard_secrets"
+RECORD_MODE_INI = "toolguard_record_mode"
+
+FUZZ_NODE = "toolguard-fuzz"
+"""The collector of the fuzz items (``toolguard-fuzz::<tool>``)."""
+
+
+def dest(option: str) -> str:
+    """The attribute pytest keeps an option under (``--toolguard-fuzz-seed``
+    -> ``toolguard_fuzz_seed``)."""
+    return option.lstrip("-").replace("-", "_")

@@ -1,0 +1,250 @@
+"""The run: everything run-wide the plugin keeps, and its reports.
+
+One ``ToolguardRun`` per pytest session, in ``config.stash[RUN]``: the
+options as read once, the faults selected, the replay directories, what
+the items found (replay totals, matrix cells, fuzz reports), the
+registries known at collection, and what the items share (the fake
+filesystem, the fault matrix's cache of the states before targets), closed
+at the end of the session. It is registered as a plugin of its own: it
+adds up what the items found as their reports are logged, and reports the
+totals, the fuzz summary and the fault matrix at the end.
+
+What an item found rides on its own ``TestReport`` (``outcomes``), so the
+run that adds it up is the controller's with xdist, and a worker that
+crashes loses only the item it was running; that item, a fault cell, is
+reported as a failed cell.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from ..options import (
+    CASE_DIR_INI,
+    CASSETTE_DIR_INI,
+    FAULTS,
+    FUZZ,
+    FUZZ_EXAMPLES,
+    FUZZ_SEED,
+    RECORD_MODE_INI,
+    REPLAY,
+    REPORT,
+    dest,
+)
+from ..replay.record_mode import parse as parse_record_mode
+from . import outcomes
+
+if TYPE_CHECKING:
+    from ..faults import Fault, PrefixCache
+    from ..faults.outcome import CellOutcome, MatrixReport
+    from ..fuzz import FuzzReport
+    from ..harness.fake_filesystem import FakeWorld
+    from ..registry import ToolRegistry
+    from ..replay.report import ReplayTotals
+
+
+class ToolguardRun:
+    """The plugin's state for one pytest session (see the module docstring).
+    Raises ``pytest.UsageError`` for options that cannot work together."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.replaying = bool(config.getoption(dest(REPLAY)) or config.getoption(dest(FAULTS)))
+        """Cassettes and cases are collected (``--toolguard-replay``, or faults)."""
+        self.fuzzing = bool(config.getoption(dest(FUZZ)))
+        self.fuzz_examples: int = config.getoption(dest(FUZZ_EXAMPLES))
+        self.fuzz_seed: int = config.getoption(dest(FUZZ_SEED))
+        self.report_path: str | None = config.getoption(dest(REPORT)) or None
+        self.record_mode_ini = self._ini_record_mode()
+        self.faults: tuple[Fault, ...] = self._selected_faults()
+        """The columns of the fault matrix (empty without ``--toolguard-faults``)."""
+        self._check_report_path()
+        root = config.rootpath
+        self.replay_dirs: tuple[Path, ...] = tuple(
+            (root / str(config.getini(name))).resolve() for name in (CASSETTE_DIR_INI, CASE_DIR_INI)
+        )
+        self.totals: ReplayTotals | None = None
+        """What the replay items replayed (made on the first one)."""
+        self.cells: list[CellOutcome] = []
+        self.fuzzed: list[FuzzReport] = []
+        self.registries: dict[int, Any] = {}
+        """What ``collection.registry_at_collection`` found for each fixture
+        definition (a ``RegistryAtCollection`` or ``RegistryUnavailable``)."""
+        self.ini_registry: ToolRegistry | None = None
+        """The registry the plugin's own ``toolguard_registry`` fixture loaded."""
+        self._fake_world: FakeWorld | None = None
+        self._prefixes: PrefixCache | None = None
+
+    @property
+    def is_worker(self) -> bool:
+        """This process is a pytest-xdist worker (the controller adds up)."""
+        return hasattr(self.config, "workerinput")
+
+    # -- what the items share ---------------------------------------------------
+
+    def fake_world(self) -> FakeWorld:
+        """The run's ``FakeWorld``, made on first use (it loads pyfakefs)."""
+        if self._fake_world is None:
+            from ..harness.fake_filesystem import FakeWorld
+
+            self._fake_world = FakeWorld()
+        return self._fake_world
+
+    def prefixes(self) -> PrefixCache:
+        """The run's cache of the states before targets, made on first use."""
+        if self._prefixes is None:
+            from ..faults import PrefixCache
+
+            self._prefixes = PrefixCache()
+        return self._prefixes
+
+    def close(self) -> None:
+        """End the fake filesystem the run's items shared (paused between
+        them) and drop the states its cells saved."""
+        if self._fake_world is not None:
+            self._fake_world.close()
+        if self._prefixes is not None:
+            self._prefixes.clear()
+
+    # -- what the items found -----------------------------------------------------
+
+    def add(self, found: Mapping[str, Any]) -> None:
+        """Add what one item found (``outcomes.found_on``)."""
+        replayed = found.get("replay")
+        if replayed is not None:
+            from ..replay.report import ReplayTotals
+
+            self.totals = (self.totals or ReplayTotals()) + ReplayTotals.from_dict(replayed)
+        cell = found.get("cell")
+        if cell is not None:
+            from ..faults.outcome import CellOutcome
+
+            self.cells.append(CellOutcome.from_dict(cell))
+        for report in found.get("fuzz", ()):
+            from ..fuzz import FuzzReport
+
+            self.fuzzed.append(FuzzReport.from_dict(report))
+
+    def matrix(self) -> MatrixReport:
+        """The fault matrix of the cells found so far."""
+        from ..faults.outcome import MatrixReport
+
+        return MatrixReport.of([fault.name for fault in self.faults], self.cells)
+
+    # -- hooks: adding up and reporting ----------------------------------------------
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Add what the report's item found (on the controller under xdist:
+        a worker's run leaves it to the report)."""
+        found = outcomes.found_on(report)
+        if found is not None and not self.is_worker:
+            self.add(found)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        """xdist, on the controller: a fault cell whose worker crashed is a
+        failed cell (the others of that worker arrived with their reports)."""
+        cell = outcomes.crashed_cell(
+            crashitem, [fault.name for fault in self.faults], str(report.longrepr)
+        )
+        if cell is not None:
+            setattr(report, outcomes.ATTRIBUTE, {"cell": cell})
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.report_path and not self.is_worker:
+            from ..faults.report import write_report
+
+            write_report(self.matrix(), self.report_path)
+
+    def pytest_terminal_summary(
+        self, terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config
+    ) -> None:
+        if self.is_worker:
+            return
+        if self.fuzzing and not config.option.collectonly:
+            for line in fuzz_summary(self.fuzzed, self.fuzz_seed):
+                terminalreporter.write_line(line)
+        if not self.replaying:
+            return
+        from ..replay.report import ReplayTotals
+
+        terminalreporter.write_line((self.totals or ReplayTotals()).summary())
+        if self.faults and self.cells:
+            from ..faults.report import terminal_grid
+
+            width = max(60, config.get_terminal_writer().fullwidth - 1)
+            for line in terminal_grid(self.matrix(), width):
+                terminalreporter.write_line(line)
+            if self.report_path:
+                terminalreporter.write_line(
+                    f"toolguard: fault matrix written to {self.report_path}"
+                )
+
+    # -- options that need checking ---------------------------------------------------
+
+    def _ini_record_mode(self) -> str:
+        """The ini record mode; a usage error when it is unknown."""
+        value = str(self.config.getini(RECORD_MODE_INI))
+        try:
+            parse_record_mode(value, f"ini {RECORD_MODE_INI}")
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        return value
+
+    def _selected_faults(self) -> tuple[Fault, ...]:
+        """The faults of ``--toolguard-faults``: the built-in ones plus those
+        the ``pytest_toolguard_faults`` hook adds, in that order."""
+        spec = self.config.getoption(dest(FAULTS))
+        if not spec:
+            return ()
+        from ..faults import BUILTIN_FAULTS, select_faults
+        from ..faults.fault import with_added
+
+        hook = self.config.hook.pytest_toolguard_faults
+        added = [fault for faults in hook(config=self.config) for fault in faults or ()]
+        try:
+            known = with_added(BUILTIN_FAULTS, added)
+        except ValueError as exc:
+            raise pytest.UsageError(f"pytest_toolguard_faults: {exc}") from None
+        try:
+            return select_faults(spec, known)
+        except ValueError as exc:
+            raise pytest.UsageError(f"{FAULTS}: {exc}") from None
+
+    def _check_report_path(self) -> None:
+        """``--toolguard-report`` needs faults to report and a format it can write."""
+        path = self.report_path
+        if not path:
+            return
+        if not self.faults:
+            raise pytest.UsageError(f"{REPORT} needs {FAULTS}")
+        from ..faults.report import RENDERERS
+
+        if Path(path).suffix.lower() not in RENDERERS:
+            raise pytest.UsageError(f"{REPORT}: {path}: use one of {', '.join(RENDERERS)}")
+
+
+def fuzz_summary(reports: list[FuzzReport], seed: int) -> list[str]:
+    """The summary line, then one line per tool that could not be fuzzed."""
+    failures = sum(len(report.failures) for report in reports)
+    skipped = [report for report in reports if report.skipped]
+    first = (
+        f"toolguard fuzz: {len(reports)} tools, "
+        f"{sum(r.valid_calls for r in reports)} valid and "
+        f"{sum(r.invalid_calls for r in reports)} invalid calls, "
+        f"{len(skipped)} skipped, {failures} failing examples, seed {seed}"
+    )
+    return [first, *(f"  skipped {report.tool}: {report.skipped}" for report in skipped)]
+
+
+RUN: pytest.StashKey[ToolguardRun] = pytest.StashKey()
+"""Where the run lives: ``config.stash[RUN]``."""
+
+
+def run_of(config: pytest.Config) -> ToolguardRun:
+    """The run of ``config``'s session."""
+    return config.stash[RUN]

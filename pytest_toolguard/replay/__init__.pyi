@@ -1,0 +1,19 @@
+# The public names of this package, listed once (see pytest_toolguard.lazy_exports).
+from .cassette import FORMAT_VERSION as FORMAT_VERSION
+from .cassette import AuditExpectation as AuditExpectation
+from .cassette import Cassette as Cassette
+from .cassette import CassetteError as CassetteError
+from .cassette import Expectation as Expectation
+from .cassette import FileState as FileState
+from .cassette import Interaction as Interaction
+from .cassette import Session as Session
+from .cassette import WorkspaceState as WorkspaceState
+from .cassette import dump as dump
+from .cassette import dumps as dumps
+from .cassette import load as load
+from .cassette import loads as loads
+from .checks import Difference as Difference
+from .checks import ReplayReport as ReplayReport
+from .player import replay as replay
+from .recorder import Recorder as Recorder
+from .recorder import record_session as record_session

@@ -1,0 +1,342 @@
+"""Invocation: running a call's handler under its deadline, and judging what
+it returned.
+
+The handler gets a ``ToolContext`` whose workspace is journaled for
+rollback, reaches the locations the policy judged (one resolution per
+path), and refuses changes once the call is cancelled. It runs through the
+runtime's isolation (a worker thread or a killable child process), or, for
+``aexecute`` with an ``async def`` handler, as a task on the caller's loop.
+What it returns must be JSON data matching the output schema
+(OUTPUT_INVALID otherwise) and is cut to the tool's result limit; what it
+raises is EXECUTION_ERROR (a sandbox refusal keeps its own code); a
+handler that overruns its deadline is answered TIMEOUT.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ..audit import storable_data
+from ..context import ToolContext
+from ..contract import CallState, ErrorCode, ToolResult
+from ..isolation import ChildLog, CoroutineRunner, HandlerTimeout, Isolation, ThreadIsolation
+from ..policy import PolicyDecision
+from ..registry import ToolSpec
+from ..rollback import ChangeJournal
+from ..sandbox import CallCancelled, Previous, SandboxError, show_path
+from .attempt import Attempt, Running
+from .messages import describe, first_line
+from .observers import Observers
+from .results import failure, truncate
+from .settings import RuntimeSettings
+
+Outcome = tuple[bool, Any, list[str] | None]
+"""A handler run's ``(finished, value or exception, paths it asked the
+workspace about)`` (the last None without file watchers). Journal entries
+of a process child come back through its ``ChildLog``."""
+
+_PLAIN_DATA = frozenset({dict, list, str, int, float, bool, type(None)})
+"""Result types that cannot be awaitable: the check is skipped for them."""
+
+
+class HandlerRun:
+    """One call of a handler, wherever it runs: ``run`` in a worker thread
+    or the process child (an awaitable it returns is run on a loop of its
+    own there), ``arun`` as a task on the caller's loop. ``cancel`` is the
+    deadline: the workspace refuses later writes, a coroutine is cancelled."""
+
+    __slots__ = (
+        "handler",
+        "ctx",
+        "arguments",
+        "accessed",
+        "child_log",
+        "_runner",
+        "_policy",
+        "_handoff",
+        "_ended",
+        "_overran",
+    )
+
+    def __init__(
+        self,
+        handler: Callable[..., Any],
+        ctx: ToolContext,
+        arguments: dict[str, Any],
+        accessed: list[str] | None,
+        child_log: ChildLog | None,
+        policy: PolicyDecision | None,
+    ) -> None:
+        self.handler = handler
+        self.ctx = ctx
+        self.arguments = arguments
+        self.accessed = accessed
+        self.child_log = child_log
+        self._runner: CoroutineRunner | None = None
+        # Whoever is last, the handler or the deadline, closes the policy's
+        # locations: never while an operation may still use one.
+        self._policy = policy
+        self._handoff = threading.Lock()
+        self._ended = False
+        self._overran = False
+
+    def run(self) -> Outcome:
+        try:
+            value = self.handler(self.ctx, **self.arguments)
+            if type(value) not in _PLAIN_DATA and inspect.isawaitable(value):
+                self._runner = runner = CoroutineRunner()
+                if self.ctx.cancelled.is_set():  # the deadline passed before the runner existed
+                    runner.cancel()
+                value = runner.run(value)
+            return True, value, self.accessed
+        except BaseException as exc:  # SystemExit from a handler is its failure too
+            return False, exc, self.accessed
+        finally:
+            self._end()
+
+    async def arun(self) -> Outcome:
+        try:
+            value = self.handler(self.ctx, **self.arguments)
+            if inspect.isawaitable(value):
+                value = await value
+            return True, value, self.accessed
+        except BaseException as exc:  # CancelledError too: aexecute's caller was not cancelled
+            return False, exc, self.accessed
+        finally:
+            self._end()
+
+    def _end(self) -> None:
+        with self._handoff:
+            self._ended = True
+        if self._overran and self._policy is not None:
+            self._policy.close()
+
+    def overrun(self, attempt: Attempt) -> None:
+        """The deadline passed (thread mode): a handler still running keeps
+        the locations it may be using, and closes them when it ends."""
+        with self._handoff:
+            if not self._ended:
+                self._overran = True
+                attempt.policy = None
+
+    def collect_journal(self, journal: ChangeJournal, call_id: str) -> None:
+        """Record what a process child sent before each change, however it
+        ended (killed at its deadline included)."""
+        if self.child_log is not None:
+            for path, previous in self.child_log.receive():
+                journal.record(call_id, path, previous)
+            self.child_log.close()
+
+    def cancel(self) -> None:
+        # cancelled first: run() reads it after publishing its runner.
+        self.ctx.cancelled.set()
+        runner = self._runner
+        if runner is not None:
+            runner.cancel()
+
+
+class Invocation:
+    """Runs handlers for one runtime: its settings, isolation and journal."""
+
+    def __init__(
+        self,
+        settings: RuntimeSettings,
+        isolation: Isolation,
+        *,
+        in_process: bool,
+        journal: ChangeJournal,
+        observers: Observers,
+    ) -> None:
+        self.settings = settings
+        self.isolation = isolation
+        self.in_process = in_process
+        """False in process isolation: a child's journal entries travel back."""
+        self.journal = journal
+        self.observers = observers
+
+    def handler_run(self, running: Running) -> HandlerRun:
+        """The handler's context: a journaled workspace that refuses changes
+        once the call is cancelled."""
+        settings, spec, attempt = self.settings, running.spec, running.attempt
+        call_id = attempt.call_id
+        journal = self.journal
+        # In process mode the handler's journal entries are made in the child:
+        # each is sent before its change, so a child killed at its deadline
+        # still leaves what it changed to roll back.
+        child_log = None if self.in_process else ChildLog()
+
+        cancelled = threading.Event()
+
+        def on_change(path: str, previous: Previous) -> None:
+            if cancelled.is_set():
+                raise CallCancelled(
+                    f"call {call_id} timed out: its handler may not change {show_path(path)}",
+                    path,
+                )
+            if child_log is not None:
+                child_log.send((path, previous))
+            else:
+                journal.record(call_id, path, previous)
+
+        # Paths the handler asks about, for watch_files (travelling back from
+        # a child process like the journal entries).
+        accessed: list[str] | None = [] if self.observers.file_watchers else None
+
+        ctx = ToolContext(
+            call_id=call_id,
+            session_id=attempt.session_id,
+            actor=attempt.actor,
+            workspace=settings.workspace.with_journal(
+                on_change,
+                allow_hardlinks=spec.allow_hardlinks or None,
+                cancelled=cancelled,
+                keep_at_most=journal.keep_at_most,
+                # The handler reaches what the policy judged: one resolution.
+                locations=attempt.policy.locations if attempt.policy is not None else (),
+                on_access=None if accessed is None else accessed.append,
+                temp_tag=running.temp_tag,
+            ),
+            capabilities=settings.capabilities,
+            variables=settings.variables,
+            metadata=attempt.metadata,
+            cancelled=cancelled,
+        )
+        return HandlerRun(
+            spec.handler, ctx, dict(running.arguments), accessed, child_log, attempt.policy
+        )
+
+    def invoke(self, running: Running) -> ToolResult:
+        """Run the handler through the isolation, blocking until it ends or
+        its deadline passes."""
+        handler = self.handler_run(running)
+        try:
+            outcome: Outcome = self.isolation.run(
+                handler.run, self.settings.deadline(running.spec), running.attempt.call_id
+            )
+        except HandlerTimeout as exc:
+            handler.cancel()
+            return self._timed_out(running, handler, exc)
+        except Exception as exc:  # the process died, or its outcome could not travel back
+            outcome = (False, exc, handler.accessed)
+        finally:
+            handler.collect_journal(self.journal, running.attempt.call_id)
+        return self._outcome(running, outcome)
+
+    async def ainvoke(self, running: Running) -> ToolResult:
+        """``invoke`` without blocking the loop: an async handler as a task
+        on it, anything else through the isolation in an executor thread."""
+        import asyncio
+
+        handler = self.handler_run(running)
+        timeout, call_id = self.settings.deadline(running.spec), running.attempt.call_id
+        try:
+            if running.spec.is_async and isinstance(self.isolation, ThreadIsolation):
+                outcome: Outcome = await self.isolation.run_async(
+                    handler.arun, timeout, call_id, handler.cancel
+                )
+            else:
+                outcome = await asyncio.to_thread(self.isolation.run, handler.run, timeout, call_id)
+        except HandlerTimeout as exc:
+            handler.cancel()
+            return self._timed_out(running, handler, exc)
+        except asyncio.CancelledError:  # the caller's task: later writes are refused
+            handler.cancel()
+            if self.in_process:  # the handler runs on: it closes them
+                handler.overrun(running.attempt)
+            raise
+        except Exception as exc:  # the process died, or its outcome could not travel back
+            outcome = (False, exc, handler.accessed)
+        finally:
+            handler.collect_journal(self.journal, running.attempt.call_id)
+        return self._outcome(running, outcome)
+
+    def _timed_out(self, running: Running, handler: HandlerRun, exc: HandlerTimeout) -> ToolResult:
+        if handler.accessed is not None:  # a copy: the late handler may still add to it
+            self.observers.tell_watchers(running.attempt.call_id, list(handler.accessed))
+        if self.in_process:  # a killed child uses no location any more
+            handler.overrun(running.attempt)
+        return failure(
+            self.settings, running.attempt, ErrorCode.TIMEOUT, str(exc), CallState.TIMED_OUT
+        )
+
+    def _outcome(self, running: Running, outcome: Outcome) -> ToolResult:
+        """The result of a handler run that ended."""
+        settings, spec, attempt = self.settings, running.spec, running.attempt
+        finished, value, paths = outcome
+        if paths is not None:
+            self.observers.tell_watchers(attempt.call_id, paths)
+        if finished:
+            return self._check_output(spec, value, attempt)
+        redact = settings.redactor_for(spec).redact_text
+        if isinstance(value, SandboxError):
+            return failure(
+                settings,
+                attempt,
+                value.code,
+                settings.scrub(describe(value, redact)),
+                CallState.FAILED,
+            )
+        detail = settings.scrub(describe(value, redact))
+        message = f"{type(value).__name__}: {detail}" if detail else type(value).__name__
+        return failure(
+            settings,
+            attempt,
+            ErrorCode.EXECUTION_ERROR,
+            f"handler raised {message}",
+            CallState.FAILED,
+        )
+
+    def _check_output(self, spec: ToolSpec, data: Any, attempt: Attempt) -> ToolResult:
+        settings = self.settings
+        try:
+            text = json.dumps(data, ensure_ascii=False, sort_keys=True, allow_nan=False)
+            data = json.loads(text)
+            if not text.isascii():
+                # A name that is not UTF-8 (report-\xff.txt) comes back with a
+                # lone surrogate, which neither the audit store nor a model's
+                # JSON can take: it is escaped (\udcff) before anything sees it.
+                escaped = storable_data(data)
+                if escaped is not data:
+                    data = escaped
+                    text = json.dumps(data, ensure_ascii=False, sort_keys=True)
+        except (TypeError, ValueError, RecursionError) as exc:
+            return failure(
+                settings,
+                attempt,
+                ErrorCode.OUTPUT_INVALID,
+                f"output is not JSON data: {first_line(exc)}",
+                CallState.FAILED,
+            )
+        if spec.output_validator is not None:
+            errors = spec.output_validator.errors(
+                data, show_key=settings.redactor_for(spec).redact_text
+            )
+            if errors:
+                return failure(
+                    settings,
+                    attempt,
+                    ErrorCode.OUTPUT_INVALID,
+                    "; ".join(errors),
+                    CallState.FAILED,
+                    redacted=True,
+                )
+        attempt.output = data
+        shown, total = truncate(data, text, spec.result_limit)
+        return ToolResult(
+            call_id=attempt.call_id,
+            tool_name=attempt.tool_name,
+            ok=True,
+            code=ErrorCode.OK,
+            message="ok"
+            if total is None
+            else f"ok; output truncated to {spec.result_limit} of {total} characters",
+            data=shown,
+            duration_ms=attempt.elapsed_ms(),
+            state=CallState.SUCCEEDED,
+            truncated=total is not None,
+            total_size=total,
+        )
