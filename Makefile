@@ -31,10 +31,13 @@ demo: $(STAMP)
 	$(BIN)/python -m pytest_toolguard.demo
 
 bench: $(STAMP)
+	rm -f build/bench-summary.json
 	$(BIN)/python benchmarks/run.py
 	$(BIN)/python benchmarks/postgres_bench.py
 	$(BIN)/python benchmarks/matrix_bench.py
 	$(BIN)/python benchmarks/redaction_bench.py
+	@echo
+	$(BIN)/python benchmarks/summary.py
 
 # lint: ruff, mypy --strict, and the architecture: imports only go down the layers of
 # ARCHITECTURE.md (import-linter's contracts in pyproject.toml), no private name is

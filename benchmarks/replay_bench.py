@@ -26,6 +26,8 @@ import yaml
 from replay_load import PARTS, LoadTimes, time_load
 from replay_setup import KINDS, REFERENCES, STEPS, PytestRuns, SetupTimes, Sizes, time_setup
 from replay_variants import SERIES, build_batches, measure_batches
+from replay_load import LOADS
+from summary import record
 from replay_workload import (
     MODULES,
     Session,
@@ -61,7 +63,7 @@ class Ratio:
 
 
 INTERACTION_RATIOS = (
-    Ratio("replay / plain   replay per interaction over execute", "replay", "plain", 1.5),
+    Ratio("replay / plain   replay per interaction over execute", "replay", "plain", 2.0),
     Ratio("world / plain    execute in replay's world (fs + clock)", "world", "plain"),
     Ratio("fakefs / plain   execute under pyfakefs alone", "fakefs", "plain"),
     Ratio("clock / plain    execute under freezegun alone", "clock", "plain"),
@@ -142,6 +144,8 @@ def _per_interaction(options: argparse.Namespace, session: Session) -> None:
     for item in INTERACTION_RATIOS:
         value, low, high = ratio(samples[item.numerator], samples[item.denominator])
         print(_ratio_row(item, value, low, high))
+        if (item.numerator, item.denominator) == ("replay", "plain"):
+            record("replay_plain", value, low, high)
 
 
 # -- 2. per cassette --------------------------------------------------------------
@@ -201,6 +205,8 @@ def _per_cassette(options: argparse.Namespace, directory: Path, case: Cassette) 
             for top, bottom in zip(rounds[item.numerator], rounds[item.denominator], strict=True)
         ]
         print(_ratio_row(item, statistics.median(values), min(values), max(values)))
+        if (item.numerator, item.denominator) == ("set_up", "empty"):
+            record("setup_empty", statistics.median(values), min(values), max(values))
 
 
 # -- 3. a 10,000-interaction cassette ------------------------------------------
@@ -227,6 +233,8 @@ def _load(options: argparse.Namespace, session: Session) -> None:
             continue
         values = times.seconds[part]
         seconds = statistics.median(values)
+        if part == LOADS:
+            record("load_10k", seconds, min(values), max(values))
         spread = f"{min(values):.3f} - {max(values):.3f}" if len(values) > 1 else ""
         print(
             _row(
