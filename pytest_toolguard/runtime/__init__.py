@@ -46,6 +46,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from typing import Literal
 
 from ..audit import AuditStore, SQLiteAuditStore
 from ..audit_stores import open_audit_store
@@ -101,6 +102,13 @@ class ToolRuntime:
     itself (never a workspace or store it was given), ends its workers and
     reports what it could not finish.
 
+    ``isolation`` is where handlers run: ``"inline"`` (the default) calls a
+    sync handler on the calling thread when that is the main thread, its
+    deadline kept by SIGALRM (``runtime/inline.py``: no thread handoff, and
+    a late handler is stopped), else on a worker thread; ``"thread"`` always
+    on a worker thread (a late handler runs on as a tracked orphan, its
+    writes refused); ``"process"`` in a forked child killed at the deadline.
+
     ``registry``, ``workspace``, ``capabilities``, ``audit``, ``hooks``,
     ``redactor``, ``variables``, ``idempotency_scope`` and ``timeouts`` are
     the settings every call is judged by; assigning one between calls
@@ -116,7 +124,7 @@ class ToolRuntime:
         *,
         hooks: Sequence[PreToolUse | PostToolUse] = (),
         redactor: Redactor | None = None,
-        isolation: IsolationMode = "thread",
+        isolation: IsolationMode | Literal["inline"] = "inline",
         variables: Mapping[str, str] | None = None,
         idempotency_scope: str | None = None,
         timeouts: Mapping[str, float] | None = None,
@@ -147,7 +155,8 @@ class ToolRuntime:
             timeouts=deadlines,
             clock=clock or utc_now,
         )
-        self._isolation = make_isolation(isolation)
+        inline = isolation == "inline"
+        self._isolation = make_isolation("thread" if inline else isolation)
         self._observers = Observers()
         self._admission = Admission(settings)
         self._log = AuditLog(settings)
@@ -157,6 +166,7 @@ class ToolRuntime:
             in_process=isolation != "process",
             journal=ChangeJournal(),
             observers=self._observers,
+            inline=inline,
         )
 
     # -- the pipeline -------------------------------------------------------

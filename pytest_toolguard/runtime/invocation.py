@@ -3,9 +3,11 @@ it returned.
 
 The handler gets a ``ToolContext`` whose workspace is journaled for
 rollback, reaches the locations the policy judged (one resolution per
-path), and refuses changes once the call is cancelled. It runs through the
-runtime's isolation (a worker thread or a killable child process), or, for
-``aexecute`` with an ``async def`` handler, as a task on the caller's loop.
+path), and refuses changes once the call is cancelled. It runs inline on
+the main thread under a SIGALRM deadline (``inline.py``, the default mode),
+through the runtime's isolation (a worker thread or a killable child
+process), or, for ``aexecute`` with an ``async def`` handler, as a task on
+the caller's loop.
 What it returns must be JSON data matching the output schema
 (OUTPUT_INVALID otherwise) and is cut to the tool's result limit; what it
 raises is EXECUTION_ERROR (a sandbox refusal keeps its own code); a
@@ -29,6 +31,7 @@ from ..registry import ToolSpec
 from ..rollback import ChangeJournal
 from ..sandbox import CallCancelled, Previous, SandboxError, show_path
 from .attempt import Attempt, Running
+from .inline import Cancellation, TimerBusy, run_inline, usable
 from .messages import describe, first_line
 from .observers import Observers
 from .results import failure, truncate
@@ -56,6 +59,7 @@ class HandlerRun:
         "accessed",
         "child_log",
         "_runner",
+        "_cancelled",
         "_policy",
         "_handoff",
         "_ended",
@@ -70,6 +74,7 @@ class HandlerRun:
         accessed: list[str] | None,
         child_log: ChildLog | None,
         policy: PolicyDecision | None,
+        cancelled: Cancellation,
     ) -> None:
         self.handler = handler
         self.ctx = ctx
@@ -77,6 +82,7 @@ class HandlerRun:
         self.accessed = accessed
         self.child_log = child_log
         self._runner: CoroutineRunner | None = None
+        self._cancelled = cancelled
         # Whoever is last, the handler or the deadline, closes the policy's
         # locations: never while an operation may still use one.
         self._policy = policy
@@ -131,6 +137,12 @@ class HandlerRun:
                 journal.record(call_id, path, previous)
             self.child_log.close()
 
+    def deadline_passed(self) -> None:
+        """Inline mode, from the signal handler at the deadline: the call is
+        cancelled from now on (no lock taken: the interrupted code may hold
+        any)."""
+        self._cancelled.mark()
+
     def cancel(self) -> None:
         # cancelled first: run() reads it after publishing its runner.
         self.ctx.cancelled.set()
@@ -150,11 +162,15 @@ class Invocation:
         in_process: bool,
         journal: ChangeJournal,
         observers: Observers,
+        inline: bool = False,
     ) -> None:
         self.settings = settings
         self.isolation = isolation
         self.in_process = in_process
         """False in process isolation: a child's journal entries travel back."""
+        self.inline = inline
+        """Run sync handlers on the calling thread when it is the main thread
+        (``inline.usable()``), else through ``isolation`` (a thread pool)."""
         self.journal = journal
         self.observers = observers
 
@@ -169,7 +185,7 @@ class Invocation:
         # still leaves what it changed to roll back.
         child_log = None if self.in_process else ChildLog()
 
-        cancelled = threading.Event()
+        cancelled = Cancellation()
 
         def on_change(path: str, previous: Previous) -> None:
             if cancelled.is_set():
@@ -206,17 +222,22 @@ class Invocation:
             cancelled=cancelled,
         )
         return HandlerRun(
-            spec.handler, ctx, dict(running.arguments), accessed, child_log, attempt.policy
+            spec.handler,
+            ctx,
+            dict(running.arguments),
+            accessed,
+            child_log,
+            attempt.policy,
+            cancelled,
         )
 
     def invoke(self, running: Running) -> ToolResult:
         """Run the handler through the isolation, blocking until it ends or
         its deadline passes."""
         handler = self.handler_run(running)
+        timeout = self.settings.deadline(running.spec)
         try:
-            outcome: Outcome = self.isolation.run(
-                handler.run, self.settings.deadline(running.spec), running.attempt.call_id
-            )
+            outcome: Outcome = self._run(handler, timeout, running)
         except HandlerTimeout as exc:
             handler.cancel()
             return self._timed_out(running, handler, exc)
@@ -225,6 +246,16 @@ class Invocation:
         finally:
             handler.collect_journal(self.journal, running.attempt.call_id)
         return self._outcome(running, outcome)
+
+    def _run(self, handler: HandlerRun, timeout: float, running: Running) -> Outcome:
+        if self.inline and not running.spec.is_async and usable():
+            try:
+                outcome: Outcome = run_inline(handler.run, timeout, handler.deadline_passed)
+                return outcome
+            except TimerBusy:  # someone else's alarm, or a nested call: a worker thread
+                pass
+        outcome = self.isolation.run(handler.run, timeout, running.attempt.call_id)
+        return outcome
 
     async def ainvoke(self, running: Running) -> ToolResult:
         """``invoke`` without blocking the loop: an async handler as a task

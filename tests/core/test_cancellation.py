@@ -1,43 +1,78 @@
 """A timed-out call is cancelled: ``ctx.cancelled`` is set, the workspace
-refuses the late handler's writes, and ``wait_for_file`` stops at once."""
+refuses the late handler's writes, and ``wait_for_file`` stops at once. In
+each mode that leaves a late handler running: thread mode (it runs on) and
+inline mode (the handler swallows ``DeadlinePassed`` and goes on)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import WRITE_ANYWHERE
 
 from pytest_toolguard import CallState, ErrorCode, ToolCall, ToolRegistry, ToolSpec
 from pytest_toolguard.sandbox import CallCancelled
 from pytest_toolguard.tools import builtin_registry
 
+LATE_MODES = ["inline", "thread"]
+"""The modes in which a handler can still act after its deadline."""
 
-def test_a_late_write_through_the_workspace_is_refused(toolguard_runtime) -> None:
+
+def _late(released: threading.Event, act: Callable[[], Any]) -> Any:
+    """Wait until released (swallowing the inline deadline, as a careless
+    handler would), then ``act()``: again after each repetition of the alarm
+    that lands outside the workspace's operation."""
+    with contextlib.suppress(BaseException):  # what the test is about
+        released.wait(10)
+    while True:
+        try:
+            return act()
+        except CallCancelled:
+            raise
+        except BaseException:  # noqa: BLE001,S112 - the alarm's repetition, swallowed again
+            continue
+
+
+@pytest.mark.parametrize("mode", LATE_MODES)
+def test_a_late_write_through_the_workspace_is_refused(toolguard_runtime, mode) -> None:
     released = threading.Event()
     outcome: list[BaseException | None] = []
+    seen_cancelled: list[bool] = []
 
-    def slow_writer(ctx: Any, **arguments: Any) -> Any:
-        released.wait(10)
-        assert ctx.cancelled.is_set()
+    def write() -> None:
+        if outcome:  # already done: an alarm's repetition landed after it
+            return
+        if not seen_cancelled:
+            seen_cancelled.append(cancelled.is_set())
         try:
-            ctx.workspace.write_text("late.txt", "written after the deadline")
+            workspace.write_text("late.txt", "written after the deadline")
         except CallCancelled as exc:
             outcome.append(exc)
         else:
             outcome.append(None)
+
+    def slow_writer(ctx: Any, **arguments: Any) -> Any:
+        nonlocal cancelled, workspace
+        cancelled, workspace = ctx.cancelled, ctx.workspace
+        _late(released, write)
         return {}
 
+    cancelled: Any = None
+    workspace: Any = None
     spec = ToolSpec("slow_writer", "writes late", {"type": "object"}, slow_writer)
     runtime = toolguard_runtime(
-        ToolRegistry([spec]), WRITE_ANYWHERE, timeouts={"slow_writer": 0.01}
+        ToolRegistry([spec]), WRITE_ANYWHERE, timeouts={"slow_writer": 0.01}, isolation=mode
     )
     result = runtime.execute(ToolCall("c1", "slow_writer", {}))
     released.set()
     assert (result.code, result.state) == (ErrorCode.TIMEOUT, CallState.TIMED_OUT)
     assert runtime.close(join_timeout=5) == []
+    assert seen_cancelled == [True]
     assert len(outcome) == 1 and isinstance(outcome[0], CallCancelled)
     assert outcome[0].code is ErrorCode.TIMEOUT
     assert not os.path.exists(os.path.join(runtime.workspace.root, "late.txt"))
@@ -66,8 +101,11 @@ def test_wait_for_file_gives_up_after_its_wait(toolguard_runtime) -> None:
     assert result.message.endswith("no file appeared in 0.1 s: 'never.txt'")
 
 
-def test_wait_for_file_stops_when_the_deadline_passes(toolguard_runtime) -> None:
-    runtime = toolguard_runtime(builtin_registry(), timeouts={"wait_for_file": 0.05})
+@pytest.mark.parametrize("mode", LATE_MODES)
+def test_wait_for_file_stops_when_the_deadline_passes(toolguard_runtime, mode) -> None:
+    runtime = toolguard_runtime(
+        builtin_registry(), timeouts={"wait_for_file": 0.05}, isolation=mode
+    )
     result = runtime.execute(
         ToolCall("c1", "wait_for_file", {"path": "never.txt", "wait_seconds": 300})
     )
@@ -80,17 +118,20 @@ def test_wait_for_file_stops_when_the_deadline_passes(toolguard_runtime) -> None
     assert runtime.close(join_timeout=2) == []
 
 
-def test_a_late_write_makes_no_parent_directory(toolguard_runtime) -> None:
+@pytest.mark.parametrize("mode", LATE_MODES)
+def test_a_late_write_makes_no_parent_directory(toolguard_runtime, mode) -> None:
     released = threading.Event()
 
     def late_deep_writer(ctx: Any, **arguments: Any) -> Any:
-        released.wait(10)
-        ctx.workspace.write_text("new/deep/late.txt", "late")
+        _late(released, lambda: ctx.workspace.write_text("new/deep/late.txt", "late"))
         return {}
 
     spec = ToolSpec("late_deep_writer", "writes late", {"type": "object"}, late_deep_writer)
     runtime = toolguard_runtime(
-        ToolRegistry([spec]), WRITE_ANYWHERE, timeouts={"late_deep_writer": 0.01}
+        ToolRegistry([spec]),
+        WRITE_ANYWHERE,
+        timeouts={"late_deep_writer": 0.01},
+        isolation=mode,
     )
     result = runtime.execute(ToolCall("c1", "late_deep_writer", {}))
     released.set()

@@ -1,5 +1,5 @@
-"""Deadlines: TIMEOUT in thread mode with the orphan tracked; a real kill in
-process mode."""
+"""Deadlines: TIMEOUT in every mode; in thread mode with the orphan tracked,
+in inline mode the late handler stopped; a real kill in process mode."""
 
 from __future__ import annotations
 
@@ -18,12 +18,50 @@ def call(call_id="c1", **arguments):
     return ToolCall(call_id=call_id, tool_name="spy", arguments=arguments)
 
 
+@pytest.mark.parametrize("mode", ["inline", "thread", "process"])
+def test_a_handler_past_its_deadline_is_answered_timeout_in_every_mode(
+    toolguard_runtime, registry_of, spy, mode
+):
+    release = threading.Event()
+    tool = spy_tool(spy, result=lambda ctx, **a: release.wait(10) and {}, timeout_seconds=0.1)
+    runtime = toolguard_runtime(registry_of(tool), WRITE_ANYWHERE, isolation=mode)
+    result = runtime.execute(call())
+    release.set()
+    assert (result.code, result.state, result.retryable) == (
+        ErrorCode.TIMEOUT,
+        CallState.TIMED_OUT,
+        True,
+    )
+    assert runtime.audit.get("c1").state is CallState.TIMED_OUT
+    assert runtime.close(join_timeout=5) == []
+
+
+def test_inline_mode_stops_the_late_handler_instead_of_orphaning_it(
+    toolguard_runtime, registry_of, spy
+):
+    stopped: list[str] = []
+
+    def held(ctx, **arguments):
+        try:
+            threading.Event().wait(30)  # nobody sets it
+        except BaseException as exc:
+            stopped.append(type(exc).__name__)
+            raise
+        return {}
+
+    tool = spy_tool(spy, result=held, timeout_seconds=0.1)
+    runtime = toolguard_runtime(registry_of(tool), WRITE_ANYWHERE, isolation="inline")
+    assert runtime.execute(call()).code is ErrorCode.TIMEOUT
+    assert stopped == ["DeadlinePassed"]
+    assert runtime.orphaned_handlers() == []
+
+
 def test_thread_mode_answers_timeout_at_the_deadline_and_tracks_the_orphan(
     toolguard_runtime, registry_of, spy
 ):
     release = threading.Event()
     tool = spy_tool(spy, result=lambda ctx, **a: release.wait(10) and {}, timeout_seconds=0.2)
-    runtime = toolguard_runtime(registry_of(tool), WRITE_ANYWHERE)
+    runtime = toolguard_runtime(registry_of(tool), WRITE_ANYWHERE, isolation="thread")
     result = runtime.execute(call())
     assert (result.code, result.state, result.retryable) == (
         ErrorCode.TIMEOUT,
@@ -40,7 +78,7 @@ def test_thread_mode_answers_timeout_at_the_deadline_and_tracks_the_orphan(
 def test_close_reports_an_orphan_that_is_still_alive(toolguard_runtime, registry_of, spy):
     release = threading.Event()
     tool = spy_tool(spy, result=lambda ctx, **a: release.wait(30) and {}, timeout_seconds=0.1)
-    runtime = toolguard_runtime(registry_of(tool), WRITE_ANYWHERE)
+    runtime = toolguard_runtime(registry_of(tool), WRITE_ANYWHERE, isolation="thread")
     runtime.execute(call())
     with pytest.warns(RuntimeWarning, match="handler still running: c1"):
         problems = runtime.close(join_timeout=0.1)
@@ -139,10 +177,13 @@ def test_process_mode_keeps_changes_for_rollback(
     assert (workspace_dir / "out.txt").read_text() == "before"
 
 
-def test_a_runtime_can_tighten_a_tools_deadline(toolguard_runtime, registry_of, spy):
+@pytest.mark.parametrize("mode", ["inline", "thread"])
+def test_a_runtime_can_tighten_a_tools_deadline(toolguard_runtime, registry_of, spy, mode):
     release = threading.Event()
     tool = spy_tool(spy, result=lambda ctx, **a: release.wait(10) and {}, timeout_seconds=30)
-    runtime = toolguard_runtime(registry_of(tool), WRITE_ANYWHERE, timeouts={"spy": 0.1})
+    runtime = toolguard_runtime(
+        registry_of(tool), WRITE_ANYWHERE, timeouts={"spy": 0.1}, isolation=mode
+    )
     started = time.monotonic()
     assert runtime.execute(call()).code is ErrorCode.TIMEOUT
     assert time.monotonic() - started < 5

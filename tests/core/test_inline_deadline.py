@@ -1,0 +1,215 @@
+"""Inline mode (the default): a sync handler runs on the main thread under a
+SIGALRM deadline, and goes to a worker thread wherever that cannot be done
+safely."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from typing import Any
+
+import pytest
+from conftest import WRITE_ANYWHERE, spy_tool
+
+from pytest_toolguard import CallState, ErrorCode, ToolCall
+from pytest_toolguard.runtime import inline
+
+pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGALRM"), reason="SIGALRM is POSIX")
+
+
+def call(call_id: str = "c1", **arguments: Any) -> ToolCall:
+    return ToolCall(call_id=call_id, tool_name="spy", arguments=arguments)
+
+
+def _thread_of(ctx: Any, **arguments: Any) -> Any:
+    return {"thread": threading.get_ident()}
+
+
+def test_the_default_runs_a_handler_on_the_calling_main_thread(
+    toolguard_runtime, registry_of, spy
+):
+    runtime = toolguard_runtime(registry_of(spy_tool(spy, result=_thread_of)))
+    assert runtime.execute(call()).data == {"thread": threading.get_ident()}
+
+
+def test_off_the_main_thread_a_handler_runs_on_a_worker_thread(
+    toolguard_runtime, registry_of, spy
+):
+    runtime = toolguard_runtime(registry_of(spy_tool(spy, result=_thread_of)))
+    answers: list[Any] = []
+    caller = threading.Thread(target=lambda: answers.append(runtime.execute(call())))
+    caller.start()
+    caller.join(10)
+    assert answers[0].ok
+    assert answers[0].data["thread"] not in (caller.ident, threading.get_ident())
+
+
+def test_off_the_main_thread_the_deadline_still_holds(toolguard_runtime, registry_of, spy):
+    release = threading.Event()
+    tool = spy_tool(spy, result=lambda ctx, **a: release.wait(10) and {}, timeout_seconds=0.1)
+    runtime = toolguard_runtime(registry_of(tool), WRITE_ANYWHERE)
+    answers: list[Any] = []
+    caller = threading.Thread(target=lambda: answers.append(runtime.execute(call())))
+    caller.start()
+    caller.join(10)
+    release.set()
+    assert answers[0].code is ErrorCode.TIMEOUT
+    assert runtime.audit.get("c1").state is CallState.TIMED_OUT
+
+
+def test_except_exception_in_the_handler_does_not_swallow_the_deadline(
+    toolguard_runtime, registry_of, spy
+):
+    caught: list[bool] = []
+
+    def careless(ctx: Any, **arguments: Any) -> Any:
+        try:
+            threading.Event().wait(30)
+        except Exception:
+            caught.append(True)
+        return {"done": True}
+
+    runtime = toolguard_runtime(registry_of(spy_tool(spy, result=careless, timeout_seconds=0.1)))
+    result = runtime.execute(call())
+    assert (result.code, result.state) == (ErrorCode.TIMEOUT, CallState.TIMED_OUT)
+    assert caught == []
+
+
+def test_a_swallowed_deadline_comes_back_and_the_call_is_answered_timeout(
+    toolguard_runtime, registry_of, spy
+):
+    swallowed: list[str] = []
+
+    def stubborn(ctx: Any, **arguments: Any) -> Any:
+        while len(swallowed) < 3:
+            try:
+                threading.Event().wait(30)
+            except BaseException as exc:  # noqa: BLE001 - swallowing is the point
+                swallowed.append(type(exc).__name__)
+        return {"survived": True}
+
+    runtime = toolguard_runtime(registry_of(spy_tool(spy, result=stubborn, timeout_seconds=0.1)))
+    result = runtime.execute(call())
+    assert swallowed == ["DeadlinePassed"] * 3
+    assert (result.code, result.state) == (ErrorCode.TIMEOUT, CallState.TIMED_OUT)
+    assert runtime.audit.get("c1").state is CallState.TIMED_OUT
+
+
+def test_after_the_call_no_alarm_is_left_armed(toolguard_runtime, registry_of, spy):
+    tool = spy_tool(spy, result=lambda ctx, **a: time.sleep(5) or {}, timeout_seconds=0.05)
+    runtime = toolguard_runtime(registry_of(tool))
+    assert runtime.execute(call()).code is ErrorCode.TIMEOUT
+    assert runtime.execute(call("c2")).code is ErrorCode.TIMEOUT
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_someone_elses_alarm_sends_the_handler_to_a_worker_thread(
+    toolguard_runtime, registry_of, spy
+):
+    theirs: list[int] = []
+
+    def their_handler(signum: int, frame: Any) -> None:
+        theirs.append(signum)
+
+    previous = signal.signal(signal.SIGALRM, their_handler)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 60)  # as pytest-timeout's signal method does
+        runtime = toolguard_runtime(registry_of(spy_tool(spy, result=_thread_of)))
+        result = runtime.execute(call())
+        left = signal.getitimer(signal.ITIMER_REAL)[0]
+        handler = signal.getsignal(signal.SIGALRM)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert result.ok and result.data["thread"] != threading.get_ident()
+    assert 0 < left <= 60  # their timer still runs
+    assert handler is their_handler
+    assert theirs == []
+
+
+def test_an_armed_timer_of_another_handler_is_left_as_it_was(
+    toolguard_runtime, registry_of, spy
+):
+    # Our own SIGALRM handler installed, someone's timer armed (a nested call).
+    runtime = toolguard_runtime(registry_of(spy_tool(spy, result=_thread_of)))
+    runtime.execute(call("warm-up"))
+    assert inline.installed()
+    signal.setitimer(signal.ITIMER_REAL, 60)
+    try:
+        result = runtime.execute(call())
+        left = signal.getitimer(signal.ITIMER_REAL)[0]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    assert result.ok and result.data["thread"] != threading.get_ident()
+    assert 50 < left <= 60
+
+
+def test_a_call_nested_in_a_handler_finishes_its_own_row(toolguard_runtime, registry_of, spy):
+    inner_runtime: list[Any] = []
+
+    def outer(ctx: Any, **arguments: Any) -> Any:
+        if arguments.get("inner"):
+            return {"thread": threading.get_ident()}
+        inner = inner_runtime[0].execute(call("inner", inner="yes"))
+        return {"inner_ok": inner.ok, "inner_thread": inner.data["thread"]}
+
+    schema = {"type": "object", "properties": {"inner": {"type": "string"}}}
+    registry = registry_of(spy_tool(spy, result=outer, schema=schema))
+    runtime = toolguard_runtime(registry)
+    inner_runtime.append(toolguard_runtime(registry))
+    result = runtime.execute(call("outer"))
+    assert result.ok and result.data["inner_ok"]
+    assert result.data["inner_thread"] != threading.get_ident()
+    assert inner_runtime[0].audit.get("inner").state is CallState.SUCCEEDED
+    assert runtime.audit.get("outer").state is CallState.SUCCEEDED
+
+
+def test_a_nested_call_past_the_outer_deadline_still_finishes_its_row(
+    toolguard_runtime, registry_of, spy
+):
+    inner_runtime: list[Any] = []
+
+    def outer(ctx: Any, **arguments: Any) -> Any:
+        if arguments.get("inner"):
+            time.sleep(0.3)  # on a worker thread, past the outer deadline
+            return {}
+        inner_runtime[0].execute(call("inner", inner="yes"))
+        threading.Event().wait(30)
+        return {}
+
+    schema = {"type": "object", "properties": {"inner": {"type": "string"}}}
+    registry = registry_of(spy_tool(spy, result=outer, schema=schema, timeout_seconds=0.1))
+    runtime = toolguard_runtime(registry)
+    inner_runtime.append(toolguard_runtime(registry, timeouts={"spy": 5}))
+    result = runtime.execute(call("outer"))
+    assert result.code is ErrorCode.TIMEOUT
+    assert inner_runtime[0].audit.get("inner").state is CallState.SUCCEEDED
+
+
+def test_a_handler_may_install_its_own_signal_handlers(toolguard_runtime, registry_of, spy):
+    def uses_signals(ctx: Any, **arguments: Any) -> Any:
+        previous = signal.signal(signal.SIGUSR1, lambda signum, frame: None)
+        signal.signal(signal.SIGUSR1, previous)
+        return {"ok": True}
+
+    runtime = toolguard_runtime(registry_of(spy_tool(spy, result=uses_signals)))
+    assert runtime.execute(call()).ok
+
+
+def test_a_handler_that_replaces_the_alarm_handler_gets_ours_back(
+    toolguard_runtime, registry_of, spy
+):
+    def replaces(ctx: Any, **arguments: Any) -> Any:
+        signal.signal(signal.SIGALRM, signal.SIG_IGN)
+        return {}
+
+    runtime = toolguard_runtime(registry_of(spy_tool(spy, result=replaces)))
+    assert runtime.execute(call()).ok
+    assert inline.installed()
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_thread_mode_never_runs_inline(toolguard_runtime, registry_of, spy):
+    runtime = toolguard_runtime(registry_of(spy_tool(spy, result=_thread_of)), isolation="thread")
+    assert runtime.execute(call()).data["thread"] != threading.get_ident()
