@@ -1197,9 +1197,14 @@ class Workspace:
                 path,
             )
 
-    def _read_fd(self, fd: int, path: str, max_bytes: int | None) -> bytes:
-        st = os.fstat(fd)
-        self._check_regular(st, path)
+    def _read_fd(
+        self, fd: int, path: str, max_bytes: int | None, st: os.stat_result | None = None
+    ) -> bytes:
+        """The content of the open file ``fd``, judged by ``st`` (its
+        ``fstat``, already checked regular) or by a ``fstat`` made here."""
+        if st is None:
+            st = os.fstat(fd)
+            self._check_regular(st, path)
         if max_bytes is not None and st.st_size > max_bytes:
             raise LimitExceeded(
                 f"path {_show(path)} is {st.st_size} bytes, over the limit of {max_bytes}", path
@@ -1215,6 +1220,11 @@ class Workspace:
                 break
             chunks.append(chunk)
             total += len(chunk)
+            if len(chunk) < want and total >= st.st_size > 0:
+                # A regular file read short at or past its size has ended: no
+                # empty read to confirm it (one system call fewer per file). A
+                # size of 0 (procfs) proves nothing: read on to the empty read.
+                break
         if max_bytes is not None and total > max_bytes:
             raise LimitExceeded(
                 f"path {_show(path)} grew past the limit of {max_bytes} bytes while read", path
@@ -1228,34 +1238,43 @@ class Workspace:
         (``Previous``, permission bits of a regular file or None). Content
         and link targets are read only when ``want_content``; a symbolic
         link is reported as ``Symlink`` either way."""
+        if want_content:
+            return self._previous_content(dir_fd, name, path)
         try:
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         except FileNotFoundError:
             return None, None
         if stat.S_ISLNK(st.st_mode):
-            if not want_content:
-                return Symlink(""), None
-            try:
-                return Symlink(os.readlink(name, dir_fd=dir_fd)), None
-            except OSError as exc:
-                if exc.errno in (errno.ENOENT, errno.EINVAL):
-                    return None, None  # replaced meanwhile
-                raise
+            return Symlink(""), None
         self._check_regular(st, path)
         # Permission bits only: setuid/setgid must not survive a rewrite by
         # another owner (the new file is ours), nor sticky.
-        mode = st.st_mode & 0o777
-        if not want_content:
-            return None, mode
+        return None, st.st_mode & 0o777
+
+    def _previous_content(self, dir_fd: int, name: str, path: str) -> tuple[Previous, int | None]:
+        """``_previous`` with the content: the entry opened first (no link
+        followed, a FIFO not waited for) and judged by ``fstat``, one
+        ``stat`` fewer than looking first; a link is read where the open
+        refuses it."""
         try:
             fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+        except FileNotFoundError:
+            return None, None
         except OSError as exc:
-            if exc.errno in (errno.ENOENT, errno.ELOOP):
-                return None, None  # replaced meanwhile; it held no file content we saw
-            raise
-        try:
+            if exc.errno != errno.ELOOP:
+                raise
             try:
-                return self._read_fd(fd, path, self._keep_at_most), mode
+                return Symlink(os.readlink(name, dir_fd=dir_fd)), None
+            except OSError as again:
+                if again.errno in (errno.ENOENT, errno.EINVAL):
+                    return None, None  # replaced meanwhile
+                raise
+        try:
+            st = os.fstat(fd)
+            self._check_regular(st, path)
+            mode = st.st_mode & 0o777  # permission bits only, as above
+            try:
+                return self._read_fd(fd, path, self._keep_at_most, st), mode
             except LimitExceeded:  # judged by fstat first: never read (or grew while read)
                 return Unkept(max(os.fstat(fd).st_size, self._keep_at_most + 1)), mode
         finally:

@@ -71,8 +71,16 @@ class SchemaValidator:
     __slots__ = ("schema", "root", "_validator", "_fast")
 
     def __init__(
-        self, schema: Mapping[str, Any], *, root: str = "arguments", fast: bool = True
+        self,
+        schema: Mapping[str, Any],
+        *,
+        root: str = "arguments",
+        fast: bool = True,
+        regexes_agree: bool = False,
     ) -> None:
+        """``regexes_agree``: the schema's ``pattern``s are known to mean the
+        same to Rust's regex and Python's ``re`` (or Rust's to be stricter,
+        so that jsonschema decides), so jsonschema-rs may answer for it."""
         try:
             Draft202012Validator.check_schema(schema)
         except SchemaError as exc:
@@ -82,7 +90,7 @@ class SchemaValidator:
         self.schema = schema
         self.root = root
         self._validator = Draft202012Validator(schema)
-        self._fast = _fast_validator(schema) if fast else None
+        self._fast = _fast_validator(schema, regexes_agree) if fast else None
 
     @property
     def accelerated(self) -> bool:
@@ -173,8 +181,8 @@ def _shallow(value: Any) -> bool:
     return True
 
 
-def _fast_validator(schema: Mapping[str, Any]) -> Any:
-    if _rs is None or _mentions(schema, _REGEX_KEYWORDS):
+def _fast_validator(schema: Mapping[str, Any], regexes_agree: bool = False) -> Any:
+    if _rs is None or (not regexes_agree and _mentions(schema, _REGEX_KEYWORDS)):
         return None
     try:
         return _rs.Draft202012Validator(dict(schema))

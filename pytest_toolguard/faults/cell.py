@@ -31,7 +31,7 @@ import json
 import posixpath
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 from ..audit import SQLiteAuditStore
 from ..capabilities import Capabilities
@@ -171,10 +171,12 @@ class Cell:
         hooks: Sequence[PreToolUse | PostToolUse] | None = None,
         timeouts: Mapping[str, float] | None = None,
         audit: SQLiteAuditStore | None = None,
+        isolation: Literal["inline", "thread"] = "inline",
     ) -> ToolRuntime:
         """A runtime of the recorded session over this cell's registry, with
         its own in-memory audit store (or ``audit``, which it then owns);
-        the cell closes it and checks its rows."""
+        the cell closes it and checks its rows. ``isolation``: as
+        ``session_runtime``'s."""
         store = audit if audit is not None else SQLiteAuditStore(":memory:")
         switch = FailingStore(store)
         runtime = session_runtime(
@@ -185,6 +187,7 @@ class Cell:
             approvals=self.approvals,
             capabilities=capabilities,
             timeouts=timeouts,
+            isolation=isolation,
         )
         self._runtimes.append((runtime, store, switch))
         return runtime

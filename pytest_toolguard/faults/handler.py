@@ -51,7 +51,11 @@ class TimeoutFault(AfterSuccess):
             return late
 
         cell.replace_handler(held)
-        runtime = cell.make_runtime(timeouts={cell.target.call.tool_name: TIMEOUT_SECONDS})
+        # Thread mode: the handler held past its deadline runs on once released,
+        # and what it does then is judged (inline mode would stop it instead).
+        runtime = cell.make_runtime(
+            timeouts={cell.target.call.tool_name: TIMEOUT_SECONDS}, isolation="thread"
+        )
         before = cell.tree()
         result = cell.execute(cell.call(), runtime)
         released.set()

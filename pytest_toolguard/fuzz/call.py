@@ -126,6 +126,10 @@ class CallChecker:
                     hooks=self.hooks,
                     variables=self.variables,
                     timeouts=self.timeouts,
+                    # A handler past its deadline runs on, so that the
+                    # properties of a late handler (still running, writing)
+                    # are judged; inline mode would stop it.
+                    isolation="thread",
                 )
                 try:
                     result = runtime.execute(call)

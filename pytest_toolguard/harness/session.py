@@ -19,7 +19,7 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 from ..audit import AuditStore
 from ..capabilities import Capabilities
@@ -58,14 +58,16 @@ def session_runtime(
     timeouts: Mapping[str, float] | None = None,
     http: HttpPlayback | None = None,
     runtime_class: RuntimeClass | None = None,
+    isolation: Literal["inline", "thread"] = "inline",
 ) -> ToolRuntime:
     """The recorded session's runtime over ``registry`` and ``store`` (see
     the module docstring). ``hooks`` replaces the recorded plan;
     ``approvals`` the hooks granting the recorded approvals (made from the
     cassette when None); ``capabilities`` the recorded ones; ``timeouts``
     are added over the recorded deadlines; ``runtime_class`` makes the
-    runtime (default: ``ToolRuntime``). Raises what ``ToolRuntime`` raises
-    for a bad setting."""
+    runtime (default: ``ToolRuntime``); ``isolation`` where handlers run
+    (``"thread"``: a handler past its deadline runs on, as an oracle of late
+    writes needs). Raises what ``ToolRuntime`` raises for a bad setting."""
     session = cassette.session
     if approvals is None:
         approvals = approval_hooks(cassette, redactor)
@@ -80,6 +82,7 @@ def session_runtime(
         variables=session.variables,
         idempotency_scope=session.idempotency_scope,
         timeouts={**session.timeouts, **(timeouts or {})},
+        isolation=isolation,
     )
 
 

@@ -48,7 +48,7 @@ from pathlib import Path
 
 import pytest
 
-from ..options import FUZZ_NODE
+from ..options import FAULTS, FUZZ_NODE, dest
 from . import hookspecs, outcomes
 from .fixtures import (
     record_phase,
@@ -88,8 +88,29 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """With ``--toolguard-faults`` and pytest-xdist's ``-n`` but no
+    ``--dist``, distribute with ``loadgroup``: each fault cell is marked
+    ``xdist_group`` with its file, so one worker runs the cells of a file and
+    replays the state before each target once (items without a group are
+    distributed as ``load`` does). Before xdist's own hook reads ``dist``."""
+    option = config.option
+    if (
+        getattr(option, "numprocesses", None)
+        and getattr(option, "dist", None) == "no"
+        and not getattr(option, "distload", False)
+        and config.getoption(dest(FAULTS), None)
+    ):
+        option.dist = "loadgroup"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER)
+    # Fault cells carry it (items.InteractionCells); xdist registers it too.
+    config.addinivalue_line(
+        "markers", "xdist_group(name): the group pytest-xdist's --dist loadgroup keeps together"
+    )
     run = config.stash[RUN] = ToolguardRun(config)
     config.pluginmanager.register(run, RUN_PLUGIN)
     if run.replaying and config.args_source is not pytest.Config.ArgsSource.ARGS:

@@ -74,10 +74,10 @@ class CassetteFile(pytest.File):
         if not faults:
             return
         from ..faults import Target
-        from ..replay.cassette import CassetteError, load
+        from ..replay.cassette import CassetteError
 
         try:
-            cassette = load(self.path, source=self.shown)
+            cassette = run_of(self.config).cassette(self.path, self.shown)
         except CassetteError:
             return  # the replay item reports it
         try:
@@ -129,7 +129,12 @@ class InteractionCells(pytest.Collector):
 
     def collect(self) -> Iterator[pytest.Item]:
         for fault in self.faults:
-            yield FaultCell.from_parent(self, name=fault.name, callobj=run_fault_cell)
+            cell = FaultCell.from_parent(self, name=fault.name, callobj=run_fault_cell)
+            # With pytest-xdist's --dist loadgroup, one worker runs the cells of
+            # one file: the state before each target is replayed once, not once
+            # per worker (the prefix cache is per process). Ignored otherwise.
+            cell.add_marker(pytest.mark.xdist_group(self.target.source))
+            yield cell
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, self.name
@@ -146,7 +151,7 @@ def replay_file(
     toolguard_secrets: Mapping[str, str],
 ) -> None:
     """The body of every ReplayItem (its fixtures are its parameters)."""
-    from ..replay.cassette import CassetteError, load
+    from ..replay.cassette import CassetteError
     from ..replay.player import replay
     from ..replay.report import (
         ReplayFailed,
@@ -159,7 +164,7 @@ def replay_file(
     item, run = request.node, run_of(request.config)
     shown = item.nodeid.split("::")[0]
     try:
-        cassette = load(item.path, source=shown)
+        cassette = run.cassette(item.path, shown)
     except CassetteError:
         outcomes.leave(item, replay=ReplayTotals(unreadable=1).as_dict())
         raise

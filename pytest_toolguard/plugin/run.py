@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from ..fuzz import FuzzReport
     from ..harness.fake_filesystem import FakeWorld
     from ..registry import ToolRegistry
+    from ..replay.cassette import Cassette
     from ..replay.report import ReplayTotals
 
 
@@ -78,6 +79,7 @@ class ToolguardRun:
         """The registry the plugin's own ``toolguard_registry`` fixture loaded."""
         self._fake_world: FakeWorld | None = None
         self._prefixes: PrefixCache | None = None
+        self._cassettes: dict[tuple[Path, str], tuple[tuple[int, int], Cassette]] = {}
 
     @property
     def is_worker(self) -> bool:
@@ -94,6 +96,26 @@ class ToolguardRun:
             self._fake_world = FakeWorld()
         return self._fake_world
 
+    def cassette(self, path: Path, source: str) -> Cassette:
+        """``replay.cassette.load(path, source=source)``, read, validated and
+        built once per process (collection and the file's items share it)
+        while the file's size and modification time stay the same. Raises
+        ``CassetteError`` as ``load`` does (never kept)."""
+        from ..replay.cassette import load
+
+        key = (path, source)
+        try:
+            st = path.stat()
+            version = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            return load(path, source=source)  # load says why it cannot be read
+        kept = self._cassettes.get(key)
+        if kept is not None and kept[0] == version:
+            return kept[1]
+        cassette = load(path, source=source)
+        self._cassettes[key] = (version, cassette)
+        return cassette
+
     def prefixes(self) -> PrefixCache:
         """The run's cache of the states before targets, made on first use."""
         if self._prefixes is None:
@@ -109,6 +131,7 @@ class ToolguardRun:
             self._fake_world.close()
         if self._prefixes is not None:
             self._prefixes.clear()
+        self._cassettes.clear()
 
     # -- what the items found -----------------------------------------------------
 

@@ -202,7 +202,7 @@ def test_handlers_on_worker_threads_see_the_frozen_clock(tmp_path, backend):
         )
         return {}
 
-    runtime = ToolRuntime(ToolRegistry([now]), str(tmp_path))
+    runtime = ToolRuntime(ToolRegistry([now]), str(tmp_path), isolation="thread")
     with frozen_clock("2030-05-06T07:08:09+00:00", backend):
         assert runtime.execute(ToolCall(call_id="1", tool_name="now")).ok
     runtime.close()
