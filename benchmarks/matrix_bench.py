@@ -329,11 +329,12 @@ def _span(low: int, high: int | None) -> str:
 # -- 2. -n 2 against serial --------------------------------------------------------------
 
 
-RUNS = ("serial", "xdist", "collect", "xdist_start")
+RUNS = ("serial", "xdist", "xdist_load", "collect", "xdist_start")
 
 RUN_LABELS = {
     "serial": "serial",
-    "xdist": "-n 2",
+    "xdist": "-n 2 (the plugin's default under -n: --dist loadgroup)",
+    "xdist_load": "-n 2 --dist load (cells of a file spread over workers)",
     "collect": "--collect-only (start-up + collection)",
     "xdist_start": "-n 2, every item deselected (xdist start-up + collection)",
 }
@@ -345,6 +346,7 @@ def _parallel(options: argparse.Namespace, project: Project) -> None:
     commands: dict[str, Callable[[], Run]] = {
         "serial": lambda: _pytest(project, *matrix, passed=items),
         "xdist": lambda: _pytest(project, *matrix, "-n", "2", passed=items),
+        "xdist_load": lambda: _pytest(project, *matrix, "-n", "2", "--dist", "load", passed=items),
         "collect": lambda: _pytest(project, *matrix, "--collect-only"),
         "xdist_start": lambda: _pytest(project, *matrix, "-n", "2", *DESELECT_ALL, ok=(0, 5)),
     }
@@ -359,7 +361,7 @@ def _parallel(options: argparse.Namespace, project: Project) -> None:
     print(
         f"2. -n 2 against serial. Whole pytest runs ({' '.join(MATRIX)} cassettes cases: "
         f"{project.files} replay items + {project.cells} cells), subprocesses, "
-        f"{plural(options.rounds, 'round')} of the four (order rotating); {elapsed:.1f} s; "
+        f"{plural(options.rounds, 'round')} of the {len(RUNS)} (order rotating); {elapsed:.1f} s; "
         f"load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
     )
     widths = (10, 15, 10)
@@ -380,6 +382,11 @@ def _parallel(options: argparse.Namespace, project: Project) -> None:
     speedup = Goal(SPEEDUP_TARGET, at_least=True)
     ratios: tuple[tuple[str, Callable[[dict[str, Run]], float], Goal], ...] = (
         ("serial / -n 2, whole runs", lambda r: _wall(r, "serial") / _wall(r, "xdist"), speedup),
+        (
+            "serial / -n 2 --dist load, whole runs",
+            lambda r: _wall(r, "serial") / _wall(r, "xdist_load"),
+            Goal(None),
+        ),
         (
             "serial / -n 2, --collect-only subtracted from both",
             lambda r: _wall(r, "serial", "collect") / _wall(r, "xdist", "collect"),

@@ -23,11 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from replay_load import PARTS, LoadTimes, time_load
+from replay_load import LOADS, PARTS, LoadTimes, time_load
 from replay_setup import KINDS, REFERENCES, STEPS, PytestRuns, SetupTimes, Sizes, time_setup
 from replay_variants import SERIES, build_batches, measure_batches
-from replay_load import LOADS
-from summary import record
 from replay_workload import (
     MODULES,
     Session,
@@ -36,6 +34,7 @@ from replay_workload import (
     record_session_workload,
     shipped_interactions,
 )
+from summary import record
 from timing import in_temp_dir, machine, package_version, plural, ratio
 from variants import BenchmarkSetupError
 

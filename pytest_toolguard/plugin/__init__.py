@@ -88,13 +88,14 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_cmdline_main(config: pytest.Config) -> None:
+@pytest.hookimpl(hookwrapper=True)
+def pytest_cmdline_main(config: pytest.Config) -> Generator[None, None, None]:
     """With ``--toolguard-faults`` and pytest-xdist's ``-n`` but no
     ``--dist``, distribute with ``loadgroup``: each fault cell is marked
     ``xdist_group`` with its file, so one worker runs the cells of a file and
     replays the state before each target once (items without a group are
-    distributed as ``load`` does). Before xdist's own hook reads ``dist``."""
+    distributed as ``load`` does). A wrapper, so that it runs before xdist's
+    own hook turns ``dist`` from ``no`` into ``load``."""
     option = config.option
     if (
         getattr(option, "numprocesses", None)
@@ -103,6 +104,7 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         and config.getoption(dest(FAULTS), None)
     ):
         option.dist = "loadgroup"
+    yield
 
 
 def pytest_configure(config: pytest.Config) -> None:
