@@ -218,7 +218,7 @@ def _validator() -> Draft202012Validator:
 
 @cache
 def _quick_check() -> SchemaValidator:
-    """"Valid?" answered by jsonschema-rs when installed (about a hundredth of
+    """The answer to "valid?", from jsonschema-rs when installed (about a hundredth of
     jsonschema's time on a large cassette); ``_validator`` still explains an
     invalid file. The schema's two patterns (``^[0-9a-f]{64}$``,
     ``^hook\\..+$``) read the same in Rust's regex, or stricter (``$`` does

@@ -156,7 +156,7 @@ class ToolRuntime:
             clock=clock or utc_now,
         )
         inline = isolation == "inline"
-        self._isolation = make_isolation("thread" if inline else isolation)
+        self._isolation = make_isolation("thread" if isolation == "inline" else isolation)
         self._observers = Observers()
         self._admission = Admission(settings)
         self._log = AuditLog(settings)

@@ -81,6 +81,7 @@ def test_a_late_write_through_the_workspace_is_refused(toolguard_runtime, mode) 
 def test_wait_for_file_answers_once_the_file_appears(toolguard_runtime) -> None:
     runtime = toolguard_runtime(builtin_registry())
     root = runtime.workspace.root
+
     def build() -> None:  # whole at once: the tool may look while it is written
         Path(root, "done.tmp").write_text("built")
         os.replace(Path(root, "done.tmp"), Path(root, "done.txt"))

@@ -26,16 +26,12 @@ def _thread_of(ctx: Any, **arguments: Any) -> Any:
     return {"thread": threading.get_ident()}
 
 
-def test_the_default_runs_a_handler_on_the_calling_main_thread(
-    toolguard_runtime, registry_of, spy
-):
+def test_the_default_runs_a_handler_on_the_calling_main_thread(toolguard_runtime, registry_of, spy):
     runtime = toolguard_runtime(registry_of(spy_tool(spy, result=_thread_of)))
     assert runtime.execute(call()).data == {"thread": threading.get_ident()}
 
 
-def test_off_the_main_thread_a_handler_runs_on_a_worker_thread(
-    toolguard_runtime, registry_of, spy
-):
+def test_off_the_main_thread_a_handler_runs_on_a_worker_thread(toolguard_runtime, registry_of, spy):
     runtime = toolguard_runtime(registry_of(spy_tool(spy, result=_thread_of)))
     answers: list[Any] = []
     caller = threading.Thread(target=lambda: answers.append(runtime.execute(call())))
@@ -128,9 +124,7 @@ def test_someone_elses_alarm_sends_the_handler_to_a_worker_thread(
     assert theirs == []
 
 
-def test_an_armed_timer_of_another_handler_is_left_as_it_was(
-    toolguard_runtime, registry_of, spy
-):
+def test_an_armed_timer_of_another_handler_is_left_as_it_was(toolguard_runtime, registry_of, spy):
     # Our own SIGALRM handler installed, someone's timer armed (a nested call).
     runtime = toolguard_runtime(registry_of(spy_tool(spy, result=_thread_of)))
     runtime.execute(call("warm-up"))

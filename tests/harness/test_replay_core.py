@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import threading
 
 import pytest
+import yaml
 
 from pytest_toolguard import Capabilities, Risk, SQLiteAuditStore, ToolCall, ToolRuntime
 from pytest_toolguard.harness.clock import frozen_clock
@@ -283,3 +285,19 @@ def test_a_secret_filled_into_json_text_arguments_stays_one_string():
     import json
 
     assert json.loads(filled.arguments) == {"auth": 'Bearer a"b\\c'}
+
+
+def test_a_pattern_rusts_regex_reads_stricter_is_decided_by_jsonschema():
+    # jsonschema-rs answers "valid?" first; Python's re lets "$" match before a
+    # final newline, Rust's regex does not: jsonschema's verdict stands.
+    digest = "ab" * 32 + "\n"
+    text = (
+        "format_version: 1\nkind: case\nsession: {}\ninteractions: []\n"
+        f"final_files: {{a.txt: {{sha256: {json.dumps(digest)}}}}}\n"
+    )
+    from jsonschema import Draft202012Validator
+
+    from pytest_toolguard.replay.cassette import schema
+
+    assert Draft202012Validator(schema()).is_valid(yaml.safe_load(text))
+    assert loads(text).final_files["a.txt"] is not None
