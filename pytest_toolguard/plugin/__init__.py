@@ -48,7 +48,7 @@ from pathlib import Path
 
 import pytest
 
-from ..options import FAULTS, FUZZ_NODE, dest
+from ..options import FUZZ_NODE
 from . import hookspecs, outcomes
 from .fixtures import (
     record_phase,
@@ -86,25 +86,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_cmdline_main(config: pytest.Config) -> Generator[None, None, None]:
-    """With ``--toolguard-faults`` and pytest-xdist's ``-n`` but no
-    ``--dist``, distribute with ``loadgroup``: each fault cell is marked
-    ``xdist_group`` with its file, so one worker runs the cells of a file and
-    replays the state before each target once (items without a group are
-    distributed as ``load`` does). A wrapper, so that it runs before xdist's
-    own hook turns ``dist`` from ``no`` into ``load``."""
-    option = config.option
-    if (
-        getattr(option, "numprocesses", None)
-        and getattr(option, "dist", None) == "no"
-        and not getattr(option, "distload", False)
-        and config.getoption(dest(FAULTS), None)
-    ):
-        option.dist = "loadgroup"
-    yield
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -131,8 +131,9 @@ class InteractionCells(pytest.Collector):
         for fault in self.faults:
             cell = FaultCell.from_parent(self, name=fault.name, callobj=run_fault_cell)
             # With pytest-xdist's --dist loadgroup, one worker runs the cells of
-            # one file: the state before each target is replayed once, not once
-            # per worker (the prefix cache is per process). Ignored otherwise.
+            # one file, so the state before each target is replayed once per run
+            # (the prefix cache is per process). Ignored otherwise; not the
+            # default: --dist load measured the same (benchmarks/README.md).
             cell.add_marker(pytest.mark.xdist_group(self.target.source))
             yield cell
 

@@ -35,8 +35,9 @@ interval timer itself takes the deadline over (its SIGALRM disposition is
 put back when it returns); a handler that swallows ``BaseException`` in a
 loop forever blocks its caller; a handler inside C code that does not
 check for signals is stopped only when it comes back to Python. Run such
-tools with ``isolation="thread"`` or ``"process"``. ``KeyboardInterrupt`` in an inline handler ends the call as
-its failure (EXECUTION_ERROR) instead of unwinding ``execute``.
+tools with ``isolation="thread"`` or ``"process"``. ``KeyboardInterrupt``
+in an inline handler ends the call as its failure (EXECUTION_ERROR) instead
+of unwinding ``execute``.
 
 Our SIGALRM handler stays installed once installed (putting SIG_DFL back
 could let a repetition already on its way end the process); between calls it

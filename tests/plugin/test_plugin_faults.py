@@ -295,7 +295,7 @@ def test_fault_cells_are_collected_for_the_tools_of_a_conftest_registry_fixture(
     assert outcomes.get("failed", 0) == 0 and outcomes["passed"] > 5
 
 
-RECORDS_GROUPS_AND_DIST = """
+RECORDS_GROUPS = """
 import json
 
 def pytest_collection_modifyitems(config, items):
@@ -305,38 +305,16 @@ def pytest_collection_modifyitems(config, items):
     }
     with open("groups.json", "w") as out:
         json.dump(groups, out)
-
-def pytest_sessionstart(session):
-    if not hasattr(session.config, "workerinput"):  # the controller chose
-        with open("dist.txt", "w") as out:
-            out.write(str(getattr(session.config.option, "dist", None)))
 """
 
 
 def test_fault_cells_are_grouped_by_their_file_for_xdist(project: pytest.Pytester) -> None:
-    project.makeconftest(RECORDS_GROUPS_AND_DIST)
+    project.makeconftest(RECORDS_GROUPS)
     project.runpytest("--toolguard-faults=unknown_tool,schema_drift", "--collect-only", "-q")
     groups = json.loads((project.path / "groups.json").read_text())
     cells = {nodeid: marks for nodeid, marks in groups.items() if nodeid.count("::") == 2}
     assert cells and all(marks == ["cases/notes.yaml"] for marks in cells.values())
     assert groups["cases/notes.yaml::replay"] == []
-
-
-@pytest.mark.parametrize(
-    ("options", "dist"),
-    [
-        (["--toolguard-faults=unknown_tool", "-n", "1"], "loadgroup"),
-        (["--toolguard-faults=unknown_tool", "-n", "1", "--dist", "load"], "load"),
-        (["--toolguard-replay", "-n", "1"], "load"),
-    ],
-)
-def test_the_fault_matrix_under_xdist_is_distributed_by_group_unless_told(
-    project: pytest.Pytester, options: list[str], dist: str
-) -> None:
-    project.makeconftest(RECORDS_GROUPS_AND_DIST)
-    result = project.runpytest_subprocess(*options, "-p", "no:randomly")
-    assert result.ret == pytest.ExitCode.OK
-    assert (project.path / "dist.txt").read_text() == dist
 
 
 COUNTS_LOADS = """
