@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .fault import Fault
-from .handler import HandlerExceptionFault, OversizedOutputFault, PartialWriteFault, TimeoutFault
+from .disk import DiskFailureFault, PartialWriteFault
+from .handler import HandlerExceptionFault, OversizedOutputFault, TimeoutFault
 from .network import HttpErrorFault, NetworkErrorFault
 from .paths import PathTraversalFault, SymlinkEscapeFault
 from .refusals import (
@@ -31,6 +32,7 @@ BUILTIN_FAULTS: tuple[Fault, ...] = (
     PathTraversalFault(),
     DuplicateSubmissionFault(),
     PartialWriteFault(),
+    DiskFailureFault(),
     HandlerExceptionFault(),
     AuditUnavailableFault(),
     OversizedOutputFault(),

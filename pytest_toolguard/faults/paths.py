@@ -144,21 +144,24 @@ class _Swapped:
         self.aside = posixpath.join(cell.root, f"{first}.toolguard-aside")
         self.decoy = decoy
         self.fs = cell.fs
+        self.accesses = cell.world.accesses
         self.moved = False
 
     def __enter__(self) -> None:
-        if os.path.lexists(self.path):
-            os.rename(self.path, self.aside)
-            self.moved = True
-        os.symlink(self.decoy, self.path)
+        with self.accesses.quiet():  # the harness's doing, not the handler's
+            if os.path.lexists(self.path):
+                os.rename(self.path, self.aside)
+                self.moved = True
+            os.symlink(self.decoy, self.path)
 
     def __exit__(self, *exc: object) -> None:
-        if os.path.islink(self.path):
-            os.unlink(self.path)
-        elif os.path.lexists(self.path):  # the tool replaced the link: keep the evidence
-            return
-        if self.moved:
-            os.rename(self.aside, self.path)
+        with self.accesses.quiet():
+            if os.path.islink(self.path):
+                os.unlink(self.path)
+            elif os.path.lexists(self.path):  # the tool replaced the link: keep the evidence
+                return
+            if self.moved:
+                os.rename(self.aside, self.path)
 
 
 # -- path_traversal --------------------------------------------------------------------
