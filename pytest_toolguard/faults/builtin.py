@@ -24,7 +24,7 @@ from .refusals import (
     UnknownToolFault,
 )
 from .repeats import DuplicateSubmissionFault, ResponseLostFault
-from .storage import AuditUnavailableFault, SecretInPayloadFault
+from .storage import AuditUnavailableFault, SecretByNameFault, SecretInPayloadFault
 
 BUILTIN_FAULTS: tuple[Fault, ...] = (
     TimeoutFault(),
@@ -42,6 +42,7 @@ BUILTIN_FAULTS: tuple[Fault, ...] = (
     UnknownToolFault(),
     PlanViolationFault(),
     SecretInPayloadFault(),
+    SecretByNameFault(),
     NetworkErrorFault(),
     HttpErrorFault(),
 )

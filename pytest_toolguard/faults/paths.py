@@ -166,36 +166,68 @@ class _Swapped:
 
 # -- path_traversal --------------------------------------------------------------------
 
+_CLIMB = "{up}"
+"""Stands for as many ``..`` as it takes to climb past the root and then
+some (``traversal_payloads(root)``), in the payload's own spelling."""
+
 _PAYLOADS = (
-    "../../../../../../etc/passwd",
+    "{up}etc/passwd",
     "/etc/passwd",
     "..",
     "../",
     "../toolguard-outside/secret.txt",
     "./../toolguard-outside/secret.txt",
     "a/../../toolguard-outside/secret.txt",
-    "..%2f..%2f..%2f..%2fetc%2fpasswd",
-    "%2e%2e/%2e%2e/%2e%2e/%2e%2e/etc/passwd",
-    "%252e%252e%252f%252e%252e%252fetc%252fpasswd",
-    "....//....//....//etc/passwd",
-    "..\\..\\..\\..\\etc\\passwd",
-    "\u2025/\u2025/\u2025/\u2025/etc/passwd",
-    "..%c0%af..%c0%af..%c0%afetc/passwd",
+    "../{name}2/keep.txt",
+    "../{name}-old/keep.txt",
+    "{root}2/keep.txt",
+    "{up:..%2f}etc%2fpasswd",
+    "{up:%2e%2e/}etc/passwd",
+    "{up:%252e%252e%252f}etc%252fpasswd",
+    "{up:....//}etc/passwd",
+    "{up:..\\}etc\\passwd",
+    "{up:\u2025/}etc/passwd",
+    "{up:..%c0%af}etc/passwd",
     "//etc/passwd",
     "/./etc/./passwd",
     "etc/passwd\x00.txt",
     "~/.ssh/id_rsa",
+    "~/.aws/credentials",
+    "~root/.ssh/id_rsa",
+    "$HOME/.ssh/id_rsa",
+    "${HOME}/.aws/credentials",
+    "%HOME%/.ssh/id_rsa",
+    "/tmp/toolguard-decoy.txt",
 )
 """Raw payloads in the styles of the traversal corpus (tests/corpora):
 dot-dot, absolute, encoded once and twice, overlong UTF-8, backslashes, a
-Unicode two-dot leader, a NUL. Each is also sent decoded."""
+Unicode two-dot leader, a NUL, siblings sharing the root's prefix, the
+home directory as ``~`` and ``$HOME`` spell it, ``/tmp``. ``{up}`` (or
+``{up:STEP}``: that step repeated) climbs past the root whatever its
+depth; ``{root}`` is the root, ``{name}`` its last component. Each is
+also sent decoded."""
+
+_DEFAULT_ROOT = "/a/b/c/d"
 
 
-def traversal_payloads() -> tuple[str, ...]:
-    """Every payload, raw and decoded (URL-unquoted up to three times,
-    NFKC-normalised, backslashes made slashes), without repeats."""
+def _expand(payload: str, root: str) -> str:
+    root = root.rstrip("/") or "/"
+    climbs = root.count("/") + 2  # past "/" and then some: "/.." is "/"
+    text = payload.replace("{root}", root).replace("{name}", posixpath.basename(root))
+    while "{up" in text:
+        start = text.index("{up")
+        end = text.index("}", start)
+        step = text[start + 4 : end] if text[start + 3] == ":" else "../"
+        text = text[:start] + step * climbs + text[end + 1 :]
+    return text
+
+
+def traversal_payloads(root: str = _DEFAULT_ROOT) -> tuple[str, ...]:
+    """Every payload for a workspace at ``root``, raw and decoded
+    (URL-unquoted up to three times, NFKC-normalised, backslashes made
+    slashes), without repeats."""
     seen: dict[str, None] = {}
-    for raw in _PAYLOADS:
+    for raw in (_expand(payload, root) for payload in _PAYLOADS):
         seen[raw] = None
         value = raw
         for _ in range(3):
@@ -228,7 +260,8 @@ class PathTraversalFault(Fault):
     applies_to = "calls with a path argument"
     injection = (
         f"each path argument replaced by {len(traversal_payloads())} payloads "
-        "(traversal corpus styles, raw and decoded)"
+        "(traversal corpus styles, raw and decoded; dot-dots climbing past the root "
+        "whatever its depth; siblings sharing the root's prefix; ~, $HOME and /tmp)"
     )
     expected = (
         "every escaping path refused (in a declared path argument); nothing outside read or changed"
@@ -241,7 +274,7 @@ class PathTraversalFault(Fault):
         arguments = cell.target.arguments or {}
         declared = cell.target.declared_path_arguments
         for name in cell.target.path_arguments:
-            for payload in traversal_payloads():
+            for payload in traversal_payloads(cell.root):
                 result = cell.execute(cell.call({**arguments, name: payload}))
                 # An argument only named like a path may not be one (a
                 # language's "source"): there, the decoy and outside checks judge.
