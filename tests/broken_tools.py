@@ -504,7 +504,7 @@ def write_swallowing_errors(ctx: ToolContext, path: str, content: str) -> dict[s
     try:
         ctx.workspace.write_text(path, content)
     except OSError:
-        pass
+        return _written(path, content, created)  # the bug: an error answered as success
     return _written(path, content, created)
 
 

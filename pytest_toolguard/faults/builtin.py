@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .fault import Fault
 from .disk import DiskFailureFault, PartialWriteFault
+from .fault import Fault
 from .handler import HandlerExceptionFault, OversizedOutputFault, TimeoutFault
 from .network import HttpErrorFault, NetworkErrorFault
 from .paths import PathTraversalFault, SymlinkEscapeFault

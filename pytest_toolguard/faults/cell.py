@@ -288,7 +288,9 @@ class Cell:
             self._check_declared(call, runtime, before)
         return result
 
-    def _check_declared(self, call: ToolCall, runtime: ToolRuntime, before: Mapping[str, bytes]) -> None:
+    def _check_declared(
+        self, call: ToolCall, runtime: ToolRuntime, before: Mapping[str, bytes]
+    ) -> None:
         """The call changed only what its tool's declarations allow."""
         spec = self.registry.get(call.tool_name)
         if spec is None:

@@ -160,8 +160,7 @@ class SecretByNameFault(Fault):
         "into a cassette"
     )
     expected = (
-        "the value (raw, base64, hex or URL-encoded) in no result, message, audit row or "
-        "cassette"
+        "the value (raw, base64, hex or URL-encoded) in no result, message, audit row or cassette"
     )
 
     def applies(self, target: Target) -> bool:
@@ -184,4 +183,6 @@ class SecretByNameFault(Fault):
         }
         for where, data in stored.items():
             for form, needle in secret_forms(SHAPELESS_SECRET):
-                cell.check(needle not in data, f"the secret argument's value ({form}) is in {where}")
+                cell.check(
+                    needle not in data, f"the secret argument's value ({form}) is in {where}"
+                )

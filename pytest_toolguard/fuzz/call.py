@@ -193,7 +193,10 @@ class CallChecker:
                 )
         if result is not None and holds_marker(FORBIDDEN_MARKER, [result], *runs.outputs):
             problems.append(
-                (Problem.FORBIDDEN_READ, f"the result holds a forbidden .env file; {_answered(result)}")
+                (
+                    Problem.FORBIDDEN_READ,
+                    f"the result holds a forbidden .env file; {_answered(result)}",
+                )
             )
         if outside_paths:
             shown = ", ".join(outside_paths[:LISTED])
@@ -203,7 +206,10 @@ class CallChecker:
         left = runs.leftover_threads()
         if left:
             problems.append(
-                (Problem.THREAD_LEFT, f"the handler answered with threads running: {', '.join(left)}")
+                (
+                    Problem.THREAD_LEFT,
+                    f"the handler answered with threads running: {', '.join(left)}",
+                )
             )
         leaked = _leaked_secrets(arguments, result, audit_text)
         if leaked:

@@ -163,18 +163,25 @@ class AccessLog:
         def recording_lresolve(path: Any) -> Any:
             return self._resolve(lresolve, (path,), path, False)
 
-        fake_open = FakeOsModule.open
+        fake_open: Any = FakeOsModule.open
         log = self
 
         def opening(
-            fake_os: Any, path: Any, flags: int, mode: int | None = None, *, dir_fd: int | None = None
+            fake_os: Any,
+            path: Any,
+            flags: int,
+            mode: int | None = None,
+            *,
+            dir_fd: int | None = None,
         ) -> Any:
             if fake_os.filesystem is not fs:
                 return fake_open(fake_os, path, flags, mode, dir_fd=dir_fd)
             # The path made absolute here, as pyfakefs does: its own check of
             # dir_fd support compares the function, which this wrapper replaced.
             path = log._absolute(path, dir_fd)
-            run = lambda: fake_open(fake_os, path, flags, mode)  # noqa: E731
+            def run() -> Any:
+                return fake_open(fake_os, path, flags, mode)
+
             if log._state() != "top":
                 return run()
             if flags & _O_NOFOLLOW and log._is_link(path):
@@ -182,10 +189,12 @@ class AccessLog:
                 return log._counted(path, False, lambda: log._quietly(run))
             return log._counted(path, True, run)
 
-        file_open = FakeFileOpen.call
+        file_open: Any = FakeFileOpen.call
 
         def opening_file(fake_open_object: Any, file_: Any, *args: Any, **kwargs: Any) -> Any:
-            run = lambda: file_open(fake_open_object, file_, *args, **kwargs)  # noqa: E731
+            def run() -> Any:
+                return file_open(fake_open_object, file_, *args, **kwargs)
+
             if fake_open_object.filesystem is not fs or log._state() != "top":
                 return run()
             return log._counted(file_, True, run)
@@ -215,17 +224,17 @@ class AccessLog:
             setattr(fs, name, wrapper)
         self._installed["open"] = fake_open
         self._installed["call"] = file_open
-        FakeOsModule.open = opening  # type: ignore[method-assign]
-        FakeFileOpen.call = opening_file  # type: ignore[method-assign]
+        setattr(FakeOsModule, "open", opening)  # noqa: B010 (a method replaced)
+        setattr(FakeFileOpen, "call", opening_file)  # noqa: B010
 
     def uninstall(self) -> None:
         """Put pyfakefs's own methods back."""
         fake_open = self._installed.pop("open", None)
         if fake_open is not None:
-            FakeOsModule.open = fake_open  # type: ignore[method-assign]
+            setattr(FakeOsModule, "open", fake_open)  # noqa: B010
         file_open = self._installed.pop("call", None)
         if file_open is not None:
-            FakeFileOpen.call = file_open  # type: ignore[method-assign]
+            setattr(FakeFileOpen, "call", file_open)  # noqa: B010
         for name in self._installed:
             self.fs.__dict__.pop(name, None)
         self._installed = {}
@@ -236,7 +245,9 @@ class AccessLog:
         """``method`` as one access (see the module docstring)."""
 
         def operation(*args: Any, **kwargs: Any) -> Any:
-            run = lambda: method(*args, **kwargs)  # noqa: E731
+            def run() -> Any:
+                return method(*args, **kwargs)
+
             if self._state() != "top":
                 return run()
             return self._counted(args[0] if args else "?", False, run)
@@ -244,10 +255,11 @@ class AccessLog:
         return operation
 
     def _state(self) -> str:
-        """"off" (no run open, or quiet), "inner" (inside a counted access)
+        """ "off" (no run open, or quiet), "inner" (inside a counted access)
         or "top"."""
-        local = self._local
-        if self._open_runs <= 0 or getattr(local, "quiet", 0):
+        local: Any = self._local
+        quiet = int(getattr(local, "quiet", 0))
+        if self._open_runs <= 0 or quiet:
             return "off"
         return "inner" if getattr(local, "inside", 0) else "top"
 
@@ -264,7 +276,8 @@ class AccessLog:
         if text.startswith("/"):
             return path
         with self.quiet():
-            directory = _text(self.fs.get_open_file(dir_fd).get_object().path)
+            opened: Any = self.fs.get_open_file(dir_fd).get_object()
+            directory = _text(opened.path)
         joined = directory.rstrip("/") + "/" + text
         return joined.encode("utf-8", "surrogateescape") if isinstance(path, bytes) else joined
 
@@ -333,7 +346,8 @@ class AccessLog:
         """The normalised absolute path of what was given (no link followed)."""
         try:
             if isinstance(given, int):
-                return _text(self.fs.get_open_file(given).get_object().path)
+                opened: Any = self.fs.get_open_file(given).get_object()
+                return _text(opened.path)
             text = _text(given if isinstance(given, (str, bytes)) else str(given))
             if not text.startswith("/"):
                 text = posixpath.join(_text(self.fs.cwd), text)

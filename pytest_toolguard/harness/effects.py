@@ -32,7 +32,9 @@ from ..registry import ToolSpec
 
 def changed_files(before: Mapping[str, bytes], after: Mapping[str, bytes]) -> list[str]:
     """Files created, removed or modified between two ``read_tree`` results."""
-    return sorted(path for path in before.keys() | after.keys() if before.get(path) != after.get(path))
+    return sorted(
+        path for path in before.keys() | after.keys() if before.get(path) != after.get(path)
+    )
 
 
 def call_arguments(arguments: Any) -> dict[str, Any]:

@@ -38,9 +38,9 @@ from typing import Any
 from pyfakefs.fake_filesystem import FakeFilesystem
 
 from ..replay.cassette import Cassette, WorkspaceState
+from .accesses import AccessLog
 from .clock import DEFAULT_TIME, frozen_clock
 from .fake_filesystem import FakeWorld, process_fake_world
-from .accesses import AccessLog
 from .files import read_tree
 from .probes import OutsideSnapshot, snapshot_outside
 
@@ -187,7 +187,7 @@ class World:
             {path.rsplit("/", 1)[0] for path in self.tree() if "/" in path},
             key=lambda path: (path.count("/"), path),
         )
-        places = [("", FORBIDDEN_SPELLINGS)]
+        places: list[tuple[str, tuple[str, ...]]] = [("", FORBIDDEN_SPELLINGS)]
         if directories:
             places.append((directories[0], FORBIDDEN_SPELLINGS[2:]))
             places.append((directories[-1], FORBIDDEN_SPELLINGS[:1]))

@@ -317,7 +317,9 @@ def test_mutation_figure() -> None:
     import test_faults_catch_bugs as earlier
 
     caught = sum(bug.run(bug.broken).status == "fail" for bug in BUGS)
-    caught += sum(earlier.run(b.fault, b.broken, b.arguments, b.files).status == "fail" for b in earlier.BUGS)
+    caught += sum(
+        earlier.run(b.fault, b.broken, b.arguments, b.files).status == "fail" for b in earlier.BUGS
+    )
     total = len(BUGS) + len(earlier.BUGS)
     twins_failing = [bug.id for bug in BUGS if bug.run(bug.twin).status != "pass"]
     example_failing = [
