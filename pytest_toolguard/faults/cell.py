@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -148,6 +149,11 @@ class Cell:
         else:
             self.hooks = [start.plan.copy()] if start.plan else []
         self._threads = ThreadWatch()
+        self._flight_lock = threading.Lock()
+        self._in_flight: set[int] = set()
+        self._overlapped: set[int] = set()
+        self._serial_flight = 0
+        self._before: dict[str, bytes] | None = None
         self.runtime = self.make_runtime(audit=start.store.copy() if start else None)
         """The session's runtime."""
 
@@ -158,6 +164,7 @@ class Cell:
         for spec in registry:
             if spec.name == self.target.call.tool_name:
                 self._probe = HandlerProbe(spec.handler, self.world.accesses)
+                self._probe.on_start = self._handler_starting
                 spec = spec.with_handler(self._probe)
             specs.append(spec)
         return ToolRegistry(specs)
@@ -280,13 +287,39 @@ class Cell:
         it for the audit invariant."""
         runtime = runtime or self.runtime
         self._calls.append((self.store_of(runtime), call.call_id))
-        runs_before = self.handler_calls
-        before = self.tree()
-        result = runtime.execute(call)
+        token = self._entering()
+        self._before = None  # taken as the handler starts (a refused call costs nothing)
+        try:
+            result = runtime.execute(call)
+        finally:
+            alone = self._leaving(token)
         self._results.append(result)
-        if self.handler_calls != runs_before:
+        # Calls made at once (duplicate_submission's burst) see each other's
+        # temporary files: only a call that ran alone is judged.
+        before = self._before
+        if alone and before is not None:
             self._check_declared(call, runtime, before)
         return result
+
+    def _handler_starting(self) -> None:
+        if self._before is None:
+            self._before = self.tree()
+
+    def _entering(self) -> int:
+        with self._flight_lock:
+            self._serial_flight += 1
+            token = self._serial_flight
+            if self._in_flight:
+                self._overlapped.update(self._in_flight, {token})
+            self._in_flight.add(token)
+            return token
+
+    def _leaving(self, token: int) -> bool:
+        with self._flight_lock:
+            self._in_flight.discard(token)
+            overlapped = token in self._overlapped
+            self._overlapped.discard(token)
+            return not overlapped
 
     def _check_declared(
         self, call: ToolCall, runtime: ToolRuntime, before: Mapping[str, bytes]

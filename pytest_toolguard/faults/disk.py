@@ -23,7 +23,7 @@ from .cell import Cell, CleanRun
 from .fault import Fault
 from .target import Target
 
-MAX_STEPS = 12
+MAX_STEPS = 8
 """At most this many k per kind of failure (``disk_failure``): spread
 evenly over the clean run's operations, the first and the last included."""
 
@@ -60,14 +60,18 @@ class PartialWriteFault(Fault):
 
     def inject(self, cell: Cell) -> None:
         before = cell.tree()
-        clean = cell.clean_run()
+        saved = cell.world.save_workspace()
         log = cell.world.accesses
         log.before_growth = _failing(errno.ENOSPC, log.growths + 1)
         try:
             result = cell.execute(cell.call())
         finally:
             log.before_growth = None
-        if result.ok:
+        if result.ok:  # then, and only then, compare with a clean run
+            faulted = cell.world.save_workspace()
+            cell.world.restore_workspace(saved)
+            clean = cell.clean_run()
+            cell.world.restore_workspace(faulted)
             cell.check_complete(clean, "the disk was full and the call answered OK")
             return
         cell.expect(result, ErrorCode.EXECUTION_ERROR, state=CallState.FAILED)

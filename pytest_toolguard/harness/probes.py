@@ -67,6 +67,8 @@ class HandlerProbe:
         self.handler = handler
         self.accesses = accesses
         """The ``AccessLog`` whose window each run opens (None: none)."""
+        self.on_start: Callable[[], None] | None = None
+        """Called as each run starts, before the handler (quietly)."""
         self.calls = 0
         """Runs since the probe was made (or ``reset``)."""
         self.current = HandlerRuns()
@@ -114,6 +116,8 @@ class HandlerProbe:
             runs.calls += 1
             self.calls += 1
             self._alive_at_start[threading.get_ident()] = set(threading.enumerate())
+        if self.on_start is not None:
+            self.on_start()
         if self.accesses is not None:
             self.accesses.opened()
 

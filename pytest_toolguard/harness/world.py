@@ -40,7 +40,7 @@ from pyfakefs.fake_filesystem import FakeFilesystem
 from ..replay.cassette import Cassette, WorkspaceState
 from .accesses import AccessLog
 from .clock import DEFAULT_TIME, frozen_clock
-from .fake_filesystem import FakeWorld, process_fake_world
+from .fake_filesystem import FakeWorld, plant_files, process_fake_world
 from .files import read_tree
 from .probes import OutsideSnapshot, snapshot_outside
 
@@ -203,19 +203,14 @@ class World:
                 if name in taken:
                     continue
                 taken.add(name)
-                fs.create_file(
-                    posixpath.join(where, name),
-                    contents=f"API_KEY={FORBIDDEN_MARKER}\n".encode(),
-                )
                 planted.append(relative)
+        content = f"API_KEY={FORBIDDEN_MARKER}\n".encode()
+        plant_files(fs, {posixpath.join(root, relative): content for relative in planted})
         return tuple(planted)
 
     def plant(self, decoys: Decoys) -> None:
         """Create each decoy file that is not there yet."""
-        fs = self.fs
-        for path, content in decoys.files.items():
-            if not fs.exists(path):
-                fs.create_file(path, contents=content)
+        plant_files(self.fs, decoys.files)
 
     def resolve_inside(self, relative: str) -> str | None:
         """Where ``relative`` leads (the workspace's links followed, as far
