@@ -179,6 +179,7 @@ class AccessLog:
             # The path made absolute here, as pyfakefs does: its own check of
             # dir_fd support compares the function, which this wrapper replaced.
             path = log._absolute(path, dir_fd)
+
             def run() -> Any:
                 return fake_open(fake_os, path, flags, mode)
 
