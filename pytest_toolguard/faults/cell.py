@@ -282,7 +282,9 @@ class Cell:
             fields["arguments"] = arguments
         return with_secrets(replace(call, **fields), self.secrets)
 
-    def execute(self, call: ToolCall, runtime: ToolRuntime | None = None) -> ToolResult:
+    def execute(
+        self, call: ToolCall, runtime: ToolRuntime | None = None, *, judge_effects: bool = True
+    ) -> ToolResult:
         """Run ``call`` through ``runtime`` (default: the session's) and keep
         it for the audit invariant."""
         runtime = runtime or self.runtime
@@ -297,7 +299,7 @@ class Cell:
         # Calls made at once (duplicate_submission's burst) see each other's
         # temporary files: only a call that ran alone is judged.
         before = self._before
-        if alone and before is not None:
+        if judge_effects and alone and before is not None:
             self._check_declared(call, runtime, before)
         return result
 

@@ -19,6 +19,9 @@ from .cell import Cell
 from .fault import Fault
 from .target import Target
 
+MAX_SWAPS = 12
+"""At most this many k for the swap between a handler's operations."""
+
 _REFUSED = (
     ErrorCode.PATH_OUTSIDE_WORKSPACE,
     ErrorCode.FORBIDDEN_PATH,
@@ -32,7 +35,8 @@ class SymlinkEscapeFault(Fault):
     applies_to = "successful calls with a path argument inside the workspace"
     injection = (
         "the path's first component replaced by a symlink to a decoy directory outside: "
-        "before the call, and again swapped in after the policy check, as the handler starts"
+        "before the call, swapped in after the policy check as the handler starts, and "
+        f"swapped in after the handler's k-th filesystem operation (each k up to {MAX_SWAPS})"
     )
     expected = "refused (PATH_OUTSIDE_WORKSPACE or a refused open); nothing outside read or changed"
 
@@ -52,6 +56,41 @@ class SymlinkEscapeFault(Fault):
             result = cell.execute(cell.call())
             self._refused(cell, result, f"{first} became a symlink to outside during the call")
             cell.restore_handler(original)
+        self._between_operations(cell, decoys)
+
+    @staticmethod
+    def _between_operations(cell: Cell, decoys: dict[str, str]) -> None:
+        """The handler's own check-then-open race: the link swapped in right
+        after its k-th filesystem operation (a stat, exists, realpath or
+        islink of its own), for each k of a clean run's, up to the next."""
+        if not cell.target.writes:
+            return
+        clean = cell.clean_run()
+        log = cell.world.accesses
+        saved = cell.world.save_workspace()
+        runtime = cell.make_runtime(hooks=[])  # the plan has moved on by now
+        for first, decoy in decoys.items():
+            for k in range(1, min(clean.accesses, MAX_SWAPS) + 1):
+                cell.world.restore_workspace(saved)
+                swap = _Swapped(cell, first, decoy)
+                at = log.count + k
+
+                def swap_after(index: int, _path: str, at: int = at, swap: _Swapped = swap) -> None:
+                    if index == at:
+                        swap.__enter__()
+
+                log.after_access = swap_after
+                try:
+                    # The swap changes the tree: not the call's doing.
+                    result = cell.execute(cell.call(), runtime, judge_effects=False)
+                finally:
+                    log.after_access = None
+                    if os.path.islink(swap.path) or swap.moved:
+                        swap.__exit__()
+                SymlinkEscapeFault._refused(
+                    cell, result, f"{first} became a symlink to outside after operation {k}"
+                )
+        cell.world.restore_workspace(saved)
 
     @staticmethod
     def _refused(cell: Cell, result: ToolResult, when: str) -> None:

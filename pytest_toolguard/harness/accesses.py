@@ -35,7 +35,17 @@ the filesystem is neither recorded nor counted.
 
 Guarantees: resolutions made outside an open run, or on a thread inside
 ``quiet()``, are not recorded; ``uninstall()`` puts pyfakefs's methods
-back. ``os.open(path, O_NOFOLLOW)`` of a symbolic link is one access of
+back.
+
+Outside the workspace means: an ``open`` (of a file or directory, read
+or write) that reached a path outside, or any operation *given* a path
+outside (``stat``, ``exists``, ``realpath``, ``listdir`` of
+``/root/.ssh``). A ``stat`` or ``realpath`` of a path inside that a link
+carries outside is the link's doing (the check that looks refuses it):
+what it resolves on the way, and a later look at where it led, are
+recorded, not judged.
+
+``os.open(path, O_NOFOLLOW)`` of a symbolic link is one access of
 the link itself, as the kernel refuses it (ELOOP) without looking at the
 target; pyfakefs's own ``open`` looks first, which is not the handler's
 doing. Not seen: reads and writes on a descriptor already open (no path
@@ -54,6 +64,7 @@ from typing import Any
 from pyfakefs.fake_filesystem import FakeFilesystem
 from pyfakefs.fake_open import FakeFileOpen
 from pyfakefs.fake_os import FakeOsModule
+from pyfakefs.fake_path import FakePathModule
 
 _O_NOFOLLOW = getattr(__import__("os"), "O_NOFOLLOW", 0)
 
@@ -68,6 +79,10 @@ class Access:
     """Absolute path reached (links followed where the operation follows them)."""
     follows_links: bool
     """False for an ``lstat``-like resolution (the last component not followed)."""
+    opens: bool = False
+    """Part of an ``open``: the content is reached, not only looked at."""
+    given: str = ""
+    """The path the operation was given, normalised, no link followed."""
 
 
 def is_within(path: str, root: str) -> bool:
@@ -140,13 +155,24 @@ class AccessLog:
             self._local.quiet = depth
 
     def outside(self, root: str) -> list[Access]:
-        """The accesses that reached neither ``root``, nor a path beneath
-        it, nor a directory above it."""
-        return [
-            access
-            for access in list(self.accesses)
-            if not is_within(access.path, root) and not is_ancestor(access.path, root)
-        ]
+        """The accesses that left ``root``: an open that reached outside,
+        or an operation given a path outside, unless a link from inside
+        led there first (``Path.resolve()`` stats where ``realpath`` led).
+        Directories above the root are not outside."""
+
+        def out(path: str) -> bool:
+            return bool(path) and not is_within(path, root) and not is_ancestor(path, root)
+
+        carried: set[str] = set()  # where links from inside led (a stat there is theirs)
+        found = []
+        for access in list(self.accesses):
+            if access.opens and out(access.path):
+                found.append(access)
+            elif out(access.given) and access.given not in carried:
+                found.append(access)
+            elif not out(access.given) and out(access.path):
+                carried.add(access.path)
+        return found
 
     # -- installing
 
@@ -187,8 +213,8 @@ class AccessLog:
                 return run()
             if flags & _O_NOFOLLOW and log._is_link(path):
                 # ELOOP, from the link alone: pyfakefs's look at the target is not recorded
-                return log._counted(path, False, lambda: log._quietly(run))
-            return log._counted(path, True, run)
+                return log._counted(path, False, lambda: log._quietly(run), opens=True)
+            return log._counted(path, True, run, opens=True)
 
         file_open: Any = FakeFileOpen.call
 
@@ -198,7 +224,17 @@ class AccessLog:
 
             if fake_open_object.filesystem is not fs or log._state() != "top":
                 return run()
-            return log._counted(file_, True, run)
+            return log._counted(file_, True, run, opens=True)
+
+        real_path: Any = FakePathModule.realpath
+
+        def realpath(fake_path: Any, filename: Any, *args: Any, **kwargs: Any) -> Any:
+            def run() -> Any:
+                return real_path(fake_path, filename, *args, **kwargs)
+
+            if fake_path.filesystem is not fs or log._state() != "top":
+                return run()
+            return log._counted(filename, True, run)
 
         change_disk_usage = fs.change_disk_usage
 
@@ -225,6 +261,8 @@ class AccessLog:
             setattr(fs, name, wrapper)
         self._installed["open"] = fake_open
         self._installed["call"] = file_open
+        self._installed["realpath"] = real_path
+        setattr(FakePathModule, "realpath", realpath)  # noqa: B010
         setattr(FakeOsModule, "open", opening)  # noqa: B010 (a method replaced)
         setattr(FakeFileOpen, "call", opening_file)  # noqa: B010
 
@@ -236,6 +274,9 @@ class AccessLog:
         file_open = self._installed.pop("call", None)
         if file_open is not None:
             setattr(FakeFileOpen, "call", file_open)  # noqa: B010
+        real_path = self._installed.pop("realpath", None)
+        if real_path is not None:
+            setattr(FakePathModule, "realpath", real_path)  # noqa: B010
         for name in self._installed:
             self.fs.__dict__.pop(name, None)
         self._installed = {}
@@ -296,20 +337,23 @@ class AccessLog:
         if state == "off":
             return method(*args)
         if state == "inner":  # part of a counted access: recorded under its index
-            index = self._local.inside
+            local: Any = self._local
+            index, opens = local.inside, local.opens
             try:
                 value = method(*args)
             except BaseException:
-                self._record(index, self._guess(given), follows)
+                self._record(index, self._guess(given), follows, opens)
                 raise
-            self._record(index, self._reached(value, given), follows)
+            self._record(index, self._reached(value, given), follows, opens)
             return value
         return self._counted(given, follows, lambda: method(*args))
 
-    def _counted(self, given: Any, follows: bool, run: Callable[[], Any]) -> Any:
+    def _counted(
+        self, given: Any, follows: bool, run: Callable[[], Any], *, opens: bool = False
+    ) -> Any:
         """One access: counted, the callbacks asked (quietly), ``run()``
         recorded, with what it resolves inside recorded under its index."""
-        local = self._local
+        local: Any = self._local
         with self._lock:
             self._count += 1
             index = self._count
@@ -317,25 +361,28 @@ class AccessLog:
         if before is not None:
             with self.quiet():
                 before(index, self._guess(given))
-        local.inside = index
+        local.inside, local.opens = index, opens
+        lexical = self._guess(given)
         try:
             value = run()
         except BaseException:
-            self._record(index, self._guess(given), follows)
+            self._record(index, lexical, follows, opens, lexical)
             raise
         finally:
-            local.inside = 0
+            local.inside, local.opens = 0, False
         reached = self._reached(value, given)
-        self._record(index, reached, follows)
+        self._record(index, reached, follows, opens, lexical)
         after = self.after_access
         if after is not None:
             with self.quiet():
                 after(index, reached)
         return value
 
-    def _record(self, index: int, path: str, follows: bool) -> None:
+    def _record(
+        self, index: int, path: str, follows: bool, opens: bool = False, given: str = ""
+    ) -> None:
         with self._lock:
-            self.accesses.append(Access(index, path, follows))
+            self.accesses.append(Access(index, path, follows, opens, given))
 
     def _reached(self, value: Any, given: Any) -> str:
         if isinstance(value, (str, bytes)):

@@ -33,6 +33,10 @@ from .accesses import AccessLog
 # -- handler runs ------------------------------------------------------------------
 
 
+POOL_WORKERS = ("AnyIO worker thread", "ThreadPoolExecutor-", "asyncio_")
+"""Name prefixes of thread pools' workers, which outlive a task by design."""
+
+
 @dataclass
 class HandlerRuns:
     """What a handler's runs did during one call."""
@@ -47,8 +51,14 @@ class HandlerRuns:
 
     def leftover_threads(self) -> list[str]:
         """The names of ``threads`` still alive now (no waiting: a handler
-        that answered has no business still running work)."""
-        return sorted(thread.name for thread in self.threads if thread.is_alive())
+        that answered has no business still running work), but a thread
+        pool's workers (``POOL_WORKERS``: AnyIO's, ``concurrent.futures``',
+        asyncio's), which a library keeps idle for its next task."""
+        return sorted(
+            thread.name
+            for thread in self.threads
+            if thread.is_alive() and not thread.name.startswith(POOL_WORKERS)
+        )
 
 
 class HandlerProbe:
