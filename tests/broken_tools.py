@@ -651,3 +651,61 @@ def run_job(ctx: ToolContext, job: str) -> dict[str, Any]:
     worker.start()
     worker.join()
     return {"job": job}
+
+
+GREP_INPUT = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string", "minLength": 1},
+        "query": {"type": "string", "minLength": 1},
+        "max_results": {"type": "integer", "minimum": 1, "maximum": 1000},
+    },
+    "required": ["path", "query"],
+    "additionalProperties": False,
+}
+GREP_OUTPUT = {
+    "type": "object",
+    "properties": {"matches": {"type": "array", "items": {"type": "string"}}},
+    "required": ["matches"],
+    "additionalProperties": False,
+}
+
+
+@tool(input_schema=GREP_INPUT, output_schema=GREP_OUTPUT, paths=[PathAccess.read("{path}")])
+def grep_ignoring_max_results(
+    ctx: ToolContext, path: str, query: str, max_results: int = 20
+) -> dict[str, Any]:
+    """Every matching line: ``max_results`` is never applied (a small file
+    never has more matches than it)."""
+    lines = ctx.workspace.read_text(path, max_bytes=ctx.max_read_bytes).splitlines()
+    return {"matches": [line for line in lines if query in line]}
+
+
+@tool(input_schema=GREP_INPUT, output_schema=GREP_OUTPUT, paths=[PathAccess.read("{path}")])
+def grep_lines(ctx: ToolContext, path: str, query: str, max_results: int = 20) -> dict[str, Any]:
+    """At most ``max_results`` matching lines."""
+    lines = ctx.workspace.read_text(path, max_bytes=ctx.max_read_bytes).splitlines()
+    return {"matches": [line for line in lines if query in line][:max_results]}
+
+
+HEAD_OUTPUT = {
+    "type": "object",
+    "properties": {"last_line": {"type": "string", "maxLength": 200}},
+    "required": ["last_line"],
+    "additionalProperties": False,
+}
+
+
+@tool(input_schema=PATH_INPUT, output_schema=HEAD_OUTPUT, paths=[PathAccess.read("{path}")])
+def last_line_uncut(ctx: ToolContext, path: str) -> dict[str, Any]:
+    """A file's last line, however long: the output schema allows 200
+    characters, which every recorded file's lines fit in."""
+    text = ctx.workspace.read_text(path, max_bytes=ctx.max_read_bytes)
+    return {"last_line": text.rstrip("\n").rsplit("\n", 1)[-1]}
+
+
+@tool(input_schema=PATH_INPUT, output_schema=HEAD_OUTPUT, paths=[PathAccess.read("{path}")])
+def last_line(ctx: ToolContext, path: str) -> dict[str, Any]:
+    """A file's last line, cut to the 200 characters its schema allows."""
+    text = ctx.workspace.read_text(path, max_bytes=ctx.max_read_bytes)
+    return {"last_line": text.rstrip("\n").rsplit("\n", 1)[-1][:200]}

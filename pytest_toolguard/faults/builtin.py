@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from .disk import DiskFailureFault, PartialWriteFault
 from .fault import Fault
+from .inputs import LargeInputFault
 from .handler import HandlerExceptionFault, OversizedOutputFault, TimeoutFault
 from .network import HttpErrorFault, NetworkErrorFault
 from .paths import PathTraversalFault, SymlinkEscapeFault
@@ -36,6 +37,7 @@ BUILTIN_FAULTS: tuple[Fault, ...] = (
     HandlerExceptionFault(),
     AuditUnavailableFault(),
     OversizedOutputFault(),
+    LargeInputFault(),
     ResponseLostFault(),
     SchemaDriftFault(),
     CapabilityRevokedFault(),

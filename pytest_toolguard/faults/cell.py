@@ -341,6 +341,15 @@ class Cell:
         ):
             self.problems.append(f"{call.call_id}: {problem}")
 
+    def handler_outputs(self) -> list[Any]:
+        """What the target's handler returned, run by run (before the
+        runtime judged or cut it)."""
+        return list(self._probe.current.outputs) if self._probe else []
+
+    def audit_rows(self) -> list[Any]:
+        """Every audit row of every runtime this cell made, so far."""
+        return [row for _runtime, store, _switch in self._runtimes for row in store.rows()]
+
     def store_of(self, runtime: ToolRuntime) -> SQLiteAuditStore:
         """The audit store of a runtime this cell made."""
         return next(store for made, store, _switch in self._runtimes if made is runtime)

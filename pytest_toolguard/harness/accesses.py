@@ -166,9 +166,8 @@ class AccessLog:
         carried: set[str] = set()  # where links from inside led (a stat there is theirs)
         found = []
         for access in list(self.accesses):
-            if access.opens and out(access.path):
-                found.append(access)
-            elif out(access.given) and access.given not in carried:
+            opened_outside = access.opens and out(access.path)
+            if opened_outside or (out(access.given) and access.given not in carried):
                 found.append(access)
             elif not out(access.given) and out(access.path):
                 carried.add(access.path)

@@ -34,8 +34,12 @@ read_nfkc_normalised (NFKC after   path_traversal   the handler accessed outside
 the check; root 5 levels deep)
 start_job (a thread left running)  response_lost,   the handler answered with threads it
                                    fuzz, replay     started still running
-write_check_then_open (its own     symlink_escape   the handler accessed outside the workspace
-realpath check, then open())                        (its realpath followed the link)
+write_check_then_open (its own     symlink_escape   outside the workspace changed (the link
+realpath check, then open())                        swapped in after its check, before its open)
+grep_ignoring_max_results          large_input      max_results=5, but the output holds a list
+(never applies its limit)                           of 1000 items
+last_line_uncut (a line longer     large_input      with large inputs the output breaks its
+than its schema allows)                             schema
 copy_to_host_destination (raw      fuzz             outside-changed / outside-access, found
 open of an undeclared 2nd path)                     with source=notes.txt filled in
 =================================  ===============  ==========================================
@@ -210,7 +214,21 @@ BUGS = (
         write_file,
         "symlink_escape",
         REWRITE,
-        "the handler accessed outside the workspace",
+        "outside the workspace changed",
+    ),
+    Bug(
+        broken.grep_ignoring_max_results,
+        broken.grep_lines,
+        "large_input",
+        {"path": "notes/todo.md", "query": "old", "max_results": 5},
+        "max_results=5, but the output holds a list of",
+    ),
+    Bug(
+        broken.last_line_uncut,
+        broken.last_line,
+        "large_input",
+        READ,
+        "with large inputs the output breaks its schema",
     ),
 )
 
