@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 from .disk import DiskFailureFault, PartialWriteFault
 from .fault import Fault
-from .inputs import LargeInputFault
 from .handler import HandlerExceptionFault, OversizedOutputFault, TimeoutFault
+from .inputs import LargeInputFault
 from .network import HttpErrorFault, NetworkErrorFault
 from .paths import PathTraversalFault, SymlinkEscapeFault
 from .refusals import (
