@@ -12,7 +12,8 @@ in more files than any limit argument asks for and a chain of
 - its output still passes its output schema (no OUTPUT_INVALID);
 - an integer argument named like a limit (``max_*``, ``limit``, ``top_k``,
   ``*_limit``, but not a depth, level, size or time) bounds every list of
-  the handler's output, and one named ``*_chars`` every string of it made
+  results in the handler's output that grew with the input (not a table's
+  columns, not the lists its items hold), and one named ``*_chars`` every string of it made
   from a grown file;
 - the runtime's limits hold: data within the tool's ``result_limit`` or
   flagged truncated with its full size, audit previews bounded.
@@ -66,14 +67,27 @@ def limit_arguments(arguments: Mapping[str, Any] | None) -> dict[str, int]:
     }
 
 
-def _lists(value: Any) -> Iterator[list[Any]]:
+def _lists(value: Any, where: str = "") -> Iterator[tuple[str, list[Any]]]:
+    """The output's collections of results, by where they are: itself when
+    a list, else its fields (and their fields) holding lists; not what an
+    item holds (a CSV row's cells are not rows)."""
     if isinstance(value, list):
-        yield value
-        for item in value:
-            yield from _lists(item)
+        yield where, value
     elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from _lists(item)
+        for key, item in value.items():
+            if isinstance(item, (list, Mapping)):
+                yield from _lists(item, f"{where}.{key}")
+
+
+def grown_lists(clean: Any, large: Any) -> dict[str, int]:
+    """The lists of ``large`` longer than in ``clean`` (they grew with the
+    input: a limit bounds those, not a table's columns), with their lengths."""
+    before = {where: len(items) for where, items in _lists(clean)}
+    return {
+        where or "output": len(items)
+        for where, items in _lists(large)
+        if len(items) > before.get(where, 0)
+    }
 
 
 def _strings(value: Any) -> Iterator[str]:
@@ -114,7 +128,7 @@ class LargeInputFault(AfterSuccess):
     )
     expected = (
         "the output still passes its schema; limit-like integer arguments (max_*, limit, "
-        "top_k) bound every list, *_chars every string read; data within the result limit "
+        "top_k) bound every list that grew, *_chars every string read; data within the result limit "
         "or truncated with its full size; audit previews bounded"
     )
 
@@ -129,6 +143,8 @@ class LargeInputFault(AfterSuccess):
         clean = cell.clean_run()
         if not clean.result.ok:
             return
+        outputs = cell.handler_outputs()
+        clean_output = outputs[-1] if outputs else None
         root = cell.root.rstrip("/")
         tree = cell.tree()
         read = sorted(
@@ -144,7 +160,7 @@ class LargeInputFault(AfterSuccess):
         limits = limit_arguments(cell.target.arguments)
         sources = self._grow(cell, tree, read, max(limits.values(), default=0))
         result = cell.execute(cell.call(), cell.make_runtime(hooks=[]))
-        self._judge(cell, result, limits, sources)
+        self._judge(cell, result, limits, sources, clean_output)
 
     @staticmethod
     def _grow(cell: Cell, tree: Mapping[str, bytes], read: list[str], limit: int) -> list[str]:
@@ -177,7 +193,9 @@ class LargeInputFault(AfterSuccess):
         return texts
 
     @staticmethod
-    def _judge(cell: Cell, result: Any, limits: Mapping[str, int], sources: list[str]) -> None:
+    def _judge(
+        cell: Cell, result: Any, limits: Mapping[str, int], sources: list[str], clean: Any
+    ) -> None:
         cell.check(
             result.code is not ErrorCode.OUTPUT_INVALID,
             f"with large inputs the output breaks its schema: {result.message[:200]}",
@@ -199,10 +217,11 @@ class LargeInputFault(AfterSuccess):
                     "characters of a file",
                 )
             else:
-                longest = max((len(items) for items in _lists(output)), default=0)
+                over = {w: n for w, n in grown_lists(clean, output).items() if n > bound}
                 cell.check(
-                    longest <= bound,
-                    f"{name}={bound}, but the output holds a list of {longest} items",
+                    not over,
+                    f"{name}={bound}, but the output holds a list of "
+                    + ", ".join(f"{n} items ({w})" for w, n in sorted(over.items())),
                 )
         spec = cell.spec
         if spec is not None and not result.truncated:
