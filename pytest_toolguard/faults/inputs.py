@@ -128,8 +128,8 @@ class LargeInputFault(AfterSuccess):
     )
     expected = (
         "the output still passes its schema; limit-like integer arguments (max_*, limit, "
-        "top_k) bound every list that grew, *_chars every string read; data within the result limit "
-        "or truncated with its full size; audit previews bounded"
+        "top_k) bound every list that grew, *_chars every string read; data within the "
+        "result limit or truncated with its full size; audit previews bounded"
     )
 
     def applies(self, target: Target) -> bool:
