@@ -17,7 +17,7 @@ from .fault import Fault
 from .handler import HandlerExceptionFault, OversizedOutputFault, TimeoutFault
 from .inputs import LargeInputFault
 from .network import HttpErrorFault, NetworkErrorFault
-from .paths import PathTraversalFault, SymlinkEscapeFault
+from .paths import PathTraversalFault, SymlinkEscapeFault, SymlinkRaceFault
 from .refusals import (
     CapabilityRevokedFault,
     PlanViolationFault,
@@ -30,6 +30,7 @@ from .storage import AuditUnavailableFault, SecretByNameFault, SecretInPayloadFa
 BUILTIN_FAULTS: tuple[Fault, ...] = (
     TimeoutFault(),
     SymlinkEscapeFault(),
+    SymlinkRaceFault(),
     PathTraversalFault(),
     DuplicateSubmissionFault(),
     PartialWriteFault(),

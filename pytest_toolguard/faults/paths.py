@@ -1,5 +1,6 @@
 """Faults in the paths a call names: a component swapped for a symlink to
-outside (``symlink_escape``), escaping payloads in every path argument
+outside (``symlink_escape``), and swapped between two of the handler's own
+operations (``symlink_race``), escaping payloads in every path argument
 (``path_traversal``)."""
 
 from __future__ import annotations
@@ -35,8 +36,7 @@ class SymlinkEscapeFault(Fault):
     applies_to = "successful calls with a path argument inside the workspace"
     injection = (
         "the path's first component replaced by a symlink to a decoy directory outside: "
-        "before the call, swapped in after the policy check as the handler starts, and "
-        f"swapped in after the handler's k-th filesystem operation (each k up to {MAX_SWAPS})"
+        "before the call, and again swapped in after the policy check, as the handler starts"
     )
     expected = "refused (PATH_OUTSIDE_WORKSPACE or a refused open); nothing outside read or changed"
 
@@ -56,15 +56,42 @@ class SymlinkEscapeFault(Fault):
             result = cell.execute(cell.call())
             self._refused(cell, result, f"{first} became a symlink to outside during the call")
             cell.restore_handler(original)
-        self._between_operations(cell, decoys)
 
     @staticmethod
-    def _between_operations(cell: Cell, decoys: dict[str, str]) -> None:
-        """The handler's own check-then-open race: the link swapped in right
-        after its k-th filesystem operation (a stat, exists, realpath or
-        islink of its own), for each k of a clean run's, up to the next."""
-        if not cell.target.writes:
-            return
+    def _refused(cell: Cell, result: ToolResult, when: str) -> None:
+        if result.ok:
+            # A listing or search may succeed by skipping the link; it must
+            # not have gone through it (the decoy marker check sees that).
+            cell.check(
+                DECOY_MARKER not in json.dumps(result.data, default=str),
+                f"{when}: the call read through it",
+            )
+        else:
+            cell.check(
+                result.code in _REFUSED or result.code is ErrorCode.EXECUTION_ERROR,
+                f"{when}: expected a refusal, got {result.code.value}",
+            )
+
+
+class SymlinkRaceFault(Fault):
+    name = "symlink_race"
+    applies_to = "successful calls of tools that write, with a path argument inside the workspace"
+    injection = (
+        "the path's first component swapped for a symlink to a decoy directory outside right "
+        "after the handler's k-th filesystem operation (its own stat, exists, realpath or "
+        f"islink), for each k of a clean run's (at most {MAX_SWAPS})"
+    )
+    expected = (
+        "refused or done inside: nothing outside opened or changed (a handler's own "
+        "check-then-open race)"
+    )
+
+    def applies(self, target: Target) -> bool:
+        return target.handler_can_run and target.writes and bool(_link_points(target))
+
+    def inject(self, cell: Cell) -> None:
+        decoys = {first: _plant_mirror(cell, first) for first in _link_points(cell.target)}
+        cell.outside_planted()
         clean = cell.clean_run()
         log = cell.world.accesses
         saved = cell.world.save_workspace()
@@ -91,21 +118,6 @@ class SymlinkEscapeFault(Fault):
                     cell, result, f"{first} became a symlink to outside after operation {k}"
                 )
         cell.world.restore_workspace(saved)
-
-    @staticmethod
-    def _refused(cell: Cell, result: ToolResult, when: str) -> None:
-        if result.ok:
-            # A listing or search may succeed by skipping the link; it must
-            # not have gone through it (the decoy marker check sees that).
-            cell.check(
-                DECOY_MARKER not in json.dumps(result.data, default=str),
-                f"{when}: the call read through it",
-            )
-        else:
-            cell.check(
-                result.code in _REFUSED or result.code is ErrorCode.EXECUTION_ERROR,
-                f"{when}: expected a refusal, got {result.code.value}",
-            )
 
 
 def _swapping_first(

@@ -182,9 +182,9 @@ def test_the_fault_matrix_over_a_wrapped_server_passes(world, tmp_path: Path) ->
     record(world, cassette)
     statuses = matrix(world[2], cassette)
     # write_note checks where its path leads, then writes by path: a link
-    # swapped in between (symlink_escape's swap after the handler's k-th
-    # filesystem operation) redirects the write outside, a real race.
-    racy = {("2-write_note", "symlink_escape")}
+    # swapped in between (symlink_race: after the handler's k-th filesystem
+    # operation) redirects the write outside, a real race.
+    racy = {("2-write_note", "symlink_race")}
     assert {status for cell, status in statuses.items() if cell not in racy} == {"pass"}
     assert {statuses[cell] for cell in racy} == {"fail"}
     assert ("2-write_note", "partial_write") in statuses
@@ -217,7 +217,7 @@ def test_the_fault_matrix_catches_a_server_following_a_swapped_symlink(tmp_path:
     record((tmp_path, [], registry), cassette)
     statuses = matrix(registry, cassette)
     assert statuses[("1-read_note", "symlink_escape")] == "fail"
-    assert statuses[("1-read_note", "path_traversal")] == "pass"
+    assert statuses[("2-write_note", "symlink_escape")] == "pass"
 
 
 def test_restoring_process_state_undoes_what_construction_changed() -> None:

@@ -34,7 +34,7 @@ read_nfkc_normalised (NFKC after   path_traversal   the handler accessed outside
 the check; root 5 levels deep)
 start_job (a thread left running)  response_lost,   the handler answered with threads it
                                    fuzz, replay     started still running
-write_check_then_open (its own     symlink_escape   outside the workspace changed (the link
+write_check_then_open (its own     symlink_race     outside the workspace changed (the link
 realpath check, then open())                        swapped in after its check, before its open)
 grep_ignoring_max_results          large_input      max_results=5, but the output holds a list
 (never applies its limit)                           of 1000 items
@@ -212,7 +212,7 @@ BUGS = (
     Bug(
         broken.write_check_then_open,
         write_file,
-        "symlink_escape",
+        "symlink_race",
         REWRITE,
         "outside the workspace changed",
     ),
