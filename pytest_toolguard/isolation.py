@@ -28,9 +28,14 @@ writes leaves nothing. The child inherits the workspace's descriptors; the
 result (JSON-like data, or the exception) comes back through a pipe, pickled.
 What the child must report even if it is killed (the rollback journal: what
 each file held before it changed) goes through a ``ChildLog`` instead,
-written before each change. Caveats: POSIX only; the child must not touch
-the audit store; a handler that depends on locks held by other threads at
-fork time may hang until killed.
+written before each change. The fork waits until no thread is inside the
+audit store (``pytest_toolguard.forking``), so a child never inherits
+SQLite's locks held by another thread; a call whose deadline passes while
+the store stays busy is answered TIMEOUT without forking. Caveats: POSIX
+only; the child must not touch the audit store; a handler that depends on
+locks other code of the process held in other threads at the fork (a
+library's own mutexes, a lock of yours) may hang until killed at its
+deadline.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from .errors import ToolguardError
+from .forking import FORK_GATE
 
 if TYPE_CHECKING:  # imported where used: asyncio costs ~15 ms, paid by async callers only
     import asyncio
@@ -307,8 +313,15 @@ class ProcessIsolation:
     the deadline."""
 
     def run(self, fn: Callable[[], Any], timeout: float, name: str) -> Any:
+        deadline = time.monotonic() + timeout
         read_end, write_end = os.pipe()
-        pid = os.fork()
+        # Forked only while no thread is inside the audit store: a child never
+        # inherits SQLite's locks held (see pytest_toolguard.forking).
+        pid = FORK_GATE.while_closed(os.fork, timeout)
+        if pid is None:  # the store stayed busy past the deadline: nothing ran
+            os.close(read_end)
+            os.close(write_end)
+            raise HandlerTimeout(timeout)
         if pid == 0:  # the child: run, report, and leave without cleanup handlers
             os.close(read_end)
             _child(fn, write_end)
@@ -316,7 +329,7 @@ class ProcessIsolation:
         with contextlib.suppress(OSError):  # the child may already have done it, or exited
             os.setpgid(pid, pid)
         try:
-            payload = _read_until(read_end, time.monotonic() + timeout)
+            payload = _read_until(read_end, deadline)
         except BaseException:
             _kill_group(pid)  # never leave a child running past a failure here
             raise
