@@ -644,15 +644,26 @@ class SQLiteAuditStore:
                 raise AuditUnavailable("the audit store is closed")
             # Connections of threads that ended are closed here, so a stream
             # of short-lived threads does not pile up open connections.
-            alive = []
-            for thread, other in self._connections:
-                if thread.is_alive():
-                    alive.append((thread, other))
-                else:
-                    with suppress(sqlite3.Error):
-                        other.close()
-            alive.append((threading.current_thread(), conn))
-            self._connections = alive
+            self._close_ended_threads()
+            self._connections.append((threading.current_thread(), conn))
+
+    def close_ended_threads(self) -> int:
+        """Close the connections of threads that ended (each thread opens
+        its own, and one that ended cannot use it again); the store stays
+        open. Returns how many were closed. ``ToolRuntime.close`` calls it
+        on a store it was given."""
+        with self._entered(), self._registry_lock:
+            return self._close_ended_threads()
+
+    def _close_ended_threads(self) -> int:
+        alive, ended = [], []
+        for thread, conn in self._connections:
+            (alive if thread.is_alive() else ended).append((thread, conn))
+        for _thread, conn in ended:
+            with suppress(sqlite3.Error):
+                conn.close()
+        self._connections = alive
+        return len(ended)
 
     def _connection(self, operation: str) -> sqlite3.Connection:
         """The calling thread's connection, opened on first use.

@@ -118,7 +118,7 @@ class _Worker:
                 job.error = exc
             job.finished = True
             job.signal.release()
-            if self._pool._leave_if_orphaned(self):
+            if self._pool._leave_after_job(self):
                 return
 
 
@@ -136,7 +136,10 @@ class ThreadIsolation:
         self._max_idle = max_idle
         self.cancel_grace = cancel_grace
         self._idle: list[_Worker] = []
+        self._busy: set[_Worker] = set()
+        """Workers running a job within its deadline."""
         self._orphans: list[_Worker] = []
+        self._closed = False
         self._tasks: dict[asyncio.Task[Any], str] = {}
         """Tasks of ``run_async`` still running past their deadline."""
         self._lock = threading.Lock()
@@ -151,10 +154,13 @@ class ThreadIsolation:
             worker = _Worker(self)
         job = _Job(fn)
         worker.label = name
+        with self._lock:
+            self._busy.add(worker)
         worker.jobs.put(job)
         if not job.signal.acquire(timeout=timeout):
             with self._lock:
                 if not job.finished:
+                    self._busy.discard(worker)
                     worker.orphaned = True
                     self._orphans.append(worker)
                     raise HandlerTimeout(timeout)
@@ -209,18 +215,20 @@ class ThreadIsolation:
 
     def _return(self, worker: _Worker) -> None:
         with self._lock:
-            if len(self._idle) < self._max_idle:
+            self._busy.discard(worker)
+            if not self._closed and len(self._idle) < self._max_idle:
                 self._idle.append(worker)
                 return
         worker.jobs.put(None)
 
-    def _leave_if_orphaned(self, worker: _Worker) -> bool:
+    def _leave_after_job(self, worker: _Worker) -> bool:
         # Under the lock, so a deadline that passes just as the job ends
         # either sees the job done or marks the worker before it reads this.
+        # After close() no worker waits for another job.
         with self._lock:
             if worker.orphaned:
                 self._orphans.remove(worker)
-            return worker.orphaned
+            return worker.orphaned or self._closed
 
     def orphans(self) -> list[str]:
         """Labels of handlers still running past their deadline."""
@@ -230,20 +238,24 @@ class ThreadIsolation:
 
     def close(self, join_timeout: float = 5.0) -> list[str]:
         """Stop idle workers and wait up to ``join_timeout`` seconds in all for
-        orphaned handlers to end. Returns the labels of those still alive.
-        A task on the loop running in the calling thread cannot end while
-        this blocks, so it is reported without waiting."""
+        handlers still running to end: orphaned ones, and busy ones still
+        within their deadline (each worker stops once its job ends). Returns
+        the labels of those still alive. A task on the loop running in the
+        calling thread cannot end while this blocks, so it is reported
+        without waiting. Later ``run`` calls still work, each on a worker of
+        its own that stops after the job."""
         with self._lock:
+            self._closed = True
             idle, self._idle = self._idle, []
-            orphans = list(self._orphans)
+            running = list(self._orphans) + list(self._busy)
         for worker in idle:
             worker.jobs.put(None)
         deadline = time.monotonic() + join_timeout
-        for worker in orphans:
+        for worker in running:
             worker.thread.join(max(0.0, deadline - time.monotonic()))
         for worker in idle:
             worker.thread.join(max(0.0, deadline - time.monotonic()))
-        still_alive = [w.label for w in orphans if w.thread.is_alive()]
+        still_alive = [w.label for w in running if w.thread.is_alive()]
         own_loop = _running_loop()
         with self._task_ended:
             while any(not task.done() and task.get_loop() is not own_loop for task in self._tasks):
