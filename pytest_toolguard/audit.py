@@ -656,7 +656,8 @@ class SQLiteAuditStore:
             return self._close_ended_threads()
 
     def _close_ended_threads(self) -> int:
-        alive, ended = [], []
+        alive: list[tuple[threading.Thread, sqlite3.Connection]] = []
+        ended: list[tuple[threading.Thread, sqlite3.Connection]] = []
         for thread, conn in self._connections:
             (alive if thread.is_alive() else ended).append((thread, conn))
         for _thread, conn in ended:
