@@ -490,9 +490,18 @@ class _SchemaTemplate:
 
     def forget(self) -> None:
         """In a forked child: a new lock (another thread may have held the
-        parent's at the fork) and a new database on next use."""
+        parent's at the fork) and a new database on next use. The inherited
+        connection is kept, never closed: closing it calls into SQLite, whose
+        locks another thread may have held at a fork made outside the fork
+        gate (``pytest_toolguard.forking``)."""
         self._lock = threading.Lock()
+        if self._conn is not None:
+            _INHERITED.append(self._conn)
         self._conn = None
+
+
+_INHERITED: list[sqlite3.Connection] = []
+"""Connections a forked child inherited and must not close."""
 
 
 _SCHEMA_TEMPLATE = _SchemaTemplate()
