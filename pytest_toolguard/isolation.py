@@ -324,6 +324,11 @@ class ProcessIsolation:
     """Runs each handler in a forked child, killed with its process group at
     the deadline."""
 
+    def __init__(self) -> None:
+        self._running: dict[int, str] = {}
+        """Children whose caller waits for them (pid -> label), until reaped."""
+        self._changed = threading.Condition()
+
     def run(self, fn: Callable[[], Any], timeout: float, name: str) -> Any:
         deadline = time.monotonic() + timeout
         read_end, write_end = os.pipe()
@@ -338,6 +343,17 @@ class ProcessIsolation:
             os.close(read_end)
             _child(fn, write_end)
         os.close(write_end)
+        with self._changed:
+            self._running[pid] = name
+        try:
+            return self._wait(pid, read_end, deadline, timeout)
+        finally:
+            with self._changed:
+                del self._running[pid]
+                self._changed.notify_all()
+
+    def _wait(self, pid: int, read_end: int, deadline: float, timeout: float) -> Any:
+        """The child's value (or exception), once it answered and was reaped."""
         with contextlib.suppress(OSError):  # the child may already have done it, or exited
             os.setpgid(pid, pid)
         try:
@@ -359,7 +375,17 @@ class ProcessIsolation:
         raise value
 
     def close(self, join_timeout: float = 5.0) -> list[str]:
-        return []
+        """Wait up to ``join_timeout`` s for the children other threads are
+        still waiting for (each is killed at its own deadline at the
+        latest), and return the labels of those still running."""
+        end = time.monotonic() + join_timeout
+        with self._changed:
+            while self._running:
+                remaining = end - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._changed.wait(remaining)
+            return list(self._running.values())
 
 
 class ChildLog:

@@ -6,7 +6,9 @@ audit store's connections of threads that ended are closed."""
 from __future__ import annotations
 
 import os
+import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ import pytest
 from conftest import Spy, spy_tool
 
 from pytest_toolguard import SQLiteAuditStore, ToolCall, ToolRegistry, ToolResult, ToolRuntime
+from pytest_toolguard.contract import ErrorCode
 
 BOUND = 30.0
 """Seconds to wait for something sure to happen (a bound, not a guess)."""
@@ -110,3 +113,37 @@ def test_close_closes_the_given_stores_connections_of_threads_that_ended(
     assert store.count() == 8
     store.close()
     assert _wal_descriptors(database) == 0
+
+
+def test_close_reports_a_process_child_still_running_within_its_deadline(
+    workspace_dir: Path, spy: Spy
+) -> None:
+    ready_read, ready_write = os.pipe()
+
+    def tell_pid_then_sleep(ctx: Any, **arguments: Any) -> Any:
+        os.write(ready_write, str(os.getpid()).encode())
+        time.sleep(BOUND)
+        return {}
+
+    tool = spy_tool(spy, result=tell_pid_then_sleep, timeout_seconds=2 * BOUND)
+    runtime = ToolRuntime(
+        ToolRegistry([tool]), workspace_dir, audit=SQLiteAuditStore(), isolation="process"
+    )
+    results: list[ToolResult] = []
+    caller = threading.Thread(
+        target=lambda: results.append(
+            runtime.execute(ToolCall(call_id="c1", tool_name="spy", arguments={}))
+        )
+    )
+    caller.start()
+    child = int(os.read(ready_read, 32))  # the child runs the handler now
+    try:
+        with pytest.warns(RuntimeWarning, match="handler still running: c1"):
+            problems = runtime.close(join_timeout=0.2)
+    finally:
+        os.kill(child, signal.SIGKILL)
+        caller.join(BOUND)
+        os.close(ready_read)
+        os.close(ready_write)
+    assert problems == ["handler still running: c1"]
+    assert results[0].code is ErrorCode.EXECUTION_ERROR  # the child died without a result
