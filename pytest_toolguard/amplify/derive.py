@@ -1,0 +1,463 @@
+"""Deriving variants of one recorded call: the candidates amplification tries.
+
+Everything comes from what the call itself shows: its tool's input schema,
+its arguments, the files its handler read and the data it returned. Nothing
+here knows a particular tool. ``candidates(facts)`` gives them in the order
+they are tried, taking one from each family in turn so a cap keeps a bit of
+each:
+
+- ``data size``: an integer argument set to a size of the data: the length
+  of a string or list of the returned data, an integer in it, a file's
+  length in characters or lines (``max_chars = len(data.content)``);
+- ``boundary``: every ``minimum``, ``maximum``, ``minLength``,
+  ``maxLength``, ``minItems`` and ``maxItems`` of the schema exactly;
+- ``file text`` and ``argument text``: a file read, or a free-text
+  argument, with non-ASCII letters, astral characters, combining marks,
+  CRLF line ends, its trailing newline taken away (or given), empty, or
+  with a very long line;
+- ``inside``: each of those bounds one step inside;
+- ``size``: each file read with one line fewer than, as many lines as and
+  one more line than every limit-like number of the call (its integer
+  arguments, as sent or by default) and of the schema, the same in
+  characters and in the length of its first line; list arguments with that
+  many items;
+- ``outside``: each bound one step outside (the tool's input schema
+  refuses these: recorded as the refusal they get, and counted apart).
+
+Pure: no runtime, no files.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from itertools import zip_longest
+from typing import Any
+
+from ..replay.cassette import GeneratedContent
+
+LONG_LINE = 5000
+"""Characters of the "very long line" text variant."""
+SIZE_LIMIT = 65_536
+"""Limit-like numbers above this are not tried as file sizes."""
+LIST_LIMIT = 500
+"""Limit-like numbers above this are not tried as list lengths."""
+
+FAMILIES = ("data size", "boundary", "file text", "argument text", "inside", "size", "outside")
+"""The families of candidates, in the order ``candidates`` takes from them."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallFacts:
+    """What one recorded call shows, as amplification reads it."""
+
+    arguments: Mapping[str, Any]
+    schema: Mapping[str, Any]
+    """The tool's input schema."""
+    fixed: frozenset[str] = frozenset()
+    """Arguments not varied as text: paths and hosts the policy checks."""
+    files_read: Mapping[str, bytes] = field(default_factory=dict)
+    """Workspace files the handler read (relative path -> bytes before the call)."""
+    data: Any = None
+    """The data the call returned."""
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One variant to try: what it is called, what it changes."""
+
+    name: str
+    kind: str
+    """``boundary``, ``text`` or ``size``."""
+    family: str
+    arguments: Mapping[str, Any]
+    files: Mapping[str, bytes | GeneratedContent] = field(default_factory=dict)
+
+    def identity(self) -> str:
+        """Equal for two candidates that send the same call over the same files."""
+        files = {
+            path: value.decode("utf-8", "surrogateescape")
+            if isinstance(value, bytes)
+            else [value.head, value.repeat, value.times, value.tail]
+            for path, value in sorted(self.files.items())
+        }
+        return json.dumps([self.arguments, files], sort_keys=True, default=str)
+
+
+def candidates(facts: CallFacts) -> list[Candidate]:
+    """Every candidate of ``facts``, in the order they are tried (one of each
+    family in turn, see the module docstring)."""
+    families: dict[str, list[Candidate]] = {name: [] for name in FAMILIES}
+    for candidate in _all(facts):
+        families[candidate.family].append(candidate)
+    ordered: list[Candidate] = []
+    for round_ in zip_longest(*families.values()):
+        ordered += [candidate for candidate in round_ if candidate is not None]
+    return ordered
+
+
+def _all(facts: CallFacts) -> Iterator[Candidate]:
+    yield from _data_sizes(facts)
+    yield from _bounds(facts)
+    yield from _file_texts(facts)
+    yield from _argument_texts(facts)
+    yield from _sizes(facts)
+
+
+# -- the schema ------------------------------------------------------------------
+
+
+def _properties(schema: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping):
+        return {}
+    return {name: value for name, value in properties.items() if isinstance(value, Mapping)}
+
+
+def _types(schema: Mapping[str, Any]) -> set[str]:
+    kind = schema.get("type")
+    if isinstance(kind, str):
+        return {kind}
+    return {item for item in kind if isinstance(item, str)} if isinstance(kind, list) else set()
+
+
+def _is_integer(schema: Mapping[str, Any]) -> bool:
+    return "integer" in _types(schema)
+
+
+def _number(value: Any) -> int | float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value
+
+
+def _with(arguments: Mapping[str, Any], name: str, value: Any) -> dict[str, Any]:
+    changed = dict(arguments)
+    changed[name] = value
+    return changed
+
+
+# -- data sizes --------------------------------------------------------------------
+
+
+def _sizes_of_data(facts: CallFacts) -> list[tuple[str, int]]:
+    """(label, size) of the data and the files, first label of each size kept."""
+    # The sizes a tool reports first (integers of its data), then lengths
+    # of its lists, of the files read, and last of its strings.
+    numbers: list[tuple[str, int]] = []
+    lists: list[tuple[str, int]] = []
+    strings: list[tuple[str, int]] = []
+    if isinstance(facts.data, Mapping):
+        for key, value in facts.data.items():
+            if isinstance(value, list):
+                lists.append((f"len(data.{key})", len(value)))
+            elif isinstance(value, str):
+                strings.append((f"len(data.{key})", len(value)))
+            elif isinstance(value, int) and not isinstance(value, bool):
+                numbers.append((f"data.{key}", value))
+    files: list[tuple[str, int]] = []
+    for path, content in sorted(facts.files_read.items()):
+        text = _text(content)
+        if text is not None:
+            files.append((f"len({path})", len(text)))
+            files.append((f"lines of {path}", len(text.splitlines())))
+    found = numbers + lists + files + strings
+    seen: set[int] = set()
+    unique = []
+    for label, size in found:
+        if size not in seen:
+            seen.add(size)
+            unique.append((label, size))
+    return unique
+
+
+def _data_sizes(facts: CallFacts) -> Iterator[Candidate]:
+    sizes = _sizes_of_data(facts)
+    for name, schema in _properties(facts.schema).items():
+        if not _is_integer(schema):
+            continue
+        current = facts.arguments.get(name, schema.get("default"))
+        for label, size in sizes:
+            if size != current and _within(schema, size):
+                yield Candidate(
+                    f"{name} = {label}", "boundary", "data size", _with(facts.arguments, name, size)
+                )
+
+
+def _within(schema: Mapping[str, Any], value: int) -> bool:
+    low, high = _number(schema.get("minimum")), _number(schema.get("maximum"))
+    return (low is None or value >= low) and (high is None or value <= high)
+
+
+# -- bounds ------------------------------------------------------------------------
+
+_NUMBER_BOUNDS = (("minimum", 1), ("maximum", -1))
+_LENGTH_BOUNDS = (("minLength", 1), ("maxLength", -1))
+_ITEM_BOUNDS = (("minItems", 1), ("maxItems", -1))
+
+
+def _bounds(facts: CallFacts) -> Iterator[Candidate]:
+    """Each bound exactly, one step inside and one step outside."""
+    for name, schema in _properties(facts.schema).items():
+        types = _types(schema)
+        present = name in facts.arguments
+        value = facts.arguments.get(name)
+        for keyword, inward in _NUMBER_BOUNDS:
+            bound = _number(schema.get(keyword))
+            if bound is None or not types & {"integer", "number"}:
+                continue
+            step = 1
+            for family, offset, where in (
+                ("boundary", 0, keyword),
+                ("inside", inward * step, f"{keyword} {'+' if inward > 0 else '-'} 1"),
+                ("outside", -inward * step, f"{keyword} {'-' if inward > 0 else '+'} 1"),
+            ):
+                number = bound + offset
+                yield Candidate(
+                    f"{name} = {where} ({number:g})",
+                    "boundary",
+                    family,
+                    _with(facts.arguments, name, number),
+                )
+        for keywords, build, measure in (
+            (_LENGTH_BOUNDS, _resized_text, "len"),
+            (_ITEM_BOUNDS, _resized_list, "items of"),
+        ):
+            for keyword, inward in keywords:
+                bound = _number(schema.get(keyword))
+                if bound is None or not present:
+                    continue
+                for family, offset, where in (
+                    ("boundary", 0, keyword),
+                    ("inside", inward, f"{keyword} {'+' if inward > 0 else '-'} 1"),
+                    ("outside", -inward, f"{keyword} {'-' if inward > 0 else '+'} 1"),
+                ):
+                    size = int(bound) + offset
+                    if size < 0 or size > SIZE_LIMIT:
+                        continue
+                    resized = build(value, size)
+                    if resized is not None:
+                        yield Candidate(
+                            f"{measure}({name}) = {where} ({size})",
+                            "boundary",
+                            family,
+                            _with(facts.arguments, name, resized),
+                        )
+
+
+def _resized_text(value: Any, size: int) -> str | None:
+    """``value`` cut or grown to ``size`` characters: grown by repeating its
+    first character after it, cut from the front, so a fixed suffix (a file
+    extension a pattern asks for) stays."""
+    if not isinstance(value, str) or not value:
+        return None
+    if size <= len(value):
+        return value[len(value) - size :]
+    return value[0] * (size - len(value)) + value
+
+
+def _resized_list(value: Any, size: int) -> list[Any] | None:
+    """``value``'s items cycled to ``size`` items."""
+    if not isinstance(value, list) or (size and not value):
+        return None
+    return [value[i % len(value)] for i in range(size)]
+
+
+# -- text ----------------------------------------------------------------------------
+
+
+def _non_ascii(text: str) -> str:
+    return text.translate(str.maketrans("aeou", "äéöü"))
+
+
+def _astral(text: str) -> str:
+    lines = text.split("\n")
+    return "\n".join(line + " \U0001f99c\U0001d11e" if line else line for line in lines)
+
+
+def _combining(text: str) -> str:
+    return text.replace("e", "e\u0301").replace("a", "a\u0308")
+
+
+def _crlf(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\n", "\r\n") if "\n" in text else text + "\r\n"
+
+
+def _other_ending(text: str) -> str:
+    return text.rstrip("\r\n") if text.endswith("\n") else text + "\n"
+
+
+def _long_line(text: str) -> str:
+    first, newline, rest = text.partition("\n")
+    unit = first or "x"
+    return (unit * (LONG_LINE // len(unit) + 1))[:LONG_LINE] + newline + rest
+
+
+TEXT_CHANGES: tuple[tuple[str, Callable[[str], str]], ...] = (
+    ("non-ASCII letters", _non_ascii),
+    ("no trailing newline", _other_ending),
+    ("astral characters", _astral),
+    ("CRLF line ends", _crlf),
+    ("combining marks", _combining),
+    ("a very long line", _long_line),
+    ("empty", lambda _text: ""),
+)
+"""Each text variant: its name and what it does to a text."""
+
+
+def _change_name(name: str, text: str) -> str:
+    if name == "no trailing newline" and not text.endswith("\n"):
+        return "a trailing newline"
+    return name
+
+
+def _text(content: bytes) -> str | None:
+    try:
+        return content.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _file_texts(facts: CallFacts) -> Iterator[Candidate]:
+    for path, content in sorted(facts.files_read.items()):
+        text = _text(content)
+        if text is None:
+            continue
+        for name, change in TEXT_CHANGES:
+            changed = change(text)
+            if changed != text:
+                yield Candidate(
+                    f"{path}: {_change_name(name, text)}",
+                    "text",
+                    "file text",
+                    dict(facts.arguments),
+                    {path: changed.encode("utf-8")},
+                )
+
+
+def _free_text(schema: Mapping[str, Any]) -> bool:
+    """A value whose strings are text to vary: no pattern, enum, const or format."""
+    return not any(key in schema for key in ("pattern", "enum", "const", "format"))
+
+
+def _argument_texts(facts: CallFacts) -> Iterator[Candidate]:
+    properties = _properties(facts.schema)
+    for name, value in facts.arguments.items():
+        schema = properties.get(name, {})
+        if name in facts.fixed or not _free_text(schema) or not _has_text(value):
+            continue
+        for change_name, change in TEXT_CHANGES:
+            # One very long line is enough: not every string of a document.
+            changed = _map_strings(value, change, first_only=change is _long_line)
+            if changed != value:
+                sample = value if isinstance(value, str) else ""
+                yield Candidate(
+                    f"{name}: {_change_name(change_name, sample)}",
+                    "text",
+                    "argument text",
+                    _with(facts.arguments, name, changed),
+                )
+
+
+def _has_text(value: Any) -> bool:
+    if isinstance(value, str):
+        return True
+    if isinstance(value, Mapping):
+        return any(_has_text(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_has_text(item) for item in value)
+    return False
+
+
+def _map_strings(value: Any, change: Callable[[str], str], *, first_only: bool = False) -> Any:
+    """``value`` with ``change`` applied to every string in it (not to
+    keys), or only to the first one."""
+    left = [1 if first_only else -1]
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, str):
+            if left[0] == 0:
+                return item
+            left[0] -= 1
+            return change(item)
+        if isinstance(item, Mapping):
+            return {key: walk(inner) for key, inner in item.items()}
+        if isinstance(item, list):
+            return [walk(inner) for inner in item]
+        return item
+
+    return walk(value)
+
+
+# -- sizes ---------------------------------------------------------------------------
+
+
+def limit_like_numbers(facts: CallFacts) -> list[int]:
+    """The call's integer arguments (as sent, or their defaults), then every
+    bound and default of the schema, each once, in that order."""
+    found: list[int] = []
+    properties = _properties(facts.schema)
+    for name, schema in properties.items():
+        value = _number(facts.arguments.get(name, schema.get("default")))
+        if _is_integer(schema) and isinstance(value, int):
+            found.append(value)
+    for schema in properties.values():
+        for keyword in ("minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems"):
+            value = _number(schema.get(keyword))
+            if isinstance(value, int):
+                found.append(value)
+    return [number for number in dict.fromkeys(found) if 2 <= number <= SIZE_LIMIT]
+
+
+def _sizes(facts: CallFacts) -> Iterator[Candidate]:
+    numbers = limit_like_numbers(facts)
+    texts = {
+        path: text
+        for path, content in sorted(facts.files_read.items())
+        if (text := _text(content)) is not None and text
+    }
+    for number in numbers:
+        for size in (number - 1, number, number + 1):
+            for path, text in texts.items():
+                yield from _sized_files(facts, path, text, size)
+            for name, value in facts.arguments.items():
+                if isinstance(value, list) and value and size <= LIST_LIMIT:
+                    yield Candidate(
+                        f"{name} with {size} items",
+                        "size",
+                        "size",
+                        _with(facts.arguments, name, _resized_list(value, size)),
+                    )
+
+
+def _sized_files(facts: CallFacts, path: str, text: str, size: int) -> Iterator[Candidate]:
+    """``path`` with ``size`` lines after its first, of ``size`` characters,
+    and with a first line of ``size`` characters."""
+    lines = text.splitlines(keepends=True)
+    if len(lines) >= 2:
+        head, unit = lines[0], lines[1] if lines[1].endswith("\n") else lines[1] + "\n"
+    else:
+        head, unit = "", lines[0] if lines[0].endswith("\n") else lines[0] + "\n"
+    recipes: list[tuple[str, bytes | GeneratedContent]] = [
+        (f"{path} with {size} lines after its first" if head else f"{path} with {size} lines",
+         GeneratedContent(repeat=unit, times=size, head=head)),
+        (f"{path} of {size} characters", _chars(text, size)),
+        (f"{path} with a first line of {size} characters", _first_line(text, size)),
+    ]
+    for name, content in recipes:
+        yield Candidate(name, "size", "size", dict(facts.arguments), {path: content})
+
+
+def _chars(text: str, size: int) -> bytes | GeneratedContent:
+    if size <= len(text):
+        return text[:size].encode("utf-8")
+    return GeneratedContent(repeat=text, times=size // len(text), tail=text[: size % len(text)])
+
+
+def _first_line(text: str, size: int) -> GeneratedContent:
+    first, newline, rest = text.partition("\n")
+    unit = first.rstrip("\r") or "x"
+    return GeneratedContent(
+        repeat=unit, times=size // len(unit), tail=unit[: size % len(unit)] + newline + rest
+    )
