@@ -154,6 +154,17 @@ def _parser() -> argparse.ArgumentParser:
     _registry_option(sub, required=False)
 
     sub = command(
+        "amplify",
+        f"record boundary, text and size variants of recorded calls ({options_names.AMPLIFY}; "
+        f"caps: ini {options_names.AMPLIFY_MAX_INI})",
+        "toolguard amplify cassettes cases -- -o toolguard_amplify_max_variants=20",
+        _replay,
+    )
+    sub.set_defaults(flag=options_names.AMPLIFY)
+    sub.add_argument("paths", nargs="*", help="cassettes, cases or directories")
+    _registry_option(sub, required=False)
+
+    sub = command(
         "matrix",
         "run the fault matrix over cassettes and cases",
         "toolguard matrix cassettes --faults timeout,partial_write --report build/matrix.md",
@@ -359,7 +370,8 @@ def _existing(paths: list[str]) -> list[str]:
 
 
 def _replay(options: argparse.Namespace, passthrough: list[str]) -> int:
-    return _pytest([options_names.REPLAY, *_existing(options.paths)], options.registry, passthrough)
+    flag = getattr(options, "flag", options_names.REPLAY)  # amplify: options_names.AMPLIFY
+    return _pytest([flag, *_existing(options.paths)], options.registry, passthrough)
 
 
 def _matrix(options: argparse.Namespace, passthrough: list[str]) -> int:

@@ -440,8 +440,10 @@ def _sized_files(facts: CallFacts, path: str, text: str, size: int) -> Iterator[
     else:
         head, unit = "", lines[0] if lines[0].endswith("\n") else lines[0] + "\n"
     recipes: list[tuple[str, bytes | GeneratedContent]] = [
-        (f"{path} with {size} lines after its first" if head else f"{path} with {size} lines",
-         GeneratedContent(repeat=unit, times=size, head=head)),
+        (
+            f"{path} with {size} lines after its first" if head else f"{path} with {size} lines",
+            GeneratedContent(repeat=unit, times=size, head=head),
+        ),
         (f"{path} of {size} characters", _chars(text, size)),
         (f"{path} with a first line of {size} characters", _first_line(text, size)),
     ]

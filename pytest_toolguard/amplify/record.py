@@ -53,7 +53,6 @@ from ..registry import ToolRegistry, ToolSpec
 from ..replay.cassette import (
     AuditExpectation,
     Cassette,
-    CassetteError,
     Expectation,
     FileState,
     Interaction,
@@ -251,7 +250,9 @@ def amplify_file(
     )
     if not report.ok:
         return report
-    text = with_variants(original, [i.variants for i in amplified.interactions], source=report.source)
+    text = with_variants(
+        original, [i.variants for i in amplified.interactions], source=report.source
+    )
     if text == original:
         return report
     temporary = target.with_name(f".{target.name}.{os.getpid()}.amplify.tmp")
@@ -292,12 +293,16 @@ class _Amplifier:
             return "its arguments are not an object"
         return ""
 
-    def variants(self, walk: SessionWalk, index: int, interaction: Interaction) -> tuple[Variant, ...]:
+    def variants(
+        self, walk: SessionWalk, index: int, interaction: Interaction
+    ) -> tuple[Variant, ...]:
         spec = self.registry.get(interaction.call.tool_name)
         arguments = _arguments(interaction.call.arguments)
         assert spec is not None and arguments is not None  # why_not said so
         call = interaction.call
-        baseline = walk.branch(replace(call, call_id=call.call_id + "~0"), approved=approved_twin(interaction, call))
+        baseline = walk.branch(
+            replace(call, call_id=call.call_id + "~0"), approved=approved_twin(interaction, call)
+        )
         facts = CallFacts(
             arguments=arguments,
             schema=spec.input_schema,
@@ -327,8 +332,10 @@ class _Amplifier:
         identity = candidate.identity()
         if identity in seen:
             first = seen[identity]
-            return "the recorded call itself" if first == "the recorded call" else (
-                f"the same call as `{first}`"
+            return (
+                "the recorded call itself"
+                if first == "the recorded call"
+                else (f"the same call as variant `{first}`")
             )
         seen[identity] = candidate.name
         if candidate.family in BOUND_FAMILIES:
@@ -479,4 +486,3 @@ def _volatile(first: Branch, second: Branch) -> tuple[str, ...]:
     paths = sorted(set(first.changed) | set(second.changed))
     found += [FILES_PREFIX + p for p in paths if first.changed.get(p) != second.changed.get(p)]
     return tuple(found)
-

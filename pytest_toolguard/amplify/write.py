@@ -28,7 +28,9 @@ def with_variants(text: str, variants: Sequence[Sequence[Variant]], *, source: s
     root = yaml.compose(text, Loader=_Loader)
     items = _interaction_nodes(root, source)
     if len(items) != len(variants):
-        raise CassetteError(source, "interactions", f"{len(items)} in the file, {len(variants)} given")
+        raise CassetteError(
+            source, "interactions", f"{len(items)} in the file, {len(variants)} given"
+        )
     edits: list[tuple[int, int, str]] = []
     for node, wanted in zip(items, variants, strict=True):
         pairs = node.value

@@ -21,6 +21,7 @@ own runtime).
 from __future__ import annotations
 
 import random
+import stat
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ from ..runtime import ToolRuntime
 from .clock import frozen_clock
 from .fake_filesystem import FakeWorld
 from .session import session_runtime, with_secrets
-from .world import World
+from .world import WorkspaceEntry, World
 
 JOIN_SECONDS = 5.0
 """How long a branch waits for a handler that overran its deadline."""
@@ -156,7 +157,7 @@ class SessionWalk:
                 if world.fs.exists(full):
                     world.fs.remove_object(full)
                 world.fs.create_file(full, contents=data)
-            before = world.tree()
+            before = world.save_workspace() if files else saved
             store = self._store.copy()
             runtime = self._make_runtime(
                 store, self._plan.copy() if self._plan else None, approved, timeouts
@@ -174,13 +175,17 @@ class SessionWalk:
                 problems = tuple(runtime.close(join_timeout=JOIN_SECONDS))
             rows = [row for row in store.rows() if row.call_id == call.call_id]
             store.close()
-            after = world.tree()
-        finally:
+            after = world.save_workspace()
+        except BaseException:
             world.restore_workspace(saved)
+            raise
+        if after != saved:  # most branches only read: nothing to put back
+            _put_back(world, saved, after)
+        old, new = _regular_files(before), _regular_files(after)
         changed: dict[str, bytes | None] = {
-            path: data for path, data in after.items() if before.get(path) != data
+            path: data for path, data in new.items() if old.get(path) != data
         }
-        changed.update({path: None for path in before if path not in after})
+        changed.update({path: None for path in old if path not in new})
         return Branch(
             result=result,
             stored_data=stored[-1] if stored else None,
@@ -208,6 +213,33 @@ class SessionWalk:
             timeouts=timeouts,
             http=self._http,
         )
+
+
+def _put_back(
+    world: World, saved: tuple[WorkspaceEntry, ...], now: tuple[WorkspaceEntry, ...]
+) -> None:
+    """Make the workspace hold ``saved`` again: only the regular files that
+    differ when nothing else changed (the usual case), else every entry."""
+    others_then = [(path, mode) for path, mode, _ in saved if not stat.S_ISREG(mode)]
+    others_now = [(path, mode) for path, mode, _ in now if not stat.S_ISREG(mode)]
+    if others_then != others_now:
+        world.restore_workspace(saved)
+        return
+    then = {path: (mode, data) for path, mode, data in saved if stat.S_ISREG(mode)}
+    current = {path: (mode, data) for path, mode, data in now if stat.S_ISREG(mode)}
+    for path in sorted(set(then) | set(current)):
+        if then.get(path) == current.get(path):
+            continue
+        full = f"{world.root}/{path}"
+        if path in current:
+            world.fs.remove_object(full)
+        if path in then:
+            mode, data = then[path]
+            world.fs.create_file(full, st_mode=mode, contents=data)
+
+
+def _regular_files(entries: tuple[WorkspaceEntry, ...]) -> dict[str, bytes]:
+    return {path: data for path, mode, data in entries if stat.S_ISREG(mode)}
 
 
 @contextmanager

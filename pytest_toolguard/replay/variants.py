@@ -150,7 +150,9 @@ def compare_variant(
     else:
         checks.result(index, expected, branch.result, branch.stored_data)
         if variant.data_sha256 is not None:
-            checks.compare(where, "result.data (sha256)", variant.data_sha256, data_hash(branch.stored_data))
+            checks.compare(
+                where, "result.data (sha256)", variant.data_sha256, data_hash(branch.stored_data)
+            )
     if branch.audit_row is None:
         checks.add(where, "audit.rows", 1, 0)
     else:
