@@ -21,8 +21,9 @@ each:
   arguments, as sent or by default) and of the schema, the same in
   characters and in the length of its first line; list arguments with that
   many items;
-- ``outside``: each bound one step outside (the tool's input schema
-  refuses these: recorded as the refusal they get, and counted apart).
+- ``outside``: each bound one step outside, an argument the schema does
+  not allow, a required one left out (the tool's input schema refuses
+  these: recorded as the refusal they get, and counted apart).
 
 Pure: no runtime, no files.
 """
@@ -100,6 +101,7 @@ def candidates(facts: CallFacts) -> list[Candidate]:
 def _all(facts: CallFacts) -> Iterator[Candidate]:
     yield from _data_sizes(facts)
     yield from _bounds(facts)
+    yield from _shape(facts)
     yield from _file_texts(facts)
     yield from _argument_texts(facts)
     yield from _sizes(facts)
@@ -244,6 +246,23 @@ def _bounds(facts: CallFacts) -> Iterator[Candidate]:
                             family,
                             _with(facts.arguments, name, resized),
                         )
+
+
+def _shape(facts: CallFacts) -> Iterator[Candidate]:
+    """The object's own bounds, one step outside: an argument the schema
+    does not name (``additionalProperties: false``), a required one left out."""
+    if facts.schema.get("additionalProperties") is False:
+        extra = "unexpected_argument"
+        while extra in _properties(facts.schema):
+            extra += "_"
+        yield Candidate(
+            f"an extra argument {extra}", "boundary", "outside", _with(facts.arguments, extra, 1)
+        )
+    required = facts.schema.get("required")
+    for name in required if isinstance(required, list) else ():
+        if name in facts.arguments:
+            rest = {key: value for key, value in facts.arguments.items() if key != name}
+            yield Candidate(f"without {name}", "boundary", "outside", rest)
 
 
 def _resized_text(value: Any, size: int) -> str | None:

@@ -41,7 +41,11 @@ def with_variants(text: str, variants: Sequence[Sequence[Variant]], *, source: s
                 start = _line_start(text, key.start_mark.index)
                 edits.append((start, _insertion_point(text, value.end_mark.index), ""))
         if wanted:
-            block = _indented(f"{KEY}:\n" + variants_text(list(wanted)), column)
+            listed = variants_text(list(wanted))
+            # PyYAML ends a document whose last scalar keeps its trailing
+            # newlines with "...": inside a document it must go.
+            listed = listed.removesuffix("...\n")
+            block = _indented(f"{KEY}:\n" + listed, column)
             at = _insertion_point(text, others[-1][1].end_mark.index)
             edits.append((at, at, block if text[at - 1 : at] in ("\n", "") else "\n" + block))
     for start, end, new in sorted(edits, reverse=True):

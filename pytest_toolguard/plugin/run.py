@@ -194,7 +194,6 @@ class ToolguardRun:
                     if every_drop or not line.startswith("    "):
                         terminalreporter.write_line(f"toolguard amplify: {line}")
             return
-        terminalreporter.write_line((self.totals or ReplayTotals()).summary())
         if self.variants:
             counts = self.variants
             terminalreporter.write_line(
@@ -202,6 +201,7 @@ class ToolguardRun:
                 f"({counts.get('refused', 0)} refusals) from {counts.get('files', 0)} file(s), "
                 f"{counts.get('failed', 0)} differing"
             )
+        terminalreporter.write_line((self.totals or ReplayTotals()).summary())
         if self.faults and self.cells:
             from ..faults.report import terminal_grid
 
