@@ -143,9 +143,11 @@ def _strip_variants(directory: Path, paths: tuple[str, ...]) -> None:
 def _run(target: Target, copy: Path, scratch: Path) -> tuple[int, int, list[str]]:
     config = scratch / f"{target.name}.toml"
     session = scratch / f"{target.name}.sqlite"
+    # Only our plugin (PYTEST_DISABLE_PLUGIN_AUTOLOAD below): the others'
+    # start-up (hypothesis's alone ~1.5 s) would be most of each mutant's run.
     replay = " ".join(
-        [sys.executable, "-m", "pytest", "--toolguard-replay", *target.replay]
-        + ["-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
+        [sys.executable, "-m", "pytest", "-p", "pytest_toolguard.plugin"]
+        + ["--toolguard-replay", *target.replay, "-x", "-q", "-p", "no:cacheprovider"]
     )
     workdir = copy / target.directory
     modules = ", ".join(json.dumps(str(copy / module)) for module in target.modules)
@@ -162,7 +164,7 @@ def _run(target: Target, copy: Path, scratch: Path) -> tuple[int, int, list[str]
         f"exclude-operators = [{excluded}]\n",
         encoding="utf-8",
     )
-    environment = dict(os.environ, PYTHONPATH=str(copy))
+    environment = dict(os.environ, PYTHONPATH=str(copy), PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
     bin_dir = Path(sys.executable).parent
 
     def tool(*arguments: str) -> str:
