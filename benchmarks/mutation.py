@@ -18,8 +18,11 @@ It works on a copy of the files git knows (committed or not, ignored files
 left out) in a temporary directory, so the working tree is never mutated,
 and the copy's ``pytest_toolguard`` is the one imported (``PYTHONPATH``).
 Prints, per target, killed / total and every surviving mutant (file, line,
-operator, the change). Exit status 0 whatever the score (a measurement);
-``--min-score`` makes a lower score fail.
+operator, the change) with its verdict: equivalent (timing only, a schema
+default the runtime never applies, an output check loosened that the tool
+already passes), else a gap of the variants; the score without the
+equivalent ones follows. Exit status 0 whatever the score (a measurement);
+``--min-score`` makes a lower score (without the equivalent ones) fail.
 
     python benchmarks/mutation.py [--target builtin|example] [--min-score 95]
 """
@@ -27,8 +30,10 @@ operator, the change). Exit status 0 whatever the score (a measurement);
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -61,6 +66,27 @@ OPERATORS = (
 
 TIMEOUT_SECONDS = 120.0
 """A mutant whose replay runs longer is counted as killed (cosmic-ray's rule)."""
+
+
+TIMING_ONLY = {
+    "WAIT_POLL_SECONDS = ": "how often wait_for_file polls: only its duration changes, and "
+    "replay does not measure durations",
+    "timeout_seconds=": "a deadline of minutes: no recorded call runs near it",
+    "range(max(": "wait_seconds > 0, so ceil(wait_seconds / poll) >= 1 and max(0, n) == max(1, n); "
+    "max(2, n) only waits one poll longer before the same answer",
+}
+"""Survivors whose change only shows in how long a call takes (the line
+holds the key): equivalent under replay, which freezes the clock and
+compares outcomes, not durations."""
+
+
+@dataclass(frozen=True)
+class Survivor:
+    where: str
+    operator: str
+    change: str
+    verdict: str
+    """``equivalent: why`` or ``gap: what would kill it``."""
 
 
 @dataclass(frozen=True)
@@ -104,11 +130,18 @@ def main(argv: list[str] | None = None) -> int:
             if options.without_variants:
                 _strip_variants(copy / target.directory, target.replay)
             killed, total, survivors = _run(target, copy, Path(scratch))
+            equivalent = sum(s.verdict.startswith("equivalent") for s in survivors)
             score = 100.0 * killed / total if total else 100.0
-            print(f"mutation {target.name}: {killed} killed / {total} mutants ({score:.1f}%)")
-            for line in survivors:
-                print(f"  survived: {line}")
-            failed |= score < options.min_score
+            counted = total - equivalent
+            adjusted = 100.0 * killed / counted if counted else 100.0
+            print(
+                f"mutation {target.name}: {killed} killed / {total} mutants ({score:.1f}%); "
+                f"{equivalent} equivalent: {killed} / {counted} ({adjusted:.1f}%)"
+            )
+            for survivor in survivors:
+                print(f"  survived: {survivor.where} {survivor.operator}: {survivor.change}")
+                print(f"    {survivor.verdict}")
+            failed |= adjusted < options.min_score
     return 1 if failed else 0
 
 
@@ -140,7 +173,7 @@ def _strip_variants(directory: Path, paths: tuple[str, ...]) -> None:
             file.write_text(with_variants(text, [()] * count), encoding="utf-8")
 
 
-def _run(target: Target, copy: Path, scratch: Path) -> tuple[int, int, list[str]]:
+def _run(target: Target, copy: Path, scratch: Path) -> tuple[int, int, list[Survivor]]:
     config = scratch / f"{target.name}.toml"
     session = scratch / f"{target.name}.sqlite"
     # Only our plugin (PYTEST_DISABLE_PLUGIN_AUTOLOAD below): the others'
@@ -200,9 +233,9 @@ def _other_operators() -> list[str]:
     return [name for name in listed if name not in OPERATORS]
 
 
-def _results(dump: str, copy: Path) -> tuple[int, int, list[str]]:
+def _results(dump: str, copy: Path) -> tuple[int, int, list[Survivor]]:
     killed = total = 0
-    survivors: list[str] = []
+    survivors: list[Survivor] = []
     for line in dump.splitlines():
         item, result = json.loads(line)
         if result is None or result.get("worker_outcome") == "skipped":
@@ -214,27 +247,82 @@ def _results(dump: str, copy: Path) -> tuple[int, int, list[str]]:
             killed += 1
             continue
         for mutation in item["mutations"]:
-            where = Path(mutation["module_path"]).relative_to(copy)
-            change = _change(result.get("diff") or "")
+            module = Path(mutation["module_path"])
+            number = mutation["start_pos"][0]
+            old, new = _change(result.get("diff") or "")
             survivors.append(
-                f"{where}:{mutation['start_pos'][0]} {mutation['operator_name']}: {change}"
+                Survivor(
+                    f"{module.relative_to(copy)}:{number}",
+                    mutation["operator_name"],
+                    f"{old} -> {new}",
+                    _verdict(module, number, old, new),
+                )
             )
-    return killed, total, sorted(survivors)
+    return killed, total, sorted(survivors, key=lambda s: (s.where, s.change))
 
 
-def _change(diff: str) -> str:
-    """The removed and added line of a unified diff, ``old -> new``."""
-    removed = [
-        line[1:].strip()
-        for line in diff.splitlines()
-        if line.startswith("-") and not line.startswith("---")
-    ]
-    added = [
-        line[1:].strip()
-        for line in diff.splitlines()
-        if line.startswith("+") and not line.startswith("+++")
-    ]
-    return f"{' | '.join(removed)} -> {' | '.join(added)}"
+def _verdict(module: Path, number: int, old: str, new: str) -> str:
+    """Why a mutant survived, when the reason is known: equivalent (no
+    replay can tell it from the tool), else a gap of the variants."""
+    for key, why in TIMING_ONLY.items():
+        if key in old:
+            return f"equivalent (timing only): {why}"
+    default = re.compile(r'"default": [^,}]+')
+    if '"default"' in old and default.sub("", old) == default.sub("", new):
+        return (
+            "equivalent: a schema's default is documentation for the model; the runtime "
+            "never fills it in (the handler's own default applies)"
+        )
+    if number in _output_schema_lines(module) and _loosens(old, new):
+        return (
+            "equivalent: loosens an output schema check that the tool's results already "
+            "pass (the right tool never returns what only the looser schema allows)"
+        )
+    return "gap: no variant reaches it (see the report of issue 15)"
+
+
+def _loosens(old: str, new: str) -> bool:
+    """``additionalProperties`` false to true, a ``minimum`` lowered, a ``maximum`` raised."""
+    if '"additionalProperties": False' in old and '"additionalProperties": True' in new:
+        return True
+    for key, lower in (("minimum", True), ("maximum", False)):
+        was = re.search(rf'"{key}": (-?\d+)', old)
+        now = re.search(rf'"{key}": ?(-?\d+)', new)
+        if was and now and (int(now.group(1)) < int(was.group(1))) == lower:
+            return int(now.group(1)) != int(was.group(1))
+    return False
+
+
+def _output_schema_lines(module: Path) -> set[int]:
+    """Lines of ``output_schema=`` arguments, and of module constants they name."""
+    tree = ast.parse(module.read_text(encoding="utf-8"))
+    constants = {
+        target.id: node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        for keyword in node.keywords:
+            if keyword.arg != "output_schema":
+                continue
+            value = keyword.value
+            if isinstance(value, ast.Name) and value.id in constants:
+                value = constants[value.id]
+            lines.update(range(value.lineno, (value.end_lineno or value.lineno) + 1))
+    return lines
+
+
+def _change(diff: str) -> tuple[str, str]:
+    """The removed and the added lines of a unified diff."""
+    lines = diff.splitlines()
+    removed = [x[1:].strip() for x in lines if x.startswith("-") and not x.startswith("---")]
+    added = [x[1:].strip() for x in lines if x.startswith("+") and not x.startswith("+++")]
+    return " | ".join(removed), " | ".join(added)
 
 
 if __name__ == "__main__":

@@ -10,20 +10,21 @@ each:
   of a string or list of the returned data, an integer in it, a file's
   length in characters or lines (``max_chars = len(data.content)``);
 - ``boundary``: every ``minimum``, ``maximum``, ``minLength``,
-  ``maxLength``, ``minItems`` and ``maxItems`` of the schema exactly;
+  ``maxLength``, ``minItems`` and ``maxItems`` of the schema exactly (an
+  exclusive bound: one step inside);
+- ``outside``: each bound one step outside, an argument the schema does
+  not allow, a required one left out (the tool's input schema refuses
+  these: recorded as the refusal they get, and counted apart);
 - ``file text`` and ``argument text``: a file read, or a free-text
   argument, with non-ASCII letters, astral characters, combining marks,
   CRLF line ends, its trailing newline taken away (or given), empty, or
-  with a very long line;
-- ``inside``: each of those bounds one step inside;
+  with very long lines;
 - ``size``: each file read with one line fewer than, as many lines as and
   one more line than every limit-like number of the call (its integer
   arguments, as sent or by default) and of the schema, the same in
   characters and in the length of its first line; list arguments with that
   many items;
-- ``outside``: each bound one step outside, an argument the schema does
-  not allow, a required one left out (the tool's input schema refuses
-  these: recorded as the refusal they get, and counted apart).
+- ``inside``: each of those bounds one step inside.
 
 Pure: no runtime, no files.
 """
@@ -38,14 +39,16 @@ from typing import Any
 
 from ..replay.cassette import GeneratedContent
 
-LONG_LINE = 5000
-"""Characters of the "very long line" text variant."""
+LONG_LINE = 1000
+"""Characters of each line of the "very long lines" text variant."""
+LONG_LINES = 20
+"""Lines the "very long lines" variant makes long (the first ones)."""
 SIZE_LIMIT = 65_536
 """Limit-like numbers above this are not tried as file sizes."""
 LIST_LIMIT = 500
 """Limit-like numbers above this are not tried as list lengths."""
 
-FAMILIES = ("data size", "boundary", "file text", "argument text", "inside", "size", "outside")
+FAMILIES = ("data size", "boundary", "outside", "file text", "argument text", "size", "inside")
 """The families of candidates, in the order ``candidates`` takes from them."""
 
 
@@ -74,6 +77,9 @@ class Candidate:
     family: str
     arguments: Mapping[str, Any]
     files: Mapping[str, bytes | GeneratedContent] = field(default_factory=dict)
+    bound: str = ""
+    """For a schema bound: which (the argument's schema and the step), the
+    same for every tool sharing that schema ('' for other candidates)."""
 
     def identity(self) -> str:
         """Equal for two candidates that send the same call over the same files."""
@@ -180,11 +186,18 @@ def _data_sizes(facts: CallFacts) -> Iterator[Candidate]:
         if not _is_integer(schema):
             continue
         current = facts.arguments.get(name, schema.get("default"))
-        for label, size in sizes:
-            if size != current and _within(schema, size):
-                yield Candidate(
-                    f"{name} = {label}", "boundary", "data size", _with(facts.arguments, name, size)
-                )
+        # Equal to each size first; then one under and one over (a limit
+        # reached with more to come, a limit not reached).
+        for offset, suffix in ((0, ""), (-1, " - 1"), (1, " + 1")):
+            for label, size in sizes:
+                value = size + offset
+                if value != current and _within(schema, value):
+                    yield Candidate(
+                        f"{name} = {label}{suffix}",
+                        "boundary",
+                        "data size",
+                        _with(facts.arguments, name, value),
+                    )
 
 
 def _within(schema: Mapping[str, Any], value: int) -> bool:
@@ -221,7 +234,29 @@ def _bounds(facts: CallFacts) -> Iterator[Candidate]:
                     "boundary",
                     family,
                     _with(facts.arguments, name, number),
+                    bound=_bound_key(name, schema, where),
                 )
+        for keyword, inward in (("exclusiveMinimum", 1), ("exclusiveMaximum", -1)):
+            bound = _number(schema.get(keyword))
+            if bound is None or not types & {"integer", "number"}:
+                continue
+            step = 1 if "integer" in types else 0.5
+            inside = bound + inward * step
+            sign = "+" if inward > 0 else "-"
+            yield Candidate(
+                f"{name} = {keyword} {sign} {step:g} ({inside:g})",
+                "boundary",
+                "boundary",
+                _with(facts.arguments, name, inside),
+                bound=_bound_key(name, schema, f"{keyword} inside"),
+            )
+            yield Candidate(
+                f"{name} = {keyword} ({bound:g})",
+                "boundary",
+                "outside",
+                _with(facts.arguments, name, bound),
+                bound=_bound_key(name, schema, keyword),
+            )
         for keywords, build, measure in (
             (_LENGTH_BOUNDS, _resized_text, "len"),
             (_ITEM_BOUNDS, _resized_list, "items of"),
@@ -245,6 +280,7 @@ def _bounds(facts: CallFacts) -> Iterator[Candidate]:
                             "boundary",
                             family,
                             _with(facts.arguments, name, resized),
+                            bound=_bound_key(name, schema, where),
                         )
 
 
@@ -256,13 +292,30 @@ def _shape(facts: CallFacts) -> Iterator[Candidate]:
         while extra in _properties(facts.schema):
             extra += "_"
         yield Candidate(
-            f"an extra argument {extra}", "boundary", "outside", _with(facts.arguments, extra, 1)
+            f"an extra argument {extra}",
+            "boundary",
+            "outside",
+            _with(facts.arguments, extra, 1),
+            bound=_bound_key("", {"properties": sorted(_properties(facts.schema))}, extra),
         )
     required = facts.schema.get("required")
     for name in required if isinstance(required, list) else ():
         if name in facts.arguments:
             rest = {key: value for key, value in facts.arguments.items() if key != name}
-            yield Candidate(f"without {name}", "boundary", "outside", rest)
+            yield Candidate(
+                f"without {name}",
+                "boundary",
+                "outside",
+                rest,
+                bound=_bound_key(name, {"properties": sorted(_properties(facts.schema))}, "absent"),
+            )
+
+
+def _bound_key(name: str, schema: Mapping[str, Any], step: str) -> str:
+    """Which bound a candidate checks: the argument, its schema (what the
+    model reads, defaults and descriptions aside) and the step."""
+    kept = {key: value for key, value in schema.items() if key not in ("default", "description")}
+    return json.dumps([name, kept, step], sort_keys=True, default=str)
 
 
 def _resized_text(value: Any, size: int) -> str | None:
@@ -307,10 +360,16 @@ def _other_ending(text: str) -> str:
     return text.rstrip("\r\n") if text.endswith("\n") else text + "\n"
 
 
-def _long_line(text: str) -> str:
-    first, newline, rest = text.partition("\n")
-    unit = first or "x"
-    return (unit * (LONG_LINE // len(unit) + 1))[:LONG_LINE] + newline + rest
+def _long_lines(text: str) -> str:
+    """Each of the first ``LONG_LINES`` lines repeated onto itself to at
+    least ``LONG_LINE`` characters (a cut a tool makes shows on any of them)."""
+    lines = text.split("\n")
+    for number, line in enumerate(lines[:LONG_LINES]):
+        if line.strip():
+            lines[number] = (line * (LONG_LINE // len(line) + 1))[:LONG_LINE]
+    if not any(line.strip() for line in lines):
+        lines[0] = "x" * LONG_LINE
+    return "\n".join(lines)
 
 
 TEXT_CHANGES: tuple[tuple[str, Callable[[str], str]], ...] = (
@@ -319,7 +378,7 @@ TEXT_CHANGES: tuple[tuple[str, Callable[[str], str]], ...] = (
     ("astral characters", _astral),
     ("CRLF line ends", _crlf),
     ("combining marks", _combining),
-    ("a very long line", _long_line),
+    ("very long lines", _long_lines),
     ("empty", lambda _text: ""),
 )
 """Each text variant: its name and what it does to a text."""
@@ -368,7 +427,7 @@ def _argument_texts(facts: CallFacts) -> Iterator[Candidate]:
             continue
         for change_name, change in TEXT_CHANGES:
             # One very long line is enough: not every string of a document.
-            changed = _map_strings(value, change, first_only=change is _long_line)
+            changed = _map_strings(value, change, first_only=change is _long_lines)
             if changed != value:
                 sample = value if isinstance(value, str) else ""
                 yield Candidate(

@@ -14,7 +14,8 @@ trusted tools):
   compared in replay, and the variant is counted volatile;
 - a candidate whose arguments fail the input schema is kept as the refusal
   it gets, ``refused``, counted apart; a schema bound (exactly, inside,
-  outside) of a tool is kept once per cassette, at its first call;
+  outside: the same argument schema, whichever tool has it) is kept once
+  per cassette, at its first call;
 - a result whose data is large is kept as the data's hash (``data_sha256``);
 - dropped, each with its reason: the recorded call itself, a call another
   candidate already makes, one slower than ``BRANCH_SECONDS`` (its
@@ -81,8 +82,6 @@ CLOCK_SHIFT = timedelta(days=1, hours=1, minutes=1, seconds=1, milliseconds=500)
 DATA_LIMIT = 2000
 """A variant's result data longer than this (canonical JSON) is kept as its hash."""
 FILES_PER_DIRECTORY = 3
-BOUND_FAMILIES = frozenset({"boundary", "inside", "outside"})
-"""Candidates of a schema bound: the same bound of a tool is kept once a cassette."""
 """Files of a directory a call read that are varied."""
 
 
@@ -276,8 +275,8 @@ class _Amplifier:
         self.redactor = redactor
         self.dropped: list[Dropped] = []
         self.skipped: list[str] = []
-        self.bounds: dict[tuple[str, str], int] = {}
-        """(tool, variant name) of a schema bound kept -> its interaction (from 1)."""
+        self.bounds: dict[str, int] = {}
+        """A schema bound kept (``Candidate.bound``) -> its interaction (from 1)."""
         recorded_at = cassette.recorded_at or DEFAULT_TIME
         self.later = (datetime.fromisoformat(recorded_at) + CLOCK_SHIFT).isoformat()
 
@@ -320,8 +319,8 @@ class _Amplifier:
                 variant, reason = self._record(walk, interaction, spec, candidate, len(kept))
                 if variant is not None:
                     kept.append(variant)
-                    if candidate.family in BOUND_FAMILIES:
-                        self.bounds[(spec.name, candidate.name)] = index + 1
+                    if candidate.bound:
+                        self.bounds[candidate.bound] = index + 1
             if reason:
                 self.dropped.append(Dropped(index + 1, spec.name, candidate.name, reason))
         return tuple(kept)
@@ -338,8 +337,8 @@ class _Amplifier:
                 else (f"the same call as variant `{first}`")
             )
         seen[identity] = candidate.name
-        if candidate.family in BOUND_FAMILIES:
-            where = self.bounds.get((spec.name, candidate.name))
+        if candidate.bound:
+            where = self.bounds.get(candidate.bound)
             if where is not None:
                 return f"the same bound is checked at interaction {where}"
         if kept >= cap:
