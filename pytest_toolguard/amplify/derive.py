@@ -212,6 +212,16 @@ _LENGTH_BOUNDS = (("minLength", 1), ("maxLength", -1))
 _ITEM_BOUNDS = (("minItems", 1), ("maxItems", -1))
 
 
+def _steps(keyword: str, inward: int) -> tuple[tuple[str, int, str], ...]:
+    """(family, offset, label) of a bound exactly, one step inside, one outside."""
+    into, out = ("+", "-") if inward > 0 else ("-", "+")
+    return (
+        ("boundary", 0, keyword),
+        ("inside", inward, f"{keyword} {into} 1"),
+        ("outside", -inward, f"{keyword} {out} 1"),
+    )
+
+
 def _bounds(facts: CallFacts) -> Iterator[Candidate]:
     """Each bound exactly, one step inside and one step outside."""
     for name, schema in _properties(facts.schema).items():
@@ -222,12 +232,7 @@ def _bounds(facts: CallFacts) -> Iterator[Candidate]:
             bound = _number(schema.get(keyword))
             if bound is None or not types & {"integer", "number"}:
                 continue
-            step = 1
-            for family, offset, where in (
-                ("boundary", 0, keyword),
-                ("inside", inward * step, f"{keyword} {'+' if inward > 0 else '-'} 1"),
-                ("outside", -inward * step, f"{keyword} {'-' if inward > 0 else '+'} 1"),
-            ):
+            for family, offset, where in _steps(keyword, inward):
                 number = bound + offset
                 yield Candidate(
                     f"{name} = {where} ({number:g})",
@@ -265,11 +270,7 @@ def _bounds(facts: CallFacts) -> Iterator[Candidate]:
                 bound = _number(schema.get(keyword))
                 if bound is None or not present:
                     continue
-                for family, offset, where in (
-                    ("boundary", 0, keyword),
-                    ("inside", inward, f"{keyword} {'+' if inward > 0 else '-'} 1"),
-                    ("outside", -inward, f"{keyword} {'-' if inward > 0 else '+'} 1"),
-                ):
+                for family, offset, where in _steps(keyword, inward):
                     size = int(bound) + offset
                     if size < 0 or size > SIZE_LIMIT:
                         continue
@@ -495,10 +496,15 @@ def _sizes(facts: CallFacts) -> Iterator[Candidate]:
         for path, content in sorted(facts.files_read.items())
         if (text := _text(content)) is not None and text
     }
+    # Data holding a list counts lines (rows, matches); else characters count.
+    lines_first = isinstance(facts.data, Mapping) and any(
+        isinstance(value, list) for value in facts.data.values()
+    )
+    quoted = set(_strings(facts.data))
     for number in numbers:
-        for size in (number - 1, number, number + 1):
+        for size in (number, number + 1, number - 1):
             for path, text in texts.items():
-                yield from _sized_files(facts, path, text, size)
+                yield from _sized_files(facts, path, text, size, lines_first, quoted)
             for name, value in facts.arguments.items():
                 if isinstance(value, list) and value and size <= LIST_LIMIT:
                     yield Candidate(
@@ -509,22 +515,37 @@ def _sizes(facts: CallFacts) -> Iterator[Candidate]:
                     )
 
 
-def _sized_files(facts: CallFacts, path: str, text: str, size: int) -> Iterator[Candidate]:
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def _sized_files(
+    facts: CallFacts, path: str, text: str, size: int, lines_first: bool, quoted: set[str]
+) -> Iterator[Candidate]:
     """``path`` with ``size`` lines after its first, of ``size`` characters,
-    and with a first line of ``size`` characters."""
+    and with a first line of ``size`` characters. The line repeated is one
+    the data quotes (a match a search returned), else the second."""
     lines = text.splitlines(keepends=True)
-    if len(lines) >= 2:
-        head, unit = lines[0], lines[1] if lines[1].endswith("\n") else lines[1] + "\n"
-    else:
-        head, unit = "", lines[0] if lines[0].endswith("\n") else lines[0] + "\n"
-    recipes: list[tuple[str, bytes | GeneratedContent]] = [
-        (
-            f"{path} with {size} lines after its first" if head else f"{path} with {size} lines",
-            GeneratedContent(repeat=unit, times=size, head=head),
-        ),
-        (f"{path} of {size} characters", _chars(text, size)),
-        (f"{path} with a first line of {size} characters", _first_line(text, size)),
-    ]
+    head = lines[0] if len(lines) >= 2 else ""
+    body = lines[1:] if head else lines
+    unit = next((line for line in body if line.rstrip("\r\n") in quoted), body[0])
+    unit = unit if unit.endswith("\n") else unit + "\n"
+    by_lines = (
+        f"{path} with {size} lines after its first" if head else f"{path} with {size} lines",
+        GeneratedContent(repeat=unit, times=size, head=head),
+    )
+    by_chars = (f"{path} of {size} characters", _chars(text, size))
+    recipes: list[tuple[str, bytes | GeneratedContent]] = (
+        [by_lines, by_chars] if lines_first else [by_chars, by_lines]
+    )
+    recipes.append((f"{path} with a first line of {size} characters", _first_line(text, size)))
     for name, content in recipes:
         yield Candidate(name, "size", "size", dict(facts.arguments), {path: content})
 

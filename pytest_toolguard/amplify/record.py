@@ -20,7 +20,8 @@ trusted tools):
 - dropped, each with its reason: the recorded call itself, a call another
   candidate already makes, one slower than ``BRANCH_SECONDS`` (its
   deadline while amplifying), and every candidate past the cap
-  (``VariantCaps``: 12 a call, or the tool's own).
+  (``VariantCaps``: 12 a call, or the tool's own; refusals have a cap of
+  the same size of their own).
 
 Calls not amplified, with the reason: of a tool the registry lacks, refused
 or failed when recorded (their variants would meet the same refusal),
@@ -314,7 +315,11 @@ class _Amplifier:
         cap = self.caps.of(spec.name)
         kept: list[Variant] = []
         for candidate in candidates(facts):
-            reason = self._why_dropped(candidate, seen, spec, len(kept), cap)
+            refused = not spec.input_validator.is_valid(dict(candidate.arguments))
+            # Refusals are counted apart, and capped apart: they are cheap
+            # (refused before any handler runs) and check the schema's bounds.
+            count = sum(variant.refused == refused for variant in kept)
+            reason = self._why_dropped(candidate, seen, spec, count, cap, refused)
             if not reason:
                 variant, reason = self._record(walk, interaction, spec, candidate, len(kept))
                 if variant is not None:
@@ -326,7 +331,13 @@ class _Amplifier:
         return tuple(kept)
 
     def _why_dropped(
-        self, candidate: Candidate, seen: dict[str, str], spec: ToolSpec, kept: int, cap: int
+        self,
+        candidate: Candidate,
+        seen: dict[str, str],
+        spec: ToolSpec,
+        kept: int,
+        cap: int,
+        refused: bool,
     ) -> str:
         identity = candidate.identity()
         if identity in seen:
@@ -342,7 +353,8 @@ class _Amplifier:
             if where is not None:
                 return f"the same bound is checked at interaction {where}"
         if kept >= cap:
-            return f"over the cap of {cap} variant(s) for {spec.name}"
+            what = "refusal(s)" if refused else "variant(s)"
+            return f"over the cap of {cap} {what} for {spec.name}"
         return ""
 
     def _record(

@@ -18,6 +18,8 @@ from ..replay.cassette import CassetteError, Variant, loads, variants_text
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 KEY = "variants"
+DUMPED_COLUMN = 2
+"""Where ``variants_text`` puts the key; a file's own column shifts it."""
 
 
 def with_variants(text: str, variants: Sequence[Sequence[Variant]], *, source: str = "") -> str:
@@ -41,11 +43,10 @@ def with_variants(text: str, variants: Sequence[Sequence[Variant]], *, source: s
                 start = _line_start(text, key.start_mark.index)
                 edits.append((start, _insertion_point(text, value.end_mark.index), ""))
         if wanted:
-            listed = variants_text(list(wanted))
             # PyYAML ends a document whose last scalar keeps its trailing
             # newlines with "...": inside a document it must go.
-            listed = listed.removesuffix("...\n")
-            block = _indented(f"{KEY}:\n" + listed, column)
+            listed = variants_text(list(wanted)).removesuffix("...\n")
+            block = _indented(listed, column - DUMPED_COLUMN)
             at = _insertion_point(text, others[-1][1].end_mark.index)
             edits.append((at, at, block if text[at - 1 : at] in ("\n", "") else "\n" + block))
     for start, end, new in sorted(edits, reverse=True):

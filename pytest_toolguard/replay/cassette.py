@@ -525,18 +525,18 @@ def dump(cassette: Cassette, path: str | os.PathLike[str]) -> None:
 
 
 def variants_text(variants: tuple[Variant, ...] | list[Variant]) -> str:
-    """The YAML of a ``variants`` list, as ``dumps`` writes it (a sequence
-    at column 0: indent it to the interaction's column)."""
+    """The ``variants:`` entry of an interaction as ``dumps`` writes it (its
+    key at column 2, where ``dumps`` puts an interaction's fields)."""
     with _collector_paused():
         text = yaml.dump(
-            [_variant_dict(variant) for variant in variants],
+            [{"variants": [_variant_dict(variant) for variant in variants]}],
             Dumper=_BlockDumper,
             sort_keys=False,
             allow_unicode=True,
             width=100,
             default_flow_style=False,
         )
-    return str(text)
+    return "  " + str(text)[2:]
 
 
 def to_dict(cassette: Cassette) -> dict[str, Any]:

@@ -143,15 +143,23 @@ def test_variants_per_call_are_capped_and_each_one_over_the_cap_is_dropped_with_
 ) -> None:
     path = _record(tmp_path, [("head", {"path": "notes.txt"})])
     cassette, report = amplify(load(path), RIGHT, caps=VariantCaps(default=3))
-    assert len(cassette.interactions[0].variants) == 3
-    over = [item for item in report.dropped if item.reason.startswith("over the cap of 3")]
-    assert over and report.kept == 3
+    variants = cassette.interactions[0].variants
+    assert sum(not v.refused for v in variants) == 3
+    over = [item for item in report.dropped if item.reason.startswith("over the cap of 3 variant")]
+    assert over and report.kept == len(variants)
+
+
+def test_refusals_are_capped_apart_from_the_other_variants(tmp_path: Path) -> None:
+    path = _record(tmp_path, [("head", {"path": "notes.txt"})])
+    cassette, report = amplify(load(path), RIGHT, caps=VariantCaps(default=2))
+    assert sum(v.refused for v in cassette.interactions[0].variants) == 2 == report.refused
+    assert any(item.reason.startswith("over the cap of 2 refusal") for item in report.dropped)
 
 
 def test_a_tool_s_own_cap_overrides_the_default(tmp_path: Path) -> None:
     path = _record(tmp_path, [("head", {"path": "notes.txt"})])
     cassette, _ = amplify(load(path), RIGHT, caps=VariantCaps(default=2, per_tool={"head": 5}))
-    assert len(cassette.interactions[0].variants) == 5
+    assert sum(not v.refused for v in cassette.interactions[0].variants) == 5
 
 
 def test_variant_caps_are_parsed_from_n_and_tool_equals_n() -> None:
