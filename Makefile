@@ -33,6 +33,7 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
+	$(BIN)/python benchmarks/postgres_bench.py
 	$(BIN)/python benchmarks/matrix_bench.py
 	$(BIN)/python benchmarks/redaction_bench.py
 

@@ -21,6 +21,13 @@ copies and truncates it, and in free pages of the database file after that.
 The same holds for ``stored_result`` (kept in ``idempotency_keys`` and
 returned by replays): pass a redacted result or accept the secret at rest.
 
+Leases. A RUNNING row carries its owner (host, pid, process start time)
+and the time its lease expires, by the database's clock: the call's
+deadline, which the runtime passes to ``start``, plus the store's
+``lease_grace_seconds`` (see ``pytest_toolguard.lease``). ``recover`` takes
+over only rows whose lease ended (expired, or their owner provably dead), so
+it is safe while other processes work on the same database.
+
 Concurrency. ``SQLiteAuditStore`` opens one connection per thread, in WAL
 mode, with ``synchronous`` as configured and a busy timeout. A write of one
 statement (``record``, ``release``, and ``start``/``finish`` without a key)
@@ -39,6 +46,10 @@ Indexes cost every call: each one is written by the INSERT of every row.
 The table has the one its per-call reads need (``call_id``, for ``get``);
 ``rows(session_id)`` and ``recover`` scan the table instead (see there).
 
+``PostgresAuditStore`` (``pytest_toolguard.audit_postgres``) is the same
+protocol on a PostgreSQL server, for workers on several machines; the helpers
+below that turn records into rows and back are shared by both stores.
+
 sqlite3 is C code and never sees pyfakefs: the file must be a real path,
 made before a fake filesystem starts, or ``":memory:"``. Simulate "audit
 down" at the store: ``close()``, a read-only URI
@@ -56,16 +67,20 @@ import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pytest_toolguard.contract import CallState, ErrorCode
 from pytest_toolguard.errors import ToolguardError
 from pytest_toolguard.idempotency import Claim, ClaimOutcome, StoredKey, resolve_claim
+from pytest_toolguard.lease import LeaseOwner, current_owner, owner_is_dead
 
 __all__ = [
     "AUDIT_COLUMNS",
     "INTERRUPTED_MESSAGE",
+    "LEASE_COLUMNS",
+    "LEASE_GRACE_SECONDS",
+    "MAX_LEASE_SECONDS",
     "SCHEMA_VERSION",
     "AuditRecord",
     "AuditStore",
@@ -74,17 +89,36 @@ __all__ = [
     "Decision",
     "SQLiteAuditStore",
     "interrupted_result",
+    "interrupted_row",
+    "lease_length",
+    "not_running",
+    "record_from_row",
+    "result_json",
+    "row_values",
     "storable_data",
     "storable_text",
+    "takes_over",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Kept in ``PRAGMA user_version``; a database from a newer version is refused.
 
-Still 1 though the schema lost ``AUTOINCREMENT`` and four indexes before the
-first release: no database of the earlier shape exists outside this
-project's own runs. One would still be read correctly (the columns and their
-meaning are the same); it would only keep paying for the dropped indexes."""
+Version 2 added the lease columns (``lease_owner``, ``lease_expires_at``);
+a version 1 database is migrated when opened, and its RUNNING rows, which
+have no lease, count as expired. Version 1 lost ``AUTOINCREMENT`` and four
+indexes before the first release: no database of the earlier shape exists
+outside this project's own runs. One would still be read correctly (the
+columns and their meaning are the same); it would only keep paying for the
+dropped indexes."""
+
+LEASE_GRACE_SECONDS = 30.0
+"""What a lease lasts beyond the call's deadline, by default: time for the
+runtime to answer TIMEOUT and write the finishing update after the deadline
+(through a reconnect, for a server)."""
+
+MAX_LEASE_SECONDS = 10 * 365 * 86400.0
+"""Leases are cut to ten years (a call without a practical deadline): the
+expiry stays a four-digit-year timestamp, which text compares in order."""
 
 INTERRUPTED_MESSAGE = "interrupted: the process died while the handler ran"
 
@@ -139,6 +173,12 @@ class AuditRecord:
     replay_of: str | None = None
     idempotency_outcome: str | None = None
     audit_id: int | None = None
+    lease_owner: str | None = None
+    """Who wrote a row that ran a handler (``LeaseOwner`` text); set by the
+    store on ``start`` (a value given is ignored), None for ``record`` rows."""
+    lease_expires_at: str | None = None
+    """When that row's lease ends, by the database's clock (ISO 8601 UTC
+    text); set by the store, kept after the row finished."""
 
     def __post_init__(self) -> None:
         if self.decision not in _DECISIONS:
@@ -184,9 +224,15 @@ class AuditStore(Protocol):
         ...
 
     def start(
-        self, rec: AuditRecord, *, claim_key: str | None = None
+        self,
+        rec: AuditRecord,
+        *,
+        claim_key: str | None = None,
+        lease_seconds: float | None = None,
     ) -> tuple[int | None, Claim | None]:
-        """Claim ``claim_key`` and store the RUNNING row, atomically."""
+        """Claim ``claim_key`` and store the RUNNING row, atomically; its
+        lease lasts ``lease_seconds`` (the call's deadline) plus the store's
+        grace."""
         ...
 
     def finish(
@@ -222,7 +268,11 @@ class AuditStore(Protocol):
         ...
 
     def recover(self, now: str) -> int:
-        """Mark rows left RUNNING by a dead process INTERRUPTED."""
+        """Mark RUNNING rows whose lease ended INTERRUPTED; how many."""
+        ...
+
+    def interrupt_expired(self, now: str) -> list[AuditRecord]:
+        """``recover``, answering the rows it marked (as they now are)."""
         ...
 
     def close(self) -> None:
@@ -254,6 +304,8 @@ AUDIT_COLUMNS: tuple[str, ...] = (  # the order of the table's columns
     "replay_of",
     "idempotency_outcome",
 )
+LEASE_COLUMNS: tuple[str, ...] = ("lease_owner", "lease_expires_at")
+"""Columns after ``AUDIT_COLUMNS``, written by the store itself on ``start``."""
 
 # _MIGRATIONS[n] takes a database from schema version n to n + 1.
 _MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -302,13 +354,25 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )
         """,
     ),
+    (
+        "ALTER TABLE tool_call_audit ADD COLUMN lease_owner TEXT",
+        "ALTER TABLE tool_call_audit ADD COLUMN lease_expires_at TEXT",
+    ),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
-_SELECT_AUDIT = f"SELECT audit_id, {', '.join(AUDIT_COLUMNS)} FROM tool_call_audit"
+_SELECT_AUDIT = f"SELECT audit_id, {', '.join(AUDIT_COLUMNS + LEASE_COLUMNS)} FROM tool_call_audit"
 _INSERT_AUDIT = (
     f"INSERT INTO tool_call_audit ({', '.join(AUDIT_COLUMNS)})"
     f" VALUES ({', '.join('?' for _ in AUDIT_COLUMNS)})"
+)
+# SQLite's clock, not Python's: replay freezes Python's, and every process
+# on the machine shares this one. Text of one fixed shape compares in order.
+_SQLITE_NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+_INSERT_RUNNING = (
+    f"INSERT INTO tool_call_audit ({', '.join(AUDIT_COLUMNS + LEASE_COLUMNS)})"
+    f" VALUES ({', '.join('?' for _ in AUDIT_COLUMNS)}, ?,"
+    " strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?))"
 )
 _FINISH_AUDIT = (
     "UPDATE tool_call_audit SET state = ?, result_code = ?, result_preview = ?,"
@@ -352,7 +416,7 @@ def storable_data(value: Any) -> Any:
     return value
 
 
-def _row_values(
+def row_values(
     rec: AuditRecord,
     state: CallState,
     *,
@@ -376,16 +440,21 @@ def _row_values(
     return values
 
 
-def _record_from_row(row: tuple[Any, ...]) -> AuditRecord:
+def record_from_row(row: Sequence[Any]) -> AuditRecord:
+    """The record of a row read as ``audit_id``, ``AUDIT_COLUMNS``, then
+    ``LEASE_COLUMNS`` (the lease may be left out)."""
     audit_id, *values = row
-    fields = dict(zip(AUDIT_COLUMNS, values, strict=True))
+    fields = dict(zip(AUDIT_COLUMNS + LEASE_COLUMNS, values, strict=False))
     fields["state"] = CallState(fields["state"])
     if fields["result_code"] is not None:
         fields["result_code"] = ErrorCode(fields["result_code"])
     return AuditRecord(audit_id=audit_id, **fields)
 
 
-def _result_json(result: Mapping[str, Any] | None) -> str | None:
+def result_json(result: Mapping[str, Any] | None) -> str | None:
+    """The JSON text an idempotency key keeps for ``result`` (None for
+    None): keys sorted, values JSON cannot encode as their ``str``, text
+    made ``storable_text``."""
     if result is None:
         return None
     text = json.dumps(dict(result), ensure_ascii=False, sort_keys=True, default=str)
@@ -434,12 +503,45 @@ def _is_memory(target: str, uri: bool) -> bool:
     return uri and ("mode=memory" in target or target.startswith("file::memory:"))
 
 
-def _not_running(audit_id: int) -> AuditUnavailable:
+def not_running(audit_id: int) -> AuditUnavailable:
+    """What ``finish`` raises for a row that is not RUNNING."""
     return AuditUnavailable(
         f"audit row {audit_id} is not RUNNING: unknown, or finished already "
-        "(recover() marks rows of a dead process INTERRUPTED)",
+        "(recover() marks rows whose lease ended INTERRUPTED)",
         "finish",
     )
+
+
+def interrupted_row(rec: AuditRecord, now: str) -> AuditRecord:
+    """``rec`` as ``recover`` leaves it: INTERRUPTED, EXECUTION_ERROR,
+    ``INTERRUPTED_MESSAGE``, finished at ``now``."""
+    return replace(
+        rec,
+        state=CallState.INTERRUPTED,
+        result_code=ErrorCode.EXECUTION_ERROR,
+        error_message=INTERRUPTED_MESSAGE,
+        finished_at=now,
+    )
+
+
+def lease_length(lease_seconds: float | None, grace: float) -> float:
+    """The seconds a new row's lease lasts: ``lease_seconds`` (the call's
+    deadline; None counts as 0, for a caller without one) plus ``grace``,
+    within [0, ``MAX_LEASE_SECONDS``]. ``ValueError`` for a negative or
+    non-finite length."""
+    for part in (lease_seconds or 0.0, grace):
+        if not (isinstance(part, (int, float)) and 0 <= part < float("inf")):
+            raise ValueError(f"a lease needs finite seconds >= 0, got {part!r}")
+    return min(float((lease_seconds or 0.0) + grace), MAX_LEASE_SECONDS)
+
+
+def takes_over(lease_owner: str | None, expired: bool, here: LeaseOwner) -> bool:
+    """Whether ``recover`` takes over a RUNNING row: its lease expired, or it
+    has none (a row older than leases), or its owner is provably dead."""
+    if expired:
+        return True
+    owner = LeaseOwner.parse(lease_owner)
+    return owner is None or owner_is_dead(owner, here)
 
 
 # Bumped in the child after every os.fork(). A store remembers the value it
@@ -467,6 +569,9 @@ class SQLiteAuditStore:
     default) in WAL mode never corrupts the database and may lose the last
     commits on power loss; ``"FULL"`` keeps them at some cost per commit.
     ``busy_timeout_ms`` bounds how long a write waits for another writer.
+    ``host`` names this machine in the leases of the rows it starts (default:
+    its host name); ``lease_grace_seconds`` is what a lease lasts beyond the
+    call's deadline (see the module docstring).
 
     The constructor opens the database and creates or migrates the schema;
     it raises ``AuditUnavailable`` when it cannot, ``ValueError`` for bad
@@ -480,7 +585,12 @@ class SQLiteAuditStore:
         synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
         busy_timeout_ms: int = 5000,
         uri: bool = False,
+        host: str | None = None,
+        lease_grace_seconds: float = LEASE_GRACE_SECONDS,
     ) -> None:
+        lease_length(None, lease_grace_seconds)  # ValueError for a bad grace
+        self._host = host
+        self._lease_grace = float(lease_grace_seconds)
         if synchronous not in ("NORMAL", "FULL"):
             raise ValueError(f"synchronous must be 'NORMAL' or 'FULL', got {synchronous!r}")
         if not isinstance(busy_timeout_ms, int) or busy_timeout_ms < 0:
@@ -670,14 +780,26 @@ class SQLiteAuditStore:
         state = CallState(rec.state)
         if not state.finished:
             raise ValueError(f"record() stores finished rows; state {state} is not finished")
-        cursor = self._write_one("record", _INSERT_AUDIT, _row_values(rec, state))
+        cursor = self._write_one("record", _INSERT_AUDIT, row_values(rec, state))
         return int(cursor.lastrowid or 0)
 
+    @property
+    def lease_owner(self) -> LeaseOwner:
+        """The owner this store writes into the leases of the rows it starts
+        (computed per process: a forked child has its own)."""
+        return current_owner(self._host)
+
     def start(
-        self, rec: AuditRecord, *, claim_key: str | None = None
+        self,
+        rec: AuditRecord,
+        *,
+        claim_key: str | None = None,
+        lease_seconds: float | None = None,
     ) -> tuple[int | None, Claim | None]:
         """Claim ``claim_key`` (when given) and store ``rec`` as the RUNNING
-        row, in one transaction committed before return.
+        row, in one transaction committed before return. The row's lease
+        names this process and lasts ``lease_seconds`` (the call's
+        deadline) plus ``lease_grace_seconds``, by SQLite's clock.
 
         * No key: ``(audit_id, None)``.
         * Key claimed: ``(audit_id, Claim(CLAIMED, key))``; the row's
@@ -690,24 +812,28 @@ class SQLiteAuditStore:
         Exactly one of any number of concurrent starts with one key, in any
         threads or processes, gets ``CLAIMED``. On ``AuditUnavailable``
         nothing was stored and the key is not held. ``ValueError`` when
-        ``rec.state`` is not RUNNING.
+        ``rec.state`` is not RUNNING or the lease is negative.
         """
         state = CallState(rec.state)
         if state is not CallState.RUNNING:
             raise ValueError(f"start() stores RUNNING rows; got state {state}")
+        lease = f"+{lease_length(lease_seconds, self._lease_grace):.3f} seconds"
         if claim_key is None:
-            cursor = self._write_one("start", _INSERT_AUDIT, _row_values(rec, state))
+            values = row_values(rec, state)
+            values += (str(current_owner(self._host)), lease)
+            cursor = self._write_one("start", _INSERT_RUNNING, values)
             return int(cursor.lastrowid or 0), None
-        values = _row_values(
+        values = row_values(
             rec,
             state,
             idempotency_key=rec.idempotency_key or claim_key,
             idempotency_outcome=rec.idempotency_outcome or ClaimOutcome.CLAIMED.value,
         )
+        values += (str(current_owner(self._host)), lease)
         with self._transaction("start") as conn:
             # The row first, so that the claim carries its audit_id in one
             # statement; when the key is held, both are rolled back.
-            audit_id = int(conn.execute(_INSERT_AUDIT, values).lastrowid or 0)
+            audit_id = int(conn.execute(_INSERT_RUNNING, values).lastrowid or 0)
             claimed = conn.execute(
                 "INSERT INTO idempotency_keys"
                 " (key, tool_name, arguments_hash, call_id, audit_id, status, created_at)"
@@ -777,16 +903,16 @@ class SQLiteAuditStore:
         )
         if claim_key is None:
             if self._write_one("finish", _FINISH_AUDIT, parameters).rowcount != 1:
-                raise _not_running(audit_id)
+                raise not_running(audit_id)
             return
-        result_json = _result_json(stored_result)
+        stored_json = result_json(stored_result)
         with self._transaction("finish") as conn:
             if conn.execute(_FINISH_AUDIT, parameters).rowcount != 1:
-                raise _not_running(audit_id)
+                raise not_running(audit_id)
             conn.execute(
                 "UPDATE idempotency_keys SET status = 'done', result_json = ?,"
                 " finished_at = ? WHERE key = ? AND status = 'running'",
-                (result_json, finished_at, claim_key),
+                (stored_json, finished_at, claim_key),
             )
 
     def release(self, claim_key: str) -> None:
@@ -801,29 +927,41 @@ class SQLiteAuditStore:
         )
 
     def recover(self, now: str) -> int:
-        """Mark every RUNNING row INTERRUPTED (code EXECUTION_ERROR,
-        ``INTERRUPTED_MESSAGE``, finished at ``now``) and mark its running
-        idempotency key done with ``interrupted_result``, so a retry after a
-        crash replays the failure instead of repeating a side effect that may
-        have happened. Returns how many rows it marked.
+        """Mark every RUNNING row whose lease ended INTERRUPTED; how many.
+        See ``interrupt_expired``."""
+        return len(self.interrupt_expired(now))
 
-        Call it when no other process is running calls on this database
-        (at start-up of the only writer): it cannot tell a live call in
-        another process from a dead one. It reads the whole audit table, and
-        the running keys' whole table, once: no index serves it, since one on
-        ``state`` would cost every call's INSERT and UPDATE while ``recover``
-        runs once per start-up.
+    def interrupt_expired(self, now: str) -> list[AuditRecord]:
+        """Mark every RUNNING row whose lease ended INTERRUPTED (code
+        EXECUTION_ERROR, ``INTERRUPTED_MESSAGE``, finished at ``now``) and
+        mark its running idempotency key done with ``interrupted_result``, so
+        a retry after a crash replays the failure instead of repeating a side
+        effect that may have happened. Answers the rows it marked, as they
+        now are, oldest first.
+
+        A lease ended when it expired by SQLite's clock (``now`` is only
+        what ``finished_at`` says), when the row has none (written before
+        leases), or when its owner is a process of this host that is
+        provably dead. Rows of live processes are left alone, so this is safe
+        while other processes work on the database. It reads the whole audit
+        table, and the running keys' whole table, once: no index serves it,
+        since one on ``state`` would cost every call's INSERT and UPDATE while
+        ``recover`` runs at start-up and after a crash.
         """
+        here = current_owner(self._host)
         with self._transaction("recover") as conn:
-            running = {
-                audit_id: (call_id, tool_name)
-                for audit_id, call_id, tool_name in conn.execute(
-                    "SELECT audit_id, call_id, tool_name FROM tool_call_audit"
-                    " WHERE state = 'RUNNING'"
-                )
+            running = conn.execute(
+                f"SELECT audit_id, {', '.join(AUDIT_COLUMNS + LEASE_COLUMNS)},"
+                f" lease_expires_at IS NULL OR lease_expires_at <= {_SQLITE_NOW}"
+                " FROM tool_call_audit WHERE state = 'RUNNING' ORDER BY audit_id"
+            ).fetchall()
+            marked = {
+                row[0]: interrupted_row(record_from_row(row[:-1]), now)
+                for row in running
+                if takes_over(row[-3], bool(row[-1]), here)
             }
-            if not running:
-                return 0
+            if not marked:
+                return []
             conn.executemany(
                 "UPDATE tool_call_audit SET state = ?, result_code = ?, error_message = ?,"
                 " finished_at = ? WHERE audit_id = ?",
@@ -835,7 +973,7 @@ class SQLiteAuditStore:
                         now,
                         audit_id,
                     )
-                    for audit_id in running
+                    for audit_id in marked
                 ),
             )
             held = conn.execute(
@@ -845,12 +983,12 @@ class SQLiteAuditStore:
                 "UPDATE idempotency_keys SET status = 'done', result_json = ?,"
                 " finished_at = ? WHERE key = ?",
                 (
-                    (_result_json(interrupted_result(*running[audit_id])), now, key)
+                    (result_json(interrupted_result(row.call_id, row.tool_name)), now, key)
                     for key, audit_id in held
-                    if audit_id in running
+                    if (row := marked.get(audit_id)) is not None
                 ),
             )
-            return len(running)
+            return list(marked.values())
 
     # --- reads ----------------------------------------------------------------
 
@@ -861,7 +999,7 @@ class SQLiteAuditStore:
             row = conn.execute(
                 f"{_SELECT_AUDIT} WHERE call_id = ? ORDER BY audit_id DESC LIMIT 1", (call_id,)
             ).fetchone()
-        return _record_from_row(row) if row is not None else None
+        return record_from_row(row) if row is not None else None
 
     def rows(self, session_id: str | None = None) -> list[AuditRecord]:
         """Every row, or every row of ``session_id``, in insertion order.
@@ -876,7 +1014,7 @@ class SQLiteAuditStore:
                 fetched = conn.execute(
                     f"{_SELECT_AUDIT} WHERE session_id = ? ORDER BY audit_id", (session_id,)
                 ).fetchall()
-        return [_record_from_row(row) for row in fetched]
+        return [record_from_row(row) for row in fetched]
 
     def count(self) -> int:
         """How many rows the log holds."""

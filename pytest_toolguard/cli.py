@@ -191,7 +191,9 @@ def _parser() -> argparse.ArgumentParser:
         "toolguard audit audit.db --session s1 --tool write_file --json",
         _audit,
     )
-    sub.add_argument("database", help="the SQLite audit database")
+    sub.add_argument(
+        "database", help="the SQLite audit database, or a postgresql:// URL of a shared one"
+    )
     sub.add_argument("--session", help="only this session")
     sub.add_argument("--tool", help="only this tool")
     sub.add_argument("--since", help="only calls started at or after this ISO 8601 time")
@@ -397,16 +399,27 @@ def _fuzz(options: argparse.Namespace, passthrough: list[str]) -> int:
 
 def _audit(options: argparse.Namespace, _: list[str]) -> int:
     from .audit import AuditUnavailable, SQLiteAuditStore
+    from .audit_stores import store_kind
 
-    if not os.path.isfile(options.database):
-        raise UsageError(f"no audit database at {options.database}")
     try:
-        with SQLiteAuditStore(
-            f"file:{os.path.abspath(options.database)}?mode=ro", uri=True
-        ) as store:
-            rows = store.rows(options.session)
+        if store_kind(options.database) == "postgres":
+            from .audit_postgres import PostgresAuditStore
+
+            shown = "the PostgreSQL audit store"  # the URL may hold a password
+            with PostgresAuditStore(options.database, migrate=False, max_connections=1) as pg:
+                rows = pg.rows(options.session)
+        else:
+            shown = options.database
+            if not os.path.isfile(options.database):
+                raise UsageError(f"no audit database at {options.database}")
+            with SQLiteAuditStore(
+                f"file:{os.path.abspath(options.database)}?mode=ro", uri=True
+            ) as store:
+                rows = store.rows(options.session)
     except AuditUnavailable as exc:
-        raise UsageError(f"{options.database}: {exc}") from None
+        raise UsageError(f"{shown}: {exc}") from None
+    except (ImportError, ValueError) as exc:  # no driver; not a URL
+        raise UsageError(str(exc)) from None
     rows = [
         row
         for row in rows

@@ -68,11 +68,15 @@ Hard links and special files
 
 Writes
     ``write_bytes`` is atomic: the new content goes to a temporary file
-    (``.toolguard-tmp-<hex>``, created with ``O_EXCL | O_NOFOLLOW`` in the
+    (``.toolguard-tmp-<hex>``, or ``.toolguard-tmp-<tag>-<hex>`` through a view
+    given a call's ``temp_tag``, created with ``O_EXCL | O_NOFOLLOW`` in the
     same directory), is fsynced, and is renamed over the name; the directory
     is then fsynced. A reader sees the old content or the new, never a torn
     file; on failure the temporary file is removed and the old content stays.
-    Temporary files are never listed by ``list_dir`` or ``walk``. A replaced
+    Temporary files are never listed by ``list_dir`` or ``walk``; those a
+    process killed mid-write leaves behind are removed by
+    ``remove_temporaries`` (``ToolRuntime.recover`` does, for the calls it
+    marks interrupted). A replaced
     file keeps its permission bits (``0o777`` of them), and its temporary
     file is never more open than they are: it is created 0600 and given
     them before any content is written. A new file gets 0666 less the umask.
@@ -743,6 +747,7 @@ class Workspace:
         self._pins: dict[tuple[str, AccessMode], Location] = {}
         self._on_access: OnAccess | None = None
         self._cancelled: threading.Event | None = None
+        self._temp_tag = ""
         self._handle = _RootHandle(_open_root(self.root))
         self._owns_handle = True
         self._closed = False
@@ -777,6 +782,7 @@ class Workspace:
         keep_at_most: int = DEFAULT_KEEP_AT_MOST,
         locations: Iterable[Location] = (),
         on_access: OnAccess | None = None,
+        temp_tag: str = "",
     ) -> Workspace:
         """A view of the same root (same descriptor, same rules) whose writes
         and deletes first call ``on_change(relative_path, previous)``.
@@ -791,8 +797,12 @@ class Workspace:
         starts from the directory it holds instead of resolving the path
         again, and follows no symbolic link from there. ``on_access(path)``
         hears every path the view is asked about, as given, before it is
-        walked (what a recorder keeps). Closing the view does not close the
-        root."""
+        walked (what a recorder keeps). ``temp_tag`` (hex, from
+        ``pytest_toolguard.lease.call_tag``) goes into the names of the
+        view's temporary files, so that ``remove_temporaries`` can find those
+        of one call. Closing the view does not close the root."""
+        if temp_tag and not all(c in "0123456789abcdef" for c in temp_tag):
+            raise ValueError(f"temp_tag must be lowercase hex, got {temp_tag!r}")
         view = object.__new__(Workspace)
         view.root = self.root
         view._rules = (
@@ -805,6 +815,7 @@ class Workspace:
         view._pins = {(location.path, location.mode): location for location in locations}
         view._on_access = on_access
         view._cancelled = cancelled
+        view._temp_tag = temp_tag
         view._handle = self._handle
         view._owns_handle = False
         view._closed = False
@@ -1262,7 +1273,7 @@ class Workspace:
                 _refuse_final_link(cursor, name, path)
             if notify is not None:
                 notify(cursor.rel(name), previous)
-            _replace_atomically(cursor.fd, name, data, mode)
+            _replace_atomically(cursor.fd, name, data, mode, self._temp_tag)
             return previous is None
 
     def _restore_link(self, path: str, target: str) -> None:
@@ -1273,7 +1284,7 @@ class Workspace:
                 st = os.stat(name, dir_fd=cursor.fd, follow_symlinks=False)
                 if stat.S_ISDIR(st.st_mode):
                     raise _is_a_directory(path)
-            temp = TEMP_PREFIX + secrets.token_hex(8)
+            temp = _temp_name(self._temp_tag)
             os.symlink(target, temp, dir_fd=cursor.fd)
             try:
                 os.rename(temp, name, src_dir_fd=cursor.fd, dst_dir_fd=cursor.fd)
@@ -1302,6 +1313,38 @@ class Workspace:
         except FileNotFoundError:
             if not missing_ok:
                 raise
+
+    def remove_temporaries(self, tags: Iterable[str]) -> list[str]:
+        """Remove the temporary files of the calls ``tags`` name (see
+        ``with_journal``) anywhere beneath the root, left by a process killed
+        mid-write; returns their relative paths, sorted. Symbolic links to
+        directories are not followed; a file that vanishes meanwhile is
+        skipped. Call it only for calls that can no longer write (``recover``
+        does, for those it marked interrupted)."""
+        prefixes = tuple(f"{TEMP_PREFIX}{tag}-" for tag in tags if tag)
+        if not prefixes:
+            return []
+        removed: list[str] = []
+        self._remove_temporaries(self._root_fd(), "", prefixes, removed)
+        return sorted(removed)
+
+    def _remove_temporaries(
+        self, dir_fd: int, prefix: str, prefixes: tuple[str, ...], removed: list[str]
+    ) -> None:
+        for name in os.listdir(dir_fd):
+            if name.startswith(prefixes):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name, dir_fd=dir_fd)
+                    removed.append(prefix + name)
+                continue
+            try:
+                child = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+            except OSError:
+                continue  # not a directory, a link, or gone: nothing beneath to clean
+            try:
+                self._remove_temporaries(child, prefix + name + "/", prefixes, removed)
+            finally:
+                os.close(child)
 
     def _hidden(self, name: str) -> bool:
         return (
@@ -1391,7 +1434,15 @@ def _open_root(root: str) -> int:
         ) from None
 
 
-def _replace_atomically(dir_fd: int, name: str, data: bytes, mode: int | None) -> None:
+def _temp_name(tag: str) -> str:
+    """A new temporary file name, carrying the call's tag when there is one."""
+    random = secrets.token_hex(8)
+    return f"{TEMP_PREFIX}{tag}-{random}" if tag else TEMP_PREFIX + random
+
+
+def _replace_atomically(
+    dir_fd: int, name: str, data: bytes, mode: int | None, tag: str = ""
+) -> None:
     """Write ``data`` to a fresh temporary file in ``dir_fd``, fsync it, and
     rename it over ``name``; remove the temporary file if anything fails.
 
@@ -1400,7 +1451,7 @@ def _replace_atomically(dir_fd: int, name: str, data: bytes, mode: int | None) -
     the umask, another user could open it before the chmod and read the new
     content of a file kept at 0600. A new file gets 0666 less the umask,
     as ``open()`` would, from the start: no wider than it ends up."""
-    temp = TEMP_PREFIX + secrets.token_hex(8)
+    temp = _temp_name(tag)
     fd = os.open(temp, _TEMP_FLAGS, 0o666 if mode is None else 0o600, dir_fd=dir_fd)
     renamed = False
     try:

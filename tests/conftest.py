@@ -122,3 +122,55 @@ def workspace_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def registry_of() -> Callable[..., ToolRegistry]:
     return lambda *specs: ToolRegistry(list(specs))
+
+
+# --- audit stores: SQLite, and a throwaway PostgreSQL server -------------------------
+
+
+def _postgres_required() -> bool:
+    """CI installs the server (.ci/run), so there a missing one is an error."""
+    return bool(os.environ.get("CI") or os.environ.get("TOOLGUARD_REQUIRE_POSTGRES"))
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Any:
+    """One PostgreSQL server per test session (per xdist worker), started
+    on first use: initdb in a temporary directory, a unix socket, no TCP.
+    Skips, naming the command to install it, where there is none (fails
+    instead under CI)."""
+    from postgres_server import ServerUnavailable, start_server
+
+    try:
+        server = start_server()
+    except ServerUnavailable as exc:
+        if _postgres_required():
+            pytest.fail(f"PostgreSQL is required under CI: {exc}")
+        pytest.skip(str(exc))
+    yield server
+    server.remove()
+
+
+@pytest.fixture
+def own_postgres_server(postgres_server: Any) -> Any:
+    """A PostgreSQL server of this test's own (for tests that stop it, or
+    read every byte of its data directory), removed afterwards."""
+    from postgres_server import start_server
+
+    server = start_server()
+    yield server
+    server.remove()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def audit_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """Each audit store backend in turn, on a database of this test's own
+    (a SQLite file; a PostgreSQL schema)."""
+    from audit_backends import PostgresBackend, SQLiteBackend
+
+    backend = (
+        SQLiteBackend(tmp_path / "audit.db")
+        if request.param == "sqlite"
+        else PostgresBackend(request.getfixturevalue("postgres_server"))
+    )
+    yield backend
+    backend.close()

@@ -135,3 +135,17 @@ def test_no_module_outside_the_runtime_is_over_600_lines_without_a_reason() -> N
         and len(path.read_text().splitlines()) > LIMIT
     ]
     assert [shown for shown in long if f"`{shown}`" not in reasons] == []
+
+
+def test_every_test_path_the_ci_scripts_and_makefile_name_exists() -> None:
+    # A test file moved to its layer's directory must be followed by the
+    # scripts that run it by name (.ci/mcp-v1-check once ran a path that
+    # no longer existed, and only a fresh-clone CI run saw it).
+    scripts = [*sorted((ROOT / ".ci").iterdir()), ROOT / "Makefile"]
+    named = {
+        (script.name, path)
+        for script in scripts
+        for path in re.findall(r"\btests/[\w/.-]+\.py\b", script.read_text())
+    }
+    assert named, "the check found no test paths at all"
+    assert sorted((name, path) for name, path in named if not (ROOT / path).exists()) == []

@@ -19,7 +19,7 @@ from ..contract import CallState, ErrorCode
 from ..idempotency import Claim
 
 OPERATIONS: frozenset[str] = frozenset(
-    {"record", "start", "finish", "release", "get", "rows", "count", "recover"}
+    {"record", "start", "finish", "release", "get", "rows", "count", "recover", "interrupt_expired"}
 )
 """The ``AuditStore`` operations ``FailingStore.fail`` can make fail."""
 
@@ -73,10 +73,14 @@ class FailingStore:
         return self.store.record(rec)
 
     def start(
-        self, rec: AuditRecord, *, claim_key: str | None = None
+        self,
+        rec: AuditRecord,
+        *,
+        claim_key: str | None = None,
+        lease_seconds: float | None = None,
     ) -> tuple[int | None, Claim | None]:
         self._check("start")
-        return self.store.start(rec, claim_key=claim_key)
+        return self.store.start(rec, claim_key=claim_key, lease_seconds=lease_seconds)
 
     def finish(
         self,
@@ -123,6 +127,10 @@ class FailingStore:
     def recover(self, now: str) -> int:
         self._check("recover")
         return self.store.recover(now)
+
+    def interrupt_expired(self, now: str) -> list[AuditRecord]:
+        self._check("interrupt_expired")
+        return self.store.interrupt_expired(now)
 
     def close(self) -> None:
         self.store.close()

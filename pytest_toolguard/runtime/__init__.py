@@ -36,7 +36,9 @@ finishing update after a handler ran, the result is still returned as it is
 would invite a second side effect) and the write is queued:
 ``flush_audit()`` retries it, every later ``execute`` tries first, and
 ``close()`` reports what could still not be written. A RUNNING row left by a
-crash is marked INTERRUPTED by ``SQLiteAuditStore.recover``.
+crash is marked INTERRUPTED by ``ToolRuntime.recover`` (the store's
+``recover``, plus the crashed writes' temporary files), once its lease ended:
+each RUNNING row's lease lasts the tool's deadline plus the store's grace.
 """
 
 from __future__ import annotations
@@ -46,10 +48,12 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
 from ..audit import AuditStore, SQLiteAuditStore
+from ..audit_stores import open_audit_store
 from ..capabilities import Capabilities
 from ..contract import CallState, ErrorCode, ToolCall, ToolResult
 from ..hooks import PostToolUse, PreToolUse
 from ..isolation import IsolationMode, make_isolation
+from ..recovery import Recovery, recover_calls
 from ..redaction import Redactor
 from ..registry import ToolRegistry
 from ..rollback import ChangeJournal
@@ -91,7 +95,9 @@ class ToolRuntime:
     """The execution boundary. Safe to call from several threads at once.
 
     ``workspace`` may be a ``Workspace`` or a directory path; ``audit``
-    defaults to an in-memory store. ``close()`` closes what the runtime made
+    defaults to an in-memory store, and may be a store, or a URL or path that
+    names one (``postgresql://...`` for ``PostgresAuditStore``, a file path
+    for ``SQLiteAuditStore``: see ``open_audit_store``). ``close()`` closes what the runtime made
     itself (never a workspace or store it was given), ends its workers and
     reports what it could not finish.
 
@@ -106,7 +112,7 @@ class ToolRuntime:
         registry: ToolRegistry,
         workspace: Workspace | str | os.PathLike[str],
         capabilities: Capabilities | None = None,
-        audit: AuditStore | None = None,
+        audit: AuditStore | str | os.PathLike[str] | None = None,
         *,
         hooks: Sequence[PreToolUse | PostToolUse] = (),
         redactor: Redactor | None = None,
@@ -122,6 +128,9 @@ class ToolRuntime:
             self._owned.append(workspace)
         if audit is None:
             audit = SQLiteAuditStore(":memory:")
+            self._owned.append(audit)
+        elif isinstance(audit, (str, os.PathLike)):
+            audit = open_audit_store(audit)
             self._owned.append(audit)
         deadlines: Mapping[str, float] = dict(timeouts or {})
         if not all(valid_timeout(seconds) for seconds in deadlines.values()):
@@ -353,6 +362,17 @@ class ToolRuntime:
         )
         self._log.write_row(attempt, result)
         return result
+
+    def recover(self, now: str | None = None) -> Recovery:
+        """Take over the calls whose process died: the audit store's
+        ``interrupt_expired`` marks every RUNNING row whose lease ended
+        INTERRUPTED (their keys replay that failure, never run again), then
+        the temporary files those calls' killed writes left in this
+        runtime's workspace are removed. Safe while other processes work on
+        the same store: their leases have not ended. ``now`` (default: the
+        runtime's clock) is what the rows' ``finished_at`` says.
+        ``AuditUnavailable`` when the store cannot do it."""
+        return recover_calls(self.audit, self.workspace, now or self._settings.now())
 
     def orphaned_handlers(self) -> list[str]:
         """Call ids whose handler overran its deadline and is still running

@@ -110,3 +110,5 @@ class Running:
     attempt: Attempt
     audit_id: int
     claim_key: str | None
+    temp_tag: str = ""
+    """Names the handler's temporary files, so recover finds them after a crash."""

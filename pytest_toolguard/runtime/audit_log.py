@@ -24,6 +24,7 @@ from ..audit import AuditRecord, AuditUnavailable, storable_text
 from ..contract import CallState, ErrorCode, ToolCall, ToolResult
 from ..idempotency import Claim, ClaimOutcome, scope_client_key
 from ..jsondata import canonical_json, json_hash
+from ..lease import call_tag
 from ..registry import ToolSpec
 from .attempt import Attempt, Refusal, Running
 from .limits import ARGUMENTS_LIMIT, PENDING_LIMIT, PREVIEW_LIMIT
@@ -88,14 +89,19 @@ class AuditLog:
         claim_key = self._claim_key(spec, attempt)
         record = self.record(attempt, CallState.RUNNING, None, "", "")
         try:
-            audit_id, claim = self.settings.audit.start(record, claim_key=claim_key)
+            # The lease outlasts the deadline by the store's grace: a live
+            # call's row is finished before another worker may take it over.
+            audit_id, claim = self.settings.audit.start(
+                record, claim_key=claim_key, lease_seconds=self.settings.deadline(spec)
+            )
         except AuditUnavailable as exc:
             return self._audit_down(attempt, exc)
         if audit_id is None:
             assert claim is not None
             return self._answer_claim(attempt, claim)
         attempt.idempotency_outcome = "claimed" if claim_key else None
-        return Running(call, spec, arguments, attempt, audit_id, claim_key)
+        tag = call_tag(audit_id, record.started_at)
+        return Running(call, spec, arguments, attempt, audit_id, claim_key, tag)
 
     def _claim_key(self, spec: ToolSpec, attempt: Attempt) -> str | None:
         # Scoped on the raw session and key: their redacted forms collide

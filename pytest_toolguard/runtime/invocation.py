@@ -198,6 +198,7 @@ class Invocation:
                 # The handler reaches what the policy judged: one resolution.
                 locations=attempt.policy.locations if attempt.policy is not None else (),
                 on_access=None if accessed is None else accessed.append,
+                temp_tag=running.temp_tag,
             ),
             capabilities=settings.capabilities,
             variables=settings.variables,

@@ -8,7 +8,9 @@ workspace. The child reports its progress through a pipe, one byte per step
 done), and the parent SIGKILLs it after a random number of those bytes plus
 a random busy-wait of under a millisecond, so kills land everywhere: before
 the RUNNING row, between row and effect, between effect and finish, after.
-Then the parent opens a fresh store on the file and checks it.
+Then the parent opens a fresh store on the file and checks it, and recovers
+(``recover_calls``, what ``ToolRuntime.recover`` runs): the killed calls are
+marked INTERRUPTED and their writes' temporary files are removed.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ from pytest_toolguard import (
     ToolSpec,
 )
 from pytest_toolguard.audit import INTERRUPTED_MESSAGE
-from pytest_toolguard.sandbox import TEMP_PREFIX
+from pytest_toolguard.recovery import recover_calls
+from pytest_toolguard.sandbox import TEMP_PREFIX, Workspace
 
 NOW = "2030-01-01T00:00:00.000+00:00"
 SCHEMA = {
@@ -193,14 +196,16 @@ def test_kill_9_at_random_points_leaves_a_sound_log_that_covers_every_effect(db,
         spin(rng.uniform(0, 0.0008))
         kill_and_reap(pid, fd)
 
-        with SQLiteAuditStore(db) as store:
+        with SQLiteAuditStore(db) as store, Workspace(workspace) as files:
             integrity = store.integrity_check()
             rows = store.rows()
             logged = {row.call_id for row in rows}
             running = [row.call_id for row in rows if row.state is CallState.RUNNING]
-            effects, temporaries = effects_on_disk(workspace)
-            recovered = store.recover(NOW)
+            effects, killed_writes = effects_on_disk(workspace)
+            recovery = recover_calls(store, files, NOW)
+            recovered = len(recovery.interrupted)
             still_running = [r.call_id for r in store.rows() if r.state is CallState.RUNNING]
+            _, temporaries = effects_on_disk(workspace)
         if integrity != "ok":
             violations.append(f"round {round_}: integrity_check: {integrity}")
         violations += [
@@ -210,11 +215,16 @@ def test_kill_9_at_random_points_leaves_a_sound_log_that_covers_every_effect(db,
         unlogged |= effects - logged
         if recovered != len(running) or still_running:
             violations.append(f"round {round_}: recover left {still_running} of {running}")
+        if temporaries or len(recovery.removed_temporaries) != killed_writes:
+            violations.append(
+                f"round {round_}: {killed_writes} temporary files of killed writes, "
+                f"{len(recovery.removed_temporaries)} removed, {temporaries} left"
+            )
         stats["kills landing while a RUNNING row existed"] += bool(running)
         stats["kills between effect and finish"] += bool(set(running) & effects)
         stats["effect files checked (summed over rounds)"] += len(effects)
         stats["distinct effect files"] = len(effects)
-        stats["temporary files left by killed writes"] = temporaries
+        stats["temporary files of killed writes removed by recover"] += killed_writes
     elapsed = time.perf_counter() - started
     with capsys.disabled():
         print(

@@ -1,6 +1,7 @@
 """Secret bytes never reach the audit database: not the ``.db``, not the
 ``-wal``, not the ``-shm``, not while the connection is open, not after a
-checkpoint and close.
+checkpoint and close; with the PostgreSQL store, not in any file of the
+server's data directory (heap, indexes, WAL) after a ``CHECKPOINT``.
 
 Calls full of fake secrets go through ``ToolRuntime.execute`` on a real WAL
 database: under sensitive keys, in free text, in handler output, in a
@@ -417,3 +418,58 @@ def test_text_cut_inside_a_token_stores_no_fragment_of_it(tmp_path, db, make):
     shown = result.data if result.ok else result.message
     require(GITHUB_TOKEN not in str(shown), f"the token is cut or redacted: {str(shown)[-40:]!r}")
     assert holding(files, GITHUB_TOKEN[4 : 4 + SURVIVING]) == []
+
+
+@pytest.mark.slow
+def test_no_secret_is_in_the_postgres_data_directory_after_a_checkpoint(
+    own_postgres_server, tmp_path, capsys
+):
+    """The same calls, through a PostgreSQL store on a server of this test's
+    own (no other test's rows in its files)."""
+    from pytest_toolguard.audit_postgres import PostgresAuditStore
+
+    server = own_postgres_server
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    store = PostgresAuditStore(server.url())
+    runtime = ToolRuntime(
+        build_registry(Spy()), str(workspace), CAPABILITIES, store, hooks=[DenyGated()]
+    )
+    results = {call.call_id: runtime.execute(call) for call, _ in secret_calls()}
+    runtime.close()
+    assert {call_id: result.code for call_id, result in results.items()} == {
+        call.call_id: code for call, code in secret_calls()
+    }
+    assert store.count() == len(results)
+    store.close()
+    server.execute("CHECKPOINT")
+    files = {str(path.relative_to(server.data)): data for path, data in server.data_files()}
+    every_byte = b"".join(files.values())
+    for placeholder in (b"<redacted:aws_access_key>", b"<redacted:password>", b"<redacted:jwt>"):
+        assert placeholder in every_byte  # the rows are in the bytes scanned
+    assert leaks(files) == []
+    with capsys.disabled():
+        print(
+            f"\n[secrets/postgres] {len(SECRETS)} secrets through {len(results)} calls;"
+            f" {len(files)} files ({len(every_byte)} bytes) of the data directory read"
+            " after a CHECKPOINT: 0 found"
+        )
+
+
+@pytest.mark.slow
+def test_postgres_update_redacting_after_insert_leaves_the_secret_in_the_data_directory(
+    own_postgres_server,
+):
+    """Why the stores never redact after the INSERT, on PostgreSQL too: the
+    old row version stays in the heap and the WAL, and the scan above would
+    find it."""
+    import psycopg
+
+    server = own_postgres_server
+    with psycopg.connect(server.url(), autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (body TEXT)")
+        conn.execute("INSERT INTO t VALUES (%s)", (f"password={PASSWORD}",))
+        conn.execute("UPDATE t SET body = %s", ("password=<redacted:password>",))
+        conn.execute("CHECKPOINT")
+    files = {str(path.relative_to(server.data)): data for path, data in server.data_files()}
+    assert ("password", PASSWORD) in {(label, part) for _, label, part in leaks(files)}

@@ -552,7 +552,14 @@ def comparable(result: ToolResult) -> ToolResult:
 
 def comparable_rows(runtime: ToolRuntime) -> list[Any]:
     return [
-        dataclasses.replace(row, started_at="", finished_at="", duration_ms=0, audit_id=None)
+        dataclasses.replace(
+            row,
+            started_at="",
+            finished_at="",
+            duration_ms=0,
+            audit_id=None,
+            lease_expires_at=None,
+        )
         for row in runtime.audit.rows()
     ]
 

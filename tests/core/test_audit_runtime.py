@@ -127,10 +127,11 @@ def test_close_reports_rows_it_could_not_store(toolguard_runtime, registry_of, s
     assert runtime.close() == []
 
 
-def test_recover_marks_rows_left_running_by_a_crash(store):
+def test_recover_marks_rows_left_running_by_a_crash(db, store):
     from pytest_toolguard import AuditRecord
 
-    store.start(
+    crashed = SQLiteAuditStore(db, lease_grace_seconds=0)  # its leases end at once
+    crashed.start(
         AuditRecord(
             call_id="dead",
             session_id="s",
@@ -141,8 +142,10 @@ def test_recover_marks_rows_left_running_by_a_crash(store):
             arguments_hash="",
             state=CallState.RUNNING,
             started_at="2026-01-01T00:00:00Z",
-        )
+        ),
+        lease_seconds=0,
     )
+    crashed.close()
     assert store.recover("2026-01-01T00:01:00Z") == 1
     row = store.get("dead")
     assert (row.state, row.result_code) == (CallState.INTERRUPTED, ErrorCode.EXECUTION_ERROR)

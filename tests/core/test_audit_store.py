@@ -1,16 +1,21 @@
-"""SQLiteAuditStore: one durable row per call, fail-closed errors, no secrets at rest."""
+"""The audit store's contract: one durable row per call, fail-closed errors,
+leases, no secrets at rest. The tests taking ``store`` or ``audit_backend``
+run on every backend (SQLite, and PostgreSQL on a server the tests start);
+those taking ``sqlite_store`` or ``db_path`` are about SQLite itself."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import multiprocessing
+import os
 import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from audit_backends import open_store
 
 from pytest_toolguard.audit import (
     _MIGRATIONS,
@@ -24,7 +29,12 @@ from pytest_toolguard.audit import (
 from pytest_toolguard.contract import CallState, ErrorCode
 from pytest_toolguard.idempotency import ClaimOutcome
 from pytest_toolguard.jsondata import canonical_json, json_hash
+from pytest_toolguard.lease import LeaseOwner, current_owner
 from pytest_toolguard.redaction import Redactor
+
+CRASHED = {"lease_grace_seconds": 0}
+"""Settings of a store standing in for a crashed process: with
+``lease_seconds=0``, its rows' leases have ended by the time recover looks."""
 
 T0 = "2025-01-02T03:04:05.000Z"
 T1 = "2025-01-02T03:04:05.250Z"
@@ -65,7 +75,7 @@ def make_denied(call_id: str = "call-1", **overrides: Any) -> AuditRecord:
     return make_record(call_id, **fields)
 
 
-def finish_ok(store: SQLiteAuditStore, audit_id: int, **overrides: Any) -> None:
+def finish_ok(store: AuditStore, audit_id: int, **overrides: Any) -> None:
     fields: dict[str, Any] = {
         "state": CallState.SUCCEEDED,
         "result_code": ErrorCode.OK,
@@ -84,9 +94,22 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def store(db_path: Path) -> Any:
+def sqlite_store(db_path: Path) -> Any:
     with SQLiteAuditStore(db_path) as opened:
         yield opened
+
+
+@pytest.fixture
+def store(audit_backend: Any) -> Any:
+    """A store of each backend in turn."""
+    return audit_backend.open()
+
+
+@pytest.fixture
+def crashed(audit_backend: Any) -> Any:
+    """A second store on the same database whose rows' leases end at once
+    (started with ``lease_seconds=0``): a process that died mid-call."""
+    return audit_backend.open(**CRASHED)
 
 
 # --- round trips ------------------------------------------------------------
@@ -145,12 +168,12 @@ def test_rows_filters_by_session_in_insertion_order(store: SQLiteAuditStore) -> 
 
 @pytest.mark.parametrize("claim_key", [None, "k"], ids=["no_key", "claimed_key"])
 def test_running_row_is_visible_to_another_store_before_finish(
-    store: SQLiteAuditStore, db_path: Path, claim_key: str | None
+    store: AuditStore, audit_backend: Any, claim_key: str | None
 ) -> None:
     audit_id, _ = store.start(make_record(), claim_key=claim_key)
-    with SQLiteAuditStore(db_path) as other:
-        seen = other.get("call-1")
-        _, rival = other.start(make_record("call-2"), claim_key="k")
+    other = audit_backend.open()
+    seen = other.get("call-1")
+    _, rival = other.start(make_record("call-2"), claim_key="k")
     assert seen is not None and (seen.audit_id, seen.state) == (audit_id, CallState.RUNNING)
     expected = ClaimOutcome.RUNNING if claim_key else ClaimOutcome.CLAIMED
     assert rival is not None and rival.outcome is expected
@@ -187,7 +210,7 @@ def test_record_rejects_an_unknown_decision() -> None:
         make_record(decision="maybe")
 
 
-def test_sqlite_store_satisfies_the_audit_store_protocol(store: SQLiteAuditStore) -> None:
+def test_store_satisfies_the_audit_store_protocol(store: AuditStore) -> None:
     assert isinstance(store, AuditStore)
 
 
@@ -241,7 +264,7 @@ def test_database_from_a_newer_schema_is_refused(db_path: Path) -> None:
 
 
 def test_schema_has_one_secondary_index_and_no_autoincrement(
-    store: SQLiteAuditStore, db_path: Path
+    sqlite_store: SQLiteAuditStore, db_path: Path
 ) -> None:
     """Every index is written by every call's INSERT: only get() has one."""
     raw = sqlite3.connect(db_path)
@@ -283,13 +306,13 @@ def test_database_of_the_pre_release_shape_is_read_and_written(db_path: Path) ->
             raw.execute(statement)
         for statement in PRE_RELEASE_INDEXES:
             raw.execute(statement)
-        raw.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        raw.execute("PRAGMA user_version = 1")  # the shape was version 1; opening migrates it
     finally:
         raw.close()
-    with SQLiteAuditStore(db_path) as old:
+    with SQLiteAuditStore(db_path, **CRASHED) as old:
         denied = old.record(make_denied("denied"))
         finished, _ = old.start(make_record("finished"), claim_key="k1")
-        crashed, _ = old.start(make_record("crashed"), claim_key="k2")
+        crashed, _ = old.start(make_record("crashed"), claim_key="k2", lease_seconds=0)
         assert finished is not None and crashed is not None
         finish_ok(old, finished, claim_key="k1", stored_result={"code": "OK"})
         assert old.recover(T1) == 1
@@ -303,12 +326,42 @@ def test_database_of_the_pre_release_shape_is_read_and_written(db_path: Path) ->
     assert retry is not None and retry.outcome is ClaimOutcome.REPLAY
 
 
-def test_reopening_keeps_rows_and_schema(db_path: Path) -> None:
+def test_reopening_keeps_rows_and_schema(audit_backend: Any) -> None:
+    first = audit_backend.open()
+    first.record(make_denied())
+    first.close()
+    second = audit_backend.open()
+    assert second.count() == 1
+    assert second.get("call-1") is not None
+
+
+def test_sqlite_database_stays_sound_when_reopened(db_path: Path) -> None:
     with SQLiteAuditStore(db_path) as first:
         first.record(make_denied())
     with SQLiteAuditStore(db_path) as second:
-        assert second.count() == 1
         assert second.integrity_check() == "ok"
+
+
+def test_sqlite_database_of_schema_version_1_gains_leases_and_keeps_its_rows(
+    db_path: Path,
+) -> None:
+    raw = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        for statement in _MIGRATIONS[0]:
+            raw.execute(statement)
+        raw.execute("PRAGMA user_version = 1")
+        raw.execute(
+            "INSERT INTO tool_call_audit (call_id, session_id, actor, tool_name, risk,"
+            " arguments_json, arguments_hash, decision, state, started_at)"
+            " VALUES ('old', 's', 'a', 't', 'read', '{}', 'h', 'allow', 'RUNNING', 'T0')"
+        )
+    finally:
+        raw.close()
+    with SQLiteAuditStore(db_path) as store:
+        assert store.settings().schema_version == SCHEMA_VERSION == 2
+        old = store.get("old")
+        assert old is not None and (old.lease_owner, old.lease_expires_at) == (None, None)
+        assert store.recover(T1) == 1  # a RUNNING row without a lease counts as expired
 
 
 def test_close_closes_the_connections_of_every_thread(db_path: Path) -> None:
@@ -351,17 +404,20 @@ ALL_OPERATIONS = [
 
 
 @pytest.mark.parametrize(("name", "operation"), ALL_OPERATIONS, ids=[n for n, _ in ALL_OPERATIONS])
-def test_closed_store_raises_audit_unavailable(db_path: Path, name: str, operation: Any) -> None:
-    store = SQLiteAuditStore(db_path)
+def test_closed_store_raises_audit_unavailable(
+    audit_backend: Any, name: str, operation: Any
+) -> None:
+    store = audit_backend.open()
     store.close()
     with pytest.raises(AuditUnavailable) as caught:
         operation(store)
     assert not isinstance(caught.value, sqlite3.Error)
+    assert caught.value.operation == name.removesuffix("_with_key")
 
 
 @pytest.mark.parametrize(("name", "operation"), ALL_OPERATIONS, ids=[n for n, _ in ALL_OPERATIONS])
 def test_an_operational_error_of_sqlite_raises_audit_unavailable(
-    store: SQLiteAuditStore, db_path: Path, name: str, operation: Any
+    sqlite_store: SQLiteAuditStore, db_path: Path, name: str, operation: Any
 ) -> None:
     # Another process drops the tables: every operation meets "no such table".
     raw = sqlite3.connect(db_path, isolation_level=None)
@@ -371,27 +427,16 @@ def test_an_operational_error_of_sqlite_raises_audit_unavailable(
     finally:
         raw.close()
     with pytest.raises(AuditUnavailable) as caught:
-        operation(store)
+        operation(sqlite_store)
     assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
 
 
-def _fail_writes_to(db_path: Path, table: str, event: str) -> None:
-    """A trigger that fails the second statement of a store transaction,
-    after the first one succeeded: the fault a full disk can cause."""
-    raw = sqlite3.connect(db_path, isolation_level=None)
-    try:
-        raw.execute(
-            f"CREATE TRIGGER fail_{event.lower()} BEFORE {event} ON {table}"
-            " BEGIN SELECT RAISE(ABORT, 'database or disk is full (simulated)'); END"
-        )
-    finally:
-        raw.close()
-
-
 def test_claim_failing_after_its_row_was_inserted_stores_neither(
-    store: SQLiteAuditStore, db_path: Path
+    store: AuditStore, audit_backend: Any
 ) -> None:
-    _fail_writes_to(db_path, "idempotency_keys", "INSERT")
+    """A trigger fails the claim's second write after the first succeeded:
+    the fault a full disk can cause."""
+    audit_backend.fail_writes_to("idempotency_keys", "INSERT")
     with pytest.raises(AuditUnavailable, match="disk is full") as caught:
         store.start(make_record(), claim_key="k")
     assert caught.value.operation == "start"
@@ -401,11 +446,11 @@ def test_claim_failing_after_its_row_was_inserted_stores_neither(
 
 
 def test_finish_failing_on_its_key_leaves_row_and_key_running(
-    store: SQLiteAuditStore, db_path: Path
+    store: AuditStore, audit_backend: Any
 ) -> None:
     audit_id, _ = store.start(make_record(), claim_key="k")
     assert audit_id is not None
-    _fail_writes_to(db_path, "idempotency_keys", "UPDATE")
+    audit_backend.fail_writes_to("idempotency_keys", "UPDATE")
     with pytest.raises(AuditUnavailable, match="disk is full"):
         finish_ok(store, audit_id, claim_key="k", stored_result={"code": "OK"})
     row = store.get("call-1")
@@ -415,10 +460,11 @@ def test_finish_failing_on_its_key_leaves_row_and_key_running(
 
 
 def test_read_only_database_refuses_writes_with_audit_unavailable(
-    store: SQLiteAuditStore, db_path: Path
+    db_path: Path,
 ) -> None:
+    store = SQLiteAuditStore(db_path, **CRASHED)
     store.record(make_denied("before"))
-    store.start(make_record("running"))
+    store.start(make_record("running"), lease_seconds=0)  # so recover has to write
     with SQLiteAuditStore(f"file:{db_path}?mode=ro", uri=True) as read_only:
         assert [r.call_id for r in read_only.rows()] == ["before", "running"]
         for write in (
@@ -433,6 +479,7 @@ def test_read_only_database_refuses_writes_with_audit_unavailable(
         ("before", CallState.DENIED),
         ("running", CallState.RUNNING),
     ]
+    store.close()
 
 
 def test_audit_unavailable_message_names_no_host_path(tmp_path: Path) -> None:
@@ -442,7 +489,7 @@ def test_audit_unavailable_message_names_no_host_path(tmp_path: Path) -> None:
     assert str(tmp_path) not in str(caught.value)
 
 
-def _use_inherited_store(store: SQLiteAuditStore, results: Any) -> None:
+def _use_inherited_store(store: AuditStore, results: Any) -> None:
     try:
         store.count()
         results.put("worked")
@@ -450,9 +497,7 @@ def _use_inherited_store(store: SQLiteAuditStore, results: Any) -> None:
         results.put("unavailable")
 
 
-def test_store_inherited_through_fork_is_unavailable_in_the_child(
-    store: SQLiteAuditStore,
-) -> None:
+def test_store_inherited_through_fork_is_unavailable_in_the_child(store: AuditStore) -> None:
     if "fork" not in multiprocessing.get_all_start_methods():
         pytest.skip("fork is not available on this platform")
     context = multiprocessing.get_context("fork")
@@ -465,22 +510,25 @@ def test_store_inherited_through_fork_is_unavailable_in_the_child(
     assert store.count() == 0  # the parent's store still works
 
 
-def _open_store_in_child(path: str, results: Any) -> None:
+def _open_store_in_child(spec: tuple[str, str], results: Any) -> None:
     try:
-        with SQLiteAuditStore(path) as fresh:
+        fresh = open_store(spec)
+        try:
             fresh.record(make_denied("from-child"))
+        finally:
+            fresh.close()
         results.put("worked")
     except AuditUnavailable as exc:
         results.put(f"unavailable: {exc}")
 
 
-def test_store_opened_in_a_forked_child_works(store: SQLiteAuditStore, db_path: Path) -> None:
+def test_store_opened_in_a_forked_child_works(store: AuditStore, audit_backend: Any) -> None:
     if "fork" not in multiprocessing.get_all_start_methods():
         pytest.skip("fork is not available on this platform")
     store.record(make_denied("from-parent"))
     context = multiprocessing.get_context("fork")
     results = context.Queue()
-    child = context.Process(target=_open_store_in_child, args=(str(db_path), results))
+    child = context.Process(target=_open_store_in_child, args=(audit_backend.spec, results))
     child.start()
     outcome = results.get(timeout=30)
     child.join(timeout=30)
@@ -491,14 +539,14 @@ def test_store_opened_in_a_forked_child_works(store: SQLiteAuditStore, db_path: 
 # --- concurrent writers ------------------------------------------------------------
 
 
-def _start_and_finish(store: SQLiteAuditStore, prefix: str, calls: int) -> None:
+def _start_and_finish(store: AuditStore, prefix: str, calls: int) -> None:
     for index in range(calls):
         audit_id, _ = store.start(make_record(f"{prefix}-{index}"))
         assert audit_id is not None
         finish_ok(store, audit_id)
 
 
-def test_writes_from_eight_threads_all_commit(store: SQLiteAuditStore) -> None:
+def test_writes_from_eight_threads_all_commit(store: AuditStore) -> None:
     errors: list[BaseException] = []
 
     def writer(name: str) -> None:
@@ -519,18 +567,21 @@ def test_writes_from_eight_threads_all_commit(store: SQLiteAuditStore) -> None:
     assert len({r.audit_id for r in rows}) == 400
 
 
-def _write_in_process(path: str, ready: Any, name: str) -> None:
-    with SQLiteAuditStore(path) as store:
+def _write_in_process(spec: tuple[str, str], ready: Any, name: str) -> None:
+    store = open_store(spec)
+    try:
         ready.wait(timeout=30)
         _start_and_finish(store, name, 100)
+    finally:
+        store.close()
 
 
-def test_writes_from_four_processes_all_commit(db_path: Path) -> None:
-    SQLiteAuditStore(db_path).close()  # schema made before the race
+def test_writes_from_four_processes_all_commit(audit_backend: Any) -> None:
+    audit_backend.open().close()  # schema made before the race
     context = multiprocessing.get_context("spawn")
     ready = context.Barrier(4)
     processes = [
-        context.Process(target=_write_in_process, args=(str(db_path), ready, f"p{i}"))
+        context.Process(target=_write_in_process, args=(audit_backend.spec, ready, f"p{i}"))
         for i in range(4)
     ]
     for process in processes:
@@ -540,8 +591,9 @@ def test_writes_from_four_processes_all_commit(db_path: Path) -> None:
         if process.is_alive():
             process.kill()
     assert [p.exitcode for p in processes] == [0, 0, 0, 0]
-    with SQLiteAuditStore(db_path) as store:
-        rows = store.rows()
+    store = audit_backend.open()
+    rows = store.rows()
+    if isinstance(store, SQLiteAuditStore):
         assert store.integrity_check() == "ok"
     assert len(rows) == 400
     assert {r.state for r in rows} == {CallState.SUCCEEDED}
@@ -551,13 +603,13 @@ def test_writes_from_four_processes_all_commit(db_path: Path) -> None:
 
 
 def test_recover_marks_running_rows_interrupted_and_their_keys_done(
-    store: SQLiteAuditStore,
+    store: AuditStore, crashed: AuditStore
 ) -> None:
-    plain, _ = store.start(make_record("plain"))
-    keyed, _ = store.start(make_record("keyed"), claim_key="k")
-    finished, _ = store.start(make_record("finished"))
+    plain, _ = crashed.start(make_record("plain"), lease_seconds=0)
+    keyed, _ = crashed.start(make_record("keyed"), claim_key="k", lease_seconds=0)
+    finished, _ = crashed.start(make_record("finished"), lease_seconds=0)
     assert plain is not None and keyed is not None and finished is not None
-    finish_ok(store, finished)
+    finish_ok(crashed, finished)
 
     assert store.recover(T1) == 2
 
@@ -583,12 +635,14 @@ def test_recover_marks_running_rows_interrupted_and_their_keys_done(
     assert store.recover(T1) == 0
 
 
-def test_finish_after_recover_is_refused_and_keeps_interrupted(store: SQLiteAuditStore) -> None:
-    audit_id, _ = store.start(make_record(), claim_key="k")
+def test_finish_after_recover_is_refused_and_keeps_interrupted(
+    store: AuditStore, crashed: AuditStore
+) -> None:
+    audit_id, _ = crashed.start(make_record(), claim_key="k", lease_seconds=0)
     assert audit_id is not None
     store.recover(T1)
     with pytest.raises(AuditUnavailable, match="not RUNNING"):
-        finish_ok(store, audit_id, claim_key="k", stored_result={"code": "OK"})
+        finish_ok(crashed, audit_id, claim_key="k", stored_result={"code": "OK"})
     row = store.get("call-1")
     assert row is not None and row.state is CallState.INTERRUPTED
     _, retry = store.start(make_record("retry"), claim_key="k")
@@ -597,16 +651,16 @@ def test_finish_after_recover_is_refused_and_keeps_interrupted(store: SQLiteAudi
 
 
 def test_recover_finds_crashed_calls_and_their_keys_among_many_finished(
-    store: SQLiteAuditStore,
+    store: AuditStore, crashed: AuditStore
 ) -> None:
     for index in range(300):
         audit_id, _ = store.start(make_record(f"done-{index}"), claim_key=f"done-{index}")
         assert audit_id is not None
         finish_ok(store, audit_id, claim_key=f"done-{index}", stored_result={"code": "OK"})
-    store.start(make_record("crashed-keyed"), claim_key="crashed")
-    store.start(make_record("crashed-plain"))
-    store.start(make_record("held"), claim_key="held")
-    store.release("held")  # a key freed before its handler ran is not anyone's outcome
+    crashed.start(make_record("crashed-keyed"), claim_key="crashed", lease_seconds=0)
+    crashed.start(make_record("crashed-plain"), lease_seconds=0)
+    crashed.start(make_record("held"), claim_key="held", lease_seconds=0)
+    crashed.release("held")  # a key freed before its handler ran is not anyone's outcome
 
     assert store.recover(T1) == 3
 
@@ -616,13 +670,57 @@ def test_recover_finds_crashed_calls_and_their_keys_among_many_finished(
         "crashed-plain",
         "held",
     ]
-    _, crashed = store.start(make_record("retry"), claim_key="crashed")
+    _, crashed_key = store.start(make_record("retry"), claim_key="crashed")
     _, done = store.start(make_record("retry"), claim_key="done-7")
     _, freed = store.start(make_record("retry"), claim_key="held")
-    assert crashed is not None and crashed.stored_result is not None
-    assert (crashed.outcome, crashed.stored_result["state"]) == (ClaimOutcome.REPLAY, "INTERRUPTED")
+    assert crashed_key is not None and crashed_key.stored_result is not None
+    assert (crashed_key.outcome, crashed_key.stored_result["state"]) == (
+        ClaimOutcome.REPLAY,
+        "INTERRUPTED",
+    )
     assert done is not None and done.stored_result == {"code": "OK"}
     assert freed is not None and freed.outcome is ClaimOutcome.CLAIMED
+
+
+def test_recover_leaves_the_running_rows_of_a_live_process_alone(store: AuditStore) -> None:
+    """This process is alive and its leases last: recover, from this store
+    or any other, takes none of its calls over."""
+    store.start(make_record("live"), claim_key="k")
+    assert store.recover(T1) == 0
+    row = store.get("live")
+    assert row is not None and row.state is CallState.RUNNING
+    _, rival = store.start(make_record("rival"), claim_key="k")
+    assert rival is not None and rival.outcome is ClaimOutcome.RUNNING
+
+
+def test_running_row_names_its_owner_and_lease(store: AuditStore) -> None:
+    store.start(make_record(), lease_seconds=60)
+    row = store.get("call-1")
+    assert row is not None
+    owner = LeaseOwner.parse(row.lease_owner)
+    assert owner is not None and owner == current_owner()
+    assert owner.pid == os.getpid()
+    assert row.lease_expires_at is not None and row.lease_expires_at.endswith("Z")
+
+
+def test_interrupt_expired_answers_the_rows_it_marked(
+    store: AuditStore, crashed: AuditStore
+) -> None:
+    audit_id, _ = crashed.start(make_record("gone"), lease_seconds=0)
+    store.start(make_record("live"))
+    [marked] = store.interrupt_expired(T1)
+    assert (marked.audit_id, marked.call_id, marked.state) == (
+        audit_id,
+        "gone",
+        CallState.INTERRUPTED,
+    )
+    assert marked == store.get("gone")
+
+
+def test_negative_lease_is_refused(store: AuditStore) -> None:
+    with pytest.raises(ValueError, match="lease"):
+        store.start(make_record(), lease_seconds=-1)
+    assert store.count() == 0
 
 
 # --- secrets at rest --------------------------------------------------------------
@@ -671,9 +769,12 @@ def _leaks(files: dict[str, bytes]) -> list[tuple[str, str]]:
     ]
 
 
-def test_redacted_records_leave_no_secret_bytes_in_db_wal_or_shm(
-    store: SQLiteAuditStore, db_path: Path
+def test_redacted_records_leave_no_secret_bytes_at_rest(
+    store: AuditStore, audit_backend: Any
 ) -> None:
+    """SQLite: the .db, -wal and -shm before close (the -wal still holds
+    every page written). PostgreSQL: every file of the data directory
+    (heap, WAL) after a CHECKPOINT."""
     redactor = Redactor()
     arguments = _secret_arguments()
     redacted = redactor.redact(arguments)
@@ -698,19 +799,20 @@ def test_redacted_records_leave_no_secret_bytes_in_db_wal_or_shm(
         make_denied("refused", arguments_json=canonical_json(redacted), error_message=preview)
     )
 
-    files = _raw_bytes(db_path)  # before close: the -wal still holds every page written
-    assert f"{db_path.name}-wal" in files
-    assert len(files[f"{db_path.name}-wal"]) > 0
-    assert b"<redacted:password>" in files[f"{db_path.name}-wal"]
+    files = audit_backend.stored_bytes()
+    written = [name for name, data in files.items() if b"<redacted:password>" in data]
+    assert written  # the rows did reach the bytes scanned
+    if audit_backend.name == "sqlite":
+        assert written == ["audit.db-wal"]
     assert _leaks(files) == []
 
 
 def test_update_redacting_after_insert_leaves_the_secret_in_the_wal(
-    store: SQLiteAuditStore, db_path: Path
+    sqlite_store: SQLiteAuditStore, db_path: Path
 ) -> None:
     """The trap the store's docstring warns of: redact before the INSERT."""
     arguments = _secret_arguments()
-    store.record(make_denied("leaky", arguments_json=canonical_json(arguments)))
+    sqlite_store.record(make_denied("leaky", arguments_json=canonical_json(arguments)))
     raw = sqlite3.connect(db_path, isolation_level=None)
     try:
         redacted = canonical_json(Redactor().redact(arguments))

@@ -1,4 +1,6 @@
-"""Idempotency keys: derivation, claim semantics, and an atomic claim under races."""
+"""Idempotency keys: derivation, claim semantics, and an atomic claim under
+races. The claim tests run on every audit store backend (``store``: SQLite,
+and PostgreSQL on a server the tests start)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from audit_backends import open_store
 
-from pytest_toolguard.audit import AuditRecord, SQLiteAuditStore
+from pytest_toolguard.audit import AuditRecord, AuditStore
 from pytest_toolguard.contract import CallState, ErrorCode
 from pytest_toolguard.idempotency import Claim, ClaimOutcome, make_idempotency_key, scope_client_key
 from pytest_toolguard.jsondata import canonical_json, json_hash
@@ -38,7 +41,7 @@ def running_record(call_id: str, arguments: dict[str, Any] | None = None) -> Aud
     )
 
 
-def finish(store: SQLiteAuditStore, audit_id: int, key: str, result: dict[str, Any]) -> None:
+def finish(store: AuditStore, audit_id: int, key: str, result: dict[str, Any]) -> None:
     store.finish(
         audit_id,
         state=CallState.SUCCEEDED,
@@ -53,14 +56,9 @@ def finish(store: SQLiteAuditStore, audit_id: int, key: str, result: dict[str, A
 
 
 @pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "audit.db"
-
-
-@pytest.fixture
-def store(db_path: Path) -> Any:
-    with SQLiteAuditStore(db_path) as opened:
-        yield opened
+def store(audit_backend: Any) -> Any:
+    """A store of each backend in turn."""
+    return audit_backend.open()
 
 
 KEY = make_idempotency_key("send_message", ARGS, "task-42")
@@ -136,7 +134,7 @@ def test_claim_outcome_maps_to_its_error_code(outcome: ClaimOutcome, code: Any) 
 # --- claim semantics ------------------------------------------------------------------
 
 
-def test_first_start_claims_the_key_and_marks_its_row(store: SQLiteAuditStore) -> None:
+def test_first_start_claims_the_key_and_marks_its_row(store: AuditStore) -> None:
     audit_id, claim = store.start(running_record("c1"), claim_key=KEY)
     assert claim == Claim(ClaimOutcome.CLAIMED, KEY)
     row = store.get("c1")
@@ -148,7 +146,7 @@ def test_first_start_claims_the_key_and_marks_its_row(store: SQLiteAuditStore) -
     )
 
 
-def test_same_key_while_running_is_running_and_stores_no_row(store: SQLiteAuditStore) -> None:
+def test_same_key_while_running_is_running_and_stores_no_row(store: AuditStore) -> None:
     store.start(running_record("c1"), claim_key=KEY)
     audit_id, claim = store.start(running_record("c2"), claim_key=KEY)
     assert audit_id is None
@@ -157,7 +155,7 @@ def test_same_key_while_running_is_running_and_stores_no_row(store: SQLiteAuditS
     assert store.count() == 1
 
 
-def test_same_key_after_finish_replays_the_stored_result(store: SQLiteAuditStore) -> None:
+def test_same_key_after_finish_replays_the_stored_result(store: AuditStore) -> None:
     audit_id, _ = store.start(running_record("c1"), claim_key=KEY)
     assert audit_id is not None
     finish(store, audit_id, KEY, {"ok": True, "code": "OK", "data": {"message_id": 7}})
@@ -168,7 +166,7 @@ def test_same_key_after_finish_replays_the_stored_result(store: SQLiteAuditStore
     )
 
 
-def test_a_failed_first_outcome_is_replayed_too(store: SQLiteAuditStore) -> None:
+def test_a_failed_first_outcome_is_replayed_too(store: AuditStore) -> None:
     audit_id, _ = store.start(running_record("c1"), claim_key=KEY)
     assert audit_id is not None
     store.finish(
@@ -187,7 +185,7 @@ def test_a_failed_first_outcome_is_replayed_too(store: SQLiteAuditStore) -> None
     assert claim.stored_result == {"ok": False, "code": "TIMEOUT"}
 
 
-def test_same_key_with_other_arguments_conflicts_running_or_done(store: SQLiteAuditStore) -> None:
+def test_same_key_with_other_arguments_conflicts_running_or_done(store: AuditStore) -> None:
     other = {"channel": "#ops", "text": "something else"}
     audit_id, _ = store.start(running_record("c1"), claim_key=KEY)
     assert audit_id is not None
@@ -199,7 +197,7 @@ def test_same_key_with_other_arguments_conflicts_running_or_done(store: SQLiteAu
     assert store.count() == 1
 
 
-def test_release_frees_a_key_whose_handler_never_ran(store: SQLiteAuditStore) -> None:
+def test_release_frees_a_key_whose_handler_never_ran(store: AuditStore) -> None:
     audit_id, _ = store.start(running_record("c1"), claim_key=KEY)
     assert audit_id is not None
     store.release(KEY)
@@ -207,7 +205,7 @@ def test_release_frees_a_key_whose_handler_never_ran(store: SQLiteAuditStore) ->
     assert claim is not None and claim.outcome is ClaimOutcome.CLAIMED
 
 
-def test_release_never_frees_a_finished_key(store: SQLiteAuditStore) -> None:
+def test_release_never_frees_a_finished_key(store: AuditStore) -> None:
     audit_id, _ = store.start(running_record("c1"), claim_key=KEY)
     assert audit_id is not None
     finish(store, audit_id, KEY, {"ok": True})
@@ -216,19 +214,20 @@ def test_release_never_frees_a_finished_key(store: SQLiteAuditStore) -> None:
     assert claim is not None and claim.outcome is ClaimOutcome.REPLAY
 
 
-def test_starts_without_a_key_never_claim(store: SQLiteAuditStore) -> None:
+def test_starts_without_a_key_never_claim(store: AuditStore) -> None:
     first, claim_one = store.start(running_record("c1"))
     second, claim_two = store.start(running_record("c1"))
     assert (claim_one, claim_two) == (None, None)
     assert first is not None and second is not None and first != second
 
 
-def test_retry_after_a_crash_replays_the_interrupted_outcome(db_path: Path) -> None:
-    with SQLiteAuditStore(db_path) as crashed:
-        crashed.start(running_record("c1"), claim_key=KEY)  # process dies here
-    with SQLiteAuditStore(db_path) as restarted:
-        assert restarted.recover(T1) == 1
-        _, claim = restarted.start(running_record("c2"), claim_key=KEY)
+def test_retry_after_a_crash_replays_the_interrupted_outcome(audit_backend: Any) -> None:
+    crashed = audit_backend.open(lease_grace_seconds=0)
+    crashed.start(running_record("c1"), claim_key=KEY, lease_seconds=0)  # process dies here
+    crashed.close()
+    restarted = audit_backend.open()
+    assert restarted.recover(T1) == 1
+    _, claim = restarted.start(running_record("c2"), claim_key=KEY)
     assert claim is not None and claim.outcome is ClaimOutcome.REPLAY
     assert claim.stored_result is not None
     assert claim.stored_result["state"] == CallState.INTERRUPTED.value
@@ -237,7 +236,7 @@ def test_retry_after_a_crash_replays_the_interrupted_outcome(db_path: Path) -> N
 # --- races ----------------------------------------------------------------------------
 
 
-def test_sixteen_threads_starting_one_key_claim_it_exactly_once(store: SQLiteAuditStore) -> None:
+def test_sixteen_threads_starting_one_key_claim_it_exactly_once(store: AuditStore) -> None:
     barrier = threading.Barrier(16)
     outcomes: list[ClaimOutcome] = []
     lock = threading.Lock()
@@ -258,8 +257,10 @@ def test_sixteen_threads_starting_one_key_claim_it_exactly_once(store: SQLiteAud
     assert store.count() == 1
 
 
-def _claim_in_process(path: str, ready: Any, tried: Any, index: int, results: Any) -> None:
-    with SQLiteAuditStore(path) as store:
+def _claim_in_process(
+    spec: tuple[str, str], ready: Any, tried: Any, index: int, results: Any
+) -> None:
+    with open_store(spec) as store:
         ready.wait(timeout=30)
         audit_id, claim = store.start(running_record(f"p{index}"), claim_key=KEY)
         assert claim is not None
@@ -269,13 +270,14 @@ def _claim_in_process(path: str, ready: Any, tried: Any, index: int, results: An
             finish(store, audit_id, KEY, {"ok": True, "by": index})
 
 
-def test_four_processes_starting_one_key_claim_it_exactly_once(db_path: Path) -> None:
-    SQLiteAuditStore(db_path).close()  # schema made before the race
+def test_four_processes_starting_one_key_claim_it_exactly_once(audit_backend: Any) -> None:
+    audit_backend.open().close()  # schema made before the race
     context = multiprocessing.get_context("spawn")
     ready, tried = context.Barrier(4), context.Barrier(4)
     results = context.Queue()
+    spec = audit_backend.spec
     processes = [
-        context.Process(target=_claim_in_process, args=(str(db_path), ready, tried, i, results))
+        context.Process(target=_claim_in_process, args=(spec, ready, tried, i, results))
         for i in range(4)
     ]
     for process in processes:
@@ -289,9 +291,9 @@ def test_four_processes_starting_one_key_claim_it_exactly_once(db_path: Path) ->
                 process.kill()
     assert [p.exitcode for p in processes] == [0, 0, 0, 0]
     assert outcomes == ["claimed", "running", "running", "running"]
-    with SQLiteAuditStore(db_path) as store:
-        assert store.count() == 1
-        _, later = store.start(running_record("later"), claim_key=KEY)
+    store = audit_backend.open()
+    assert store.count() == 1
+    _, later = store.start(running_record("later"), claim_key=KEY)
     assert later is not None and later.outcome is ClaimOutcome.REPLAY
 
 

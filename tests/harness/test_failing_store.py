@@ -50,6 +50,7 @@ OPERATION_CALLS: dict[str, Callable[[Any], object]] = {
     "rows": lambda s: s.rows(),
     "count": lambda s: s.count(),
     "recover": lambda s: s.recover(T1),
+    "interrupt_expired": lambda s: s.interrupt_expired(T1),
 }
 
 
