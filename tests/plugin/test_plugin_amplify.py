@@ -66,7 +66,9 @@ def test_amplify_writes_the_variants_into_the_cassette_and_says_how_many_it_kept
 ) -> None:
     result = _amplified(pytester, cassette_text)
     assert result.ret == 0
-    result.stdout.fnmatch_lines(["*toolguard amplify: cassettes/notes.yaml: 18 variant(s) kept (6 refusal(s)*"])
+    result.stdout.fnmatch_lines(
+        ["*toolguard amplify: cassettes/notes.yaml: 18 variant(s) kept (6 refusal(s)*"]
+    )
     assert "variants:" in (pytester.path / "cassettes" / "notes.yaml").read_text()
 
 
@@ -76,7 +78,9 @@ def test_replay_runs_the_variants_as_an_item_of_their_own(
     _amplified(pytester, cassette_text)
     result = pytester.runpytest("--toolguard-replay", "-v", *NO_XDIST)
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["*notes.yaml::variants PASSED*", "toolguard variants: 18 replayed (6 refusals)*"])
+    result.stdout.fnmatch_lines(
+        ["*notes.yaml::variants PASSED*", "toolguard variants: 18 replayed (6 refusals)*"]
+    )
 
 
 def test_a_tool_changed_off_the_recorded_path_fails_its_variant_by_name(
