@@ -500,11 +500,11 @@ def _sizes(facts: CallFacts) -> Iterator[Candidate]:
     lines_first = isinstance(facts.data, Mapping) and any(
         isinstance(value, list) for value in facts.data.values()
     )
-    quoted = set(_strings(facts.data))
+    quoted = set(strings_in(facts.data))
     for number in numbers:
+        for path, text in texts.items():
+            yield from _sized_files(facts, path, text, number, lines_first, quoted)
         for size in (number, number + 1, number - 1):
-            for path, text in texts.items():
-                yield from _sized_files(facts, path, text, size, lines_first, quoted)
             for name, value in facts.arguments.items():
                 if isinstance(value, list) and value and size <= LIST_LIMIT:
                     yield Candidate(
@@ -515,37 +515,47 @@ def _sizes(facts: CallFacts) -> Iterator[Candidate]:
                     )
 
 
-def _strings(value: Any) -> Iterator[str]:
+def strings_in(value: Any) -> Iterator[str]:
+    """Every string of JSON-like data (values, not keys)."""
     if isinstance(value, str):
         yield value
     elif isinstance(value, Mapping):
         for item in value.values():
-            yield from _strings(item)
+            yield from strings_in(item)
     elif isinstance(value, list):
         for item in value:
-            yield from _strings(item)
+            yield from strings_in(item)
 
 
 def _sized_files(
-    facts: CallFacts, path: str, text: str, size: int, lines_first: bool, quoted: set[str]
+    facts: CallFacts, path: str, text: str, number: int, lines_first: bool, quoted: set[str]
 ) -> Iterator[Candidate]:
-    """``path`` with ``size`` lines after its first, of ``size`` characters,
-    and with a first line of ``size`` characters. The line repeated is one
-    the data quotes (a match a search returned), else the second."""
+    """``path`` with as many lines after its first as ``number``, one more
+    and one fewer; then as many characters; then a first line that long.
+    The line repeated is one the data quotes (a match a search returned),
+    else the second."""
     lines = text.splitlines(keepends=True)
     head = lines[0] if len(lines) >= 2 else ""
     body = lines[1:] if head else lines
     unit = next((line for line in body if line.rstrip("\r\n") in quoted), body[0])
     unit = unit if unit.endswith("\n") else unit + "\n"
-    by_lines = (
-        f"{path} with {size} lines after its first" if head else f"{path} with {size} lines",
-        GeneratedContent(repeat=unit, times=size, head=head),
-    )
-    by_chars = (f"{path} of {size} characters", _chars(text, size))
-    recipes: list[tuple[str, bytes | GeneratedContent]] = (
-        [by_lines, by_chars] if lines_first else [by_chars, by_lines]
-    )
-    recipes.append((f"{path} with a first line of {size} characters", _first_line(text, size)))
+    sizes = (number, number + 1, number - 1)
+    Recipe = tuple[str, bytes | GeneratedContent]
+    by_lines: list[Recipe] = [
+        (
+            f"{path} with {size} lines after its first" if head else f"{path} with {size} lines",
+            GeneratedContent(repeat=unit, times=size, head=head),
+        )
+        for size in sizes
+    ]
+    by_chars: list[Recipe] = [
+        (f"{path} of {size} characters", _chars(text, size)) for size in sizes
+    ]
+    recipes: list[Recipe] = by_lines + by_chars if lines_first else by_chars + by_lines
+    recipes += [
+        (f"{path} with a first line of {size} characters", _first_line(text, size))
+        for size in sizes
+    ]
     for name, content in recipes:
         yield Candidate(name, "size", "size", dict(facts.arguments), {path: content})
 

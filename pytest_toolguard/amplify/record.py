@@ -71,7 +71,7 @@ from ..replay.variants import (
     data_hash,
     variant_call,
 )
-from .derive import CallFacts, Candidate, candidates
+from .derive import CallFacts, Candidate, candidates, strings_in
 from .write import with_variants
 
 DEFAULT_MAX_VARIANTS = 12
@@ -307,7 +307,7 @@ class _Amplifier:
             arguments=arguments,
             schema=spec.input_schema,
             fixed=_fixed_arguments(spec),
-            files_read=_files_read(walk, baseline.touched),
+            files_read=_files_read(walk, baseline.touched, baseline.stored_data),
             data=baseline.stored_data,
         )
         recorded = Candidate("the recorded call", "", "", arguments).identity()
@@ -421,10 +421,12 @@ def _fixed_arguments(spec: ToolSpec) -> frozenset[str]:
     return frozenset(names)
 
 
-def _files_read(walk: SessionWalk, touched: Sequence[str]) -> dict[str, bytes]:
+def _files_read(walk: SessionWalk, touched: Sequence[str], data: Any) -> dict[str, bytes]:
     """The files under the workspace that the paths a handler asked about
-    name (a directory: its first few files), as they are now."""
+    name (a directory: a few of its files, those the data names first), as
+    they are now."""
     tree = walk.world.tree()
+    quoted = set(strings_in(data))
     root = walk.world.root
     found: dict[str, bytes] = {}
     for asked in touched:
@@ -437,7 +439,11 @@ def _files_read(walk: SessionWalk, touched: Sequence[str]) -> dict[str, bytes]:
             found[path] = tree[path]
             continue
         prefix = "" if path == "." else path.rstrip("/") + "/"
-        below = sorted(name for name in tree if name.startswith(prefix))
+        # Files the result names first (the ones a search matched), then the others.
+        below = sorted(
+            (name for name in tree if name.startswith(prefix)),
+            key=lambda name: (name not in quoted, name),
+        )
         for name in below[:FILES_PER_DIRECTORY]:
             found[name] = tree[name]
     return found
