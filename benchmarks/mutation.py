@@ -71,7 +71,9 @@ TIMEOUT_SECONDS = 120.0
 TIMING_ONLY = {
     "WAIT_POLL_SECONDS = ": "how often wait_for_file polls: only its duration changes, and "
     "replay does not measure durations",
-    "timeout_seconds=": "a deadline of minutes: no recorded call runs near it",
+    "timeout_seconds=": "a tool's deadline: no recorded call runs near it",
+    "timeout=": "a network timeout of seconds: replay serves the recorded exchange at once",
+    "asyncio.sleep(": "a pause before the same answer (a negative one does not pause)",
     "range(max(": "wait_seconds > 0, so ceil(wait_seconds / poll) >= 1 and max(0, n) == max(1, n); "
     "max(2, n) only waits one poll longer before the same answer",
 }
