@@ -72,6 +72,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pytest_toolguard.contract import CallState, ErrorCode
 from pytest_toolguard.errors import ToolguardError
+from pytest_toolguard.forking import FORK_GATE
 from pytest_toolguard.idempotency import Claim, ClaimOutcome, StoredKey, resolve_claim
 from pytest_toolguard.lease import LeaseOwner, current_owner, owner_is_dead
 
@@ -489,9 +490,18 @@ class _SchemaTemplate:
 
     def forget(self) -> None:
         """In a forked child: a new lock (another thread may have held the
-        parent's at the fork) and a new database on next use."""
+        parent's at the fork) and a new database on next use. The inherited
+        connection is kept, never closed: closing it calls into SQLite, whose
+        locks another thread may have held at a fork made outside the fork
+        gate (``pytest_toolguard.forking``)."""
         self._lock = threading.Lock()
+        if self._conn is not None:
+            _INHERITED.append(self._conn)
         self._conn = None
+
+
+_INHERITED: list[sqlite3.Connection] = []
+"""Connections a forked child inherited and must not close."""
 
 
 _SCHEMA_TEMPLATE = _SchemaTemplate()
@@ -643,15 +653,27 @@ class SQLiteAuditStore:
                 raise AuditUnavailable("the audit store is closed")
             # Connections of threads that ended are closed here, so a stream
             # of short-lived threads does not pile up open connections.
-            alive = []
-            for thread, other in self._connections:
-                if thread.is_alive():
-                    alive.append((thread, other))
-                else:
-                    with suppress(sqlite3.Error):
-                        other.close()
-            alive.append((threading.current_thread(), conn))
-            self._connections = alive
+            self._close_ended_threads()
+            self._connections.append((threading.current_thread(), conn))
+
+    def close_ended_threads(self) -> int:
+        """Close the connections of threads that ended (each thread opens
+        its own, and one that ended cannot use it again); the store stays
+        open. Returns how many were closed. ``ToolRuntime.close`` calls it
+        on a store it was given."""
+        with self._entered(), self._registry_lock:
+            return self._close_ended_threads()
+
+    def _close_ended_threads(self) -> int:
+        alive: list[tuple[threading.Thread, sqlite3.Connection]] = []
+        ended: list[tuple[threading.Thread, sqlite3.Connection]] = []
+        for thread, conn in self._connections:
+            (alive if thread.is_alive() else ended).append((thread, conn))
+        for _thread, conn in ended:
+            with suppress(sqlite3.Error):
+                conn.close()
+        self._connections = alive
+        return len(ended)
 
     def _connection(self, operation: str) -> sqlite3.Connection:
         """The calling thread's connection, opened on first use.
@@ -692,19 +714,14 @@ class SQLiteAuditStore:
         statement starts, as ``BEGIN IMMEDIATE`` would, and rolls the
         statement back when it fails). Every sqlite3 error becomes
         ``AuditUnavailable``."""
-        lock = self._memory_lock
-        if lock is not None:
-            lock.acquire()
-        try:
-            conn = self._connection(operation)
-            if conn.in_transaction:  # left over from a failed ROLLBACK: never write inside it
-                conn.execute("ROLLBACK")
-            return conn.execute(statement, parameters)
-        except sqlite3.Error as exc:
-            raise self._unavailable(operation, exc) from exc
-        finally:
-            if lock is not None:
-                lock.release()
+        with self._entered():
+            try:
+                conn = self._connection(operation)
+                if conn.in_transaction:  # left over from a failed ROLLBACK: never write inside it
+                    conn.execute("ROLLBACK")
+                return conn.execute(statement, parameters)
+            except sqlite3.Error as exc:
+                raise self._unavailable(operation, exc) from exc
 
     @contextmanager
     def _transaction(self, operation: str) -> Iterator[sqlite3.Connection]:
@@ -712,42 +729,45 @@ class SQLiteAuditStore:
         normally and rolled back when it raises. A block that decides to
         store nothing may end the transaction itself with ``ROLLBACK``.
         Every sqlite3 error becomes ``AuditUnavailable``."""
-        lock = self._memory_lock
-        if lock is not None:
-            lock.acquire()
-        try:
-            conn = self._connection(operation)
-            if conn.in_transaction:  # left over from a failed ROLLBACK
-                conn.execute("ROLLBACK")
-            conn.execute("BEGIN IMMEDIATE")
+        with self._entered():
             try:
-                yield conn
-                if conn.in_transaction:
-                    conn.execute("COMMIT")
-            except BaseException:
-                with suppress(sqlite3.Error):
+                conn = self._connection(operation)
+                if conn.in_transaction:  # left over from a failed ROLLBACK
                     conn.execute("ROLLBACK")
-                raise
-        except sqlite3.Error as exc:
-            raise self._unavailable(operation, exc) from exc
-        finally:
-            if lock is not None:
-                lock.release()
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                    if conn.in_transaction:
+                        conn.execute("COMMIT")
+                except BaseException:
+                    with suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                raise self._unavailable(operation, exc) from exc
 
     @contextmanager
     def _reading(self, operation: str) -> Iterator[sqlite3.Connection]:
         """The connection for reads, every sqlite3 error turned into
         ``AuditUnavailable``."""
-        lock = self._memory_lock
-        if lock is not None:
-            lock.acquire()
-        try:
-            yield self._connection(operation)
-        except sqlite3.Error as exc:
-            raise self._unavailable(operation, exc) from exc
-        finally:
-            if lock is not None:
-                lock.release()
+        with self._entered():
+            try:
+                yield self._connection(operation)
+            except sqlite3.Error as exc:
+                raise self._unavailable(operation, exc) from exc
+
+    @contextmanager
+    def _entered(self) -> Iterator[None]:
+        """Inside the fork gate (no fork copies SQLite's locks while this
+        thread may hold them: ``pytest_toolguard.forking``), then, for a
+        memory store, holding its one connection."""
+        with FORK_GATE.inside():
+            lock = self._memory_lock
+            if lock is None:
+                yield
+                return
+            with lock:
+                yield
 
     def _migrate(self) -> None:
         with self._reading("open") as conn:
@@ -1057,28 +1077,19 @@ class SQLiteAuditStore:
         """The database as SQLite would write it to one file (for a memory
         store too): what a secret scan reads. ``AuditUnavailable`` when the
         store is closed."""
-        lock = self._memory_lock
-        if lock is not None:
-            lock.acquire()
-        try:
+        with self._entered():
             conn = self._connection("get")
             try:
                 return conn.serialize()
             except sqlite3.Error as exc:
                 raise self._unavailable("get", exc) from exc
-        finally:
-            if lock is not None:
-                lock.release()
 
     def close(self) -> None:
         """Close every connection this store opened, in all threads. Later
         calls raise ``AuditUnavailable``. Idempotent. Call it once no call
         is in flight: a call running meanwhile fails with
         ``AuditUnavailable``."""
-        lock = self._memory_lock
-        if lock is not None:
-            lock.acquire()
-        try:
+        with self._entered():
             with self._registry_lock:
                 self._closed = True
                 connections, self._connections = self._connections, []
@@ -1086,9 +1097,6 @@ class SQLiteAuditStore:
             for _thread, conn in connections:
                 with suppress(sqlite3.Error):
                     conn.close()
-        finally:
-            if lock is not None:
-                lock.release()
 
     def __enter__(self) -> SQLiteAuditStore:
         return self

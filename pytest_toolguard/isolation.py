@@ -28,9 +28,14 @@ writes leaves nothing. The child inherits the workspace's descriptors; the
 result (JSON-like data, or the exception) comes back through a pipe, pickled.
 What the child must report even if it is killed (the rollback journal: what
 each file held before it changed) goes through a ``ChildLog`` instead,
-written before each change. Caveats: POSIX only; the child must not touch
-the audit store; a handler that depends on locks held by other threads at
-fork time may hang until killed.
+written before each change. The fork waits until no thread is inside the
+audit store (``pytest_toolguard.forking``), so a child never inherits
+SQLite's locks held by another thread; a call whose deadline passes while
+the store stays busy is answered TIMEOUT without forking. Caveats: POSIX
+only; the child must not touch the audit store; a handler that depends on
+locks other code of the process held in other threads at the fork (a
+library's own mutexes, a lock of yours) may hang until killed at its
+deadline.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from .errors import ToolguardError
+from .forking import FORK_GATE
 
 if TYPE_CHECKING:  # imported where used: asyncio costs ~15 ms, paid by async callers only
     import asyncio
@@ -112,7 +118,7 @@ class _Worker:
                 job.error = exc
             job.finished = True
             job.signal.release()
-            if self._pool._leave_if_orphaned(self):
+            if self._pool._leave_after_job(self):
                 return
 
 
@@ -130,7 +136,10 @@ class ThreadIsolation:
         self._max_idle = max_idle
         self.cancel_grace = cancel_grace
         self._idle: list[_Worker] = []
+        self._busy: set[_Worker] = set()
+        """Workers running a job within its deadline."""
         self._orphans: list[_Worker] = []
+        self._closed = False
         self._tasks: dict[asyncio.Task[Any], str] = {}
         """Tasks of ``run_async`` still running past their deadline."""
         self._lock = threading.Lock()
@@ -145,10 +154,13 @@ class ThreadIsolation:
             worker = _Worker(self)
         job = _Job(fn)
         worker.label = name
+        with self._lock:
+            self._busy.add(worker)
         worker.jobs.put(job)
         if not job.signal.acquire(timeout=timeout):
             with self._lock:
                 if not job.finished:
+                    self._busy.discard(worker)
                     worker.orphaned = True
                     self._orphans.append(worker)
                     raise HandlerTimeout(timeout)
@@ -203,18 +215,20 @@ class ThreadIsolation:
 
     def _return(self, worker: _Worker) -> None:
         with self._lock:
-            if len(self._idle) < self._max_idle:
+            self._busy.discard(worker)
+            if not self._closed and len(self._idle) < self._max_idle:
                 self._idle.append(worker)
                 return
         worker.jobs.put(None)
 
-    def _leave_if_orphaned(self, worker: _Worker) -> bool:
+    def _leave_after_job(self, worker: _Worker) -> bool:
         # Under the lock, so a deadline that passes just as the job ends
         # either sees the job done or marks the worker before it reads this.
+        # After close() no worker waits for another job.
         with self._lock:
             if worker.orphaned:
                 self._orphans.remove(worker)
-            return worker.orphaned
+            return worker.orphaned or self._closed
 
     def orphans(self) -> list[str]:
         """Labels of handlers still running past their deadline."""
@@ -224,20 +238,24 @@ class ThreadIsolation:
 
     def close(self, join_timeout: float = 5.0) -> list[str]:
         """Stop idle workers and wait up to ``join_timeout`` seconds in all for
-        orphaned handlers to end. Returns the labels of those still alive.
-        A task on the loop running in the calling thread cannot end while
-        this blocks, so it is reported without waiting."""
+        handlers still running to end: orphaned ones, and busy ones still
+        within their deadline (each worker stops once its job ends). Returns
+        the labels of those still alive. A task on the loop running in the
+        calling thread cannot end while this blocks, so it is reported
+        without waiting. Later ``run`` calls still work, each on a worker of
+        its own that stops after the job."""
         with self._lock:
+            self._closed = True
             idle, self._idle = self._idle, []
-            orphans = list(self._orphans)
+            running = list(self._orphans) + list(self._busy)
         for worker in idle:
             worker.jobs.put(None)
         deadline = time.monotonic() + join_timeout
-        for worker in orphans:
+        for worker in running:
             worker.thread.join(max(0.0, deadline - time.monotonic()))
         for worker in idle:
             worker.thread.join(max(0.0, deadline - time.monotonic()))
-        still_alive = [w.label for w in orphans if w.thread.is_alive()]
+        still_alive = [w.label for w in running if w.thread.is_alive()]
         own_loop = _running_loop()
         with self._task_ended:
             while any(not task.done() and task.get_loop() is not own_loop for task in self._tasks):
@@ -306,17 +324,40 @@ class ProcessIsolation:
     """Runs each handler in a forked child, killed with its process group at
     the deadline."""
 
+    def __init__(self) -> None:
+        self._running: dict[int, str] = {}
+        """Children whose caller waits for them (pid -> label), until reaped."""
+        self._changed = threading.Condition()
+
     def run(self, fn: Callable[[], Any], timeout: float, name: str) -> Any:
+        deadline = time.monotonic() + timeout
         read_end, write_end = os.pipe()
-        pid = os.fork()
+        # Forked only while no thread is inside the audit store: a child never
+        # inherits SQLite's locks held (see pytest_toolguard.forking).
+        pid = FORK_GATE.while_closed(os.fork, timeout)
+        if pid is None:  # the store stayed busy past the deadline: nothing ran
+            os.close(read_end)
+            os.close(write_end)
+            raise HandlerTimeout(timeout)
         if pid == 0:  # the child: run, report, and leave without cleanup handlers
             os.close(read_end)
             _child(fn, write_end)
         os.close(write_end)
+        with self._changed:
+            self._running[pid] = name
+        try:
+            return self._wait(pid, read_end, deadline, timeout)
+        finally:
+            with self._changed:
+                del self._running[pid]
+                self._changed.notify_all()
+
+    def _wait(self, pid: int, read_end: int, deadline: float, timeout: float) -> Any:
+        """The child's value (or exception), once it answered and was reaped."""
         with contextlib.suppress(OSError):  # the child may already have done it, or exited
             os.setpgid(pid, pid)
         try:
-            payload = _read_until(read_end, time.monotonic() + timeout)
+            payload = _read_until(read_end, deadline)
         except BaseException:
             _kill_group(pid)  # never leave a child running past a failure here
             raise
@@ -334,7 +375,17 @@ class ProcessIsolation:
         raise value
 
     def close(self, join_timeout: float = 5.0) -> list[str]:
-        return []
+        """Wait up to ``join_timeout`` s for the children other threads are
+        still waiting for (each is killed at its own deadline at the
+        latest), and return the labels of those still running."""
+        end = time.monotonic() + join_timeout
+        with self._changed:
+            while self._running:
+                remaining = end - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._changed.wait(remaining)
+            return list(self._running.values())
 
 
 class ChildLog:

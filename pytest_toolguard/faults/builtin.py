@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .disk import DiskFailureFault, PartialWriteFault
 from .fault import Fault
-from .handler import HandlerExceptionFault, OversizedOutputFault, PartialWriteFault, TimeoutFault
+from .handler import HandlerExceptionFault, OversizedOutputFault, TimeoutFault
+from .inputs import LargeInputFault
 from .network import HttpErrorFault, NetworkErrorFault
-from .paths import PathTraversalFault, SymlinkEscapeFault
+from .paths import PathTraversalFault, SymlinkEscapeFault, SymlinkRaceFault
 from .refusals import (
     CapabilityRevokedFault,
     PlanViolationFault,
@@ -23,23 +25,27 @@ from .refusals import (
     UnknownToolFault,
 )
 from .repeats import DuplicateSubmissionFault, ResponseLostFault
-from .storage import AuditUnavailableFault, SecretInPayloadFault
+from .storage import AuditUnavailableFault, SecretByNameFault, SecretInPayloadFault
 
 BUILTIN_FAULTS: tuple[Fault, ...] = (
     TimeoutFault(),
     SymlinkEscapeFault(),
+    SymlinkRaceFault(),
     PathTraversalFault(),
     DuplicateSubmissionFault(),
     PartialWriteFault(),
+    DiskFailureFault(),
     HandlerExceptionFault(),
     AuditUnavailableFault(),
     OversizedOutputFault(),
+    LargeInputFault(),
     ResponseLostFault(),
     SchemaDriftFault(),
     CapabilityRevokedFault(),
     UnknownToolFault(),
     PlanViolationFault(),
     SecretInPayloadFault(),
+    SecretByNameFault(),
     NetworkErrorFault(),
     HttpErrorFault(),
 )

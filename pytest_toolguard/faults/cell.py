@@ -12,8 +12,19 @@ invariants every cell shares:
   inode, link count, mtime, link target; none added or removed);
 - every call the fault made has exactly one audit row, and it is finished
   (unless the fault said the store was down for it);
-- no handler, and no thread started during the cell, is still running;
-- no result holds a decoy's marker (nothing outside was read).
+- no handler, and no thread started during the cell, is still running
+  (a thread a handler run started and left alive when it answered is
+  found without waiting for it);
+- no handler run resolved a path outside the workspace (``open``, ``stat``,
+  ``listdir``, ``readlink``, ``realpath``: ``harness.accesses``), decoy or
+  not; directories above the root are not outside;
+- no result, message or audit row holds a decoy's marker (nothing outside
+  was read) or a forbidden ``.env`` file's marker (``World.plant_forbidden``
+  puts them in every cell's workspace), or the real value of a secret the
+  test gave (``toolguard_secrets``);
+- each call of the target tool changed only what its declarations allow
+  (``harness.effects``: a READ tool nothing; others only beneath their
+  declared write paths, inside the write roots).
 
 Like replay, a cell grants the recorded approvals again (they follow the
 hooks a fault gives ``make_runtime``, so a plan still blocks first) and
@@ -29,13 +40,15 @@ from __future__ import annotations
 
 import json
 import posixpath
+import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..audit import SQLiteAuditStore
 from ..capabilities import Capabilities
 from ..contract import CallState, ErrorCode, ToolCall, ToolResult
+from ..harness.effects import changed_files, undeclared_changes
 from ..harness.failing_store import FailingStore
 from ..harness.probes import (
     HandlerProbe,
@@ -44,8 +57,14 @@ from ..harness.probes import (
     audit_row_problems,
     outside_changes,
 )
-from ..harness.session import recorded_hooks, session_runtime, with_secrets
-from ..harness.world import DECOY_MARKER, OUTSIDE_DIR, World
+from ..harness.session import (
+    MIN_SECRET_LENGTH,
+    recorded_hooks,
+    secrets_redactor,
+    session_runtime,
+    with_secrets,
+)
+from ..harness.world import DECOY_MARKER, FORBIDDEN_MARKER, OUTSIDE_DIR, World
 from ..hooks import PostToolUse, PreToolUse
 from ..plan import PlanProgress
 from ..registry import ToolRegistry, ToolSpec
@@ -59,7 +78,21 @@ JOIN_SECONDS = 5.0
 """How long a cell waits for a handler that overran its deadline to end."""
 
 THREAD_JOIN_SECONDS = 1.0
-"""How long a cell waits, in all, for threads started during it to end."""
+"""How long a cell waits, in all, for threads started during it (not by a
+handler run: those are found without waiting) to end."""
+
+
+@dataclass(frozen=True, slots=True)
+class CleanRun:
+    """The target's call run with nothing injected (``Cell.clean_run``)."""
+
+    result: ToolResult
+    tree: dict[str, bytes]
+    """The workspace's files it left."""
+    accesses: int
+    """Paths its handler resolved (``harness.accesses``)."""
+    growths: int
+    """Times its handler grew a file."""
 
 
 class Cell:
@@ -116,6 +149,11 @@ class Cell:
         else:
             self.hooks = [start.plan.copy()] if start.plan else []
         self._threads = ThreadWatch()
+        self._flight_lock = threading.Lock()
+        self._in_flight: set[int] = set()
+        self._overlapped: set[int] = set()
+        self._serial_flight = 0
+        self._before: dict[str, bytes] | None = None
         self.runtime = self.make_runtime(audit=start.store.copy() if start else None)
         """The session's runtime."""
 
@@ -125,7 +163,8 @@ class Cell:
         specs = []
         for spec in registry:
             if spec.name == self.target.call.tool_name:
-                self._probe = HandlerProbe(spec.handler)
+                self._probe = HandlerProbe(spec.handler, self.world.accesses)
+                self._probe.on_start = self._handler_starting
                 spec = spec.with_handler(self._probe)
             specs.append(spec)
         return ToolRegistry(specs)
@@ -185,6 +224,7 @@ class Cell:
             approvals=self.approvals,
             capabilities=capabilities,
             timeouts=timeouts,
+            redactor=secrets_redactor(self.secrets),
         )
         self._runtimes.append((runtime, store, switch))
         return runtime
@@ -215,6 +255,7 @@ class Cell:
         self._playing(self.target.index)
         if self._probe is not None:
             self._probe.reset()
+        self.world.accesses.reset()
 
     def _playing(self, index: int) -> None:
         if self.http is not None:
@@ -241,14 +282,73 @@ class Cell:
             fields["arguments"] = arguments
         return with_secrets(replace(call, **fields), self.secrets)
 
-    def execute(self, call: ToolCall, runtime: ToolRuntime | None = None) -> ToolResult:
+    def execute(
+        self, call: ToolCall, runtime: ToolRuntime | None = None, *, judge_effects: bool = True
+    ) -> ToolResult:
         """Run ``call`` through ``runtime`` (default: the session's) and keep
         it for the audit invariant."""
         runtime = runtime or self.runtime
         self._calls.append((self.store_of(runtime), call.call_id))
-        result = runtime.execute(call)
+        token = self._entering()
+        self._before = None  # taken as the handler starts (a refused call costs nothing)
+        try:
+            result = runtime.execute(call)
+        finally:
+            alone = self._leaving(token)
         self._results.append(result)
+        # Calls made at once (duplicate_submission's burst) see each other's
+        # temporary files: only a call that ran alone is judged.
+        before = self._before
+        if judge_effects and alone and before is not None:
+            self._check_declared(call, runtime, before)
         return result
+
+    def _handler_starting(self) -> None:
+        if self._before is None:
+            self._before = self.tree()
+
+    def _entering(self) -> int:
+        with self._flight_lock:
+            self._serial_flight += 1
+            token = self._serial_flight
+            if self._in_flight:
+                self._overlapped.update(self._in_flight, {token})
+            self._in_flight.add(token)
+            return token
+
+    def _leaving(self, token: int) -> bool:
+        with self._flight_lock:
+            self._in_flight.discard(token)
+            overlapped = token in self._overlapped
+            self._overlapped.discard(token)
+            return not overlapped
+
+    def _check_declared(
+        self, call: ToolCall, runtime: ToolRuntime, before: Mapping[str, bytes]
+    ) -> None:
+        """The call changed only what its tool's declarations allow."""
+        spec = self.registry.get(call.tool_name)
+        if spec is None:
+            return
+        changed = changed_files(before, self.tree())
+        for problem in undeclared_changes(
+            spec,
+            call.arguments,
+            runtime.variables,
+            runtime.capabilities.write_roots,
+            changed,
+            self.world.resolve_inside,
+        ):
+            self.problems.append(f"{call.call_id}: {problem}")
+
+    def handler_outputs(self) -> list[Any]:
+        """What the target's handler returned, run by run (before the
+        runtime judged or cut it)."""
+        return list(self._probe.current.outputs) if self._probe else []
+
+    def audit_rows(self) -> list[Any]:
+        """Every audit row of every runtime this cell made, so far."""
+        return [row for _runtime, store, _switch in self._runtimes for row in store.rows()]
 
     def store_of(self, runtime: ToolRuntime) -> SQLiteAuditStore:
         """The audit store of a runtime this cell made."""
@@ -317,6 +417,47 @@ class Cell:
         """Every regular file under the workspace, by relative path."""
         return self.world.tree()
 
+    def clean_run(self) -> CleanRun:
+        """The target's call once with nothing injected, through a runtime
+        of its own (no plan), then the workspace put back as it was: what
+        it answered, the files it left, how many filesystem accesses and
+        growths its handler made. What a call under a fault that answers
+        OK must leave too."""
+        saved = self.world.save_workspace()
+        log = self.world.accesses
+        accesses, growths = log.count, log.growths
+        result = self.execute(self.call(), self.make_runtime(hooks=[]))
+        clean = CleanRun(result, self.tree(), log.count - accesses, log.growths - growths)
+        self.world.restore_workspace(saved)
+        return clean
+
+    def check_complete(self, clean: CleanRun, why: str) -> None:
+        """The workspace holds what ``clean`` left."""
+        after = self.tree()
+        differ = sorted(
+            path for path in set(clean.tree) | set(after) if clean.tree.get(path) != after.get(path)
+        )
+        self.check(
+            not differ,
+            f"{why}, but the files differ from a run with nothing injected: "
+            + ", ".join(differ[:5]),
+        )
+
+    def check_old_or_new(self, before: Mapping[str, bytes], clean: CleanRun, why: str) -> None:
+        """Every file holds its content from ``before`` or from ``clean``:
+        none torn or doubled, no other file (a temporary one) left."""
+        after = self.tree()
+        bad = sorted(
+            path
+            for path in set(before) | set(clean.tree) | set(after)
+            if after.get(path) not in (before.get(path), clean.tree.get(path))
+        )
+        self.check(
+            not bad,
+            f"{why}: files neither old nor new (torn, doubled or left behind): "
+            + ", ".join(bad[:5]),
+        )
+
     def check_refused(self, before: Mapping[str, bytes], why: str) -> None:
         """A refused call's oracle: the handler never ran (``handler_calls``
         is 0) and the workspace holds exactly ``before``."""
@@ -342,19 +483,50 @@ class Cell:
             self.http.close()
         # After the runtimes are closed their own workers have ended: a
         # thread still alive was started by a handler.
+        left_by_handler = self._probe.leftover_threads() if self._probe else []
+        self.check(
+            not left_by_handler,
+            f"the handler answered with threads it started still running: "
+            f"{', '.join(left_by_handler)}",
+        )
         left = self._threads.leftover(THREAD_JOIN_SECONDS)
         self.check(not left, f"threads started during the cell still running: {', '.join(left)}")
+        self._check_accesses()
+        needles = self._needles()
         for result in self._results:
             shown = json.dumps([result.data, result.message], default=str)
-            self.check(
-                DECOY_MARKER not in shown,
-                f"{result.call_id}: the result holds a file from outside the workspace",
-            )
+            for needle, what in needles:
+                self.check(needle not in shown, f"{result.call_id}: the result holds {what}")
         for store in {id(store): store for _runtime, store, _switch in self._runtimes}.values():
             calls = [call_id for call_store, call_id in self._calls if call_store is store]
             for problem in audit_row_problems(store.rows(), calls, may_lack_row=self._unaudited):
                 self.problems.append(problem)
+            stored = store.serialize()
+            for needle, what in needles:
+                self.check(needle.encode() not in stored, f"the audit database holds {what}")
             store.close()
+
+    def _needles(self) -> list[tuple[str, str]]:
+        """What no result, message or audit row may hold, and what it is."""
+        needles = [
+            (DECOY_MARKER, "a file from outside the workspace"),
+            (FORBIDDEN_MARKER, "a forbidden .env file's content"),
+        ]
+        for keyword, value in (self.secrets or {}).items():
+            if len(value) >= MIN_SECRET_LENGTH:
+                needles.append((value, f"the real value of the secret {keyword!r}"))
+        return needles
+
+    def _check_accesses(self) -> None:
+        """No handler run resolved a path outside the workspace."""
+        outside = self.world.accesses.outside(self.root)
+        paths = sorted({access.path for access in outside})
+        self.check(
+            not paths,
+            "the handler accessed outside the workspace: "
+            + ", ".join(paths[:5])
+            + (f" and {len(paths) - 5} more" if len(paths) > 5 else ""),
+        )
 
     def check_outside(self) -> None:
         """Nothing outside the workspace changed since ``outside_planted``."""

@@ -1,6 +1,6 @@
 """Faults in what a handler meets while it runs: its deadline passing
-(``timeout``), it raising (``handler_exception``), the disk filling up
-(``partial_write``), its output over the result limit (``oversized_output``)."""
+(``timeout``), it raising (``handler_exception``), its output over the
+result limit (``oversized_output``). The disk's faults are in ``disk``."""
 
 from __future__ import annotations
 
@@ -11,11 +11,9 @@ from typing import Any
 
 from ..contract import CallState, ErrorCode
 from ..errors import ToolguardError
-from ..jsondata import strings_of
 from ..runtime import PREVIEW_LIMIT
 from .cell import JOIN_SECONDS, Cell
-from .fault import AfterSuccess, Fault
-from .target import Target
+from .fault import AfterSuccess
 
 TIMEOUT_SECONDS = 0.005
 """The deadline the ``timeout`` fault gives the call. Deterministic however
@@ -58,39 +56,6 @@ class TimeoutFault(AfterSuccess):
         cell.expect(result, ErrorCode.TIMEOUT, state=CallState.TIMED_OUT, retryable=True)
         cell.settle(runtime)
         cell.check_unchanged(before, "the call timed out")
-
-
-class PartialWriteFault(Fault):
-    name = "partial_write"
-    applies_to = "successful calls of tools that write"
-    injection = "the fake disk has one byte free when the call starts (ENOSPC mid-write)"
-    expected = (
-        "EXECUTION_ERROR, state FAILED; every file holds its old content (no torn file, "
-        "no temporary file left)"
-    )
-
-    def applies(self, target: Target) -> bool:
-        return target.handler_can_run and target.writes and bool(strings_of(target.arguments))
-
-    def inject(self, cell: Cell) -> None:
-        before = cell.tree()
-        cell.fs.set_disk_usage(_PLENTY)  # pyfakefs counts usage once a size is set
-        _total, used, _free = cell.fs.get_disk_usage()
-        # One byte to spare: a write that first truncates (and so frees) the
-        # old content tears as soon as the new content is longer than it.
-        cell.fs.set_disk_usage(used + 1)
-        try:
-            result = cell.execute(cell.call())
-        finally:
-            cell.fs.set_disk_usage(_PLENTY)
-        if result.ok:
-            # It fit: nothing was interrupted, so nothing to judge.
-            return
-        cell.expect(result, ErrorCode.EXECUTION_ERROR, state=CallState.FAILED)
-        cell.check_unchanged(before, "the write was interrupted")
-
-
-_PLENTY = 1 << 40
 
 
 class HandlerExceptionFault(AfterSuccess):

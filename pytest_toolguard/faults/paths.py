@@ -1,5 +1,6 @@
 """Faults in the paths a call names: a component swapped for a symlink to
-outside (``symlink_escape``), escaping payloads in every path argument
+outside (``symlink_escape``), and swapped between two of the handler's own
+operations (``symlink_race``), escaping payloads in every path argument
 (``path_traversal``)."""
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from ..harness.world import DECOY_MARKER
 from .cell import Cell
 from .fault import Fault
 from .target import Target
+
+MAX_SWAPS = 12
+"""At most this many k for the swap between a handler's operations."""
 
 _REFUSED = (
     ErrorCode.PATH_OUTSIDE_WORKSPACE,
@@ -67,6 +71,53 @@ class SymlinkEscapeFault(Fault):
                 result.code in _REFUSED or result.code is ErrorCode.EXECUTION_ERROR,
                 f"{when}: expected a refusal, got {result.code.value}",
             )
+
+
+class SymlinkRaceFault(Fault):
+    name = "symlink_race"
+    applies_to = "successful calls of tools that write, with a path argument inside the workspace"
+    injection = (
+        "the path's first component swapped for a symlink to a decoy directory outside right "
+        "after the handler's k-th filesystem operation (its own stat, exists, realpath or "
+        f"islink), for each k of a clean run's (at most {MAX_SWAPS})"
+    )
+    expected = (
+        "refused or done inside: nothing outside opened or changed (a handler's own "
+        "check-then-open race)"
+    )
+
+    def applies(self, target: Target) -> bool:
+        return target.handler_can_run and target.writes and bool(_link_points(target))
+
+    def inject(self, cell: Cell) -> None:
+        decoys = {first: _plant_mirror(cell, first) for first in _link_points(cell.target)}
+        cell.outside_planted()
+        clean = cell.clean_run()
+        log = cell.world.accesses
+        saved = cell.world.save_workspace()
+        runtime = cell.make_runtime(hooks=[])  # the plan has moved on by now
+        for first, decoy in decoys.items():
+            for k in range(1, min(clean.accesses, MAX_SWAPS) + 1):
+                cell.world.restore_workspace(saved)
+                swap = _Swapped(cell, first, decoy)
+                at = log.count + k
+
+                def swap_after(index: int, _path: str, at: int = at, swap: _Swapped = swap) -> None:
+                    if index == at:
+                        swap.__enter__()
+
+                log.after_access = swap_after
+                try:
+                    # The swap changes the tree: not the call's doing.
+                    result = cell.execute(cell.call(), runtime, judge_effects=False)
+                finally:
+                    log.after_access = None
+                    if os.path.islink(swap.path) or swap.moved:
+                        swap.__exit__()
+                SymlinkEscapeFault._refused(
+                    cell, result, f"{first} became a symlink to outside after operation {k}"
+                )
+        cell.world.restore_workspace(saved)
 
 
 def _swapping_first(
@@ -144,55 +195,90 @@ class _Swapped:
         self.aside = posixpath.join(cell.root, f"{first}.toolguard-aside")
         self.decoy = decoy
         self.fs = cell.fs
+        self.accesses = cell.world.accesses
         self.moved = False
 
     def __enter__(self) -> None:
-        if os.path.lexists(self.path):
-            os.rename(self.path, self.aside)
-            self.moved = True
-        os.symlink(self.decoy, self.path)
+        with self.accesses.quiet():  # the harness's doing, not the handler's
+            if os.path.lexists(self.path):
+                os.rename(self.path, self.aside)
+                self.moved = True
+            os.symlink(self.decoy, self.path)
 
     def __exit__(self, *exc: object) -> None:
-        if os.path.islink(self.path):
-            os.unlink(self.path)
-        elif os.path.lexists(self.path):  # the tool replaced the link: keep the evidence
-            return
-        if self.moved:
-            os.rename(self.aside, self.path)
+        with self.accesses.quiet():
+            if os.path.islink(self.path):
+                os.unlink(self.path)
+            elif os.path.lexists(self.path):  # the tool replaced the link: keep the evidence
+                return
+            if self.moved:
+                os.rename(self.aside, self.path)
 
 
 # -- path_traversal --------------------------------------------------------------------
 
+_CLIMB = "{up}"
+"""Stands for as many ``..`` as it takes to climb past the root and then
+some (``traversal_payloads(root)``), in the payload's own spelling."""
+
 _PAYLOADS = (
-    "../../../../../../etc/passwd",
+    "{up}etc/passwd",
     "/etc/passwd",
     "..",
     "../",
     "../toolguard-outside/secret.txt",
     "./../toolguard-outside/secret.txt",
     "a/../../toolguard-outside/secret.txt",
-    "..%2f..%2f..%2f..%2fetc%2fpasswd",
-    "%2e%2e/%2e%2e/%2e%2e/%2e%2e/etc/passwd",
-    "%252e%252e%252f%252e%252e%252fetc%252fpasswd",
-    "....//....//....//etc/passwd",
-    "..\\..\\..\\..\\etc\\passwd",
-    "\u2025/\u2025/\u2025/\u2025/etc/passwd",
-    "..%c0%af..%c0%af..%c0%afetc/passwd",
+    "../{name}2/keep.txt",
+    "../{name}-old/keep.txt",
+    "{root}2/keep.txt",
+    "{up:..%2f}etc%2fpasswd",
+    "{up:%2e%2e/}etc/passwd",
+    "{up:%252e%252e%252f}etc%252fpasswd",
+    "{up:....//}etc/passwd",
+    "{up:..\\}etc\\passwd",
+    "{up:\u2025/}etc/passwd",
+    "{up:..%c0%af}etc/passwd",
     "//etc/passwd",
     "/./etc/./passwd",
     "etc/passwd\x00.txt",
     "~/.ssh/id_rsa",
+    "~/.aws/credentials",
+    "~root/.ssh/id_rsa",
+    "$HOME/.ssh/id_rsa",
+    "${HOME}/.aws/credentials",
+    "%HOME%/.ssh/id_rsa",
+    "/tmp/toolguard-decoy.txt",
 )
 """Raw payloads in the styles of the traversal corpus (tests/corpora):
 dot-dot, absolute, encoded once and twice, overlong UTF-8, backslashes, a
-Unicode two-dot leader, a NUL. Each is also sent decoded."""
+Unicode two-dot leader, a NUL, siblings sharing the root's prefix, the
+home directory as ``~`` and ``$HOME`` spell it, ``/tmp``. ``{up}`` (or
+``{up:STEP}``: that step repeated) climbs past the root whatever its
+depth; ``{root}`` is the root, ``{name}`` its last component. Each is
+also sent decoded."""
+
+_DEFAULT_ROOT = "/a/b/c/d"
 
 
-def traversal_payloads() -> tuple[str, ...]:
-    """Every payload, raw and decoded (URL-unquoted up to three times,
-    NFKC-normalised, backslashes made slashes), without repeats."""
+def _expand(payload: str, root: str) -> str:
+    root = root.rstrip("/") or "/"
+    climbs = root.count("/") + 2  # past "/" and then some: "/.." is "/"
+    text = payload.replace("{root}", root).replace("{name}", posixpath.basename(root))
+    while "{up" in text:
+        start = text.index("{up")
+        end = text.index("}", start)
+        step = text[start + 4 : end] if text[start + 3] == ":" else "../"
+        text = text[:start] + step * climbs + text[end + 1 :]
+    return text
+
+
+def traversal_payloads(root: str = _DEFAULT_ROOT) -> tuple[str, ...]:
+    """Every payload for a workspace at ``root``, raw and decoded
+    (URL-unquoted up to three times, NFKC-normalised, backslashes made
+    slashes), without repeats."""
     seen: dict[str, None] = {}
-    for raw in _PAYLOADS:
+    for raw in (_expand(payload, root) for payload in _PAYLOADS):
         seen[raw] = None
         value = raw
         for _ in range(3):
@@ -225,7 +311,8 @@ class PathTraversalFault(Fault):
     applies_to = "calls with a path argument"
     injection = (
         f"each path argument replaced by {len(traversal_payloads())} payloads "
-        "(traversal corpus styles, raw and decoded)"
+        "(traversal corpus styles, raw and decoded; dot-dots climbing past the root "
+        "whatever its depth; siblings sharing the root's prefix; ~, $HOME and /tmp)"
     )
     expected = (
         "every escaping path refused (in a declared path argument); nothing outside read or changed"
@@ -238,7 +325,7 @@ class PathTraversalFault(Fault):
         arguments = cell.target.arguments or {}
         declared = cell.target.declared_path_arguments
         for name in cell.target.path_arguments:
-            for payload in traversal_payloads():
+            for payload in traversal_payloads(cell.root):
                 result = cell.execute(cell.call({**arguments, name: payload}))
                 # An argument only named like a path may not be one (a
                 # language's "source"): there, the decoy and outside checks judge.

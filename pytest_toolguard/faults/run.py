@@ -75,6 +75,7 @@ def _run(
                 if index and prefixes is not None:
                     prefixes.put(cassette, index, registry, secrets, cell.saved())
             cell.at_target()
+            world.plant_forbidden()
             world.plant(beside_the_workspace(world.root))
             cell.outside_planted()
             fault.inject(cell)

@@ -1,11 +1,13 @@
 """Faults in what is stored: the audit store failing (``audit_unavailable``),
 a secret that must never reach the audit database or a cassette
-(``secret_in_payload``)."""
+(``secret_in_payload``), a secret known only by its argument's name that
+must reach nothing at all (``secret_by_name``)."""
 
 from __future__ import annotations
 
 import base64
 import inspect
+import json
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -13,6 +15,7 @@ from urllib.parse import quote
 
 from ..contract import ErrorCode
 from ..jsondata import strings_of
+from ..redaction import Redactor
 from ..replay.cassette import dumps
 from ..replay.recorder import Recorder
 from .cell import Cell
@@ -131,3 +134,55 @@ def secret_forms(secret: str) -> list[tuple[str, bytes]]:
         start = -(-pad * 4 // 3) + 1
         forms.append((f"base64/{pad}", encoded[start : start + (len(raw) * 4 // 3) - 4]))
     return forms
+
+
+SHAPELESS_SECRET = "plain-Hunter2-toolguard-7c1e"
+"""A secret no pattern knows: secret only by the name of its argument."""
+
+_NAMES = Redactor()
+
+
+def secret_arguments(arguments: Mapping[str, Any] | None) -> list[str]:
+    """Top-level string arguments whose name says they are secret (as the
+    redactor reads keys: ``password``, ``secret_key``, ``api_key``, ...)."""
+    return [
+        name
+        for name, value in (arguments or {}).items()
+        if isinstance(value, str) and _NAMES.sensitive_keyword(name) is not None
+    ]
+
+
+class SecretByNameFault(Fault):
+    name = "secret_by_name"
+    applies_to = "successful calls with an argument named like a secret (password, api_key, ...)"
+    injection = (
+        "each such argument set to a value of no recognisable shape; the call recorded "
+        "into a cassette"
+    )
+    expected = (
+        "the value (raw, base64, hex or URL-encoded) in no result, message, audit row or cassette"
+    )
+
+    def applies(self, target: Target) -> bool:
+        return target.handler_can_run and bool(secret_arguments(target.arguments))
+
+    def inject(self, cell: Cell) -> None:
+        arguments = dict(cell.target.arguments or {})
+        for name in secret_arguments(arguments):
+            arguments[name] = SHAPELESS_SECRET
+        runtime = cell.make_runtime()
+        recorder = Recorder(runtime, name="secret_by_name", record_http=False)
+        recorder.start()
+        result = cell.execute(cell.call(arguments), runtime)
+        recorder.stop()
+        shown = json.dumps([result.data, result.message], ensure_ascii=False, default=str)
+        stored = {
+            "the result": shown.encode(),
+            "the audit database": cell.store_of(runtime).serialize(),
+            "the recorded cassette": dumps(recorder.cassette()).encode(),
+        }
+        for where, data in stored.items():
+            for form, needle in secret_forms(SHAPELESS_SECRET):
+                cell.check(
+                    needle not in data, f"the secret argument's value ({form}) is in {where}"
+                )

@@ -14,10 +14,14 @@ from hypothesis.errors import NoSuchExample, Unsatisfiable
 from hypothesis.strategies import SearchStrategy
 
 from ..jsondata import MAX_JSON_DEPTH, MAX_JSON_INTEGER
+from ..redaction import Redactor
 from ..registry import PATH_ARGUMENT, ToolSpec
 from ..schema import SchemaValidator
 from .call import is_json
-from .world import PATH_PROBES
+from .world import EXISTING_FILE, PATH_PROBES, SECRET_VALUE
+
+_NAMES = Redactor()
+"""Reads argument names as the redactor reads keys."""
 
 HEALTH_CHECKS = [
     HealthCheck.too_slow,
@@ -142,8 +146,14 @@ def explicit_examples(
     probes: Mapping[str, list[str]],
     validator: SchemaValidator,
 ) -> tuple[dict[str, Any], ...]:
-    """The simplest valid arguments with each path argument set to each probe."""
-    if not probes:
+    """The simplest valid arguments with each path argument set to each
+    probe, the other path arguments set to a file that exists
+    (``EXISTING_FILE``, where their schemas accept it: so the handler gets
+    as far as the probed one), and arguments named like a secret to
+    ``SECRET_VALUE``; then those arguments as they are with the secret
+    arguments so set."""
+    secret_names = _secret_names(validator)
+    if not probes and not secret_names:
         return ()
     try:
         base: dict[str, Any] = find(
@@ -160,10 +170,37 @@ def explicit_examples(
         )
     except (NoSuchExample, Unsatisfiable):
         return ()
-    found: list[dict[str, Any]] = []
+    base = _with_secrets(base, secret_names, validator)
+    filled = dict(base)
+    for name in probes:
+        if validator.is_valid({**filled, name: EXISTING_FILE}):
+            filled[name] = EXISTING_FILE
+    found: list[dict[str, Any]] = [base] if secret_names else []
     for name, values in probes.items():
         for probe in values:
-            arguments = {**base, name: probe}
-            if arguments not in found and validator.is_valid(arguments):
-                found.append(arguments)
+            for start in (filled, base):
+                arguments = {**start, name: probe}
+                if arguments not in found and validator.is_valid(arguments):
+                    found.append(arguments)
     return tuple(found)
+
+
+def _secret_names(validator: SchemaValidator) -> list[str]:
+    """Top-level properties of the schema named like a secret."""
+    schema = validator.schema
+    properties = schema.get("properties", {}) if isinstance(schema, Mapping) else {}
+    if not isinstance(properties, Mapping):
+        return []
+    return [name for name in properties if _NAMES.sensitive_keyword(name) is not None]
+
+
+def _with_secrets(
+    arguments: dict[str, Any], names: list[str], validator: SchemaValidator
+) -> dict[str, Any]:
+    """``arguments`` with each secret-named argument set to ``SECRET_VALUE``
+    where the schema accepts it."""
+    for name in names:
+        candidate = {**arguments, name: SECRET_VALUE}
+        if validator.is_valid(candidate):
+            arguments = candidate
+    return arguments

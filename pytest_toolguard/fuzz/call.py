@@ -14,6 +14,7 @@ from typing import Any
 from ..audit import AuditRecord, SQLiteAuditStore
 from ..capabilities import Capabilities
 from ..contract import ErrorCode, ToolCall, ToolResult
+from ..harness.effects import changed_files, undeclared_changes
 from ..harness.fake_filesystem import FakeWorld
 from ..harness.probes import (
     HandlerProbe,
@@ -22,13 +23,20 @@ from ..harness.probes import (
     holds_marker,
     outside_changes,
 )
-from ..harness.world import DECOY_MARKER, World
+from ..harness.world import DECOY_MARKER, FORBIDDEN_MARKER, World
 from ..hooks import Approver
+from ..redaction import Redactor
 from ..registry import ToolRegistry, ToolSpec
 from ..runtime import ToolRuntime
 from ..sandbox import CallCancelled
 from .report import Problem
 from .world import FUZZ_DECOYS, FUZZ_WORKSPACE, RUN_ID, WORKSPACE_ROOT
+
+MIN_SECRET_LENGTH = 8
+"""A secret-named argument's value shorter than this is not looked for
+(generated values like ``"0"`` are in any text)."""
+
+_NAMES = Redactor()
 
 DEADLINE_SECONDS = 1.0
 """The deadline each fuzzed call gets unless ``timeout_seconds`` says
@@ -117,7 +125,10 @@ class CallChecker:
         try:
             with World(FUZZ_WORKSPACE, fake_world=self.fake_world) as world:
                 world.plant(FUZZ_DECOYS)
+                world.plant_forbidden()
                 before = world.outside()
+                inside_before = world.tree()
+                self._probe.accesses = world.accesses
                 runtime = ToolRuntime(
                     self.registry,
                     WORKSPACE_ROOT,
@@ -149,8 +160,23 @@ class CallChecker:
                             "filesystem is gone",
                         )
                     )
+                self._probe.accesses = None
                 changed = outside_changes(before, world.outside()).describe(LISTED)
+                outside_paths = sorted({a.path for a in world.accesses.outside(WORKSPACE_ROOT)})
+                undeclared = (
+                    undeclared_changes(
+                        self.spec,
+                        arguments,
+                        self.variables,
+                        self.capabilities.write_roots,
+                        changed_files(inside_before, world.tree()),
+                        world.resolve_inside,
+                    )
+                    if runs.calls
+                    else []
+                )
             rows = store.rows()
+            audit_text = "\n".join(repr(row) for row in rows)
         finally:
             store.close()
         if result is not None:
@@ -165,6 +191,29 @@ class CallChecker:
                         f"the result holds a file from outside the workspace; {_answered(result)}",
                     )
                 )
+        if result is not None and holds_marker(FORBIDDEN_MARKER, [result], *runs.outputs):
+            problems.append(
+                (
+                    Problem.FORBIDDEN_READ,
+                    f"the result holds a forbidden .env file; {_answered(result)}",
+                )
+            )
+        if outside_paths:
+            shown = ", ".join(outside_paths[:LISTED])
+            problems.append((Problem.OUTSIDE_ACCESS, f"the handler accessed {shown}"))
+        if undeclared:
+            problems.append((Problem.UNDECLARED_CHANGE, "; ".join(undeclared[:LISTED])))
+        left = runs.leftover_threads()
+        if left:
+            problems.append(
+                (
+                    Problem.THREAD_LEFT,
+                    f"the handler answered with threads running: {', '.join(left)}",
+                )
+            )
+        leaked = _leaked_secrets(arguments, result, audit_text)
+        if leaked:
+            problems.append((Problem.SECRET_LEAKED, leaked))
         if changed:
             where = f"outside the workspace {WORKSPACE_ROOT}"
             problems.append((Problem.OUTSIDE_CHANGED, f"{changed}, {where}"))
@@ -222,6 +271,21 @@ class CallChecker:
                     (Problem.OUTPUT_UNCHECKED, f"answered OK, but {short('; '.join(errors))}")
                 )
         return problems
+
+
+def _leaked_secrets(arguments: Mapping[str, Any], result: ToolResult | None, audit: str) -> str:
+    """Where the value of a secret-named argument shows ('' nowhere)."""
+    found = []
+    for name, value in arguments.items():
+        if not isinstance(value, str) or len(value) < MIN_SECRET_LENGTH:
+            continue
+        if _NAMES.sensitive_keyword(name) is None:
+            continue
+        if result is not None and holds_marker(value, [result]):
+            found.append(f"{name}'s value is in the result")
+        if value in audit:
+            found.append(f"{name}'s value is in the audit row")
+    return "; ".join(found)
 
 
 def _answered(result: ToolResult) -> str:

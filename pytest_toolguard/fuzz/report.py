@@ -27,6 +27,22 @@ class Problem(str, enum.Enum):
     OUTSIDE_READ = "outside-read"
     """The result or the handler's output holds the content of a decoy
     outside the workspace (``harness.world.DECOY_MARKER``): the tool read outside."""
+    OUTSIDE_ACCESS = "outside-access"
+    """The handler resolved a path outside the workspace (``open``, ``stat``,
+    ``listdir``, ``readlink``, ``realpath``: ``harness.accesses``), whatever
+    it found there."""
+    FORBIDDEN_READ = "forbidden-read"
+    """The result or the handler's output holds a forbidden ``.env`` file's
+    content (``harness.world.FORBIDDEN_MARKER``)."""
+    UNDECLARED_CHANGE = "undeclared-change"
+    """The call changed a file its tool's declarations do not allow
+    (``harness.effects``: a READ tool anything; another tool a file beneath
+    no declared write path)."""
+    SECRET_LEAKED = "secret-leaked"
+    """The value of an argument named like a secret (``password``,
+    ``api_key``, ...) is in the result, its message or the audit row."""
+    THREAD_LEFT = "thread-left"
+    """The handler answered with a thread it started still running."""
     AUDIT_ROWS = "audit-rows"
     """Not exactly one finished audit row with the result's code."""
     OUTPUT_INVALID = "output-invalid"

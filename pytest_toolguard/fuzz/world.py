@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..harness.world import DECOY_MARKER, Decoys
+from ..harness.world import DECOY_MARKER, Decoys, where_checks_go_wrong
 from ..replay.cassette import WorkspaceState
 
 FUZZ_ROOT = "/toolguard-fuzz"
@@ -40,8 +40,11 @@ OUTSIDE_FILES: Mapping[str, bytes] = {
 """Decoys outside the workspace; the "outside changed" check covers every
 other path of the fake filesystem too."""
 
-FUZZ_DECOYS = Decoys(OUTSIDE_FILES)
-"""``OUTSIDE_FILES`` as the world plants them."""
+FUZZ_DECOYS = Decoys({**where_checks_go_wrong(WORKSPACE_ROOT).files, **OUTSIDE_FILES})
+"""``OUTSIDE_FILES`` and ``harness.world.where_checks_go_wrong``'s decoys
+(``<root>-old/``, ``$HOME``'s dotfiles, ``/tmp``), as the world plants
+them; every example's workspace gets the forbidden ``.env`` files too
+(``World.plant_forbidden``)."""
 
 FUZZ_WORKSPACE = WorkspaceState(
     root=WORKSPACE_ROOT, files=WORKSPACE_FILES, symlinks=WORKSPACE_SYMLINKS
@@ -68,8 +71,22 @@ PATH_PROBES: tuple[str, ...] = (
     "..\\escape.txt",
     "../../../../etc/passwd",
     "/etc/passwd",
+    "../workspace-old/keep.txt",
+    "~/.ssh/id_rsa",
+    "$HOME/.aws/credentials",
+    "/tmp/toolguard-decoy.txt",
     ".env",
     "sub/.env",
+    ".ENV",
+    "sub/.Env",
 )
 """Strings tried in path-like arguments: workspace files first, then
 escapes (shrinking prefers earlier probes, so a failure names the simplest)."""
+
+EXISTING_FILE = "notes.txt"
+"""What the other path arguments hold while one is probed: a file that
+exists, so the handler gets as far as the probed argument."""
+
+SECRET_VALUE = "plain-Hunter2-fuzz-9b4d"
+"""What arguments named like a secret hold in the explicit examples: a
+value of no recognisable shape, looked for in the result and the audit row."""

@@ -25,7 +25,7 @@ import stat
 import sys
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -79,6 +79,15 @@ def fill_workspace(fs: FakeFilesystem, state: WorkspaceState) -> None:
         builder.file(path, content)
     for link, target in state.symlinks.items():
         fs.create_symlink(join_path(state.root, link), target)
+
+
+def plant_files(fs: FakeFilesystem, files: Mapping[str, bytes]) -> None:
+    """Create each absolute path of ``files`` that is not there yet (and
+    its parents), as ``fill_workspace`` creates a workspace's files."""
+    builder = _Builder(fs)
+    for path, content in files.items():
+        if not (builder._fast and builder.make(path, content)) and not fs.exists(path):
+            fs.create_file(path, contents=content)
 
 
 def reset_filesystem(fs: FakeFilesystem) -> None:

@@ -1,7 +1,9 @@
 """What the oracles of replay, fault cells and the fuzzer look at.
 
 - ``HandlerProbe`` wraps a tool's handler: how often it ran, and for each
-  call what its runs did (finished, raised, returned);
+  call what its runs did (finished, raised, returned, the threads they
+  left running), opening an ``AccessLog``'s window while each run lasts;
+  ``probing(registry)`` wraps every tool of a registry;
 - ``snapshot_outside`` / ``outside_changes``: every entry of the fake
   filesystem outside the workspace (kind and mode; a file's inode, link
   count, mtime and bytes; a link's target), and what changed between two
@@ -25,8 +27,14 @@ from typing import Any
 
 from ..audit import AuditRecord
 from ..contract import ToolResult
+from ..registry import ToolRegistry
+from .accesses import AccessLog
 
 # -- handler runs ------------------------------------------------------------------
+
+
+POOL_WORKERS = ("AnyIO worker thread", "ThreadPoolExecutor-", "asyncio_")
+"""Name prefixes of thread pools' workers, which outlive a task by design."""
 
 
 @dataclass
@@ -38,6 +46,19 @@ class HandlerRuns:
     finished: int = 0
     raised: BaseException | None = None
     outputs: list[Any] = field(default_factory=list)
+    threads: list[threading.Thread] = field(default_factory=list)
+    """Threads a run started that were alive when it ended."""
+
+    def leftover_threads(self) -> list[str]:
+        """The names of ``threads`` still alive now (no waiting: a handler
+        that answered has no business still running work), but a thread
+        pool's workers (``POOL_WORKERS``: AnyIO's, ``concurrent.futures``',
+        asyncio's), which a library keeps idle for its next task."""
+        return sorted(
+            thread.name
+            for thread in self.threads
+            if thread.is_alive() and not thread.name.startswith(POOL_WORKERS)
+        )
 
 
 class HandlerProbe:
@@ -52,17 +73,30 @@ class HandlerProbe:
     awaitable, gives) when its body starts; an awaitable closed unstarted
     (the deadline passed first) never ran. It ends when its value is there."""
 
-    def __init__(self, handler: Callable[..., Any]) -> None:
+    def __init__(self, handler: Callable[..., Any], accesses: AccessLog | None = None) -> None:
         self.handler = handler
+        self.accesses = accesses
+        """The ``AccessLog`` whose window each run opens (None: none)."""
+        self.on_start: Callable[[], None] | None = None
+        """Called as each run starts, before the handler (quietly)."""
         self.calls = 0
         """Runs since the probe was made (or ``reset``)."""
         self.current = HandlerRuns()
+        self.every_call: list[HandlerRuns] = []
+        """Every call's record, in order (``start_call`` adds one)."""
         self._lock = threading.Lock()
+        self._alive_at_start: dict[int, set[threading.Thread]] = {}
 
     def start_call(self) -> HandlerRuns:
         """A new record for the next call's runs."""
         self.current = HandlerRuns()
+        self.every_call.append(self.current)
         return self.current
+
+    def leftover_threads(self) -> list[str]:
+        """Threads any run of this probe left that are still alive."""
+        runs = [*self.every_call, self.current]
+        return sorted({name for run in runs for name in run.leftover_threads()})
 
     def reset(self) -> None:
         """Count from zero again."""
@@ -91,16 +125,50 @@ class HandlerProbe:
         with self._lock:
             runs.calls += 1
             self.calls += 1
+            self._alive_at_start[threading.get_ident()] = set(threading.enumerate())
+        if self.on_start is not None:
+            self.on_start()
+        if self.accesses is not None:
+            self.accesses.opened()
 
     def _finished(
         self, runs: HandlerRuns, *, value: Any = None, raised: BaseException | None = None
     ) -> None:
+        if self.accesses is not None:
+            self.accesses.closed()
+        before = self._alive_at_start.pop(threading.get_ident(), None)
+        if before is not None:
+            current = threading.current_thread()
+            started = [
+                thread
+                for thread in threading.enumerate()
+                if thread not in before
+                and thread is not current
+                and not isinstance(thread, threading._DummyThread)
+            ]
+        else:
+            started = []
         with self._lock:
+            runs.threads.extend(started)
             runs.finished += 1
             if raised is not None:
                 runs.raised = raised
             else:
                 runs.outputs.append(value)
+
+
+def probing(
+    registry: ToolRegistry, accesses: AccessLog | None = None
+) -> tuple[ToolRegistry, list[HandlerProbe]]:
+    """A copy of ``registry`` whose every tool's handler is wrapped in a
+    ``HandlerProbe`` (over ``accesses``), and the probes."""
+    probes: list[HandlerProbe] = []
+    specs = []
+    for spec in registry:
+        probe = HandlerProbe(spec.handler, accesses)
+        probes.append(probe)
+        specs.append(spec.with_handler(probe))
+    return ToolRegistry(specs), probes
 
 
 class _Settling:

@@ -10,7 +10,9 @@ the recorded HTTP exchanges served to its network tools
 all build their runtimes here.
 
 ``with_secrets(call, secrets)`` fills the real values of placeholders
-(``<redacted:authorization>``) into a recorded call's arguments.
+(``<redacted:authorization>``) into a recorded call's arguments;
+``secrets_redactor(secrets)`` is a redactor that also knows those values,
+whatever their shape, so the runtime redacts them as the recording did.
 """
 
 from __future__ import annotations
@@ -81,6 +83,28 @@ def session_runtime(
         idempotency_scope=session.idempotency_scope,
         timeouts={**session.timeouts, **(timeouts or {})},
     )
+
+
+MIN_SECRET_LENGTH = 4
+"""Secret values shorter than this are not redacted as literals (they
+would match inside ordinary words)."""
+
+
+def secrets_redactor(secrets: Mapping[str, str] | None) -> Redactor | None:
+    """A redactor that replaces each value of ``secrets`` (at least
+    ``MIN_SECRET_LENGTH`` long) by ``<redacted:keyword>`` wherever it
+    occurs, on top of the default rules; None (the runtime's default) when
+    there is nothing to add. A keyword that is not ``[a-z0-9_]+`` is
+    redacted as ``secret``."""
+    literal = {
+        (keyword if re.fullmatch(r"[a-z0-9_]+", keyword) else "secret"): value
+        for keyword, value in (secrets or {}).items()
+        if isinstance(value, str) and len(value) >= MIN_SECRET_LENGTH
+    }
+    if not literal:
+        return None
+    patterns = [(keyword, re.escape(value)) for keyword, value in literal.items()]
+    return Redactor(extra_patterns=patterns)
 
 
 def with_secrets(call: ToolCall, secrets: Mapping[str, str] | None) -> ToolCall:

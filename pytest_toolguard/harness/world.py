@@ -8,7 +8,11 @@ is imported first). Inside it:
 
 - ``world.fs`` is the pyfakefs ``FakeFilesystem`` (``set_disk_usage``, ...);
 - ``world.plant(decoys)`` puts files outside the workspace for an escape to
-  meet, each holding ``DECOY_MARKER``;
+  meet, each holding ``DECOY_MARKER``; ``world.plant_forbidden()`` puts
+  ``.env`` files (several spellings and depths, each holding
+  ``FORBIDDEN_MARKER``) inside it, for a call that must never read them;
+- ``world.accesses`` is the ``AccessLog`` of the paths handlers resolve
+  (``harness.accesses``), installed while the world runs;
 - ``world.outside()`` snapshots everything outside the workspace
   (``probes.snapshot_outside``), ``world.tree()`` every file inside;
 - ``world.save_workspace()`` / ``restore_workspace(entries)`` copy the
@@ -23,6 +27,7 @@ process (sqlite3, a subprocess, the network) sees the real world.
 
 from __future__ import annotations
 
+import os
 import posixpath
 import stat
 from collections.abc import Mapping
@@ -33,14 +38,23 @@ from typing import Any
 from pyfakefs.fake_filesystem import FakeFilesystem
 
 from ..replay.cassette import Cassette, WorkspaceState
+from .accesses import AccessLog
 from .clock import DEFAULT_TIME, frozen_clock
-from .fake_filesystem import FakeWorld, process_fake_world
+from .fake_filesystem import FakeWorld, plant_files, process_fake_world
 from .files import read_tree
 from .probes import OutsideSnapshot, snapshot_outside
 
 DECOY_MARKER = "TOOLGUARD-DECOY-7f3a9c"
 """In every decoy planted outside a workspace: a result that holds it read
 outside."""
+
+FORBIDDEN_MARKER = "TOOLGUARD-FORBIDDEN-ENV-51d2e8"
+"""In every forbidden ``.env`` file planted inside a workspace: a result,
+message, audit row or cassette that holds it read a forbidden file."""
+
+FORBIDDEN_SPELLINGS = (".env", ".ENV", ".Env")
+"""The forbidden file's name as ``plant_forbidden`` spells it (the sandbox
+compares names case-insensitively)."""
 
 OUTSIDE_DIR = "toolguard-outside"
 """The directory beside a workspace that ``beside_the_workspace`` plants in."""
@@ -59,12 +73,44 @@ class Decoys:
 
 def beside_the_workspace(root: str) -> Decoys:
     """The decoys of a fault cell: a secret in a directory beside the
-    workspace (``OUTSIDE_DIR``) and ``/etc/passwd``."""
+    workspace (``OUTSIDE_DIR``), ``/etc/passwd``, and ``where_checks_go_wrong``."""
     outside = posixpath.join(posixpath.dirname(root), OUTSIDE_DIR)
     return Decoys(
         {
             posixpath.join(outside, "secret.txt"): f"{DECOY_MARKER} secret\n".encode(),
             "/etc/passwd": f"root:x:0:0:{DECOY_MARKER}:/root:/bin/sh\n".encode(),
+            **where_checks_go_wrong(root).files,
+        }
+    )
+
+
+def home_directory() -> str:
+    """``$HOME`` as ``~`` expands (``/root`` when unset): where the home
+    decoys go."""
+    home = os.environ.get("HOME") or "/root"
+    return posixpath.normpath(home) if home.startswith("/") else "/root"
+
+
+def where_checks_go_wrong(root: str) -> Decoys:
+    """Decoys where hand-written containment checks go wrong: siblings
+    sharing the root's prefix (``<root>2/``, ``<root>-old/``), ``$HOME``'s
+    dotfiles (``~/.ssh/id_rsa``, ``~/.aws/credentials``: what ``$HOME`` and
+    ``~`` payloads reach once expanded) and ``/tmp``. Any inside the
+    workspace are left out."""
+    root = root.rstrip("/")
+    home = home_directory()
+    files = {
+        f"{root}2/keep.txt": f"{DECOY_MARKER} shares the root's prefix\n",
+        f"{root}-old/keep.txt": f"{DECOY_MARKER} shares the root's prefix\n",
+        f"{home}/.ssh/id_rsa": f"-----BEGIN {DECOY_MARKER} KEY-----\n",
+        f"{home}/.aws/credentials": f"[default]\naws_secret_access_key = {DECOY_MARKER}\n",
+        "/tmp/toolguard-decoy.txt": f"{DECOY_MARKER} in /tmp\n",
+    }
+    return Decoys(
+        {
+            path: text.encode()
+            for path, text in files.items()
+            if not (path == root or path.startswith(root + "/"))
         }
     )
 
@@ -87,6 +133,7 @@ class World:
         self._fake_world = fake_world or process_fake_world()
         self._stack = ExitStack()
         self._fs: FakeFilesystem | None = None
+        self._accesses: AccessLog | None = None
 
     @classmethod
     def of(
@@ -104,11 +151,15 @@ class World:
             if self.frozen_at is not None:
                 stack.enter_context(frozen_clock(self.frozen_at))
             self._fs = stack.enter_context(self._fake_world.filesystem(self.state))
+            self._accesses = AccessLog(self._fs)
+            self._accesses.install()
+            stack.callback(self._accesses.uninstall)
             self._stack = stack.pop_all()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self._fs = None
+        self._accesses = None
         self._stack.close()
 
     @property
@@ -118,12 +169,63 @@ class World:
             raise RuntimeError("the world is not running: use it inside its with block")
         return self._fs
 
+    @property
+    def accesses(self) -> AccessLog:
+        """The paths handler runs resolved; ``RuntimeError`` outside the block."""
+        if self._accesses is None:
+            raise RuntimeError("the world is not running: use it inside its with block")
+        return self._accesses
+
+    def plant_forbidden(self) -> tuple[str, ...]:
+        """Put a forbidden ``.env`` file, holding ``FORBIDDEN_MARKER``, at the
+        root (each of ``FORBIDDEN_SPELLINGS`` the directory does not hold
+        yet, in any case), in the first and in the deepest directory of the
+        workspace; a name already there is left as it is. Returns the
+        relative paths planted."""
+        fs, root = self.fs, self.root
+        directories = sorted(
+            {path.rsplit("/", 1)[0] for path in self.tree() if "/" in path},
+            key=lambda path: (path.count("/"), path),
+        )
+        places: list[tuple[str, tuple[str, ...]]] = [("", FORBIDDEN_SPELLINGS)]
+        if directories:
+            places.append((directories[0], FORBIDDEN_SPELLINGS[2:]))
+            places.append((directories[-1], FORBIDDEN_SPELLINGS[:1]))
+        planted: list[str] = []
+        for directory, spellings in places:
+            where = posixpath.join(root, directory) if directory else root
+            try:
+                taken = set(fs.get_object(where).entries)
+            except OSError:
+                continue
+            for name in spellings:
+                relative = f"{directory}/{name}" if directory else name
+                if name in taken:
+                    continue
+                taken.add(name)
+                planted.append(relative)
+        content = f"API_KEY={FORBIDDEN_MARKER}\n".encode()
+        plant_files(fs, {posixpath.join(root, relative): content for relative in planted})
+        return tuple(planted)
+
     def plant(self, decoys: Decoys) -> None:
         """Create each decoy file that is not there yet."""
-        fs = self.fs
-        for path, content in decoys.files.items():
-            if not fs.exists(path):
-                fs.create_file(path, contents=content)
+        plant_files(self.fs, decoys.files)
+
+    def resolve_inside(self, relative: str) -> str | None:
+        """Where ``relative`` leads (the workspace's links followed, as far
+        as they exist), relative to the root; None when that is outside."""
+        root = self.root.rstrip("/")
+        try:
+            with self.accesses.quiet():
+                landed = self.fs.resolve_path(posixpath.join(root, relative))
+        except (OSError, TypeError, ValueError):
+            return None
+        if landed == root:
+            return "."
+        if isinstance(landed, str) and landed.startswith(root + "/"):
+            return landed[len(root) + 1 :]
+        return None
 
     def tree(self) -> dict[str, bytes]:
         """Every regular file under the workspace, by relative path."""

@@ -22,6 +22,7 @@ from ..audit import SQLiteAuditStore
 from ..contract import ToolResult
 from ..harness.fake_filesystem import FakeWorld
 from ..harness.files import read_files
+from ..harness.probes import probing
 from ..harness.session import session_runtime, with_secrets
 from ..harness.world import World
 from ..redaction import Redactor
@@ -57,7 +58,8 @@ def replay(
     with World.of(cassette, fake_world=fake_world) as world:
         outside_before = dict(cassette.workspace.outside_files)
         store = SQLiteAuditStore(":memory:")
-        runtime = session_runtime(cassette, registry, store, redactor=redactor, http=http)
+        probed, probes = probing(registry)  # threads a handler leaves running
+        runtime = session_runtime(cassette, probed, store, redactor=redactor, http=http)
         results: list[ToolResult] = []
         stored: list[Any] = []
         runtime.add_listener(lambda call, result, data, approval: stored.append(data))
@@ -76,6 +78,9 @@ def replay(
             checks.http_requests(cassette.interactions, http.unmatched())
         for orphan in orphans:
             checks.add("runtime", "handlers", "none still running", orphan)
+        left = sorted({name for probe in probes for name in probe.leftover_threads()})
+        if left:
+            checks.add("runtime", "threads", "none left running by a handler", ", ".join(left))
         rows = tuple(store.rows())
         store.close()
         checks.audit(cassette.interactions, rows)

@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
+from ..audit import AuditRecord, AuditUnavailable
 from ..capabilities import under_root
 from ..contract import ToolCall, ToolResult
 from ..harness.files import read_tree
@@ -67,6 +68,9 @@ class _Recorded:
     approval: Approval | None = None
     http: Sequence[HttpExchange] = ()
     """Live: a handler that overran its deadline may still add to it."""
+    row: AuditRecord | None = None
+    """The call's audit row, taken as the call ended: bound to this call,
+    not to its id (models repeat ids; an empty one gets a generated id)."""
 
 
 class Recorder:
@@ -133,8 +137,15 @@ class Recorder:
             accessed = self._accessed.pop(result.call_id, [])
         touched = self._touched(call) + self._located(accessed)
         http = self._http.take(result.call_id) if self._http is not None else ()
+        # The latest row of the result's id, now that the call ended: its own
+        # (the result's id is the generated one for a call without an id).
+        row = None
+        with contextlib.suppress(AuditUnavailable):  # the store is down: asked again later
+            row = self.runtime.audit.get(result.call_id)
         self._calls.append(
-            _Recorded(call, result, stored_data, tuple(dict.fromkeys(touched)), approval, http)
+            _Recorded(
+                call, result, stored_data, tuple(dict.fromkeys(touched)), approval, http, row
+            )
         )
 
     def cassette(self) -> Cassette:
@@ -229,7 +240,7 @@ class Recorder:
             if isinstance(arguments, str)
             else redactor.redact(arguments)
         )
-        row = self.runtime.audit.get(result.call_id)
+        row = self._row(item)
         return Interaction(
             call=replace(call, arguments=shown, metadata={}),
             result=Expectation(
@@ -256,6 +267,16 @@ class Recorder:
             approval=item.approval,
             http=tuple(item.http),
         )
+
+    def _row(self, item: _Recorded) -> AuditRecord | None:
+        """The call's audit row as the store holds it now."""
+        row = item.row
+        if row is None:  # a call execute never saw (``interaction()``), or the store was down
+            return self.runtime.audit.get(item.result.call_id)
+        if not row.state.finished:  # its finishing write was queued, maybe stored since
+            current = self.runtime.audit.rows(row.session_id)
+            return next((other for other in current if other.audit_id == row.audit_id), row)
+        return row
 
     def _touched(self, call: ToolCall) -> tuple[str, ...]:
         """The workspace paths a call's tool declares (``PathAccess``)."""

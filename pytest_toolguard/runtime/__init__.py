@@ -381,10 +381,13 @@ class ToolRuntime:
         return list(orphans()) if orphans else []
 
     def close(self, join_timeout: float = 5.0) -> list[str]:
-        """Wait up to ``join_timeout`` s for handlers that overran their
-        deadline, retry queued audit writes, and return what is still wrong
-        (call ids of handlers still alive, audit writes still pending). Warns
-        with RuntimeWarning when that list is not empty."""
+        """Wait up to ``join_timeout`` s in all for handlers still running
+        (those that overran their deadline, and those other threads are
+        still waiting for), retry queued audit writes, and return what is
+        still wrong (call ids of handlers still alive, audit writes still
+        pending). Warns with RuntimeWarning when that list is not empty.
+        Closes what the runtime opened itself; of a ``SQLiteAuditStore`` it
+        was given, the connections of threads that ended."""
         problems = [
             f"handler still running: {name}" for name in self._isolation.close(join_timeout)
         ]
@@ -393,6 +396,9 @@ class ToolRuntime:
             problems.append(f"{pending} audit write(s) could not be stored")
         if problems:
             warn("; ".join(problems))
+        audit = self.audit
+        if audit not in self._owned and isinstance(audit, SQLiteAuditStore):
+            audit.close_ended_threads()  # a given store stays open: only its dead threads' part
         for owned in self._owned:
             owned.close()
         self._owned.clear()

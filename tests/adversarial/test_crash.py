@@ -248,6 +248,7 @@ def test_retry_with_the_key_after_kill_9_and_recover_never_repeats_an_effect(db,
     rng = random.Random(2203)
     repeats: list[str] = []
     answers: Counter[str] = Counter()
+    temporaries_left = 0
 
     def retry_handler(ctx: Any, origin: str) -> Any:
         if ctx.workspace.exists(f"effects/{origin}"):
@@ -272,7 +273,8 @@ def test_retry_with_the_key_after_kill_9_and_recover_never_repeats_an_effect(db,
         store = SQLiteAuditStore(db)
         runtime = ToolRuntime(ToolRegistry([retry_tool]), str(workspace), WRITE_ANYWHERE, store)
         try:
-            store.recover(NOW)
+            runtime.recover(NOW)  # the store's rows, and the killed writes' temporary files
+            temporaries_left += effects_on_disk(workspace)[1]
             for index in range(max(0, begun - 2), begun):
                 origin = f"r{round_}-{index}"
                 had_row = store.get(origin) is not None
@@ -294,9 +296,11 @@ def test_retry_with_the_key_after_kill_9_and_recover_never_repeats_an_effect(db,
     with capsys.disabled():
         print(
             f"\n[crash/keyed] {KEYED_ROUNDS} rounds, retries after recover: "
-            f"{dict(sorted(answers.items()))}; repeated side effects {len(repeats)}"
+            f"{dict(sorted(answers.items()))}; repeated side effects {len(repeats)}; "
+            f"temporary files left after recover {temporaries_left}"
         )
     assert repeats == []
+    assert temporaries_left == 0
     assert answers[ErrorCode.EXECUTION_ERROR.value] > 0  # some retries met an interrupted call
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from pytest_toolguard import Risk
 from pytest_toolguard.faults import BUILTIN_FAULTS, iter_cells, run_cell
+from pytest_toolguard.faults.storage import SHAPELESS_SECRET
 from pytest_toolguard.registry import ToolRegistry, tool
 from pytest_toolguard.replay import loads
 
@@ -47,7 +48,7 @@ def annotate(ctx: Any, path: str, api_key: str, note: str = "") -> dict[str, Any
 
 
 REGISTRY = ToolRegistry([annotate])
-REWRITING = ("path_traversal", "secret_in_payload")
+REWRITING = ("path_traversal", "secret_in_payload", "secret_by_name")
 
 
 @pytest.mark.parametrize("name", [fault.name for fault in BUILTIN_FAULTS])
@@ -58,6 +59,9 @@ def test_no_fault_sends_a_recorded_placeholder_for_a_known_secret(name: str) -> 
     for target, fault in iter_cells(cassette, REGISTRY, "case.yaml", faults):
         run_cell(fault, target, REGISTRY, secrets={"api_key": REAL})
     assert not [value for value in seen if "<redacted:" in value]
-    assert all(value.startswith(REAL) for value in seen)
+    if name == "secret_by_name":  # it sends a secret of its own in the secret argument
+        assert seen and all(value == SHAPELESS_SECRET for value in seen)
+    else:
+        assert all(value.startswith(REAL) for value in seen)
     if name in REWRITING:  # these rewrite the arguments, and the handler runs
         assert seen

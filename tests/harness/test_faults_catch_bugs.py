@@ -2,10 +2,11 @@
 aimed at their bug, and the correctly written twin passes the same cell.
 
 Each tool (``tests/broken_tools.py``) is called once in a one-call case
-written here as YAML; ``run_cell`` injects one fault into that call. Tests
-marked ``xfail(strict=True)`` are gaps found on the way: bugs no fault
-catches yet. Each states what should catch it; when a fault learns to, the
-test passes, strict xfail turns that into a failure, and the marker goes.
+written here as YAML; ``run_cell`` injects one fault into that call. The
+two gaps found on the way (a handler's own check-then-open race; a torn
+rewrite no longer than the old content) are closed: ``symlink_race`` and
+``partial_write`` catch them. The oracles of issue 12 have their own
+broken tools in ``test_oracles_catch_bugs.py``.
 
 Which fault catches which bug, and the problem the cell reports
 (N: a call or an alignment number):
@@ -16,8 +17,9 @@ broken tool (its bug)         fault                 problem the cell reports
 write_trusting_the_check      symlink_escape        outside the workspace changed:
 (executor checks the path,                          /toolguard-outside/mirror/notes/todo.md
 handler opens the host path)
-write_in_chunks (truncates,   partial_write, and    the write was interrupted, but the workspace
-writes 8 bytes at a time)     no other fault        changed: notes/todo.md
+write_in_chunks (truncates,   partial_write,        the write was interrupted, but the workspace
+writes 8 bytes at a time)     disk_failure,         changed: notes/todo.md
+                              symlink_race
 append_line_claiming_         duplicate_submission  the tool is declared idempotent, but a second
 idempotence (appends)                               run without a key changed notes/log.txt
 write_after_deadline (writes  timeout               the call timed out, but the workspace
@@ -32,19 +34,19 @@ read_url_decoded (unquotes    path_traversal (and   path_traversal-N: the result
 its path after the check)     symlink_escape)       from outside the workspace
 wait_for_job (ignores         timeout               handler still running: timeout-1
 ctx.cancelled, keeps waiting)
-write_check_then_open (its    none: GAP             symlink_escape passes (timeout and
-own realpath check, then                            partial_write fail it, for its other bugs)
-open())
-write_in_chunks rewriting a   none: GAP             partial_write passes
-file with content no longer
+write_check_then_open (its    symlink_race          outside the workspace changed (the link
+own realpath check, then                            swapped in after its realpath, before its
+open())                                             open)
+write_in_chunks rewriting a   partial_write         the write was interrupted, but the workspace
+file with content no longer                         changed (ENOSPC as the file first grows)
 than the old
 read_undeclared_path (no      path_traversal (its   path_traversal-N: the result holds a file
 ``paths``; reads ../)         argument is named     from outside the workspace
                               like a path)
 read_leaving_a_cache          capability_revoked    a read-only tool ran in a read-only session,
 (Risk.READ, writes a file)                          but the workspace changed: ...
-start_job (its own thread     every fault that runs threads started during the cell still
-outlives the handler)         the real handler      running: Thread-N (done)
+start_job (its own thread     every fault that runs the handler answered with threads it
+outlives the handler)         the real handler      started still running: Thread-N (done)
 ============================  ====================  =============================================
 
 Also here: every built-in fault passes (or is n/a) on a fixed subset of the
@@ -234,11 +236,14 @@ def test_correct_twin_passes_the_same_cell(bug: Bug) -> None:
     assert outcome.status == "pass", outcome.problems
 
 
-def test_non_atomic_write_that_stays_inside_fails_partial_write_only() -> None:
+def test_non_atomic_write_that_stays_inside_fails_only_the_disk_and_race_faults() -> None:
+    # Its own realpath check, then open(): symlink_race swaps a link in between.
     outcomes = run_all(broken.write_in_chunks, REWRITE)
 
     failed = {name for name, outcome in outcomes.items() if outcome.status == "fail"}
-    assert failed == {"partial_write"}, {name: outcomes[name].problems for name in failed}
+    assert failed == {"partial_write", "disk_failure", "symlink_race"}, {
+        name: outcomes[name].problems for name in failed
+    }
 
 
 def test_output_breaking_its_schema_is_a_replay_difference() -> None:
@@ -305,33 +310,19 @@ def test_handler_ending_when_cancelled_passes_timeout(job_done: threading.Event)
 # -- gaps: bugs no fault catches yet ---------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="GAP: symlink_escape swaps the link in as the handler starts, before the "
-    "handler's own realpath check, so the race between that check and its open() is "
-    "never provoked (the check sees the link and refuses). timeout catches this tool "
-    "only because it also ignores cancellation.",
-)
 def test_symlink_swapped_between_a_handlers_check_and_open_is_caught() -> None:
-    outcome = run("symlink_escape", broken.write_check_then_open, REWRITE)
+    outcome = run("symlink_race", broken.write_check_then_open, REWRITE)
 
     assert outcome.status == "fail", outcome
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="GAP: partial_write leaves one byte free over the current usage, and "
-    "truncating the old file frees its bytes too: a truncate-then-write tool whose new "
-    "content is no longer than the old one never runs out of space.",
-)
 def test_tearing_a_rewrite_of_similar_size_is_caught_by_partial_write() -> None:
     similar = {"notes/todo.md": "x" * len(REWRITE["content"])}
 
     outcome = run("partial_write", broken.write_in_chunks, REWRITE, similar)
 
     assert outcome.status == "fail", outcome
+    assert reported(outcome, "the write was interrupted, but the workspace changed"), outcome
 
 
 def test_undeclared_path_argument_is_caught_by_path_traversal() -> None:
@@ -400,6 +391,10 @@ def _selected_targets() -> list[Target]:
 
 SELECTED = _selected_targets()
 HTTP_FAULTS = ("network_error", "http_error")
+NO_BUILTIN_TARGET = (*HTTP_FAULTS, "secret_by_name")
+"""Faults no built-in tool gives a target: they make no HTTP request and take
+no secret-named argument (those faults run in test_http_replay.py and
+test_oracles_catch_bugs.py)."""
 CELLS = [
     pytest.param(target, fault, id=f"{target.source}-{target.label}-{fault.name}")
     for target in SELECTED
@@ -420,7 +415,7 @@ def test_the_shipped_subset_exercises_every_fault_and_builtin_tool() -> None:
     idle = [
         f.name
         for f in BUILTIN_FAULTS
-        if f.name not in HTTP_FAULTS and not any(f.applies(t) for t in SELECTED)
+        if f.name not in NO_BUILTIN_TARGET and not any(f.applies(t) for t in SELECTED)
     ]
     untested = set(builtin_registry().names()) - {t.call.tool_name for t in SELECTED}
 
