@@ -2,12 +2,13 @@
 # make replay : same set-up, then the main job: replay cassettes/ and cases/ through the executor
 # make matrix : the fault matrix over cassettes/ and cases/, report in build/matrix.md
 # make demo   : the seed's feedback-analysis run, printed with its audit rows
+# make mutation: the mutation score of replay on the tools (cosmic-ray; slow, not part of test)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test replay matrix demo bench lint clean
+.PHONY: test replay matrix demo bench lint clean mutation
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +39,10 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/redaction_bench.py
 	@echo
 	$(BIN)/python benchmarks/summary.py
+
+mutation: $(STAMP)
+	$(BIN)/python -m pip install --quiet 'cosmic-ray>=8.7,<9'
+	$(BIN)/python benchmarks/mutation.py
 
 # lint: ruff, mypy --strict, and the architecture: imports only go down the layers of
 # ARCHITECTURE.md (import-linter's contracts in pyproject.toml), no private name is

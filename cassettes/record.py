@@ -7,7 +7,8 @@
 Each session builds a real workspace, runs its calls through a real
 ``ToolRuntime`` (built-in tools, the session's capabilities, variables and
 plan, an in-memory audit store) inside ``record_session`` and writes
-``<out>/<name>.yaml``. Re-recording an unchanged session writes a
+``<out>/<name>.yaml``, then amplifies it (``pytest_toolguard.amplify``: its
+variants, recorded with the same tools). Re-recording an unchanged session writes a
 byte-identical file, so the shipped cassettes can be checked to be current:
 
 - the workspace root is a fixed path, ``/tmp/toolguard-record/<name>/workspace``
@@ -47,6 +48,7 @@ from pytest_toolguard import (
 from pytest_toolguard.demo import ANALYSIS_SCHEMA, FEEDBACK_CSV
 from pytest_toolguard.harness.clock import frozen_clock
 from pytest_toolguard.plan import Artifact
+from pytest_toolguard.amplify import amplify_file
 from pytest_toolguard.replay import record_session
 from pytest_toolguard.tools import builtin_registry
 
@@ -478,7 +480,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     with _exclusive(RECORD_ROOT):
         for name in options.names or list(SESSIONS):
             path = record(name, options.out)
-            print(f"recorded {path}")
+            # Then its variants, recorded with the same (trusted) tools.
+            report = amplify_file(path, builtin_registry(), source=f"{name}.yaml")
+            if not report.ok:
+                raise SystemExit("\n".join(report.lines()))
+            print(f"recorded {path} ({report.kept} variants)")
     return 0
 
 

@@ -142,16 +142,15 @@ def _parser() -> argparse.ArgumentParser:
         "--format", choices=("mcp", "openai", "openai-responses", "anthropic"), default="mcp"
     )
 
-    sub = command(
-        "replay",
-        f"replay cassettes and cases through the real executor (pytest {options_names.REPLAY})",
-        "toolguard replay cassettes cases -- -n 2",
-        _replay,
-    )
-    sub.add_argument(
-        "paths", nargs="*", help="cassettes, cases or directories (default: pytest's own)"
-    )
-    _registry_option(sub, required=False)
+    replay_like = {  # name: (option, what it does); the example is "toolguard NAME cassettes cases"
+        "replay": (options_names.REPLAY, "replay cassettes and cases through the real executor"),
+        "amplify": (options_names.AMPLIFY, "record variants of their calls (boundary, text, size)"),
+    }
+    for name, (flag, what) in replay_like.items():
+        sub = command(name, f"{what} (pytest {flag})", f"toolguard {name} cassettes cases", _replay)
+        sub.set_defaults(flag=flag)
+        sub.add_argument("paths", nargs="*", help="cassettes, cases or directories")
+        _registry_option(sub, required=False)
 
     sub = command(
         "matrix",
@@ -361,7 +360,7 @@ def _existing(paths: list[str]) -> list[str]:
 
 
 def _replay(options: argparse.Namespace, passthrough: list[str]) -> int:
-    return _pytest([options_names.REPLAY, *_existing(options.paths)], options.registry, passthrough)
+    return _pytest([options.flag, *_existing(options.paths)], options.registry, passthrough)
 
 
 def _matrix(options: argparse.Namespace, passthrough: list[str]) -> int:

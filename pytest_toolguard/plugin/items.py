@@ -17,6 +17,7 @@ library and leaves what it found for its report (``outcomes.leave``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..errors import ToolguardError
-from ..options import FUZZ, FUZZ_EXAMPLES, FUZZ_NODE, FUZZ_SEED, REGISTRY_INI
+from ..options import AMPLIFY, FUZZ, FUZZ_EXAMPLES, FUZZ_NODE, FUZZ_SEED, REGISTRY_INI
 from ..replay.registry_loading import DEFAULT_REGISTRY
 from . import outcomes
 from .collection import RegistryAtCollection, RegistryUnavailable, registry_at_collection
@@ -69,7 +70,12 @@ class CassetteFile(pytest.File):
     ``--toolguard-faults`` one collector per interaction holding its cells."""
 
     def collect(self) -> Iterator[pytest.Item | pytest.Collector]:
+        if run_of(self.config).amplifying:
+            yield AmplifyItem.from_parent(self, name="amplify", callobj=amplify_one_file)
+            return
         yield ReplayItem.from_parent(self, name="replay", callobj=replay_file)
+        if _VARIANTS_KEY.search(self.path.read_bytes()):
+            yield VariantsItem.from_parent(self, name="variants", callobj=replay_file_variants)
         faults = run_of(self.config).faults
         if not faults:
             return
@@ -117,6 +123,18 @@ class CassetteFile(pytest.File):
 class ReplayItem(ToolguardItem):
     """Replays one cassette or case; a difference or an unusable file is
     reported as text."""
+
+
+class VariantsItem(ToolguardItem):
+    """Replays the amplified variants of one cassette or case."""
+
+
+class AmplifyItem(ToolguardItem):
+    """Amplifies one cassette or case (``--toolguard-amplify``)."""
+
+
+_VARIANTS_KEY = re.compile(rb"^[ \t]*variants:", re.MULTILINE)
+"""A file that may hold variants (loading tells for sure)."""
 
 
 class InteractionCells(pytest.Collector):
@@ -182,6 +200,76 @@ def replay_file(
                 report, cassette_path=shown, rerecord=how_to_rerecord(cassette), note=note
             )
         )
+
+
+def replay_file_variants(
+    request: pytest.FixtureRequest,
+    toolguard_registry: ToolRegistry,
+    toolguard_secrets: Mapping[str, str],
+) -> None:
+    """The body of every VariantsItem."""
+    from ..replay.cassette import load
+    from ..replay.report import ReplayFailed, format_differences, how_to_rerecord
+    from ..replay.variants import replay_variants
+
+    item, run = request.node, run_of(request.config)
+    shown = item.nodeid.split("::")[0]
+    cassette = load(item.path, source=shown)
+    report = replay_variants(
+        cassette, toolguard_registry, secrets=toolguard_secrets, fake_world=run.fake_world()
+    )
+    outcomes.leave(
+        item,
+        variants={
+            "variants": report.variants,
+            "refused": report.refused,
+            "failed": len(report.differences),
+            "files": 1,
+        },
+    )
+    if not report.ok:
+        count = len(report.differences)
+        lines = [
+            f"{cassette.kind} {shown}: {count} difference{'s' if count != 1 else ''} in its "
+            f"variants (out of {report.checks} checks of {report.variants} variants)",
+            *format_differences(report.differences),
+            f"the tools no longer do what they did when amplified: fix them, or re-amplify "
+            f"({AMPLIFY} {shown}) if the change is meant; to re-record it: "
+            f"{how_to_rerecord(cassette)}",
+        ]
+        raise ReplayFailed("\n".join(lines))
+
+
+def amplify_one_file(
+    request: pytest.FixtureRequest,
+    toolguard_registry: ToolRegistry,
+    toolguard_secrets: Mapping[str, str],
+) -> None:
+    """The body of every AmplifyItem: writes the file's variants when its
+    recorded calls replay the same."""
+    from ..amplify import amplify_file
+    from ..replay.report import ReplayFailed, format_differences, how_to_rerecord
+
+    item, run = request.node, run_of(request.config)
+    shown = item.nodeid.split("::")[0]
+    report = amplify_file(
+        item.path,
+        toolguard_registry,
+        source=shown,
+        caps=run.amplify_caps,
+        secrets=toolguard_secrets,
+        fake_world=run.fake_world(),
+    )
+    outcomes.leave(item, amplify=report.lines())
+    if not report.ok:
+        from ..replay.cassette import load
+
+        lines = [
+            *report.lines(),
+            *format_differences(report.replay_differences),
+            f"to re-record it: {how_to_rerecord(load(item.path, source=shown))}",
+        ]
+        raise ReplayFailed("\n".join(lines))
 
 
 def _registry_origin(config: pytest.Config, registry: ToolRegistry) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ..options import (
+    AMPLIFY,
+    AMPLIFY_MAX_INI,
     CASE_DIR_INI,
     CASSETTE_DIR_INI,
     FAULTS,
@@ -64,6 +66,16 @@ def add_options(parser: pytest.Parser) -> None:
         help="write the fault matrix to PATH: Markdown (.md), JSON (.json) or HTML (.html)",
     )
     group.addoption(
+        AMPLIFY,
+        dest=dest(AMPLIFY),
+        action="store_true",
+        default=False,
+        help=f"instead of replaying them, amplify the cassettes and cases collected (as "
+        f"{REPLAY} collects them): each call that succeeded gets boundary, text and size "
+        "variants recorded with the tools in use, written into its file (only when the "
+        f"recorded calls replay the same); at most {AMPLIFY_MAX_INI} a call",
+    )
+    group.addoption(
         FUZZ,
         dest=dest(FUZZ),
         action="store_true",
@@ -110,6 +122,12 @@ def add_options(parser: pytest.Parser) -> None:
         "package.module:attribute naming a mapping (or a function returning one) from "
         "placeholder keyword to the real value replay sends (default: none)",
         default="",
+    )
+    parser.addini(
+        AMPLIFY_MAX_INI,
+        f"variants {AMPLIFY} keeps per call: a line N (default 12) and lines TOOL=N",
+        type="linelist",
+        default=[],
     )
     parser.addini(
         RECORD_MODE_INI,

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..options import (
+    AMPLIFY,
+    AMPLIFY_MAX_INI,
     CASE_DIR_INI,
     CASSETTE_DIR_INI,
     FAULTS,
@@ -54,8 +56,12 @@ class ToolguardRun:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.replaying = bool(config.getoption(dest(REPLAY)) or config.getoption(dest(FAULTS)))
-        """Cassettes and cases are collected (``--toolguard-replay``, or faults)."""
+        self.amplifying = bool(config.getoption(dest(AMPLIFY)))
+        """Cassettes and cases are amplified instead of replayed (``--toolguard-amplify``)."""
+        self.replaying = bool(
+            config.getoption(dest(REPLAY)) or config.getoption(dest(FAULTS)) or self.amplifying
+        )
+        """Cassettes and cases are collected (``--toolguard-replay``, faults, amplify)."""
         self.fuzzing = bool(config.getoption(dest(FUZZ)))
         self.fuzz_examples: int = config.getoption(dest(FUZZ_EXAMPLES))
         self.fuzz_seed: int = config.getoption(dest(FUZZ_SEED))
@@ -72,6 +78,11 @@ class ToolguardRun:
         """What the replay items replayed (made on the first one)."""
         self.cells: list[CellOutcome] = []
         self.fuzzed: list[FuzzReport] = []
+        self.variants: dict[str, int] = {}
+        """What the variants items replayed: variants, refused, differences, files."""
+        self.amplified: list[list[str]] = []
+        """Each amplify item's report lines."""
+        self.amplify_caps = self._amplify_caps()
         self.registries: dict[int, Any] = {}
         """What ``collection.registry_at_collection`` found for each fixture
         definition (a ``RegistryAtCollection`` or ``RegistryUnavailable``)."""
@@ -151,6 +162,10 @@ class ToolguardRun:
             from ..fuzz import FuzzReport
 
             self.fuzzed.append(FuzzReport.from_dict(report))
+        for name, count in (found.get("variants") or {}).items():
+            self.variants[name] = self.variants.get(name, 0) + count
+        if found.get("amplify") is not None:
+            self.amplified.append(list(found["amplify"]))
 
     def matrix(self) -> MatrixReport:
         """The fault matrix of the cells found so far."""
@@ -195,6 +210,20 @@ class ToolguardRun:
             return
         from ..replay.report import ReplayTotals
 
+        if self.amplifying:
+            every_drop = config.option.verbose > 0  # else the counts of each reason
+            for lines in self.amplified:
+                for line in lines:
+                    if every_drop or not line.startswith("    "):
+                        terminalreporter.write_line(f"toolguard amplify: {line}")
+            return
+        if self.variants:
+            counts = self.variants
+            terminalreporter.write_line(
+                f"toolguard variants: {counts.get('variants', 0)} replayed "
+                f"({counts.get('refused', 0)} refusals) from {counts.get('files', 0)} file(s), "
+                f"{counts.get('failed', 0)} differing"
+            )
         terminalreporter.write_line((self.totals or ReplayTotals()).summary())
         if self.faults and self.cells:
             from ..faults.report import terminal_grid
@@ -217,6 +246,18 @@ class ToolguardRun:
         except ValueError as exc:
             raise pytest.UsageError(str(exc)) from None
         return value
+
+    def _amplify_caps(self) -> Any:
+        """The ini's variant caps (a ``VariantCaps``); a usage error when bad."""
+        lines = [str(line) for line in self.config.getini(AMPLIFY_MAX_INI)]
+        if not lines:
+            return None
+        from ..amplify import VariantCaps
+
+        try:
+            return VariantCaps.parse(lines)
+        except ValueError as exc:
+            raise pytest.UsageError(f"ini {AMPLIFY_MAX_INI}: {exc}") from None
 
     def _selected_faults(self) -> tuple[Fault, ...]:
         """The faults of ``--toolguard-faults``: the built-in ones plus those

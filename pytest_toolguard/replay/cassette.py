@@ -110,6 +110,55 @@ class HttpExchange:
 
 
 @dataclass(frozen=True, slots=True)
+class GeneratedContent:
+    """A file's content written as a recipe: ``head``, then ``repeat``
+    ``times`` times, then ``tail`` (UTF-8). Amplified variants use it for
+    files sized around a limit, which would be unreadable written out."""
+
+    repeat: str
+    times: int
+    head: str = ""
+    tail: str = ""
+
+    def content(self) -> bytes:
+        """The bytes the recipe makes."""
+        return (self.head + self.repeat * self.times + self.tail).encode("utf-8")
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """One variant of an interaction's call, derived by amplification
+    (``pytest_toolguard.amplify``) and recorded with the tool trusted then.
+
+    It runs from the state the session had just before the interaction's
+    call: ``files`` replace or add workspace files first, then ``arguments``
+    are sent instead of the recorded ones. Replay compares the result and
+    the audit row as for an interaction, and ``changed_files``: every file
+    under the workspace the call created, changed (content or hash) or
+    removed (None)."""
+
+    name: str
+    """What was varied, for reports: ``max_chars = len(data.content)``."""
+    kind: str
+    """``boundary``, ``text`` or ``size``: where the variant came from."""
+    arguments: Any
+    files: Mapping[str, bytes | GeneratedContent] = field(default_factory=dict)
+    result: Expectation = field(default_factory=Expectation)
+    audit: AuditExpectation = field(default_factory=AuditExpectation)
+    changed_files: Mapping[str, FileState | None] = field(default_factory=dict)
+    volatile: tuple[str, ...] = ()
+    """Result paths not compared (``data.x``, ``result`` for the whole
+    result) and ``files.<path>`` for a changed file whose content is not:
+    what differed between two runs of the trusted tool."""
+    refused: bool = False
+    """The arguments fail the tool's input schema: the variant checks the
+    refusal they get (counted apart)."""
+    data_sha256: str | None = None
+    """For a large result: the SHA-256 of its data's canonical JSON, kept
+    instead of the data (``result`` then holds no ``data``)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Interaction:
     """One call and what must hold afterwards."""
 
@@ -126,6 +175,8 @@ class Interaction:
     """For a session imported from another program's transcript: the result
     the transcript holds (``ok``, ``content``, maybe ``data``). Kept for the
     reader; replay compares the re-executed result, never this."""
+    variants: tuple[Variant, ...] = ()
+    """Amplified variants of the call, replayed as checks of their own."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,8 +400,6 @@ def _plan_step(raw: Mapping[str, Any]) -> PlanStep:
 
 def _interaction(raw: Mapping[str, Any], index: int, session: Session, kind: Kind) -> Interaction:
     call = raw["call"]
-    result = raw.get("result") or {}
-    audit = raw.get("audit") or {}
     approval = raw.get("approval")
     return Interaction(
         call=ToolCall(
@@ -361,33 +410,71 @@ def _interaction(raw: Mapping[str, Any], index: int, session: Session, kind: Kin
             session_id=call.get("session_id", session.session_id),
             idempotency_key=call.get("idempotency_key"),
         ),
-        result=Expectation(
-            ok=result.get("ok"),
-            code=result.get("code"),
-            retryable=result.get("retryable"),
-            state=result.get("state"),
-            truncated=result.get("truncated"),
-            data=result.get("data"),
-            check_data="data" in result,
-            message=result.get("message"),
-            message_contains=result.get("message_contains"),
-        ),
-        audit=AuditExpectation(
-            state=audit.get("state"),
-            decision=audit.get("decision"),
-            rule=audit.get("rule"),
-            result_code=audit.get("result_code"),
-            check_result_code="result_code" in audit,
-            idempotency_outcome=audit.get("idempotency_outcome"),
-            check_idempotency_outcome="idempotency_outcome" in audit,
-        ),
+        result=_expectation(raw.get("result") or {}),
+        audit=_audit_expectation(raw.get("audit") or {}),
         volatile=tuple(raw.get("volatile") or ()),
         approval=None
         if approval is None
         else Approval(rule=approval["rule"], reason=approval.get("reason", "")),
         http=tuple(_exchange(item) for item in raw.get("http") or ()),
         transcript_result=raw.get("transcript_result"),
+        variants=tuple(_variant(item) for item in raw.get("variants") or ()),
     )
+
+
+def _expectation(result: Mapping[str, Any]) -> Expectation:
+    return Expectation(
+        ok=result.get("ok"),
+        code=result.get("code"),
+        retryable=result.get("retryable"),
+        state=result.get("state"),
+        truncated=result.get("truncated"),
+        data=result.get("data"),
+        check_data="data" in result,
+        message=result.get("message"),
+        message_contains=result.get("message_contains"),
+    )
+
+
+def _audit_expectation(audit: Mapping[str, Any]) -> AuditExpectation:
+    return AuditExpectation(
+        state=audit.get("state"),
+        decision=audit.get("decision"),
+        rule=audit.get("rule"),
+        result_code=audit.get("result_code"),
+        check_result_code="result_code" in audit,
+        idempotency_outcome=audit.get("idempotency_outcome"),
+        check_idempotency_outcome="idempotency_outcome" in audit,
+    )
+
+
+def _variant(raw: Mapping[str, Any]) -> Variant:
+    return Variant(
+        name=raw["name"],
+        kind=raw["kind"],
+        arguments=raw["arguments"],
+        files={path: _variant_file(value) for path, value in (raw.get("files") or {}).items()},
+        result=_expectation(raw.get("result") or {}),
+        audit=_audit_expectation(raw.get("audit") or {}),
+        changed_files={
+            path: None if state is None else _file_state(state)
+            for path, state in (raw.get("changed_files") or {}).items()
+        },
+        volatile=tuple(raw.get("volatile") or ()),
+        refused=raw.get("refused", False),
+        data_sha256=raw.get("data_sha256"),
+    )
+
+
+def _variant_file(value: str | Mapping[str, Any]) -> bytes | GeneratedContent:
+    if isinstance(value, Mapping) and "repeat" in value:
+        return GeneratedContent(
+            repeat=value["repeat"],
+            times=value["times"],
+            head=value.get("head", ""),
+            tail=value.get("tail", ""),
+        )
+    return _content(value)
 
 
 def _exchange(raw: Mapping[str, Any]) -> HttpExchange:
@@ -449,6 +536,21 @@ def dump(cassette: Cassette, path: str | os.PathLike[str]) -> None:
         os.replace(temporary, target)
     finally:
         temporary.unlink(missing_ok=True)
+
+
+def variants_text(variants: tuple[Variant, ...] | list[Variant]) -> str:
+    """The ``variants:`` entry of an interaction as ``dumps`` writes it (its
+    key at column 2, where ``dumps`` puts an interaction's fields)."""
+    with _collector_paused():
+        text = yaml.dump(
+            [{"variants": [_variant_dict(variant) for variant in variants]}],
+            Dumper=_BlockDumper,
+            sort_keys=False,
+            allow_unicode=True,
+            width=100,
+            default_flow_style=False,
+        )
+    return "  " + str(text)[2:]
 
 
 def to_dict(cassette: Cassette) -> dict[str, Any]:
@@ -551,7 +653,22 @@ def _interaction_dict(item: Interaction) -> dict[str, Any]:
     }
     if call.idempotency_key is not None:
         body["call"]["idempotency_key"] = call.idempotency_key
-    result = item.result
+    body["result"] = _expectation_dict(item.result)
+    body["audit"] = _audit_dict(item.audit)
+    if item.approval is not None:
+        body["approval"] = {"rule": item.approval.rule, "reason": item.approval.reason}
+    if item.http:
+        body["http"] = [_exchange_dict(exchange) for exchange in item.http]
+    if item.volatile:
+        body["volatile"] = list(item.volatile)
+    if item.transcript_result is not None:
+        body["transcript_result"] = canonical(item.transcript_result)
+    if item.variants:
+        body["variants"] = [_variant_dict(variant) for variant in item.variants]
+    return body
+
+
+def _expectation_dict(result: Expectation) -> dict[str, Any]:
     outcome: dict[str, Any] = {}
     for name in ("ok", "code", "retryable", "state", "truncated"):
         value = getattr(result, name)
@@ -563,8 +680,10 @@ def _interaction_dict(item: Interaction) -> dict[str, Any]:
         outcome["message"] = result.message
     if result.message_contains is not None:
         outcome["message_contains"] = result.message_contains
-    body["result"] = outcome
-    audit = item.audit
+    return outcome
+
+
+def _audit_dict(audit: AuditExpectation) -> dict[str, Any]:
     row: dict[str, Any] = {}
     for name in ("state", "decision", "rule"):
         if getattr(audit, name) is not None:
@@ -573,16 +692,46 @@ def _interaction_dict(item: Interaction) -> dict[str, Any]:
         row["result_code"] = audit.result_code
     if audit.check_idempotency_outcome:
         row["idempotency_outcome"] = audit.idempotency_outcome
-    body["audit"] = row
-    if item.approval is not None:
-        body["approval"] = {"rule": item.approval.rule, "reason": item.approval.reason}
-    if item.http:
-        body["http"] = [_exchange_dict(exchange) for exchange in item.http]
-    if item.volatile:
-        body["volatile"] = list(item.volatile)
-    if item.transcript_result is not None:
-        body["transcript_result"] = canonical(item.transcript_result)
+    return row
+
+
+def _variant_dict(variant: Variant) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "name": variant.name,
+        "kind": variant.kind,
+        "arguments": _plain(variant.arguments),
+    }
+    if variant.refused:
+        body["refused"] = True
+    if variant.files:
+        body["files"] = {
+            path: _variant_file_dict(value) for path, value in sorted(variant.files.items())
+        }
+    body["result"] = _expectation_dict(variant.result)
+    if variant.data_sha256 is not None:
+        body["data_sha256"] = variant.data_sha256
+    body["audit"] = _audit_dict(variant.audit)
+    if variant.changed_files:
+        body["changed_files"] = {
+            path: None if state is None else _file_state_dict(state)
+            for path, state in sorted(variant.changed_files.items())
+        }
+    if variant.volatile:
+        body["volatile"] = list(variant.volatile)
     return body
+
+
+def _variant_file_dict(value: bytes | GeneratedContent) -> str | dict[str, Any]:
+    if isinstance(value, bytes):
+        return _content_dict(value)
+    recipe: dict[str, Any] = {}
+    if value.head:
+        recipe["head"] = value.head
+    recipe["repeat"] = value.repeat
+    recipe["times"] = value.times
+    if value.tail:
+        recipe["tail"] = value.tail
+    return recipe
 
 
 def _exchange_dict(exchange: HttpExchange) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from types import ModuleType
 import pytest
 
 from pytest_toolguard.replay import load, replay
+from pytest_toolguard.replay.variants import replay_variants
 from pytest_toolguard.tools import builtin_registry
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,6 +71,20 @@ def test_every_shipped_file_replays_without_difference(path):
     )
     assert len(report.results) == len(cassette.interactions) > 0
     assert len(report.audit_rows) == len(cassette.interactions)
+
+
+@pytest.mark.parametrize("path", CASES + CASSETTES, ids=_id)
+def test_every_shipped_file_replays_its_amplified_variants_without_difference(path):
+    report = replay_variants(load(path), builtin_registry())
+    assert not report.differences, "\n".join(
+        f"{d.where}: {d.field}: recorded {d.recorded!r}, replayed {d.replayed!r}"
+        for d in report.differences
+    )
+
+
+def test_the_three_cassettes_are_amplified():
+    for path in CASSETTES:
+        assert any(interaction.variants for interaction in load(path).interactions), path
 
 
 def test_every_fault_table_row_and_seed_flow_has_its_case():

@@ -1,0 +1,331 @@
+"""Mutation score of replay on the tools: ``make mutation``.
+
+How many small changes to a tool's code does ``pytest --toolguard-replay``
+catch? cosmic-ray (a maintained mutation tester) mutates each module one
+change at a time, and runs replay as the test command: a mutant is killed
+when replay fails. The operators are those of the measurement in issue 15:
+comparisons flipped (``>`` to ``>=``, ``==`` to ``!=``, ...), constants moved
+by one, booleans flipped, conditions negated, ``and``/``or`` swapped, loops
+that never run.
+
+Two targets, each with its own cassettes:
+
+- ``builtin``: ``pytest_toolguard/tools/`` replayed by ``cassettes`` and ``cases``;
+- ``example``: ``examples/agent_project/agent_tools`` replayed by that
+  project's ``cassettes``.
+
+It works on a copy of the files git knows (committed or not, ignored files
+left out) in a temporary directory, so the working tree is never mutated,
+and the copy's ``pytest_toolguard`` is the one imported (``PYTHONPATH``).
+Prints, per target, killed / total and every surviving mutant (file, line,
+operator, the change) with its verdict: equivalent (timing only, a schema
+default the runtime never applies, an output check loosened that the tool
+already passes), else a gap of the variants; the score without the
+equivalent ones follows. Exit status 0 whatever the score (a measurement);
+``--min-score`` makes a lower score (without the equivalent ones) fail.
+
+    python benchmarks/mutation.py [--target builtin|example] [--min-score 95]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+OPERATORS = (
+    "core/ReplaceComparisonOperator_Gt_GtE",
+    "core/ReplaceComparisonOperator_GtE_Gt",
+    "core/ReplaceComparisonOperator_Lt_LtE",
+    "core/ReplaceComparisonOperator_LtE_Lt",
+    "core/ReplaceComparisonOperator_Eq_NotEq",
+    "core/ReplaceComparisonOperator_NotEq_Eq",
+    "core/ReplaceComparisonOperator_Is_IsNot",
+    "core/ReplaceComparisonOperator_IsNot_Is",
+    "core/ReplaceComparisonOperator_In_NotIn",
+    "core/ReplaceComparisonOperator_NotIn_In",
+    "core/NumberReplacer",
+    "core/ReplaceTrueWithFalse",
+    "core/ReplaceFalseWithTrue",
+    "core/AddNot",
+    "core/ReplaceAndWithOr",
+    "core/ReplaceOrWithAnd",
+    "core/ZeroIterationForLoop",
+)
+"""The mutation operators run: one small change each (see the docstring)."""
+
+TIMEOUT_SECONDS = 120.0
+"""A mutant whose replay runs longer is counted as killed (cosmic-ray's rule)."""
+
+
+TIMING_ONLY = {
+    "WAIT_POLL_SECONDS = ": "how often wait_for_file polls: only its duration changes, and "
+    "replay does not measure durations",
+    "timeout_seconds=": "a tool's deadline: no recorded call runs near it",
+    "timeout=": "a network timeout of seconds: replay serves the recorded exchange at once",
+    "asyncio.sleep(": "a pause before the same answer (a negative one does not pause)",
+    "range(max(": "wait_seconds > 0, so ceil(wait_seconds / poll) >= 1 and max(0, n) == max(1, n); "
+    "max(2, n) only waits one poll longer before the same answer",
+}
+"""Survivors whose change only shows in how long a call takes (the line
+holds the key): equivalent under replay, which freezes the clock and
+compares outcomes, not durations."""
+
+
+@dataclass(frozen=True)
+class Survivor:
+    where: str
+    operator: str
+    change: str
+    verdict: str
+    """``equivalent: why`` or ``gap: what would kill it``."""
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    modules: tuple[str, ...]
+    """Paths relative to the repository, mutated one change at a time."""
+    directory: str
+    """Where replay runs, relative to the repository."""
+    replay: tuple[str, ...]
+    """pytest's arguments after ``--toolguard-replay``."""
+
+
+TARGETS = (
+    Target("builtin", ("pytest_toolguard/tools",), ".", ("cassettes", "cases")),
+    Target(
+        "example",
+        ("examples/agent_project/agent_tools/__init__.py",),
+        "examples/agent_project",
+        ("cassettes",),
+    ),
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", choices=[t.name for t in TARGETS], action="append")
+    parser.add_argument("--min-score", type=float, default=0.0, help="fail below this percent")
+    parser.add_argument(
+        "--without-variants",
+        action="store_true",
+        help="replay the cassettes with their amplified variants taken out (the score before)",
+    )
+    options = parser.parse_args(argv)
+    chosen = [t for t in TARGETS if not options.target or t.name in options.target]
+    failed = False
+    with tempfile.TemporaryDirectory(prefix="toolguard-mutation-") as scratch:
+        copy = Path(scratch) / "repo"
+        _copy_tree(copy)
+        for target in chosen:
+            if options.without_variants:
+                _strip_variants(copy / target.directory, target.replay)
+            killed, total, survivors = _run(target, copy, Path(scratch))
+            equivalent = sum(s.verdict.startswith("equivalent") for s in survivors)
+            score = 100.0 * killed / total if total else 100.0
+            counted = total - equivalent
+            adjusted = 100.0 * killed / counted if counted else 100.0
+            print(
+                f"mutation {target.name}: {killed} killed / {total} mutants ({score:.1f}%); "
+                f"{equivalent} equivalent: {killed} / {counted} ({adjusted:.1f}%)"
+            )
+            for survivor in survivors:
+                print(f"  survived: {survivor.where} {survivor.operator}: {survivor.change}")
+                print(f"    {survivor.verdict}")
+            failed |= adjusted < options.min_score
+    return 1 if failed else 0
+
+
+def _copy_tree(destination: Path) -> None:
+    """The files git knows (tracked and untracked, ignored ones left out)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    ).stdout.split(b"\0")
+    for name in filter(None, listed):
+        source = ROOT / os.fsdecode(name)
+        if source.is_file():
+            target = destination / os.fsdecode(name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+
+
+def _strip_variants(directory: Path, paths: tuple[str, ...]) -> None:
+    """Every cassette and case under ``paths`` as it was before amplification."""
+    from pytest_toolguard.amplify.write import with_variants
+    from pytest_toolguard.replay.cassette import loads
+
+    for path in paths:
+        for file in sorted((directory / path).rglob("*.y*ml")):
+            text = file.read_text(encoding="utf-8")
+            count = len(loads(text, source=str(file)).interactions)
+            file.write_text(with_variants(text, [()] * count), encoding="utf-8")
+
+
+def _run(target: Target, copy: Path, scratch: Path) -> tuple[int, int, list[Survivor]]:
+    config = scratch / f"{target.name}.toml"
+    session = scratch / f"{target.name}.sqlite"
+    # Only our plugin (PYTEST_DISABLE_PLUGIN_AUTOLOAD below): the others'
+    # start-up (hypothesis's alone ~1.5 s) would be most of each mutant's run.
+    replay = " ".join(
+        [sys.executable, "-m", "pytest", "-p", "pytest_toolguard.plugin"]
+        + ["--toolguard-replay", *target.replay, "-x", "-q", "-p", "no:cacheprovider"]
+    )
+    workdir = copy / target.directory
+    modules = ", ".join(json.dumps(str(copy / module)) for module in target.modules)
+    excluded = ", ".join(json.dumps(f"^{name}$") for name in _other_operators())
+    config.write_text(
+        "[cosmic-ray]\n"
+        f"module-path = [{modules}]\n"
+        f"timeout = {TIMEOUT_SECONDS}\n"
+        "excluded-modules = []\n"
+        f"test-command = {json.dumps(replay)}\n"
+        "[cosmic-ray.distributor]\n"
+        'name = "local"\n'
+        "[cosmic-ray.filters.operators-filter]\n"
+        f"exclude-operators = [{excluded}]\n",
+        encoding="utf-8",
+    )
+    environment = dict(os.environ, PYTHONPATH=str(copy), PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
+    bin_dir = Path(sys.executable).parent
+
+    def tool(*arguments: str) -> str:
+        done = subprocess.run(
+            [str(bin_dir / arguments[0]), *arguments[1:]],
+            cwd=workdir,
+            env=environment,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        return done.stdout
+
+    tool("cosmic-ray", "init", str(config), str(session))
+    tool("cr-filter-operators", str(session), str(config))
+    baseline = subprocess.run(
+        replay.split(), cwd=workdir, env=environment, capture_output=True, text=True
+    )
+    if baseline.returncode != 0:
+        raise SystemExit(f"{target.name}: replay fails before any mutation:\n{baseline.stdout}")
+    tool("cosmic-ray", "exec", str(config), str(session))
+    return _results(tool("cosmic-ray", "dump", str(session)), copy)
+
+
+def _other_operators() -> list[str]:
+    """Every operator cosmic-ray has but those of ``OPERATORS``."""
+    listed = subprocess.run(
+        [str(Path(sys.executable).parent / "cosmic-ray"), "operators"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    return [name for name in listed if name not in OPERATORS]
+
+
+def _results(dump: str, copy: Path) -> tuple[int, int, list[Survivor]]:
+    killed = total = 0
+    survivors: list[Survivor] = []
+    for line in dump.splitlines():
+        item, result = json.loads(line)
+        if result is None or result.get("worker_outcome") == "skipped":
+            continue
+        if result.get("test_outcome") == "incompetent":
+            continue
+        total += 1
+        if result.get("test_outcome") == "killed":
+            killed += 1
+            continue
+        for mutation in item["mutations"]:
+            module = Path(mutation["module_path"])
+            number = mutation["start_pos"][0]
+            old, new = _change(result.get("diff") or "")
+            survivors.append(
+                Survivor(
+                    f"{module.relative_to(copy)}:{number}",
+                    mutation["operator_name"],
+                    f"{old} -> {new}",
+                    _verdict(module, number, old, new),
+                )
+            )
+    return killed, total, sorted(survivors, key=lambda s: (s.where, s.change))
+
+
+def _verdict(module: Path, number: int, old: str, new: str) -> str:
+    """Why a mutant survived, when the reason is known: equivalent (no
+    replay can tell it from the tool), else a gap of the variants."""
+    for key, why in TIMING_ONLY.items():
+        if key in old:
+            return f"equivalent (timing only): {why}"
+    default = re.compile(r'"default": [^,}]+')
+    if '"default"' in old and default.sub("", old) == default.sub("", new):
+        return (
+            "equivalent: a schema's default is documentation for the model; the runtime "
+            "never fills it in (the handler's own default applies)"
+        )
+    if number in _output_schema_lines(module) and _loosens(old, new):
+        return (
+            "equivalent: loosens an output schema check that the tool's results already "
+            "pass (the right tool never returns what only the looser schema allows)"
+        )
+    return "gap: no variant reaches it (see the report of issue 15)"
+
+
+def _loosens(old: str, new: str) -> bool:
+    """``additionalProperties`` false to true, a ``minimum`` lowered, a ``maximum`` raised."""
+    if '"additionalProperties": False' in old and '"additionalProperties": True' in new:
+        return True
+    for key, lower in (("minimum", True), ("maximum", False)):
+        was = re.search(rf'"{key}": (-?\d+)', old)
+        now = re.search(rf'"{key}": ?(-?\d+)', new)
+        if was and now and (int(now.group(1)) < int(was.group(1))) == lower:
+            return int(now.group(1)) != int(was.group(1))
+    return False
+
+
+def _output_schema_lines(module: Path) -> set[int]:
+    """Lines of ``output_schema=`` arguments, and of module constants they name."""
+    tree = ast.parse(module.read_text(encoding="utf-8"))
+    constants = {
+        target.id: node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        for keyword in node.keywords:
+            if keyword.arg != "output_schema":
+                continue
+            value = keyword.value
+            if isinstance(value, ast.Name) and value.id in constants:
+                value = constants[value.id]
+            lines.update(range(value.lineno, (value.end_lineno or value.lineno) + 1))
+    return lines
+
+
+def _change(diff: str) -> tuple[str, str]:
+    """The removed and the added lines of a unified diff."""
+    lines = diff.splitlines()
+    removed = [x[1:].strip() for x in lines if x.startswith("-") and not x.startswith("---")]
+    added = [x[1:].strip() for x in lines if x.startswith("+") and not x.startswith("+++")]
+    return " | ".join(removed), " | ".join(added)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

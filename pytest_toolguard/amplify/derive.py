@@ -1,0 +1,574 @@
+"""Deriving variants of one recorded call: the candidates amplification tries.
+
+Everything comes from what the call itself shows: its tool's input schema,
+its arguments, the files its handler read and the data it returned. Nothing
+here knows a particular tool. ``candidates(facts)`` gives them in the order
+they are tried, taking one from each family in turn so a cap keeps a bit of
+each:
+
+- ``data size``: an integer argument set to a size of the data: the length
+  of a string or list of the returned data, an integer in it, a file's
+  length in characters or lines (``max_chars = len(data.content)``);
+- ``boundary``: every ``minimum``, ``maximum``, ``minLength``,
+  ``maxLength``, ``minItems`` and ``maxItems`` of the schema exactly (an
+  exclusive bound: one step inside);
+- ``outside``: each bound one step outside, an argument the schema does
+  not allow, a required one left out (the tool's input schema refuses
+  these: recorded as the refusal they get, and counted apart);
+- ``file text`` and ``argument text``: a file read, or a free-text
+  argument, with non-ASCII letters, astral characters, combining marks,
+  CRLF line ends, its trailing newline taken away (or given), empty, or
+  with very long lines;
+- ``size``: each file read with one line fewer than, as many lines as and
+  one more line than every limit-like number of the call (its integer
+  arguments, as sent or by default) and of the schema, the same in
+  characters and in the length of its first line; list arguments with that
+  many items;
+- ``inside``: each of those bounds one step inside.
+
+Pure: no runtime, no files.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from itertools import zip_longest
+from typing import Any
+
+from ..replay.cassette import GeneratedContent
+
+LONG_LINE = 1000
+"""Characters of each line of the "very long lines" text variant."""
+LONG_LINES = 20
+"""Lines the "very long lines" variant makes long (the first ones)."""
+SIZE_LIMIT = 65_536
+"""Limit-like numbers above this are not tried as file sizes."""
+LIST_LIMIT = 500
+"""Limit-like numbers above this are not tried as list lengths."""
+
+FAMILIES = ("data size", "boundary", "outside", "file text", "argument text", "size", "inside")
+"""The families of candidates, in the order ``candidates`` takes from them."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallFacts:
+    """What one recorded call shows, as amplification reads it."""
+
+    arguments: Mapping[str, Any]
+    schema: Mapping[str, Any]
+    """The tool's input schema."""
+    fixed: frozenset[str] = frozenset()
+    """Arguments not varied as text: paths and hosts the policy checks."""
+    files_read: Mapping[str, bytes] = field(default_factory=dict)
+    """Workspace files the handler read (relative path -> bytes before the call)."""
+    data: Any = None
+    """The data the call returned."""
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One variant to try: what it is called, what it changes."""
+
+    name: str
+    kind: str
+    """``boundary``, ``text`` or ``size``."""
+    family: str
+    arguments: Mapping[str, Any]
+    files: Mapping[str, bytes | GeneratedContent] = field(default_factory=dict)
+    bound: str = ""
+    """For a schema bound: which (the argument's schema and the step), the
+    same for every tool sharing that schema ('' for other candidates)."""
+
+    def identity(self) -> str:
+        """Equal for two candidates that send the same call over the same files."""
+        files = {
+            path: value.decode("utf-8", "surrogateescape")
+            if isinstance(value, bytes)
+            else [value.head, value.repeat, value.times, value.tail]
+            for path, value in sorted(self.files.items())
+        }
+        return json.dumps([self.arguments, files], sort_keys=True, default=str)
+
+
+def candidates(facts: CallFacts) -> list[Candidate]:
+    """Every candidate of ``facts``, in the order they are tried (one of each
+    family in turn, see the module docstring)."""
+    families: dict[str, list[Candidate]] = {name: [] for name in FAMILIES}
+    for candidate in _all(facts):
+        families[candidate.family].append(candidate)
+    ordered: list[Candidate] = []
+    for round_ in zip_longest(*families.values()):
+        ordered += [candidate for candidate in round_ if candidate is not None]
+    return ordered
+
+
+def _all(facts: CallFacts) -> Iterator[Candidate]:
+    yield from _data_sizes(facts)
+    yield from _bounds(facts)
+    yield from _shape(facts)
+    yield from _file_texts(facts)
+    yield from _argument_texts(facts)
+    yield from _sizes(facts)
+
+
+# -- the schema ------------------------------------------------------------------
+
+
+def _properties(schema: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping):
+        return {}
+    return {name: value for name, value in properties.items() if isinstance(value, Mapping)}
+
+
+def _types(schema: Mapping[str, Any]) -> set[str]:
+    kind = schema.get("type")
+    if isinstance(kind, str):
+        return {kind}
+    return {item for item in kind if isinstance(item, str)} if isinstance(kind, list) else set()
+
+
+def _is_integer(schema: Mapping[str, Any]) -> bool:
+    return "integer" in _types(schema)
+
+
+def _number(value: Any) -> int | float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value
+
+
+def _with(arguments: Mapping[str, Any], name: str, value: Any) -> dict[str, Any]:
+    changed = dict(arguments)
+    changed[name] = value
+    return changed
+
+
+# -- data sizes --------------------------------------------------------------------
+
+
+def _sizes_of_data(facts: CallFacts) -> list[tuple[str, int]]:
+    """(label, size) of the data and the files, first label of each size kept."""
+    # The sizes a tool reports first (integers of its data), then lengths
+    # of its lists, of the files read, and last of its strings.
+    numbers: list[tuple[str, int]] = []
+    lists: list[tuple[str, int]] = []
+    strings: list[tuple[str, int]] = []
+    if isinstance(facts.data, Mapping):
+        for key, value in facts.data.items():
+            if isinstance(value, list):
+                lists.append((f"len(data.{key})", len(value)))
+            elif isinstance(value, str):
+                strings.append((f"len(data.{key})", len(value)))
+            elif isinstance(value, int) and not isinstance(value, bool):
+                numbers.append((f"data.{key}", value))
+    files: list[tuple[str, int]] = []
+    for path, content in sorted(facts.files_read.items()):
+        text = _text(content)
+        if text is not None:
+            files.append((f"len({path})", len(text)))
+            files.append((f"lines of {path}", len(text.splitlines())))
+    found = numbers + lists + files + strings
+    seen: set[int] = set()
+    unique = []
+    for label, size in found:
+        if size not in seen:
+            seen.add(size)
+            unique.append((label, size))
+    return unique
+
+
+def _data_sizes(facts: CallFacts) -> Iterator[Candidate]:
+    sizes = _sizes_of_data(facts)
+    for name, schema in _properties(facts.schema).items():
+        if not _is_integer(schema):
+            continue
+        current = facts.arguments.get(name, schema.get("default"))
+        # Equal to each size first; then one under and one over (a limit
+        # reached with more to come, a limit not reached).
+        for offset, suffix in ((0, ""), (-1, " - 1"), (1, " + 1")):
+            for label, size in sizes:
+                value = size + offset
+                if value != current and _within(schema, value):
+                    yield Candidate(
+                        f"{name} = {label}{suffix}",
+                        "boundary",
+                        "data size",
+                        _with(facts.arguments, name, value),
+                    )
+
+
+def _within(schema: Mapping[str, Any], value: int) -> bool:
+    low, high = _number(schema.get("minimum")), _number(schema.get("maximum"))
+    return (low is None or value >= low) and (high is None or value <= high)
+
+
+# -- bounds ------------------------------------------------------------------------
+
+_NUMBER_BOUNDS = (("minimum", 1), ("maximum", -1))
+_LENGTH_BOUNDS = (("minLength", 1), ("maxLength", -1))
+_ITEM_BOUNDS = (("minItems", 1), ("maxItems", -1))
+
+
+def _steps(keyword: str, inward: int) -> tuple[tuple[str, int, str], ...]:
+    """(family, offset, label) of a bound exactly, one step inside, one outside."""
+    into, out = ("+", "-") if inward > 0 else ("-", "+")
+    return (
+        ("boundary", 0, keyword),
+        ("inside", inward, f"{keyword} {into} 1"),
+        ("outside", -inward, f"{keyword} {out} 1"),
+    )
+
+
+def _bounds(facts: CallFacts) -> Iterator[Candidate]:
+    """Each bound exactly, one step inside and one step outside."""
+    for name, schema in _properties(facts.schema).items():
+        types = _types(schema)
+        present = name in facts.arguments
+        value = facts.arguments.get(name)
+        for keyword, inward in _NUMBER_BOUNDS:
+            bound = _number(schema.get(keyword))
+            if bound is None or not types & {"integer", "number"}:
+                continue
+            for family, offset, where in _steps(keyword, inward):
+                number = bound + offset
+                yield Candidate(
+                    f"{name} = {where} ({number:g})",
+                    "boundary",
+                    family,
+                    _with(facts.arguments, name, number),
+                    bound=_bound_key(name, schema, where),
+                )
+        for keyword, inward in (("exclusiveMinimum", 1), ("exclusiveMaximum", -1)):
+            bound = _number(schema.get(keyword))
+            if bound is None or not types & {"integer", "number"}:
+                continue
+            step = 1 if "integer" in types else 0.5
+            inside = bound + inward * step
+            sign = "+" if inward > 0 else "-"
+            yield Candidate(
+                f"{name} = {keyword} {sign} {step:g} ({inside:g})",
+                "boundary",
+                "boundary",
+                _with(facts.arguments, name, inside),
+                bound=_bound_key(name, schema, f"{keyword} inside"),
+            )
+            yield Candidate(
+                f"{name} = {keyword} ({bound:g})",
+                "boundary",
+                "outside",
+                _with(facts.arguments, name, bound),
+                bound=_bound_key(name, schema, keyword),
+            )
+        for keywords, build, measure in (
+            (_LENGTH_BOUNDS, _resized_text, "len"),
+            (_ITEM_BOUNDS, _resized_list, "items of"),
+        ):
+            for keyword, inward in keywords:
+                bound = _number(schema.get(keyword))
+                if bound is None or not present:
+                    continue
+                for family, offset, where in _steps(keyword, inward):
+                    size = int(bound) + offset
+                    if size < 0 or size > SIZE_LIMIT:
+                        continue
+                    resized = build(value, size)
+                    if resized is not None:
+                        yield Candidate(
+                            f"{measure}({name}) = {where} ({size})",
+                            "boundary",
+                            family,
+                            _with(facts.arguments, name, resized),
+                            bound=_bound_key(name, schema, where),
+                        )
+
+
+def _shape(facts: CallFacts) -> Iterator[Candidate]:
+    """The object's own bounds, one step outside: an argument the schema
+    does not name (``additionalProperties: false``), a required one left out."""
+    if facts.schema.get("additionalProperties") is False:
+        extra = "unexpected_argument"
+        while extra in _properties(facts.schema):
+            extra += "_"
+        yield Candidate(
+            f"an extra argument {extra}",
+            "boundary",
+            "outside",
+            _with(facts.arguments, extra, 1),
+            bound=_bound_key("", {"properties": sorted(_properties(facts.schema))}, extra),
+        )
+    required = facts.schema.get("required")
+    for name in required if isinstance(required, list) else ():
+        if name in facts.arguments:
+            rest = {key: value for key, value in facts.arguments.items() if key != name}
+            yield Candidate(
+                f"without {name}",
+                "boundary",
+                "outside",
+                rest,
+                bound=_bound_key(name, {"properties": sorted(_properties(facts.schema))}, "absent"),
+            )
+
+
+def _bound_key(name: str, schema: Mapping[str, Any], step: str) -> str:
+    """Which bound a candidate checks: the argument, its schema (what the
+    model reads, defaults and descriptions aside) and the step."""
+    kept = {key: value for key, value in schema.items() if key not in ("default", "description")}
+    return json.dumps([name, kept, step], sort_keys=True, default=str)
+
+
+def _resized_text(value: Any, size: int) -> str | None:
+    """``value`` cut or grown to ``size`` characters: grown by repeating its
+    first character after it, cut from the front, so a fixed suffix (a file
+    extension a pattern asks for) stays."""
+    if not isinstance(value, str) or not value:
+        return None
+    if size <= len(value):
+        return value[len(value) - size :]
+    return value[0] * (size - len(value)) + value
+
+
+def _resized_list(value: Any, size: int) -> list[Any] | None:
+    """``value``'s items cycled to ``size`` items."""
+    if not isinstance(value, list) or (size and not value):
+        return None
+    return [value[i % len(value)] for i in range(size)]
+
+
+# -- text ----------------------------------------------------------------------------
+
+
+def _non_ascii(text: str) -> str:
+    return text.translate(str.maketrans("aeou", "äéöü"))
+
+
+def _astral(text: str) -> str:
+    lines = text.split("\n")
+    return "\n".join(line + " \U0001f99c\U0001d11e" if line else line for line in lines)
+
+
+def _combining(text: str) -> str:
+    return text.replace("e", "e\u0301").replace("a", "a\u0308")
+
+
+def _crlf(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\n", "\r\n") if "\n" in text else text + "\r\n"
+
+
+def _other_ending(text: str) -> str:
+    return text.rstrip("\r\n") if text.endswith("\n") else text + "\n"
+
+
+def _long_lines(text: str) -> str:
+    """Each of the first ``LONG_LINES`` lines repeated onto itself to at
+    least ``LONG_LINE`` characters (a cut a tool makes shows on any of them)."""
+    lines = text.split("\n")
+    for number, line in enumerate(lines[:LONG_LINES]):
+        if line.strip():
+            lines[number] = (line * (LONG_LINE // len(line) + 1))[:LONG_LINE]
+    if not any(line.strip() for line in lines):
+        lines[0] = "x" * LONG_LINE
+    return "\n".join(lines)
+
+
+TEXT_CHANGES: tuple[tuple[str, Callable[[str], str]], ...] = (
+    ("non-ASCII letters", _non_ascii),
+    ("no trailing newline", _other_ending),
+    ("astral characters", _astral),
+    ("CRLF line ends", _crlf),
+    ("combining marks", _combining),
+    ("very long lines", _long_lines),
+    ("empty", lambda _text: ""),
+)
+"""Each text variant: its name and what it does to a text."""
+
+
+def _change_name(name: str, text: str) -> str:
+    if name == "no trailing newline" and not text.endswith("\n"):
+        return "a trailing newline"
+    return name
+
+
+def _text(content: bytes) -> str | None:
+    try:
+        return content.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _file_texts(facts: CallFacts) -> Iterator[Candidate]:
+    for path, content in sorted(facts.files_read.items()):
+        text = _text(content)
+        if text is None:
+            continue
+        for name, change in TEXT_CHANGES:
+            changed = change(text)
+            if changed != text:
+                yield Candidate(
+                    f"{path}: {_change_name(name, text)}",
+                    "text",
+                    "file text",
+                    dict(facts.arguments),
+                    {path: changed.encode("utf-8")},
+                )
+
+
+def _free_text(schema: Mapping[str, Any]) -> bool:
+    """A value whose strings are text to vary: no pattern, enum, const or format."""
+    return not any(key in schema for key in ("pattern", "enum", "const", "format"))
+
+
+def _argument_texts(facts: CallFacts) -> Iterator[Candidate]:
+    properties = _properties(facts.schema)
+    for name, value in facts.arguments.items():
+        schema = properties.get(name, {})
+        if name in facts.fixed or not _free_text(schema) or not _has_text(value):
+            continue
+        for change_name, change in TEXT_CHANGES:
+            # One very long line is enough: not every string of a document.
+            changed = _map_strings(value, change, first_only=change is _long_lines)
+            if changed != value:
+                sample = value if isinstance(value, str) else ""
+                yield Candidate(
+                    f"{name}: {_change_name(change_name, sample)}",
+                    "text",
+                    "argument text",
+                    _with(facts.arguments, name, changed),
+                )
+
+
+def _has_text(value: Any) -> bool:
+    if isinstance(value, str):
+        return True
+    if isinstance(value, Mapping):
+        return any(_has_text(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_has_text(item) for item in value)
+    return False
+
+
+def _map_strings(value: Any, change: Callable[[str], str], *, first_only: bool = False) -> Any:
+    """``value`` with ``change`` applied to every string in it (not to
+    keys), or only to the first one."""
+    left = [1 if first_only else -1]
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, str):
+            if left[0] == 0:
+                return item
+            left[0] -= 1
+            return change(item)
+        if isinstance(item, Mapping):
+            return {key: walk(inner) for key, inner in item.items()}
+        if isinstance(item, list):
+            return [walk(inner) for inner in item]
+        return item
+
+    return walk(value)
+
+
+# -- sizes ---------------------------------------------------------------------------
+
+
+def limit_like_numbers(facts: CallFacts) -> list[int]:
+    """The call's integer arguments (as sent, or their defaults), then every
+    bound and default of the schema, each once, in that order."""
+    found: list[int] = []
+    properties = _properties(facts.schema)
+    for name, schema in properties.items():
+        value = _number(facts.arguments.get(name, schema.get("default")))
+        if _is_integer(schema) and isinstance(value, int):
+            found.append(value)
+    for schema in properties.values():
+        for keyword in ("minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems"):
+            value = _number(schema.get(keyword))
+            if isinstance(value, int):
+                found.append(value)
+    return [number for number in dict.fromkeys(found) if 2 <= number <= SIZE_LIMIT]
+
+
+def _sizes(facts: CallFacts) -> Iterator[Candidate]:
+    numbers = limit_like_numbers(facts)
+    texts = {
+        path: text
+        for path, content in sorted(facts.files_read.items())
+        if (text := _text(content)) is not None and text
+    }
+    # Data holding a list counts lines (rows, matches); else characters count.
+    lines_first = isinstance(facts.data, Mapping) and any(
+        isinstance(value, list) for value in facts.data.values()
+    )
+    quoted = set(strings_in(facts.data))
+    for number in numbers:
+        for path, text in texts.items():
+            yield from _sized_files(facts, path, text, number, lines_first, quoted)
+        for size in (number, number + 1, number - 1):
+            for name, value in facts.arguments.items():
+                if isinstance(value, list) and value and size <= LIST_LIMIT:
+                    yield Candidate(
+                        f"{name} with {size} items",
+                        "size",
+                        "size",
+                        _with(facts.arguments, name, _resized_list(value, size)),
+                    )
+
+
+def strings_in(value: Any) -> Iterator[str]:
+    """Every string of JSON-like data (values, not keys)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from strings_in(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from strings_in(item)
+
+
+def _sized_files(
+    facts: CallFacts, path: str, text: str, number: int, lines_first: bool, quoted: set[str]
+) -> Iterator[Candidate]:
+    """``path`` with as many lines after its first as ``number``, one more
+    and one fewer; then as many characters; then a first line that long.
+    The line repeated is one the data quotes (a match a search returned),
+    else the second."""
+    lines = text.splitlines(keepends=True)
+    head = lines[0] if len(lines) >= 2 else ""
+    body = lines[1:] if head else lines
+    unit = next((line for line in body if line.rstrip("\r\n") in quoted), body[0])
+    unit = unit if unit.endswith("\n") else unit + "\n"
+    sizes = (number, number + 1, number - 1)
+    Recipe = tuple[str, bytes | GeneratedContent]
+    by_lines: list[Recipe] = [
+        (
+            f"{path} with {size} lines after its first" if head else f"{path} with {size} lines",
+            GeneratedContent(repeat=unit, times=size, head=head),
+        )
+        for size in sizes
+    ]
+    by_chars: list[Recipe] = [
+        (f"{path} of {size} characters", _chars(text, size)) for size in sizes
+    ]
+    recipes: list[Recipe] = by_lines + by_chars if lines_first else by_chars + by_lines
+    recipes += [
+        (f"{path} with a first line of {size} characters", _first_line(text, size))
+        for size in sizes
+    ]
+    for name, content in recipes:
+        yield Candidate(name, "size", "size", dict(facts.arguments), {path: content})
+
+
+def _chars(text: str, size: int) -> bytes | GeneratedContent:
+    if size <= len(text):
+        return text[:size].encode("utf-8")
+    return GeneratedContent(repeat=text, times=size // len(text), tail=text[: size % len(text)])
+
+
+def _first_line(text: str, size: int) -> GeneratedContent:
+    first, newline, rest = text.partition("\n")
+    unit = first.rstrip("\r") or "x"
+    return GeneratedContent(
+        repeat=unit, times=size // len(unit), tail=unit[: size % len(unit)] + newline + rest
+    )

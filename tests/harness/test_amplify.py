@@ -1,0 +1,264 @@
+"""Amplified cassettes, with tools and cassettes of these tests only: the
+variants come from schemas and recorded data, never from knowing a tool.
+
+Each bug below is one a plain replay misses (no recorded call sits on its
+edge); the variants recorded with the right tool catch it, and the report
+names the variant.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_toolguard import Capabilities, Risk, SQLiteAuditStore, ToolRuntime
+from pytest_toolguard.amplify import VariantCaps, amplify, amplify_file
+from pytest_toolguard.amplify.derive import CallFacts, candidates
+from pytest_toolguard.amplify.write import with_variants
+from pytest_toolguard.registry import PathAccess, ToolRegistry, ToolSpec, tool
+from pytest_toolguard.replay import load, record_session
+from pytest_toolguard.replay.cassette import Cassette, CassetteError, dumps, loads
+from pytest_toolguard.replay.variants import replay_variants
+
+HEAD_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string", "minLength": 1, "maxLength": 100},
+        "max_lines": {"type": "integer", "minimum": 1, "maximum": 50, "default": 10},
+    },
+    "required": ["path"],
+    "additionalProperties": False,
+}
+
+
+def _head(truncated_at_limit: bool) -> ToolSpec:
+    @tool(name="head", input_schema=HEAD_SCHEMA, paths=[PathAccess.read("{path}")])
+    def head(ctx: Any, path: str, max_lines: int = 10) -> dict[str, Any]:
+        """The first lines of a text file."""
+        lines = ctx.workspace.read_text(path).splitlines()
+        cut = len(lines) >= max_lines if truncated_at_limit else len(lines) > max_lines
+        return {"lines": lines[:max_lines], "line_count": len(lines), "truncated": cut}
+
+    return head
+
+
+SAVE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "minLength": 1, "maxLength": 40},
+        "text": {"type": "string"},
+    },
+    "required": ["name", "text"],
+    "additionalProperties": False,
+}
+
+
+def _save(ends_lines: bool) -> ToolSpec:
+    @tool(
+        name="save",
+        input_schema=SAVE_SCHEMA,
+        risk=Risk.WRITE,
+        paths=[PathAccess.write("{name}", content="text")],
+    )
+    def save(ctx: Any, name: str, text: str) -> dict[str, Any]:
+        """Save a text file, ending its last line."""
+        ending = "" if text.endswith("\n") or not ends_lines else "\n"
+        ctx.workspace.write_text(name, text + ending)
+        return {"saved": name}
+
+    return save
+
+
+@tool(input_schema={"type": "object", "properties": {"label": {"type": "string"}}})
+def stamp(ctx: Any, label: str) -> dict[str, Any]:
+    """A label with the time and a random number: neither is reproducible."""
+    return {
+        "label": label,
+        "at": datetime.now(timezone.utc).isoformat(),
+        "nonce": random.random(),
+    }
+
+
+CAPS = Capabilities(allowed_risks=frozenset({Risk.READ, Risk.WRITE}), write_roots=(".",))
+RIGHT = ToolRegistry([_head(False), _save(True), stamp])
+
+
+def _record(tmp_path: Path, calls: list[tuple[str, dict[str, Any]]]) -> Path:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text("one\ntwo\nthree\n")
+    runtime = ToolRuntime(RIGHT, str(workspace), CAPS, SQLiteAuditStore(":memory:"))
+    path = tmp_path / "session.yaml"
+    with record_session(runtime, path):
+        for number, (name, arguments) in enumerate(calls, 1):
+            from pytest_toolguard import ToolCall
+
+            runtime.execute(ToolCall(f"call-{number}", name, arguments))
+    return path
+
+
+def _amplified(tmp_path: Path, calls: list[tuple[str, dict[str, Any]]], **options: Any) -> Cassette:
+    cassette, report = amplify(load(_record(tmp_path, calls)), RIGHT, **options)
+    assert report.ok
+    return cassette
+
+
+def test_a_truncation_flag_wrong_at_exactly_the_limit_is_caught_by_a_data_size_variant(
+    tmp_path: Path,
+) -> None:
+    cassette = _amplified(tmp_path, [("head", {"path": "notes.txt"})])
+    assert replay_variants(cassette, RIGHT).ok
+    report = replay_variants(cassette, ToolRegistry([_head(True), _save(True), stamp]))
+    wheres = {difference.where for difference in report.differences}
+    assert "interaction 1 (head), variant `max_lines = data.line_count`" in wheres
+
+
+def test_a_writer_that_breaks_on_text_without_a_trailing_newline_is_caught_by_a_text_variant(
+    tmp_path: Path,
+) -> None:
+    cassette = _amplified(tmp_path, [("save", {"name": "a.md", "text": "# A\n"})])
+    report = replay_variants(cassette, ToolRegistry([_head(False), _save(False), stamp]))
+    found = {(d.where, d.field) for d in report.differences}
+    assert (
+        "interaction 1 (save), variant `text: no trailing newline`",
+        "changed file a.md",
+    ) in found
+
+
+def test_a_plain_replay_of_the_same_cassette_misses_both_bugs(tmp_path: Path) -> None:
+    from pytest_toolguard.replay import replay
+
+    path = _record(
+        tmp_path, [("head", {"path": "notes.txt"}), ("save", {"name": "a", "text": "x\n"})]
+    )
+    assert replay(load(path), ToolRegistry([_head(True), _save(False), stamp])).ok
+
+
+def test_variants_per_call_are_capped_and_each_one_over_the_cap_is_dropped_with_why(
+    tmp_path: Path,
+) -> None:
+    path = _record(tmp_path, [("head", {"path": "notes.txt"})])
+    cassette, report = amplify(load(path), RIGHT, caps=VariantCaps(default=3))
+    variants = cassette.interactions[0].variants
+    assert sum(not v.refused for v in variants) == 3
+    over = [item for item in report.dropped if item.reason.startswith("over the cap of 3 variant")]
+    assert over and report.kept == len(variants)
+
+
+def test_refusals_are_capped_apart_from_the_other_variants(tmp_path: Path) -> None:
+    path = _record(tmp_path, [("head", {"path": "notes.txt"})])
+    cassette, report = amplify(load(path), RIGHT, caps=VariantCaps(default=2))
+    assert sum(v.refused for v in cassette.interactions[0].variants) == 2 == report.refused
+    assert any(item.reason.startswith("over the cap of 2 refusal") for item in report.dropped)
+
+
+def test_a_tool_s_own_cap_overrides_the_default(tmp_path: Path) -> None:
+    path = _record(tmp_path, [("head", {"path": "notes.txt"})])
+    cassette, _ = amplify(load(path), RIGHT, caps=VariantCaps(default=2, per_tool={"head": 5}))
+    assert sum(not v.refused for v in cassette.interactions[0].variants) == 5
+
+
+def test_variant_caps_are_parsed_from_n_and_tool_equals_n() -> None:
+    caps = VariantCaps.parse(["7", "head=3"])
+    assert (caps.of("head"), caps.of("other")) == (3, 7)
+    with pytest.raises(ValueError, match="TOOL=N"):
+        VariantCaps.parse(["=3"])
+
+
+def test_a_variant_failing_the_input_schema_is_kept_as_its_refusal_and_counted_apart(
+    tmp_path: Path,
+) -> None:
+    path = _record(tmp_path, [("head", {"path": "notes.txt"})])
+    cassette, report = amplify(load(path), RIGHT, caps=VariantCaps(default=100))
+    refused = [v for v in cassette.interactions[0].variants if v.refused]
+    names = {v.name for v in refused}
+    assert "max_lines = maximum + 1 (51)" in names
+    assert all(v.result.code == "INVALID_ARGUMENT" for v in refused)
+    assert report.refused == len(refused) and report.kept > len(refused)
+
+
+def test_a_result_that_depends_on_time_or_randomness_is_marked_volatile_not_dropped(
+    tmp_path: Path,
+) -> None:
+    path = _record(tmp_path, [("stamp", {"label": "build"})])
+    text = path.read_text().replace(
+        "interactions:", "volatile:\n- data.at\n- data.nonce\ninteractions:"
+    )
+    path.write_text(text)
+    cassette, report = amplify(load(path), RIGHT)
+    variants = cassette.interactions[0].variants
+    assert variants and all({"data.at", "data.nonce"} <= set(v.volatile) for v in variants)
+    assert report.volatile == len(variants)
+    assert replay_variants(cassette, RIGHT).ok
+
+
+def test_amplify_writes_nothing_when_the_recording_run_differs(tmp_path: Path) -> None:
+    path = _record(tmp_path, [("head", {"path": "notes.txt", "max_lines": 3})])
+    before = path.read_bytes()
+    report = amplify_file(path, ToolRegistry([_head(True), _save(True), stamp]))
+    assert not report.ok and report.replay_differences
+    assert path.read_bytes() == before
+
+
+def test_re_amplifying_with_an_unchanged_tool_leaves_the_file_byte_for_byte(tmp_path: Path) -> None:
+    path = _record(
+        tmp_path, [("head", {"path": "notes.txt"}), ("save", {"name": "a", "text": "x"})]
+    )
+    assert amplify_file(path, RIGHT).written
+    once = path.read_bytes()
+    again = amplify_file(path, RIGHT)
+    assert not again.written and path.read_bytes() == once
+
+
+def test_a_call_refused_when_recorded_is_not_amplified_and_the_report_says_why(
+    tmp_path: Path,
+) -> None:
+    cassette, report = amplify(load(_record(tmp_path, [("head", {"path": "../x"})])), RIGHT)
+    assert cassette.interactions[0].variants == ()
+    assert report.skipped and "did not succeed" in report.skipped[0]
+
+
+def test_variants_are_written_into_a_case_s_own_text_keeping_its_comments(tmp_path: Path) -> None:
+    path = _record(tmp_path, [("head", {"path": "notes.txt"})])
+    text = "# written by hand\n" + path.read_text()
+    cassette, _ = amplify(loads(text), RIGHT)
+    written = with_variants(text, [i.variants for i in cassette.interactions])
+    assert written.startswith("# written by hand\n")
+    assert with_variants(written, [()]) == text
+
+
+def test_variants_load_back_as_dumped(tmp_path: Path) -> None:
+    cassette = _amplified(tmp_path, [("head", {"path": "notes.txt"})])
+    assert loads(dumps(cassette)).interactions[0].variants == cassette.interactions[0].variants
+
+
+def test_the_schema_refuses_a_variant_of_an_unknown_kind(tmp_path: Path) -> None:
+    cassette = _amplified(tmp_path, [("head", {"path": "notes.txt"})])
+    text = dumps(cassette).replace("kind: boundary", "kind: guesswork", 1)
+    with pytest.raises(CassetteError, match="variants"):
+        loads(text)
+
+
+def test_text_variants_leave_path_arguments_alone() -> None:
+    facts = CallFacts(
+        arguments={"name": "a.md", "text": "hi\n"},
+        schema=SAVE_SCHEMA,
+        fixed=frozenset({"name"}),
+    )
+    texts = [c for c in candidates(facts) if c.kind == "text"]
+    assert texts and all(c.arguments["name"] == "a.md" for c in texts)
+
+
+def test_files_are_sized_around_every_limit_like_number_of_the_call_and_schema() -> None:
+    facts = CallFacts(
+        arguments={"path": "n.txt", "max_lines": 4},
+        schema=HEAD_SCHEMA,
+        files_read={"n.txt": b"a\nb\n"},
+    )
+    names = {c.name for c in candidates(facts) if c.kind == "size"}
+    assert {"n.txt with 3 lines after its first", "n.txt with 5 lines after its first"} <= names
+    assert "n.txt of 51 characters" in names  # the schema's maximum, one more
