@@ -84,9 +84,10 @@ def sample_preview(content: str) -> str:
 
 
 def runtime_execute(root: Path, database: Path, content: str) -> Variant:
-    """main: the whole pipeline, audit on disk, thread isolation, a fresh call id."""
+    """main: the whole pipeline, audit on disk, inline isolation (the
+    faster opt-in mode; the default is thread mode), a fresh call id."""
     store = SQLiteAuditStore(database)
-    runtime = ToolRuntime(builtin_registry(), root, audit=store)
+    runtime = ToolRuntime(builtin_registry(), root, audit=store, isolation="inline")
     ids = itertools.count()
 
     def call() -> object:

@@ -210,7 +210,7 @@ class Cell:
         hooks: Sequence[PreToolUse | PostToolUse] | None = None,
         timeouts: Mapping[str, float] | None = None,
         audit: SQLiteAuditStore | None = None,
-        isolation: Literal["inline", "thread"] = "inline",
+        isolation: Literal["inline", "thread"] = "thread",
     ) -> ToolRuntime:
         """A runtime of the recorded session over this cell's registry, with
         its own in-memory audit store (or ``audit``, which it then owns);

@@ -60,7 +60,7 @@ def session_runtime(
     timeouts: Mapping[str, float] | None = None,
     http: HttpPlayback | None = None,
     runtime_class: RuntimeClass | None = None,
-    isolation: Literal["inline", "thread"] = "inline",
+    isolation: Literal["inline", "thread"] = "thread",
 ) -> ToolRuntime:
     """The recorded session's runtime over ``registry`` and ``store`` (see
     the module docstring). ``hooks`` replaces the recorded plan;

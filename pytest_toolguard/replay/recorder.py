@@ -143,9 +143,7 @@ class Recorder:
         with contextlib.suppress(AuditUnavailable):  # the store is down: asked again later
             row = self.runtime.audit.get(result.call_id)
         self._calls.append(
-            _Recorded(
-                call, result, stored_data, tuple(dict.fromkeys(touched)), approval, http, row
-            )
+            _Recorded(call, result, stored_data, tuple(dict.fromkeys(touched)), approval, http, row)
         )
 
     def cassette(self) -> Cassette:

@@ -102,12 +102,13 @@ class ToolRuntime:
     itself (never a workspace or store it was given), ends its workers and
     reports what it could not finish.
 
-    ``isolation`` is where handlers run: ``"inline"`` (the default) calls a
+    ``isolation`` is where handlers run: ``"thread"`` (the default) on a
+    worker thread (a late handler runs on as a tracked orphan, its writes
+    refused); ``"inline"`` (opt-in, faster) calls a
     sync handler on the calling thread when that is the main thread, its
     deadline kept by SIGALRM (``runtime/inline.py``: no thread handoff, and
-    a late handler is stopped), else on a worker thread; ``"thread"`` always
-    on a worker thread (a late handler runs on as a tracked orphan, its
-    writes refused); ``"process"`` in a forked child killed at the deadline.
+    a late handler is stopped), else on a worker thread; ``"process"`` in a
+    forked child killed at the deadline.
 
     ``registry``, ``workspace``, ``capabilities``, ``audit``, ``hooks``,
     ``redactor``, ``variables``, ``idempotency_scope`` and ``timeouts`` are
@@ -124,7 +125,7 @@ class ToolRuntime:
         *,
         hooks: Sequence[PreToolUse | PostToolUse] = (),
         redactor: Redactor | None = None,
-        isolation: IsolationMode | Literal["inline"] = "inline",
+        isolation: IsolationMode | Literal["inline"] = "thread",
         variables: Mapping[str, str] | None = None,
         idempotency_scope: str | None = None,
         timeouts: Mapping[str, float] | None = None,

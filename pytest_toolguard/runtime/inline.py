@@ -2,7 +2,7 @@
 
 Handing a call to a worker thread and back costs about 170 µs on a 2-vCPU
 machine (an idle CPU must be woken, both ways), more than the rest of the
-pipeline. On the main thread the runtime's default mode (``"inline"``) calls
+pipeline. On the main thread the runtime's opt-in mode (``"inline"``) calls
 the handler directly instead, and keeps its deadline as pytest-timeout's
 ``signal`` method does: ``signal.setitimer(ITIMER_REAL, ...)`` and a SIGALRM
 handler that raises ``DeadlinePassed`` inside the tool's handler. That also
@@ -49,6 +49,7 @@ from __future__ import annotations
 import importlib
 import signal
 import threading
+import time
 from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any
@@ -118,7 +119,17 @@ class Cancellation(threading.Event):
         return self._marked or super().is_set()
 
     def wait(self, timeout: float | None = None) -> bool:
-        return self._marked or super().wait(timeout)
+        # ``mark`` wakes no waiter (it may take no lock), and this frame is
+        # the runtime's, where the alarm never raises: wait in slices of
+        # ``RETRY_SECONDS`` so that a mark ends the wait within one slice.
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._marked:
+            left = RETRY_SECONDS if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                return self.is_set()
+            if super().wait(min(left, RETRY_SECONDS)):
+                return True
+        return True
 
 
 class _Armed:
@@ -184,6 +195,10 @@ def run_inline(fn: Callable[[], Any], timeout: float, on_deadline: Callable[[], 
     assert _ALARM is not None
     code: CodeType = getattr(fn, "__code__")  # noqa: B009 - a bound method's function's
     armed = _Armed(code, on_deadline)
+    # Someone else's timer (signal.alarm with the default action: a
+    # watchdog) is left alone, and so is SIGALRM's disposition.
+    if signal.getitimer(signal.ITIMER_REAL) != _DISARMED:
+        raise TimerBusy
     if _disposition(_ALARM) is not _on_alarm:
         signal.signal(_ALARM, _on_alarm)
     # Only one call arms the timer at a time: the main thread runs one handler

@@ -4,7 +4,7 @@ it returned.
 The handler gets a ``ToolContext`` whose workspace is journaled for
 rollback, reaches the locations the policy judged (one resolution per
 path), and refuses changes once the call is cancelled. It runs inline on
-the main thread under a SIGALRM deadline (``inline.py``, the default mode),
+the main thread under a SIGALRM deadline (``inline.py``, the opt-in mode),
 through the runtime's isolation (a worker thread or a killable child
 process), or, for ``aexecute`` with an ``async def`` handler, as a task on
 the caller's loop.

@@ -1,4 +1,4 @@
-"""Inline mode (the default): a sync handler runs on the main thread under a
+"""Inline mode (opt-in, ``isolation="inline"``): a sync handler runs on the main thread under a
 SIGALRM deadline, and goes to a worker thread wherever that cannot be done
 safely."""
 
@@ -26,9 +26,69 @@ def _thread_of(ctx: Any, **arguments: Any) -> Any:
     return {"thread": threading.get_ident()}
 
 
-def test_the_default_runs_a_handler_on_the_calling_main_thread(toolguard_runtime, registry_of, spy):
+@pytest.fixture
+def toolguard_runtime(toolguard_runtime: Any) -> Any:
+    """The plugin's factory, with ``isolation="inline"`` (opt-in) unless a
+    test asks for another mode."""
+
+    def make(*args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("isolation", "inline")
+        return toolguard_runtime(*args, **kwargs)
+
+    return make
+
+
+def test_inline_runs_a_handler_on_the_calling_main_thread(toolguard_runtime, registry_of, spy):
     runtime = toolguard_runtime(registry_of(spy_tool(spy, result=_thread_of)))
     assert runtime.execute(call()).data == {"thread": threading.get_ident()}
+
+
+def test_the_default_is_thread_mode(tmp_path, registry_of, spy):
+    from pytest_toolguard import ToolRuntime
+
+    (tmp_path / "ws").mkdir()
+    runtime = ToolRuntime(registry_of(spy_tool(spy, result=_thread_of)), tmp_path / "ws")
+    try:
+        assert runtime.execute(call()).data != {"thread": threading.get_ident()}
+    finally:
+        runtime.close()
+
+
+def test_a_handler_waiting_on_its_cancellation_returns_at_the_deadline(
+    toolguard_runtime, registry_of, spy
+):
+    # ctx.cancelled.wait(...) is how a handler cooperates with its deadline:
+    # inline, the alarm marks the event from a signal handler (which may take
+    # no lock), so the wait must see the mark without being woken.
+    waited: list[bool] = []
+
+    def patient(ctx: Any, **arguments: Any) -> Any:
+        waited.append(ctx.cancelled.wait(30))
+        return {}
+
+    runtime = toolguard_runtime(registry_of(spy_tool(spy, result=patient, timeout_seconds=0.1)))
+    started = time.monotonic()
+    result = runtime.execute(call())
+    assert result.code is ErrorCode.TIMEOUT
+    assert waited == [True]
+    assert time.monotonic() - started < 20  # a bound far from both 0.1 s and 30 s
+
+
+def test_a_watchdog_alarm_with_the_default_action_is_left_alone(
+    toolguard_runtime, registry_of, spy
+):
+    # signal.alarm with SIGALRM's default action is a "kill me after N s"
+    # watchdog: an inline call must neither disarm it nor take it over.
+    runtime = toolguard_runtime(registry_of(spy_tool(spy, result=_thread_of)))
+    previous = signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.setitimer(signal.ITIMER_REAL, 3600)
+    try:
+        assert runtime.execute(call()).ok  # on a worker thread: the timer is someone else's
+        assert signal.getsignal(signal.SIGALRM) == signal.SIG_DFL
+        assert signal.getitimer(signal.ITIMER_REAL)[0] > 0
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def test_off_the_main_thread_a_handler_runs_on_a_worker_thread(toolguard_runtime, registry_of, spy):
