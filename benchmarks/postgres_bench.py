@@ -30,6 +30,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from bare_audit import running_row
 from timing import in_temp_dir, measure, package_version, ratio
 from variants import (
     ARGUMENTS,
@@ -39,10 +40,11 @@ from variants import (
     BenchmarkSetupError,
     Variant,
     make_workspace,
+    running_record,
     sample_preview,
 )
 
-from pytest_toolguard import AuditRecord, CallState, ErrorCode, ToolCall, ToolRuntime
+from pytest_toolguard import CallState, ErrorCode, ToolCall, ToolRuntime
 from pytest_toolguard.audit import AUDIT_COLUMNS
 from pytest_toolguard.tools import builtin_registry
 
@@ -66,25 +68,6 @@ _BARE_FINISH = (
     " error_message = %s, finished_at = %s, duration_ms = %s"
     " WHERE audit_id = %s AND state = 'RUNNING'"
 )
-
-
-def _record(call_id: str) -> AuditRecord:
-    return AuditRecord(
-        call_id=call_id,
-        session_id="default",
-        actor="agent",
-        tool_name="read_text",
-        risk="read",
-        arguments_json=ARGUMENTS_JSON,
-        arguments_hash=ARGUMENTS_HASH,
-        decision="allow",
-        rule="policy.allow",
-        reason="every rule passed",
-        state=CallState.RUNNING,
-        result_preview="",
-        error_message="",
-        started_at=TIMESTAMP,
-    )
 
 
 def runtime_execute(url: str, root: Path, content: str) -> Variant:
@@ -122,22 +105,14 @@ def bare_commits(url: str, content: str) -> Variant:
     ids = itertools.count()
 
     def call() -> object:
-        values: dict[str, object] = dict.fromkeys(AUDIT_COLUMNS)
-        values.update(
-            call_id=f"bare-{next(ids)}",
-            session_id="default",
-            actor="agent",
+        values = running_row(
+            f"bare-{next(ids)}",
             tool_name="read_text",
-            risk="read",
             arguments_json=ARGUMENTS_JSON,
             arguments_hash=ARGUMENTS_HASH,
-            decision="allow",
-            rule="policy.allow",
-            reason="every rule passed",
-            state="RUNNING",
             started_at=TIMESTAMP,
         )
-        row = conn.execute(_BARE_INSERT, [values[name] for name in AUDIT_COLUMNS]).fetchone()
+        row = conn.execute(_BARE_INSERT, values).fetchone()
         assert row is not None
         conn.execute(_BARE_FINISH, ("SUCCEEDED", "OK", preview, "", TIMESTAMP, 0, row[0]))
         return row[0]
@@ -158,7 +133,7 @@ def store_only(url: str, content: str) -> Variant:
     ids = itertools.count()
 
     def call() -> object:
-        audit_id, _ = store.start(_record(f"store-{next(ids)}"), lease_seconds=10)
+        audit_id, _ = store.start(running_record(f"store-{next(ids)}"), lease_seconds=10)
         assert audit_id is not None
         store.finish(
             audit_id,

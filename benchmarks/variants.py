@@ -37,6 +37,28 @@ ARGUMENTS = {"path": SAMPLE_FILE}
 ARGUMENTS_JSON = json.dumps(ARGUMENTS, sort_keys=True)
 ARGUMENTS_HASH = hashlib.sha256(ARGUMENTS_JSON.encode("utf-8")).hexdigest()
 TIMESTAMP = "2026-01-05T09:30:00.000+00:00"
+
+
+def running_record(call_id: str) -> AuditRecord:
+    """The RUNNING row of one ``read_text`` call, as the runtime starts it."""
+    return AuditRecord(
+        call_id=call_id,
+        session_id="default",
+        actor="agent",
+        tool_name="read_text",
+        risk="read",
+        arguments_json=ARGUMENTS_JSON,
+        arguments_hash=ARGUMENTS_HASH,
+        decision="allow",
+        rule="policy.allow",
+        reason="every rule passed",
+        state=CallState.RUNNING,
+        result_preview="",
+        error_message="",
+        started_at=TIMESTAMP,
+    )
+
+
 PREVIEW_LIMIT = 500
 
 
@@ -183,22 +205,7 @@ def store_only(database: Path, content: str) -> Variant:
     ids = itertools.count()
 
     def call() -> object:
-        record = AuditRecord(
-            call_id=f"store-{next(ids)}",
-            session_id="default",
-            actor="agent",
-            tool_name="read_text",
-            risk="read",
-            arguments_json=ARGUMENTS_JSON,
-            arguments_hash=ARGUMENTS_HASH,
-            decision="allow",
-            rule="policy.allow",
-            reason="every rule passed",
-            state=CallState.RUNNING,
-            result_preview="",
-            error_message="",
-            started_at=TIMESTAMP,
-        )
+        record = running_record(f"store-{next(ids)}")
         audit_id, _ = store.start(record)
         assert audit_id is not None
         store.finish(
