@@ -74,6 +74,25 @@ def effect_spec(progress_fd: int, *, hang: bool = False) -> ToolSpec:
     )
 
 
+def retry_spec(repeats: list[str], description: str) -> ToolSpec:
+    """The effect tool as a retry runs it: ``origin`` is appended to
+    ``repeats`` when its effect already exists (a repeated effect)."""
+
+    def retry_handler(ctx: Any, origin: str) -> Any:
+        if ctx.workspace.exists(f"effects/{origin}"):
+            repeats.append(origin)
+        ctx.workspace.write_bytes(f"effects/{origin}", ctx.call_id.encode())
+        return {"effect": origin}
+
+    return ToolSpec(
+        name="effect",
+        description=description,
+        input_schema=SCHEMA,
+        handler=retry_handler,
+        risk=Risk.WRITE,
+    )
+
+
 def run_child(body) -> tuple[int, int]:
     """Fork; the child runs ``body(progress_fd)`` and never returns to pytest.
     Returns (pid, read end of the progress pipe)."""
@@ -250,19 +269,7 @@ def test_retry_with_the_key_after_kill_9_and_recover_never_repeats_an_effect(db,
     answers: Counter[str] = Counter()
     temporaries_left = 0
 
-    def retry_handler(ctx: Any, origin: str) -> Any:
-        if ctx.workspace.exists(f"effects/{origin}"):
-            repeats.append(origin)
-        ctx.workspace.write_bytes(f"effects/{origin}", ctx.call_id.encode())
-        return {"effect": origin}
-
-    retry_tool = ToolSpec(
-        name="effect",
-        description="the same tool, in the restarted process",
-        input_schema=SCHEMA,
-        handler=retry_handler,
-        risk=Risk.WRITE,
-    )
+    retry_tool = retry_spec(repeats, "the same tool, in the restarted process")
     for round_ in range(KEYED_ROUNDS):
         pid, fd = run_child(child_loop(db, workspace, round_, keyed=True))
         seen = read_progress(fd, rng.randint(1, MAX_PROGRESS))

@@ -28,7 +28,15 @@ from typing import Any
 
 import pytest
 from conftest import WRITE_ANYWHERE, Spy, spy_tool
-from test_crash import SCHEMA, effect_spec, kill_and_reap, read_progress, run_child, spin
+from test_crash import (
+    SCHEMA,
+    effect_spec,
+    kill_and_reap,
+    read_progress,
+    retry_spec,
+    run_child,
+    spin,
+)
 
 from pytest_toolguard import (
     CallState,
@@ -227,19 +235,7 @@ def test_kill_9_then_lease_expiry_then_a_retry_from_another_host_repeats_no_effe
 
     repeats: list[str] = []
 
-    def retry_handler(ctx: Any, origin: str) -> Any:
-        if ctx.workspace.exists(f"effects/{origin}"):
-            repeats.append(origin)
-        ctx.workspace.write_bytes(f"effects/{origin}", ctx.call_id.encode())
-        return {"effect": origin}
-
-    retry_tool = ToolSpec(
-        name="effect",
-        description="the same tool, on the other host",
-        input_schema=SCHEMA,
-        handler=retry_handler,
-        risk=Risk.WRITE,
-    )
+    retry_tool = retry_spec(repeats, "the same tool, on the other host")
     store = PostgresAuditStore(url, host="host-b")
     runtime = ToolRuntime(
         ToolRegistry([retry_tool]),
