@@ -46,7 +46,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Literal
+from typing import Generic, Literal, TypeVar, overload
 
 from ..audit import AuditStore, SQLiteAuditStore
 from ..audit_stores import open_audit_store
@@ -90,6 +90,31 @@ __all__ = [
     "Listener",
     "ToolRuntime",
 ]
+
+
+_T = TypeVar("_T")
+
+
+class _Setting(Generic[_T]):
+    """A ``ToolRuntime`` attribute that is the field of the same name of its
+    ``RuntimeSettings``: every step of the pipeline shares it, and assigning
+    one between calls changes what later calls get."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, runtime: None, owner: type) -> _Setting[_T]: ...
+    @overload
+    def __get__(self, runtime: ToolRuntime, owner: type) -> _T: ...
+    def __get__(self, runtime: ToolRuntime | None, owner: type) -> _T | _Setting[_T]:
+        if runtime is None:
+            return self
+        value: _T = getattr(runtime._settings, self.name)
+        return value
+
+    def __set__(self, runtime: ToolRuntime, value: _T) -> None:
+        setattr(runtime._settings, self.name, value)
 
 
 class ToolRuntime:
@@ -432,41 +457,17 @@ class ToolRuntime:
     def journal(self, value: ChangeJournal) -> None:
         self._invocation.journal = value
 
-    @property
-    def registry(self) -> ToolRegistry:
-        """The tools calls are looked up in."""
-        return self._settings.registry
+    registry = _Setting[ToolRegistry]()
+    """The tools calls are looked up in."""
 
-    @registry.setter
-    def registry(self, value: ToolRegistry) -> None:
-        self._settings.registry = value
+    workspace = _Setting[Workspace]()
+    """The sandbox every handler reaches files through."""
 
-    @property
-    def workspace(self) -> Workspace:
-        """The sandbox every handler reaches files through."""
-        return self._settings.workspace
+    capabilities = _Setting[Capabilities]()
+    """What the session may do."""
 
-    @workspace.setter
-    def workspace(self, value: Workspace) -> None:
-        self._settings.workspace = value
-
-    @property
-    def capabilities(self) -> Capabilities:
-        """What the session may do."""
-        return self._settings.capabilities
-
-    @capabilities.setter
-    def capabilities(self, value: Capabilities) -> None:
-        self._settings.capabilities = value
-
-    @property
-    def audit(self) -> AuditStore:
-        """The store of every call's row."""
-        return self._settings.audit
-
-    @audit.setter
-    def audit(self, value: AuditStore) -> None:
-        self._settings.audit = value
+    audit = _Setting[AuditStore]()
+    """The store of every call's row."""
 
     @property
     def hooks(self) -> tuple[PreToolUse | PostToolUse, ...]:
@@ -477,39 +478,15 @@ class ToolRuntime:
     def hooks(self, value: Sequence[PreToolUse | PostToolUse]) -> None:
         self._settings.hooks = tuple(value)
 
-    @property
-    def redactor(self) -> Redactor:
-        """What is redacted before anything is stored (a tool's own
-        redactor replaces it for that tool)."""
-        return self._settings.redactor
+    redactor = _Setting[Redactor]()
+    """What is redacted before anything is stored (a tool's own redactor
+    replaces it for that tool)."""
 
-    @redactor.setter
-    def redactor(self, value: Redactor) -> None:
-        self._settings.redactor = value
+    variables = _Setting[Mapping[str, str]]()
+    """Values path templates take before the call's arguments."""
 
-    @property
-    def variables(self) -> Mapping[str, str]:
-        """Values path templates take before the call's arguments."""
-        return self._settings.variables
+    idempotency_scope = _Setting[str | None]()
+    """The scope of client idempotency keys (None: the session)."""
 
-    @variables.setter
-    def variables(self, value: Mapping[str, str]) -> None:
-        self._settings.variables = value
-
-    @property
-    def idempotency_scope(self) -> str | None:
-        """The scope of client idempotency keys (None: the session)."""
-        return self._settings.idempotency_scope
-
-    @idempotency_scope.setter
-    def idempotency_scope(self, value: str | None) -> None:
-        self._settings.idempotency_scope = value
-
-    @property
-    def timeouts(self) -> Mapping[str, float]:
-        """Per-tool deadlines for this runtime, replacing ``timeout_seconds``."""
-        return self._settings.timeouts
-
-    @timeouts.setter
-    def timeouts(self, value: Mapping[str, float]) -> None:
-        self._settings.timeouts = value
+    timeouts = _Setting[Mapping[str, float]]()
+    """Per-tool deadlines for this runtime, replacing ``timeout_seconds``."""
