@@ -46,6 +46,10 @@ def _worker(spec: tuple[str, str], workspace: str, index: int, events: Any, rele
     def handler(ctx: Any, worker: int) -> Any:
         events.put(("running", index, os.getpid()))
         if index == VICTIM:
+            # Queue.put hands the message to a feeder thread: flush it before
+            # this process kills itself, or the parent may never see it.
+            events.close()
+            events.join_thread()
             os.rename = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)  # type: ignore[assignment]
         else:
             release.wait(WAIT)
