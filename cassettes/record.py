@@ -218,10 +218,14 @@ def code_editing() -> SessionSpec:
         description=(
             "A code-editing session: list the project, search for a function, read it, "
             "rewrite it and add a module under src/ (the only write root), read the "
-            "result back; writing a test outside src/ is refused (policy.write_root)."
+            "result back; writing a test outside src/ is refused (policy.write_root); "
+            "then it waits for a file that is there, and for a build output that never "
+            "comes (wait_for_file gives up after its 0.1 s)."
         ),
         capabilities=Capabilities(
-            allowed_tools=frozenset({"list_files", "read_text", "search_text", "write_file"}),
+            allowed_tools=frozenset(
+                {"list_files", "read_text", "search_text", "write_file", "wait_for_file"}
+            ),
             allowed_risks=frozenset({Risk.READ, Risk.WRITE}),
             write_roots=("src",),
         ),
@@ -254,6 +258,10 @@ def code_editing() -> SessionSpec:
                 "write_file",
                 {"path": "tests/test_farewell.py", "content": "def test_farewell(): ...\n"},
             ),
+            # Waits for a file that is there (answered at once), then for a
+            # build output no job writes (two polls, then TimeoutError).
+            Call("wait_for_file", {"path": "pyproject.toml", "wait_seconds": 5}),
+            Call("wait_for_file", {"path": "build/wheel.txt", "wait_seconds": 0.1}),
         ),
     )
 

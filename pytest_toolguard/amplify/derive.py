@@ -3,28 +3,37 @@
 Everything comes from what the call itself shows: its tool's input schema,
 its arguments, the files its handler read and the data it returned. Nothing
 here knows a particular tool. ``candidates(facts)`` gives them in the order
-they are tried, taking one from each family in turn so a cap keeps a bit of
-each:
+they are tried. They fall in four groups, taken in turn (one of each group,
+then a second of each, ...), so that a cap keeps every group before any
+group gets a second slot:
 
-- ``data size``: an integer argument set to a size of the data: the length
-  of a string or list of the returned data, an integer in it, a file's
-  length in characters or lines (``max_chars = len(data.content)``);
-- ``boundary``: every ``minimum``, ``maximum``, ``minLength``,
-  ``maxLength``, ``minItems`` and ``maxItems`` of the schema exactly (an
-  exclusive bound: one step inside);
-- ``outside``: each bound one step outside, an argument the schema does
-  not allow, a required one left out (the tool's input schema refuses
-  these: recorded as the refusal they get, and counted apart);
-- ``file text`` and ``argument text``: a file read, or a free-text
-  argument, with non-ASCII letters, astral characters, combining marks,
-  CRLF line ends, its trailing newline taken away (or given), empty, or
-  with very long lines;
-- ``size``: each file read with one line fewer than, as many lines as and
-  one more line than every limit-like number of the call (its integer
-  arguments, as sent or by default) and of the schema, the same in
-  characters and in the length of its first line; list arguments with that
-  many items;
-- ``inside``: each of those bounds one step inside.
+- ``data size``: an integer argument set to a size of the data, then one
+  under and one over it: the length of a list of the returned data, an
+  integer in it, a file's length in lines or characters, the length of a
+  string of the data (``max_chars = data.total_chars``, ``max_rows =
+  len(data.rows) + 1``);
+- ``boundary``: every ``minimum``, ``maximum`` (integer arguments first),
+  ``minLength``, ``maxLength``, ``minItems`` and ``maxItems`` of the schema
+  exactly (an exclusive bound: one step inside), then one step inside; and
+  one step outside, an argument the schema does not allow, a required one
+  left out (the tool's input schema refuses these: recorded as the refusal
+  they get, and counted apart);
+- ``text``: each free-text argument and the first file read, in turn
+  (then the other files), each with its own order of changes: a file whose
+  lines the data quotes (a search) first with very long lines, then every
+  file read not UTF-8, then its letters in the other case; any other file
+  first empty; an argument
+  found in a file read (a search key) first in the other case; any other
+  argument (content to write) first without its trailing newline and with
+  non-ASCII letters; then the rest (astral characters, combining marks,
+  CRLF line ends, ...);
+- ``size``: the files read (those the data quotes first) with as many
+  lines after their first as every limit-like number of the call (its
+  integer arguments, as sent or by default, then the schema's bounds), one
+  more and one fewer (a line the data quotes repeated: counted so that the
+  result holds that many, the other files' items included), the same in
+  characters and in the length of the first line; list arguments with that
+  many items.
 
 Pure: no runtime, no files.
 """
@@ -32,7 +41,7 @@ Pure: no runtime, no files.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import zip_longest
 from typing import Any
@@ -49,7 +58,18 @@ LIST_LIMIT = 500
 """Limit-like numbers above this are not tried as list lengths."""
 
 FAMILIES = ("data size", "boundary", "outside", "file text", "argument text", "size", "inside")
-"""The families of candidates, in the order ``candidates`` takes from them."""
+"""The families of candidates (a variant's ``family``)."""
+GROUPS: dict[str, str] = {
+    "data size": "data size",
+    "boundary": "boundary",
+    "inside": "boundary",
+    "outside": "boundary",
+    "file text": "text",
+    "argument text": "text",
+    "size": "size",
+}
+"""The group of each family; ``candidates`` takes from the groups in turn,
+in this order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +82,12 @@ class CallFacts:
     fixed: frozenset[str] = frozenset()
     """Arguments not varied as text: paths and hosts the policy checks."""
     files_read: Mapping[str, bytes] = field(default_factory=dict)
-    """Workspace files the handler read (relative path -> bytes before the call)."""
+    """Workspace files the handler read (relative path -> bytes before the
+    call), the most telling first (those the data names)."""
+    beneath: Mapping[str, bytes] = field(default_factory=dict)
+    """Every file the handler could have read (all of a directory it
+    walked, not only the few of ``files_read``), for the variants that
+    change them all at once."""
     data: Any = None
     """The data the call returned."""
 
@@ -94,22 +119,26 @@ class Candidate:
 
 def candidates(facts: CallFacts) -> list[Candidate]:
     """Every candidate of ``facts``, in the order they are tried (one of each
-    family in turn, see the module docstring)."""
-    families: dict[str, list[Candidate]] = {name: [] for name in FAMILIES}
+    group in turn, see the module docstring)."""
+    groups: dict[str, list[Candidate]] = {name: [] for name in dict.fromkeys(GROUPS.values())}
     for candidate in _all(facts):
-        families[candidate.family].append(candidate)
+        groups[GROUPS[candidate.family]].append(candidate)
+    return _in_turn(groups.values())
+
+
+def _in_turn(lists: Iterable[Sequence[Candidate]]) -> list[Candidate]:
+    """One item of each list in turn, until every list is used up."""
     ordered: list[Candidate] = []
-    for round_ in zip_longest(*families.values()):
+    for round_ in zip_longest(*lists):
         ordered += [candidate for candidate in round_ if candidate is not None]
     return ordered
 
 
 def _all(facts: CallFacts) -> Iterator[Candidate]:
     yield from _data_sizes(facts)
-    yield from _bounds(facts)
     yield from _shape(facts)
-    yield from _file_texts(facts)
-    yield from _argument_texts(facts)
+    yield from _bounds(facts)
+    yield from _texts(facts)
     yield from _sizes(facts)
 
 
@@ -151,8 +180,8 @@ def _with(arguments: Mapping[str, Any], name: str, value: Any) -> dict[str, Any]
 
 def _sizes_of_data(facts: CallFacts) -> list[tuple[str, int]]:
     """(label, size) of the data and the files, first label of each size kept."""
-    # The sizes a tool reports first (integers of its data), then lengths
-    # of its lists, of the files read, and last of its strings.
+    # The counts of the data first (lengths of its lists, its integers),
+    # then the files read, and last the lengths of its strings.
     numbers: list[tuple[str, int]] = []
     lists: list[tuple[str, int]] = []
     strings: list[tuple[str, int]] = []
@@ -165,12 +194,12 @@ def _sizes_of_data(facts: CallFacts) -> list[tuple[str, int]]:
             elif isinstance(value, int) and not isinstance(value, bool):
                 numbers.append((f"data.{key}", value))
     files: list[tuple[str, int]] = []
-    for path, content in sorted(facts.files_read.items()):
+    for path, content in facts.files_read.items():
         text = _text(content)
         if text is not None:
-            files.append((f"len({path})", len(text)))
             files.append((f"lines of {path}", len(text.splitlines())))
-    found = numbers + lists + files + strings
+            files.append((f"len({path})", len(text)))
+    found = lists + numbers + files + strings
     seen: set[int] = set()
     unique = []
     for label, size in found:
@@ -181,15 +210,15 @@ def _sizes_of_data(facts: CallFacts) -> list[tuple[str, int]]:
 
 
 def _data_sizes(facts: CallFacts) -> Iterator[Candidate]:
-    sizes = _sizes_of_data(facts)
-    for name, schema in _properties(facts.schema).items():
-        if not _is_integer(schema):
-            continue
-        current = facts.arguments.get(name, schema.get("default"))
-        # Equal to each size first; then one under and one over (a limit
-        # reached with more to come, a limit not reached).
-        for offset, suffix in ((0, ""), (-1, " - 1"), (1, " + 1")):
-            for label, size in sizes:
+    integers = {
+        name: schema for name, schema in _properties(facts.schema).items() if _is_integer(schema)
+    }
+    # Each size equal, then one under and one over (a limit reached with
+    # more to come, a limit not reached), before the next size.
+    for label, size in _sizes_of_data(facts):
+        for name, schema in integers.items():
+            current = facts.arguments.get(name, schema.get("default"))
+            for offset, suffix in ((0, ""), (-1, " - 1"), (1, " + 1")):
                 value = size + offset
                 if value != current and _within(schema, value):
                     yield Candidate(
@@ -223,14 +252,21 @@ def _steps(keyword: str, inward: int) -> tuple[tuple[str, int, str], ...]:
 
 
 def _bounds(facts: CallFacts) -> Iterator[Candidate]:
-    """Each bound exactly, one step inside and one step outside."""
+    """Each bound exactly (the integer arguments' first), then one step
+    outside, then one step inside."""
+    found = list(_number_bounds(facts)) + list(_length_bounds(facts))
+    for family in ("boundary", "outside", "inside"):
+        yield from (candidate for candidate in found if candidate.family == family)
+
+
+def _number_bounds(facts: CallFacts) -> Iterator[Candidate]:
     for name, schema in _properties(facts.schema).items():
         types = _types(schema)
-        present = name in facts.arguments
-        value = facts.arguments.get(name)
+        if not types & {"integer", "number"}:
+            continue
         for keyword, inward in _NUMBER_BOUNDS:
             bound = _number(schema.get(keyword))
-            if bound is None or not types & {"integer", "number"}:
+            if bound is None:
                 continue
             for family, offset, where in _steps(keyword, inward):
                 number = bound + offset
@@ -243,7 +279,7 @@ def _bounds(facts: CallFacts) -> Iterator[Candidate]:
                 )
         for keyword, inward in (("exclusiveMinimum", 1), ("exclusiveMaximum", -1)):
             bound = _number(schema.get(keyword))
-            if bound is None or not types & {"integer", "number"}:
+            if bound is None:
                 continue
             step = 1 if "integer" in types else 0.5
             inside = bound + inward * step
@@ -262,13 +298,20 @@ def _bounds(facts: CallFacts) -> Iterator[Candidate]:
                 _with(facts.arguments, name, bound),
                 bound=_bound_key(name, schema, keyword),
             )
+
+
+def _length_bounds(facts: CallFacts) -> Iterator[Candidate]:
+    for name, schema in _properties(facts.schema).items():
+        if name not in facts.arguments:
+            continue
+        value = facts.arguments[name]
         for keywords, build, measure in (
             (_LENGTH_BOUNDS, _resized_text, "len"),
             (_ITEM_BOUNDS, _resized_list, "items of"),
         ):
             for keyword, inward in keywords:
                 bound = _number(schema.get(keyword))
-                if bound is None or not present:
+                if bound is None:
                     continue
                 for family, offset, where in _steps(keyword, inward):
                     size = int(bound) + offset
@@ -373,16 +416,73 @@ def _long_lines(text: str) -> str:
     return "\n".join(lines)
 
 
-TEXT_CHANGES: tuple[tuple[str, Callable[[str], str]], ...] = (
-    ("non-ASCII letters", _non_ascii),
-    ("no trailing newline", _other_ending),
-    ("astral characters", _astral),
-    ("CRLF line ends", _crlf),
-    ("combining marks", _combining),
-    ("very long lines", _long_lines),
-    ("empty", lambda _text: ""),
-)
+def _other_case(text: str) -> str:
+    return text.swapcase()
+
+
+TEXT_CHANGES: dict[str, Callable[[str], str]] = {
+    "non-ASCII letters": _non_ascii,
+    "no trailing newline": _other_ending,
+    "astral characters": _astral,
+    "CRLF line ends": _crlf,
+    "combining marks": _combining,
+    "very long lines": _long_lines,
+    "letters in the other case": _other_case,
+    "empty": lambda _text: "",
+}
 """Each text variant: its name and what it does to a text."""
+
+NOT_UTF8 = "every file read: not UTF-8"
+"""The variant that makes every file the call could read undecodable."""
+
+QUOTED_FILE_ORDER = (
+    "very long lines",
+    NOT_UTF8,
+    "letters in the other case",
+    "empty",
+    "non-ASCII letters",
+    "no trailing newline",
+    "CRLF line ends",
+    "astral characters",
+    "combining marks",
+)
+"""The changes to a file whose lines the data quotes (a search's), most
+telling first: lines cut, files skipped, case folded, nothing found."""
+FILE_ORDER = (
+    "empty",
+    "very long lines",
+    "non-ASCII letters",
+    "no trailing newline",
+    "CRLF line ends",
+    "letters in the other case",
+    "astral characters",
+    "combining marks",
+    NOT_UTF8,
+)
+"""The changes to any other file read: first empty (every count 0)."""
+KEY_ORDER = (
+    "letters in the other case",
+    "empty",
+    "very long lines",
+    "non-ASCII letters",
+    "no trailing newline",
+    "astral characters",
+    "combining marks",
+    "CRLF line ends",
+)
+"""The changes to an argument found in a file read (a search key): the
+other case first, then those a schema's bounds often refuse (capped apart)."""
+CONTENT_ORDER = (
+    "no trailing newline",
+    "non-ASCII letters",
+    "empty",
+    "CRLF line ends",
+    "astral characters",
+    "combining marks",
+    "very long lines",
+    "letters in the other case",
+)
+"""The changes to any other free-text argument (content a tool writes)."""
 
 
 def _change_name(name: str, text: str) -> str:
@@ -398,21 +498,50 @@ def _text(content: bytes) -> str | None:
         return None
 
 
-def _file_texts(facts: CallFacts) -> Iterator[Candidate]:
-    for path, content in sorted(facts.files_read.items()):
-        text = _text(content)
-        if text is None:
+def _texts(facts: CallFacts) -> Iterator[Candidate]:
+    """Each free-text argument and the first file read, one change of each
+    in turn; then the other files' (see the module docstring)."""
+    texts = {path: text for path, c in facts.files_read.items() if (text := _text(c)) is not None}
+    sources = [
+        list(_argument_text(facts, name, value, texts)) for name, value in _free_arguments(facts)
+    ]
+    files = [list(_file_text(facts, path, text)) for path, text in texts.items()]
+    yield from _in_turn(sources + files[:1])
+    yield from _in_turn(files[1:])
+
+
+def _free_arguments(facts: CallFacts) -> Iterator[tuple[str, Any]]:
+    properties = _properties(facts.schema)
+    for name, value in facts.arguments.items():
+        schema = properties.get(name, {})
+        if name not in facts.fixed and _free_text(schema) and _has_text(value):
+            yield name, value
+
+
+def _file_text(facts: CallFacts, path: str, text: str) -> Iterator[Candidate]:
+    quoted = set(strings_in(facts.data))
+    lines = {line.rstrip("\r") for line in text.split("\n") if line.strip()}
+    order = QUOTED_FILE_ORDER if lines & quoted else FILE_ORDER
+    for name in order:
+        if name == NOT_UTF8:
+            every = facts.beneath or facts.files_read
+            yield Candidate(
+                NOT_UTF8,
+                "text",
+                "file text",
+                dict(facts.arguments),
+                {other: b"\xff" + content for other, content in every.items()},
+            )
             continue
-        for name, change in TEXT_CHANGES:
-            changed = change(text)
-            if changed != text:
-                yield Candidate(
-                    f"{path}: {_change_name(name, text)}",
-                    "text",
-                    "file text",
-                    dict(facts.arguments),
-                    {path: changed.encode("utf-8")},
-                )
+        changed = TEXT_CHANGES[name](text)
+        if changed != text:
+            yield Candidate(
+                f"{path}: {_change_name(name, text)}",
+                "text",
+                "file text",
+                dict(facts.arguments),
+                {path: changed.encode("utf-8")},
+            )
 
 
 def _free_text(schema: Mapping[str, Any]) -> bool:
@@ -420,23 +549,22 @@ def _free_text(schema: Mapping[str, Any]) -> bool:
     return not any(key in schema for key in ("pattern", "enum", "const", "format"))
 
 
-def _argument_texts(facts: CallFacts) -> Iterator[Candidate]:
-    properties = _properties(facts.schema)
-    for name, value in facts.arguments.items():
-        schema = properties.get(name, {})
-        if name in facts.fixed or not _free_text(schema) or not _has_text(value):
-            continue
-        for change_name, change in TEXT_CHANGES:
-            # One very long line is enough: not every string of a document.
-            changed = _map_strings(value, change, first_only=change is _long_lines)
-            if changed != value:
-                sample = value if isinstance(value, str) else ""
-                yield Candidate(
-                    f"{name}: {_change_name(change_name, sample)}",
-                    "text",
-                    "argument text",
-                    _with(facts.arguments, name, changed),
-                )
+def _argument_text(
+    facts: CallFacts, name: str, value: Any, files: Mapping[str, str]
+) -> Iterator[Candidate]:
+    key = isinstance(value, str) and any(value.lower() in text.lower() for text in files.values())
+    for change_name in KEY_ORDER if key else CONTENT_ORDER:
+        change = TEXT_CHANGES[change_name]
+        # One very long line is enough: not every string of a document.
+        changed = _map_strings(value, change, first_only=change is _long_lines)
+        if changed != value:
+            sample = value if isinstance(value, str) else ""
+            yield Candidate(
+                f"{name}: {_change_name(change_name, sample)}",
+                "text",
+                "argument text",
+                _with(facts.arguments, name, changed),
+            )
 
 
 def _has_text(value: Any) -> bool:
@@ -493,7 +621,7 @@ def _sizes(facts: CallFacts) -> Iterator[Candidate]:
     numbers = limit_like_numbers(facts)
     texts = {
         path: text
-        for path, content in sorted(facts.files_read.items())
+        for path, content in facts.files_read.items()
         if (text := _text(content)) is not None and text
     }
     # Data holding a list counts lines (rows, matches); else characters count.
@@ -533,20 +661,26 @@ def _sized_files(
     """``path`` with as many lines after its first as ``number``, one more
     and one fewer; then as many characters; then a first line that long.
     The line repeated is one the data quotes (a match a search returned),
-    else the second."""
+    else the second; repeated so that the data's list holds that many items
+    with those the other files gave (``elsewhere``)."""
     lines = text.splitlines(keepends=True)
-    head = lines[0] if len(lines) >= 2 else ""
+    # A first line kept as it is (a header), unless the data quotes it.
+    head = lines[0] if len(lines) >= 2 and lines[0].rstrip("\r\n") not in quoted else ""
     body = lines[1:] if head else lines
     unit = next((line for line in body if line.rstrip("\r\n") in quoted), body[0])
+    others = _items_elsewhere(facts.data, text) if unit.rstrip("\r\n") in quoted else 0
     unit = unit if unit.endswith("\n") else unit + "\n"
     sizes = (number, number + 1, number - 1)
     Recipe = tuple[str, bytes | GeneratedContent]
+    after = " after its first" if head else ""
     by_lines: list[Recipe] = [
         (
-            f"{path} with {size} lines after its first" if head else f"{path} with {size} lines",
-            GeneratedContent(repeat=unit, times=size, head=head),
+            f"{path} with {size - others} lines{after}"
+            + (f" ({size} items with the other files')" if others else ""),
+            GeneratedContent(repeat=unit, times=size - others, head=head),
         )
         for size in sizes
+        if size - others >= 0
     ]
     by_chars: list[Recipe] = [
         (f"{path} of {size} characters", _chars(text, size)) for size in sizes
@@ -558,6 +692,22 @@ def _sized_files(
     ]
     for name, content in recipes:
         yield Candidate(name, "size", "size", dict(facts.arguments), {path: content})
+
+
+def _items_elsewhere(data: Any, text: str) -> int:
+    """Items of the data's list that quote no line of ``text`` (a search's
+    matches in other files), for the first list that quotes ``text`` at all."""
+    lines = {line.rstrip("\r") for line in text.split("\n") if line.strip()}
+    lists = (
+        [value for value in data.values() if isinstance(value, list)]
+        if isinstance(data, Mapping)
+        else []
+    )
+    for items in lists:
+        mine = sum(1 for item in items if lines & set(strings_in(item)))
+        if mine:
+            return len(items) - mine
+    return 0
 
 
 def _chars(text: str, size: int) -> bytes | GeneratedContent:

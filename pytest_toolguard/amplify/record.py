@@ -14,8 +14,7 @@ trusted tools):
   compared in replay, and the variant is counted volatile;
 - a candidate whose arguments fail the input schema is kept as the refusal
   it gets, ``refused``, counted apart; a schema bound (exactly, inside,
-  outside: the same argument schema, whichever tool has it) is kept once
-  per cassette, at its first call;
+  outside) of a tool is kept once per cassette, at the tool's first call;
 - a result whose data is large is kept as the data's hash (``data_sha256``);
 - dropped, each with its reason: the recorded call itself, a call another
   candidate already makes, one slower than ``BRANCH_SECONDS`` (its
@@ -23,10 +22,13 @@ trusted tools):
   (``VariantCaps``: 12 a call, or the tool's own; refusals have a cap of
   the same size of their own).
 
+A call holding HTTP exchanges gets only the variants its input schema
+refuses (they end before the handler, so they make no request); the others
+are dropped: their requests would have no recorded answer.
+
 Calls not amplified, with the reason: of a tool the registry lacks, refused
 or failed when recorded (their variants would meet the same refusal),
-holding HTTP exchanges (a variant's requests would have no recorded
-answer), arguments that are not an object.
+arguments that are not an object.
 
 ``amplify_file(path, registry)`` writes the variants into the file
 (``write.with_variants``), atomically, and only when the text changed: an
@@ -83,7 +85,11 @@ CLOCK_SHIFT = timedelta(days=1, hours=1, minutes=1, seconds=1, milliseconds=500)
 DATA_LIMIT = 2000
 """A variant's result data longer than this (canonical JSON) is kept as its hash."""
 FILES_PER_DIRECTORY = 3
-"""Files of a directory a call read that are varied."""
+"""Files of a directory a call read that are varied one by one."""
+FILES_BENEATH = 50
+"""Files of a directory a call read that are varied all at once (at most)."""
+NO_HTTP_ANSWER = "it would make HTTP requests with no recorded answer"
+"""Why a variant of a call holding HTTP exchanges that its schema allows is dropped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,8 +282,9 @@ class _Amplifier:
         self.redactor = redactor
         self.dropped: list[Dropped] = []
         self.skipped: list[str] = []
-        self.bounds: dict[str, int] = {}
-        """A schema bound kept (``Candidate.bound``) -> its interaction (from 1)."""
+        self.bounds: dict[tuple[str, str], int] = {}
+        """A tool's schema bound kept (its name, ``Candidate.bound``) -> its
+        interaction (from 1)."""
         recorded_at = cassette.recorded_at or DEFAULT_TIME
         self.later = (datetime.fromisoformat(recorded_at) + CLOCK_SHIFT).isoformat()
 
@@ -285,8 +292,6 @@ class _Amplifier:
         """Why a call is not amplified ('' when it is)."""
         if self.registry.get(interaction.call.tool_name) is None:
             return "the registry has no such tool"
-        if interaction.http:
-            return "it made HTTP requests; a variant's would have no recorded answer"
         if state is not CallState.SUCCEEDED:
             return f"it did not succeed ({state.value}): its variants would meet the same end"
         if _arguments(interaction.call.arguments) is None:
@@ -300,16 +305,24 @@ class _Amplifier:
         arguments = _arguments(interaction.call.arguments)
         assert spec is not None and arguments is not None  # why_not said so
         call = interaction.call
-        baseline = walk.branch(
-            replace(call, call_id=call.call_id + "~0"), approved=approved_twin(interaction, call)
-        )
-        facts = CallFacts(
-            arguments=arguments,
-            schema=spec.input_schema,
-            fixed=_fixed_arguments(spec),
-            files_read=_files_read(walk, baseline.touched, baseline.stored_data),
-            data=baseline.stored_data,
-        )
+        if interaction.http:  # only refusals: no branch may make a request
+            facts = CallFacts(
+                arguments, spec.input_schema, _fixed_arguments(spec), data=interaction.result.data
+            )
+        else:
+            baseline = walk.branch(
+                replace(call, call_id=call.call_id + "~0"),
+                approved=approved_twin(interaction, call),
+            )
+            read, beneath = _files_read(walk, baseline.touched, baseline.stored_data)
+            facts = CallFacts(
+                arguments=arguments,
+                schema=spec.input_schema,
+                fixed=_fixed_arguments(spec),
+                files_read=read,
+                beneath=beneath,
+                data=baseline.stored_data,
+            )
         recorded = Candidate("the recorded call", "", "", arguments).identity()
         seen: dict[str, str] = {recorded: "the recorded call"}
         cap = self.caps.of(spec.name)
@@ -320,12 +333,14 @@ class _Amplifier:
             # (refused before any handler runs) and check the schema's bounds.
             count = sum(variant.refused == refused for variant in kept)
             reason = self._why_dropped(candidate, seen, spec, count, cap, refused)
+            if not reason and interaction.http and not refused:
+                reason = NO_HTTP_ANSWER
             if not reason:
                 variant, reason = self._record(walk, interaction, spec, candidate, len(kept))
                 if variant is not None:
                     kept.append(variant)
                     if candidate.bound:
-                        self.bounds[candidate.bound] = index + 1
+                        self.bounds[(spec.name, candidate.bound)] = index + 1
             if reason:
                 self.dropped.append(Dropped(index + 1, spec.name, candidate.name, reason))
         return tuple(kept)
@@ -349,7 +364,7 @@ class _Amplifier:
             )
         seen[identity] = candidate.name
         if candidate.bound:
-            where = self.bounds.get(candidate.bound)
+            where = self.bounds.get((spec.name, candidate.bound))
             if where is not None:
                 return f"the same bound is checked at interaction {where}"
         if kept >= cap:
@@ -421,14 +436,18 @@ def _fixed_arguments(spec: ToolSpec) -> frozenset[str]:
     return frozenset(names)
 
 
-def _files_read(walk: SessionWalk, touched: Sequence[str], data: Any) -> dict[str, bytes]:
+def _files_read(
+    walk: SessionWalk, touched: Sequence[str], data: Any
+) -> tuple[dict[str, bytes], dict[str, bytes]]:
     """The files under the workspace that the paths a handler asked about
-    name (a directory: a few of its files, those the data names first), as
-    they are now."""
+    name, as they are now: to vary one by one (of a directory, a few of its
+    files, those the data names first), and all of them (of a directory, up
+    to ``FILES_BENEATH``)."""
     tree = walk.world.tree()
     quoted = set(strings_in(data))
     root = walk.world.root
     found: dict[str, bytes] = {}
+    beneath: dict[str, bytes] = {}
     for asked in touched:
         path = posixpath.normpath(asked)
         if posixpath.isabs(path):
@@ -436,7 +455,7 @@ def _files_read(walk: SessionWalk, touched: Sequence[str], data: Any) -> dict[st
         if path.startswith(".."):
             continue
         if path in tree:
-            found[path] = tree[path]
+            found[path] = beneath[path] = tree[path]
             continue
         prefix = "" if path == "." else path.rstrip("/") + "/"
         # Files the result names first (the ones a search matched), then the others.
@@ -446,7 +465,9 @@ def _files_read(walk: SessionWalk, touched: Sequence[str], data: Any) -> dict[st
         )
         for name in below[:FILES_PER_DIRECTORY]:
             found[name] = tree[name]
-    return found
+        for name in below[:FILES_BENEATH]:
+            beneath[name] = tree[name]
+    return found, beneath
 
 
 def _file_state(content: bytes) -> FileState:

@@ -114,7 +114,7 @@ def test_a_truncation_flag_wrong_at_exactly_the_limit_is_caught_by_a_data_size_v
     assert replay_variants(cassette, RIGHT).ok
     report = replay_variants(cassette, ToolRegistry([_head(True), _save(True), stamp]))
     wheres = {difference.where for difference in report.differences}
-    assert "interaction 1 (head), variant `max_lines = data.line_count`" in wheres
+    assert "interaction 1 (head), variant `max_lines = len(data.lines)`" in wheres
 
 
 def test_a_writer_that_breaks_on_text_without_a_trailing_newline_is_caught_by_a_text_variant(
@@ -262,3 +262,172 @@ def test_files_are_sized_around_every_limit_like_number_of_the_call_and_schema()
     names = {c.name for c in candidates(facts) if c.kind == "size"}
     assert {"n.txt with 3 lines after its first", "n.txt with 5 lines after its first"} <= names
     assert "n.txt of 51 characters" in names  # the schema's maximum, one more
+
+
+# -- tools the amplifier has never seen, each with its one-change mutants ---------------
+
+FIND_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "query": {"type": "string", "minLength": 1, "maxLength": 40},
+        "path": {"type": "string", "minLength": 1, "maxLength": 100, "default": "."},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 5},
+        "case_sensitive": {"type": "boolean", "default": True},
+    },
+    "required": ["query"],
+    "additionalProperties": False,
+}
+
+
+def _find(
+    *, limit: int = 5, case_sensitive: bool = True, cut: int = 30, least_searched: int = 0
+) -> ToolSpec:
+    """A search tool like a user writes one; the keywords make its mutants."""
+
+    @tool(
+        name="find",
+        input_schema=FIND_SCHEMA,
+        output_schema={
+            "type": "object",
+            "properties": {"searched": {"type": "integer", "minimum": least_searched}},
+        },
+        paths=[PathAccess.read("{path}", default=".")],
+    )
+    def find(
+        ctx: Any,
+        query: str,
+        path: str = ".",
+        limit: int = limit,
+        case_sensitive: bool = case_sensitive,
+    ) -> dict[str, Any]:
+        """Lines holding query in the text files beneath path."""
+        needle = query if case_sensitive else query.lower()
+        found: list[dict[str, Any]] = []
+        searched = 0
+        for name, content in ctx.workspace.read_tree(path):
+            try:
+                text = content.decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            searched += 1
+            for number, line in enumerate(text.splitlines(), 1):
+                if needle in (line if case_sensitive else line.lower()):
+                    if len(found) == limit:
+                        return {"found": found, "searched": searched, "truncated": True}
+                    found.append({"path": name, "line": number, "text": line[:cut]})
+        return {"found": found, "searched": searched, "truncated": False}
+
+    return find
+
+
+TABLE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string", "minLength": 1, "maxLength": 100},
+        "max_rows": {"type": "integer", "minimum": 1, "maximum": 1000},
+    },
+    "required": ["path"],
+    "additionalProperties": False,
+}
+
+
+def _table(truncated_at_limit: bool) -> ToolSpec:
+    @tool(name="table", input_schema=TABLE_SCHEMA, paths=[PathAccess.read("{path}")])
+    def table(ctx: Any, path: str, max_rows: int = 100) -> dict[str, Any]:
+        """The rows of a CSV file with a header line."""
+        rows = ctx.workspace.read_text(path).splitlines()[1:]
+        cut = len(rows) >= max_rows if truncated_at_limit else len(rows) > max_rows
+        return {"rows": rows[:max_rows], "truncated": cut}
+
+    return table
+
+
+def _recorded(
+    tmp_path: Path, spec: ToolSpec, files: dict[str, str], arguments: dict[str, Any]
+) -> Cassette:
+    """One call of ``spec`` recorded over ``files``, amplified with the default caps."""
+    workspace = tmp_path / "ws"
+    for name, text in files.items():
+        (workspace / name).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / name).write_text(text)
+    registry = ToolRegistry([spec])
+    runtime = ToolRuntime(registry, str(workspace), CAPS, SQLiteAuditStore(":memory:"))
+    path = tmp_path / "session.yaml"
+    with record_session(runtime, path):
+        from pytest_toolguard import ToolCall
+
+        runtime.execute(ToolCall("call-1", spec.name, arguments))
+    cassette, report = amplify(load(path), registry)
+    assert report.ok and replay_variants(cassette, registry).ok
+    return cassette
+
+
+NOTES = {
+    "docs/a.txt": "alpha\nthe Needle here\nomega\n",
+    "docs/b.txt": "one needle\ntwo\n",
+    "docs/c.txt": "nothing\n",
+}
+FIND_MUTANTS = {
+    "the handler's default limit one lower": {"limit": 4},
+    "the handler's default limit one higher": {"limit": 6},
+    "case-insensitive by default": {"case_sensitive": False},
+    "lines cut one character shorter": {"cut": 29},
+    "lines cut one character longer": {"cut": 31},
+    "an output minimum that no empty search meets": {"least_searched": 1},
+}
+
+
+@pytest.mark.parametrize("mutant", FIND_MUTANTS)
+def test_each_one_change_mutant_of_a_search_tool_is_caught_under_the_default_cap(
+    tmp_path: Path, mutant: str
+) -> None:
+    cassette = _recorded(tmp_path, _find(), NOTES, {"query": "needle", "path": "docs"})
+    report = replay_variants(cassette, ToolRegistry([_find(**FIND_MUTANTS[mutant])]))
+    assert not report.ok
+
+
+def test_a_truncation_flag_off_by_one_is_caught_by_a_row_count_one_over_the_limit(
+    tmp_path: Path,
+) -> None:
+    files = {"t.csv": "id,name\n1,a\n2,b\n3,c\n"}  # 3 rows; the call shows 2 of them
+    cassette = _recorded(tmp_path, _table(False), files, {"path": "t.csv", "max_rows": 2})
+    report = replay_variants(cassette, ToolRegistry([_table(True)]))
+    wheres = {difference.where for difference in report.differences}
+    assert "interaction 1 (table), variant `max_rows = len(data.rows) + 1`" in wheres
+
+
+def test_every_group_of_candidates_is_tried_before_any_group_gets_a_second() -> None:
+    from pytest_toolguard.amplify.derive import GROUPS
+
+    facts = CallFacts(
+        arguments={"query": "needle", "path": "docs", "limit": 3},
+        schema=FIND_SCHEMA,
+        fixed=frozenset({"path"}),
+        files_read={"docs/a.txt": NOTES["docs/a.txt"].encode()},
+        data={"found": [{"path": "docs/a.txt", "line": 2, "text": "the Needle here"}]},
+    )
+    first = [GROUPS[c.family] for c in candidates(facts)[:4]]
+    assert sorted(first) == ["boundary", "data size", "size", "text"]
+
+
+def test_a_search_key_is_first_varied_in_the_other_case() -> None:
+    facts = CallFacts(
+        arguments={"query": "needle"},
+        schema=FIND_SCHEMA,
+        files_read={"docs/b.txt": NOTES["docs/b.txt"].encode()},
+        data={"found": [{"path": "docs/b.txt", "line": 1, "text": "one needle"}]},
+    )
+    texts = [c for c in candidates(facts) if c.family == "argument text"]
+    assert texts[0].arguments["query"] == "NEEDLE"
+
+
+def test_files_sized_for_a_limit_count_the_items_other_files_gave() -> None:
+    facts = CallFacts(
+        arguments={"query": "needle", "limit": 5},
+        schema=FIND_SCHEMA,
+        files_read={"docs/b.txt": b"one needle\ntwo\n", "docs/a.txt": b"a needle\n"},
+        data={"found": [{"text": "one needle"}, {"text": "a needle"}]},
+    )
+    recipes = [c.files["docs/b.txt"] for c in candidates(facts) if "docs/b.txt" in c.files]
+    sized = [r for r in recipes if not isinstance(r, bytes) and r.repeat == "one needle\n"]
+    assert [r.times for r in sized[:3]] == [4, 5, 3]  # 5, 6 and 4 items with a.txt's one
