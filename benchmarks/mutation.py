@@ -18,11 +18,13 @@ It works on a copy of the files git knows (committed or not, ignored files
 left out) in a temporary directory, so the working tree is never mutated,
 and the copy's ``pytest_toolguard`` is the one imported (``PYTHONPATH``).
 Prints, per target, killed / total and every surviving mutant (file, line,
-operator, the change) with its verdict: equivalent (timing only, a schema
-default the runtime never applies, an output check loosened that the tool
-already passes), else a gap of the variants; the score without the
-equivalent ones follows. Exit status 0 whatever the score (a measurement);
-``--min-score`` makes a lower score (without the equivalent ones) fail.
+operator, the change) with its verdict: equivalent (a change of timing no
+valid call can see, a schema default the runtime never applies, an output
+check loosened that the tool already passes), a timing gap (a change only
+some world's timing shows, which replay cannot make), else a gap of the
+variants; the score without the equivalent ones follows. Exit status 0
+whatever the score (a measurement); ``--min-score`` makes a lower score
+(without the equivalent ones) fail.
 
     python benchmarks/mutation.py [--target builtin|example] [--min-score 95]
 """
@@ -68,18 +70,36 @@ TIMEOUT_SECONDS = 120.0
 """A mutant whose replay runs longer is counted as killed (cosmic-ray's rule)."""
 
 
-TIMING_ONLY = {
-    "WAIT_POLL_SECONDS = ": "how often wait_for_file polls: only its duration changes, and "
-    "replay does not measure durations",
-    "timeout_seconds=": "a tool's deadline: no recorded call runs near it",
-    "timeout=": "a network timeout of seconds: replay serves the recorded exchange at once",
-    "asyncio.sleep(": "a pause before the same answer (a negative one does not pause)",
-    "range(max(": "wait_seconds > 0, so ceil(wait_seconds / poll) >= 1 and max(0, n) == max(1, n); "
-    "max(2, n) only waits one poll longer before the same answer",
+TIMING_EQUIVALENT = {
+    "timeout_seconds=310": "wait_for_file's own deadline: wait_seconds <= 300 bounds its run "
+    "(its polls end by then), so no valid call reaches a deadline of 309, 310 or 311 s (a "
+    "session's timeouts replace it)",
+    "range(max( 0,": "wait_seconds > 0, so ceil(wait_seconds / poll) >= 1 and "
+    "max(0, n) == max(1, n)",
+    "asyncio.sleep( -1)": "asyncio.sleep takes a delay <= 0 as one pass of the event loop, "
+    "as sleep(0)",
 }
-"""Survivors whose change only shows in how long a call takes (the line
-holds the key): equivalent under replay, which freezes the clock and
-compares outcomes, not durations."""
+"""Survivors equivalent for every valid call (the removed line holds the
+key, the added one the change where it matters)."""
+
+TIMING_GAPS = {
+    "WAIT_POLL_SECONDS = ": "a file that appears during the wait is seen a poll later, or, "
+    "after the last poll of a short wait, not at all (a wait of 1 s: polls at 0, 0.05, ... "
+    "against 0 only): needs a world where a file appears during the call, after the k-th "
+    "poll (a harness hook on the workspace's size(), counted, not timed)",
+    "range(max( 2,": "a second poll finds a file that appeared after the first (wait_seconds "
+    "<= 0.05): the same world as the poll interval needs",
+    "timeout=": "a server answering in 2 to 4 s gets the other outcome: replay serves the "
+    "recorded exchange at once; needs a latency fault on the HTTP layer",
+    "timeout_seconds=5": "a handler running 4 to 6 s (a slow server: urlopen's timeout is "
+    "per operation) gets the other outcome: the same latency fault",
+    "asyncio.sleep( 1)": "the same answer a second later: only a deadline under 1 s (a "
+    "session's timeouts) tells it apart, and replay does not time handlers",
+}
+"""Survivors whose change shows only in time (the key in the removed or
+added line): not equivalent, since some world's timing tells them apart,
+but not reachable by replay, which freezes the clock and serves recorded
+answers at once."""
 
 
 @dataclass(frozen=True)
@@ -265,10 +285,15 @@ def _results(dump: str, copy: Path) -> tuple[int, int, list[Survivor]]:
 
 def _verdict(module: Path, number: int, old: str, new: str) -> str:
     """Why a mutant survived, when the reason is known: equivalent (no
-    replay can tell it from the tool), else a gap of the variants."""
-    for key, why in TIMING_ONLY.items():
-        if key in old:
+    valid call can tell it from the tool), a timing gap (only some world's
+    timing can), else a gap of the variants."""
+    change = f"{old} -> {new}"
+    for key, why in TIMING_EQUIVALENT.items():
+        if key in change:
             return f"equivalent (timing only): {why}"
+    for key, why in TIMING_GAPS.items():
+        if key in change:
+            return f"gap (timing only): {why}"
     default = re.compile(r'"default": [^,}]+')
     if '"default"' in old and default.sub("", old) == default.sub("", new):
         return (

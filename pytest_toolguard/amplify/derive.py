@@ -14,10 +14,7 @@ group gets a second slot:
   len(data.rows) + 1``);
 - ``boundary``: every ``minimum``, ``maximum`` (integer arguments first),
   ``minLength``, ``maxLength``, ``minItems`` and ``maxItems`` of the schema
-  exactly (an exclusive bound: one step inside), then one step inside; and
-  one step outside, an argument the schema does not allow, a required one
-  left out (the tool's input schema refuses these: recorded as the refusal
-  they get, and counted apart);
+  exactly (an exclusive bound: one step inside), then one step inside;
 - ``text``: each free-text argument and the first file read, in turn
   (then the other files), each with its own order of changes: a file whose
   lines the data quotes (a search) first with very long lines, then every
@@ -35,6 +32,12 @@ group gets a second slot:
   characters and in the length of the first line; list arguments with that
   many items.
 
+And apart from these, ``refusal``: an argument the schema does not allow,
+a required one left out, each bound one step outside (the tool's input
+schema refuses these: recorded as the refusal they get, and counted and
+capped apart). A candidate of another group that the schema refuses (an
+empty search key) is a refusal too.
+
 Pure: no runtime, no files.
 """
 
@@ -43,33 +46,57 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import zip_longest
 from typing import Any
 
 from ..replay.cassette import GeneratedContent
+from .changes import (
+    CONTENT_ORDER,
+    FILE_ORDER,
+    KEY_ORDER,
+    NOT_UTF8,
+    QUOTED_FILE_ORDER,
+    TEXT_CHANGES,
+    file_of_chars,
+    first_line_of,
+    has_text,
+    long_lines,
+    map_strings,
+    resized_list,
+    resized_text,
+    shown_name,
+)
 
-LONG_LINE = 1000
-"""Characters of each line of the "very long lines" text variant."""
-LONG_LINES = 20
-"""Lines the "very long lines" variant makes long (the first ones)."""
 SIZE_LIMIT = 65_536
 """Limit-like numbers above this are not tried as file sizes."""
 LIST_LIMIT = 500
 """Limit-like numbers above this are not tried as list lengths."""
 
-FAMILIES = ("data size", "boundary", "outside", "file text", "argument text", "size", "inside")
+FAMILIES = (
+    "data size",
+    "boundary",
+    "outside",
+    "file text",
+    "argument text",
+    "size",
+    "inside",
+    "limit",
+)
 """The families of candidates (a variant's ``family``)."""
 GROUPS: dict[str, str] = {
-    "data size": "data size",
-    "boundary": "boundary",
-    "inside": "boundary",
-    "outside": "boundary",
     "file text": "text",
     "argument text": "text",
+    "boundary": "boundary",
+    "inside": "boundary",
+    "data size": "data size",
     "size": "size",
+    "limit": "limit",
+    "outside": "refusal",
 }
 """The group of each family; ``candidates`` takes from the groups in turn,
-in this order."""
+in this order. The refusals (capped apart) have a group of their own, so
+that they never take another group's turn."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,12 +144,21 @@ class Candidate:
         return json.dumps([self.arguments, files], sort_keys=True, default=str)
 
 
-def candidates(facts: CallFacts) -> list[Candidate]:
+def candidates(
+    facts: CallFacts,
+    *,
+    probed: Sequence[Candidate] = (),
+    refused: Callable[[Candidate], bool] = lambda _candidate: False,
+) -> list[Candidate]:
     """Every candidate of ``facts``, in the order they are tried (one of each
-    group in turn, see the module docstring)."""
+    group in turn, see the module docstring). ``probed``: candidates found
+    by running the tool (``limit.limit_sized``), first in their group;
+    ``refused``: whether the input schema refuses a candidate (it then
+    goes with the refusals, whatever its family)."""
     groups: dict[str, list[Candidate]] = {name: [] for name in dict.fromkeys(GROUPS.values())}
-    for candidate in _all(facts):
-        groups[GROUPS[candidate.family]].append(candidate)
+    for candidate in [*probed, *_all(facts)]:
+        group = "refusal" if refused(candidate) else GROUPS[candidate.family]
+        groups[group].append(candidate)
     return _in_turn(groups.values())
 
 
@@ -305,10 +341,11 @@ def _length_bounds(facts: CallFacts) -> Iterator[Candidate]:
         if name not in facts.arguments:
             continue
         value = facts.arguments[name]
-        for keywords, build, measure in (
-            (_LENGTH_BOUNDS, _resized_text, "len"),
-            (_ITEM_BOUNDS, _resized_list, "items of"),
-        ):
+        builds: tuple[tuple[Any, Callable[[Any, int], Any], str], ...] = (
+            (_LENGTH_BOUNDS, partial(resized_text, pattern=schema.get("pattern")), "len"),
+            (_ITEM_BOUNDS, resized_list, "items of"),
+        )
+        for keywords, build, measure in builds:
             for keyword, inward in keywords:
                 bound = _number(schema.get(keyword))
                 if bound is None:
@@ -362,133 +399,7 @@ def _bound_key(name: str, schema: Mapping[str, Any], step: str) -> str:
     return json.dumps([name, kept, step], sort_keys=True, default=str)
 
 
-def _resized_text(value: Any, size: int) -> str | None:
-    """``value`` cut or grown to ``size`` characters: grown by repeating its
-    first character after it, cut from the front, so a fixed suffix (a file
-    extension a pattern asks for) stays."""
-    if not isinstance(value, str) or not value:
-        return None
-    if size <= len(value):
-        return value[len(value) - size :]
-    return value[0] * (size - len(value)) + value
-
-
-def _resized_list(value: Any, size: int) -> list[Any] | None:
-    """``value``'s items cycled to ``size`` items."""
-    if not isinstance(value, list) or (size and not value):
-        return None
-    return [value[i % len(value)] for i in range(size)]
-
-
-# -- text ----------------------------------------------------------------------------
-
-
-def _non_ascii(text: str) -> str:
-    return text.translate(str.maketrans("aeou", "äéöü"))
-
-
-def _astral(text: str) -> str:
-    lines = text.split("\n")
-    return "\n".join(line + " \U0001f99c\U0001d11e" if line else line for line in lines)
-
-
-def _combining(text: str) -> str:
-    return text.replace("e", "e\u0301").replace("a", "a\u0308")
-
-
-def _crlf(text: str) -> str:
-    return text.replace("\r\n", "\n").replace("\n", "\r\n") if "\n" in text else text + "\r\n"
-
-
-def _other_ending(text: str) -> str:
-    return text.rstrip("\r\n") if text.endswith("\n") else text + "\n"
-
-
-def _long_lines(text: str) -> str:
-    """Each of the first ``LONG_LINES`` lines repeated onto itself to at
-    least ``LONG_LINE`` characters (a cut a tool makes shows on any of them)."""
-    lines = text.split("\n")
-    for number, line in enumerate(lines[:LONG_LINES]):
-        if line.strip():
-            lines[number] = (line * (LONG_LINE // len(line) + 1))[:LONG_LINE]
-    if not any(line.strip() for line in lines):
-        lines[0] = "x" * LONG_LINE
-    return "\n".join(lines)
-
-
-def _other_case(text: str) -> str:
-    return text.swapcase()
-
-
-TEXT_CHANGES: dict[str, Callable[[str], str]] = {
-    "non-ASCII letters": _non_ascii,
-    "no trailing newline": _other_ending,
-    "astral characters": _astral,
-    "CRLF line ends": _crlf,
-    "combining marks": _combining,
-    "very long lines": _long_lines,
-    "letters in the other case": _other_case,
-    "empty": lambda _text: "",
-}
-"""Each text variant: its name and what it does to a text."""
-
-NOT_UTF8 = "every file read: not UTF-8"
-"""The variant that makes every file the call could read undecodable."""
-
-QUOTED_FILE_ORDER = (
-    "very long lines",
-    NOT_UTF8,
-    "letters in the other case",
-    "empty",
-    "non-ASCII letters",
-    "no trailing newline",
-    "CRLF line ends",
-    "astral characters",
-    "combining marks",
-)
-"""The changes to a file whose lines the data quotes (a search's), most
-telling first: lines cut, files skipped, case folded, nothing found."""
-FILE_ORDER = (
-    "empty",
-    "very long lines",
-    "non-ASCII letters",
-    "no trailing newline",
-    "CRLF line ends",
-    "letters in the other case",
-    "astral characters",
-    "combining marks",
-    NOT_UTF8,
-)
-"""The changes to any other file read: first empty (every count 0)."""
-KEY_ORDER = (
-    "letters in the other case",
-    "empty",
-    "very long lines",
-    "non-ASCII letters",
-    "no trailing newline",
-    "astral characters",
-    "combining marks",
-    "CRLF line ends",
-)
-"""The changes to an argument found in a file read (a search key): the
-other case first, then those a schema's bounds often refuse (capped apart)."""
-CONTENT_ORDER = (
-    "no trailing newline",
-    "non-ASCII letters",
-    "empty",
-    "CRLF line ends",
-    "astral characters",
-    "combining marks",
-    "very long lines",
-    "letters in the other case",
-)
-"""The changes to any other free-text argument (content a tool writes)."""
-
-
-def _change_name(name: str, text: str) -> str:
-    if name == "no trailing newline" and not text.endswith("\n"):
-        return "a trailing newline"
-    return name
+# -- text ------------------------------------------------------------------------------------
 
 
 def _text(content: bytes) -> str | None:
@@ -500,21 +411,29 @@ def _text(content: bytes) -> str | None:
 
 def _texts(facts: CallFacts) -> Iterator[Candidate]:
     """Each free-text argument and the first file read, one change of each
-    in turn; then the other files' (see the module docstring)."""
+    in turn; then a search key's other changes and the other files' (see
+    the module docstring)."""
     texts = {path: text for path, c in facts.files_read.items() if (text := _text(c)) is not None}
-    sources = [
-        list(_argument_text(facts, name, value, texts)) for name, value in _free_arguments(facts)
-    ]
+    first: list[list[Candidate]] = []
+    later: list[list[Candidate]] = []
+    for name, value in _free_arguments(facts):
+        key = isinstance(value, str) and any(value.lower() in t.lower() for t in texts.values())
+        if key:
+            rest = tuple(change for change in CONTENT_ORDER if change not in KEY_ORDER)
+            first.append(list(_argument_text(facts, name, value, KEY_ORDER)))
+            later.append(list(_argument_text(facts, name, value, rest)))
+        else:
+            first.append(list(_argument_text(facts, name, value, CONTENT_ORDER)))
     files = [list(_file_text(facts, path, text)) for path, text in texts.items()]
-    yield from _in_turn(sources + files[:1])
-    yield from _in_turn(files[1:])
+    yield from _in_turn(first + files[:1])
+    yield from _in_turn(later + files[1:])
 
 
 def _free_arguments(facts: CallFacts) -> Iterator[tuple[str, Any]]:
     properties = _properties(facts.schema)
     for name, value in facts.arguments.items():
         schema = properties.get(name, {})
-        if name not in facts.fixed and _free_text(schema) and _has_text(value):
+        if name not in facts.fixed and _free_text(schema) and has_text(value):
             yield name, value
 
 
@@ -536,7 +455,7 @@ def _file_text(facts: CallFacts, path: str, text: str) -> Iterator[Candidate]:
         changed = TEXT_CHANGES[name](text)
         if changed != text:
             yield Candidate(
-                f"{path}: {_change_name(name, text)}",
+                f"{path}: {shown_name(name, text)}",
                 "text",
                 "file text",
                 dict(facts.arguments),
@@ -550,51 +469,20 @@ def _free_text(schema: Mapping[str, Any]) -> bool:
 
 
 def _argument_text(
-    facts: CallFacts, name: str, value: Any, files: Mapping[str, str]
+    facts: CallFacts, name: str, value: Any, order: Sequence[str]
 ) -> Iterator[Candidate]:
-    key = isinstance(value, str) and any(value.lower() in text.lower() for text in files.values())
-    for change_name in KEY_ORDER if key else CONTENT_ORDER:
+    for change_name in order:
         change = TEXT_CHANGES[change_name]
         # One very long line is enough: not every string of a document.
-        changed = _map_strings(value, change, first_only=change is _long_lines)
+        changed = map_strings(value, change, first_only=change is long_lines)
         if changed != value:
             sample = value if isinstance(value, str) else ""
             yield Candidate(
-                f"{name}: {_change_name(change_name, sample)}",
+                f"{name}: {shown_name(change_name, sample)}",
                 "text",
                 "argument text",
                 _with(facts.arguments, name, changed),
             )
-
-
-def _has_text(value: Any) -> bool:
-    if isinstance(value, str):
-        return True
-    if isinstance(value, Mapping):
-        return any(_has_text(item) for item in value.values())
-    if isinstance(value, list):
-        return any(_has_text(item) for item in value)
-    return False
-
-
-def _map_strings(value: Any, change: Callable[[str], str], *, first_only: bool = False) -> Any:
-    """``value`` with ``change`` applied to every string in it (not to
-    keys), or only to the first one."""
-    left = [1 if first_only else -1]
-
-    def walk(item: Any) -> Any:
-        if isinstance(item, str):
-            if left[0] == 0:
-                return item
-            left[0] -= 1
-            return change(item)
-        if isinstance(item, Mapping):
-            return {key: walk(inner) for key, inner in item.items()}
-        if isinstance(item, list):
-            return [walk(inner) for inner in item]
-        return item
-
-    return walk(value)
 
 
 # -- sizes ---------------------------------------------------------------------------
@@ -639,7 +527,7 @@ def _sizes(facts: CallFacts) -> Iterator[Candidate]:
                         f"{name} with {size} items",
                         "size",
                         "size",
-                        _with(facts.arguments, name, _resized_list(value, size)),
+                        _with(facts.arguments, name, resized_list(value, size)),
                     )
 
 
@@ -683,11 +571,11 @@ def _sized_files(
         if size - others >= 0
     ]
     by_chars: list[Recipe] = [
-        (f"{path} of {size} characters", _chars(text, size)) for size in sizes
+        (f"{path} of {size} characters", file_of_chars(text, size)) for size in sizes
     ]
     recipes: list[Recipe] = by_lines + by_chars if lines_first else by_chars + by_lines
     recipes += [
-        (f"{path} with a first line of {size} characters", _first_line(text, size))
+        (f"{path} with a first line of {size} characters", first_line_of(text, size))
         for size in sizes
     ]
     for name, content in recipes:
@@ -708,17 +596,3 @@ def _items_elsewhere(data: Any, text: str) -> int:
         if mine:
             return len(items) - mine
     return 0
-
-
-def _chars(text: str, size: int) -> bytes | GeneratedContent:
-    if size <= len(text):
-        return text[:size].encode("utf-8")
-    return GeneratedContent(repeat=text, times=size // len(text), tail=text[: size % len(text)])
-
-
-def _first_line(text: str, size: int) -> GeneratedContent:
-    first, newline, rest = text.partition("\n")
-    unit = first.rstrip("\r") or "x"
-    return GeneratedContent(
-        repeat=unit, times=size // len(unit), tail=unit[: size % len(unit)] + newline + rest
-    )

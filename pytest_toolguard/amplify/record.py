@@ -74,6 +74,7 @@ from ..replay.variants import (
     variant_call,
 )
 from .derive import CallFacts, Candidate, candidates, strings_in
+from .limit import limit_sized
 from .write import with_variants
 
 DEFAULT_MAX_VARIANTS = 12
@@ -305,6 +306,7 @@ class _Amplifier:
         arguments = _arguments(interaction.call.arguments)
         assert spec is not None and arguments is not None  # why_not said so
         call = interaction.call
+        probed: list[Candidate] = []
         if interaction.http:  # only refusals: no branch may make a request
             facts = CallFacts(
                 arguments, spec.input_schema, _fixed_arguments(spec), data=interaction.result.data
@@ -323,12 +325,22 @@ class _Amplifier:
                 beneath=beneath,
                 data=baseline.stored_data,
             )
+            if baseline.result.ok and not baseline.result.truncated:
+                probed = limit_sized(
+                    facts,
+                    spec.result_limit,
+                    lambda candidate: self._result_size(walk, interaction, spec, candidate),
+                )
         recorded = Candidate("the recorded call", "", "", arguments).identity()
         seen: dict[str, str] = {recorded: "the recorded call"}
         cap = self.caps.of(spec.name)
         kept: list[Variant] = []
-        for candidate in candidates(facts):
-            refused = not spec.input_validator.is_valid(dict(candidate.arguments))
+
+        def refuses(candidate: Candidate) -> bool:
+            return not spec.input_validator.is_valid(dict(candidate.arguments))
+
+        for candidate in candidates(facts, probed=probed, refused=refuses):
+            refused = refuses(candidate)
             # Refusals are counted apart, and capped apart: they are cheap
             # (refused before any handler runs) and check the schema's bounds.
             count = sum(variant.refused == refused for variant in kept)
@@ -371,6 +383,29 @@ class _Amplifier:
             what = "refusal(s)" if refused else "variant(s)"
             return f"over the cap of {cap} {what} for {spec.name}"
         return ""
+
+    def _result_size(
+        self, walk: SessionWalk, interaction: Interaction, spec: ToolSpec, candidate: Candidate
+    ) -> int | None:
+        """The characters of JSON of ``candidate``'s result before any cut
+        (None when it fails): how ``limit.limit_sized`` measures."""
+        draft = Variant(candidate.name, candidate.kind, dict(candidate.arguments), candidate.files)
+        call = variant_call(interaction, 0, draft)
+        files = {
+            path: value if isinstance(value, bytes) else value.content()
+            for path, value in candidate.files.items()
+        }
+        result = walk.branch(
+            call,
+            files=files,
+            approved=approved_twin(interaction, call),
+            timeouts={spec.name: min(spec.timeout_seconds, BRANCH_SECONDS)},
+        ).result
+        if not result.ok:
+            return None
+        if result.total_size is not None:
+            return result.total_size
+        return len(json.dumps(result.data, ensure_ascii=False, sort_keys=True))
 
     def _record(
         self,

@@ -331,9 +331,14 @@ TABLE_SCHEMA = {
 }
 
 
-def _table(truncated_at_limit: bool) -> ToolSpec:
-    @tool(name="table", input_schema=TABLE_SCHEMA, paths=[PathAccess.read("{path}")])
-    def table(ctx: Any, path: str, max_rows: int = 100) -> dict[str, Any]:
+def _table(truncated_at_limit: bool, *, rows: int = 100, result_limit: int = 8000) -> ToolSpec:
+    @tool(
+        name="table",
+        input_schema=TABLE_SCHEMA,
+        paths=[PathAccess.read("{path}")],
+        result_limit=result_limit,
+    )
+    def table(ctx: Any, path: str, max_rows: int = rows) -> dict[str, Any]:
         """The rows of a CSV file with a header line."""
         rows = ctx.workspace.read_text(path).splitlines()[1:]
         cut = len(rows) >= max_rows if truncated_at_limit else len(rows) > max_rows
@@ -431,3 +436,69 @@ def test_files_sized_for_a_limit_count_the_items_other_files_gave() -> None:
     recipes = [c.files["docs/b.txt"] for c in candidates(facts) if "docs/b.txt" in c.files]
     sized = [r for r in recipes if not isinstance(r, bytes) and r.repeat == "one needle\n"]
     assert [r.times for r in sized[:3]] == [4, 5, 3]  # 5, 6 and 4 items with a.txt's one
+
+
+def test_a_change_past_the_cut_of_a_long_result_is_caught_by_its_size_before_the_cut(
+    tmp_path: Path,
+) -> None:
+    files = {"t.csv": "id,name\n1,a\n2,b\n"}
+    right = _table(False, result_limit=300)
+    cassette = _recorded(tmp_path, right, files, {"path": "t.csv"})
+    report = replay_variants(cassette, ToolRegistry([_table(False, rows=99, result_limit=300)]))
+    found = {(d.where, d.field) for d in report.differences}
+    assert (
+        "interaction 1 (table), variant `t.csv with 100 lines after its first`",
+        "result.message",
+    ) in found
+
+
+CAT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string", "minLength": 1, "maxLength": 100},
+        "max_chars": {"type": "integer", "minimum": 1, "maximum": 1000},
+    },
+    "required": ["path"],
+    "additionalProperties": False,
+}
+
+
+def _cat(result_limit: int) -> ToolSpec:
+    @tool(
+        name="cat",
+        input_schema=CAT_SCHEMA,
+        paths=[PathAccess.read("{path}")],
+        result_limit=result_limit,
+    )
+    def cat(ctx: Any, path: str, max_chars: int = 100) -> dict[str, Any]:
+        """A text file's first characters."""
+        return {"text": ctx.workspace.read_text(path)[:max_chars]}
+
+    return cat
+
+
+@pytest.mark.parametrize("mutant", [499, 501])
+def test_a_result_limit_one_off_is_caught_by_results_sized_to_the_limit(
+    tmp_path: Path, mutant: int
+) -> None:
+    cassette = _recorded(tmp_path, _cat(500), {"notes.txt": "one\ntwo\n"}, {"path": "notes.txt"})
+    names = {v.name for v in cassette.interactions[0].variants}
+    assert "notes.txt sized to a result of 500 characters (the result limit)" in names
+    assert not replay_variants(cassette, ToolRegistry([_cat(mutant)])).ok
+
+
+def test_a_result_that_never_reaches_the_limit_gets_no_limit_variant(tmp_path: Path) -> None:
+    cassette = _recorded(tmp_path, _cat(5000), {"notes.txt": "one\ntwo\n"}, {"path": "notes.txt"})
+    assert not [v for v in cassette.interactions[0].variants if "result limit" in v.name]
+
+
+def test_a_string_resized_for_a_length_bound_still_matches_its_schema_pattern() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"url": {"type": "string", "pattern": "^https?://", "maxLength": 40}},
+    }
+    facts = CallFacts(arguments={"url": "http://a.example/status"}, schema=schema)
+    resized = {c.name: c.arguments["url"] for c in candidates(facts)}
+    for name in ("len(url) = maxLength (40)", "len(url) = maxLength + 1 (41)"):
+        assert resized[name].startswith("http://")
+    assert len(resized["len(url) = maxLength + 1 (41)"]) == 41
