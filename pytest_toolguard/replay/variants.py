@@ -5,9 +5,9 @@ written by ``pytest_toolguard.amplify``). ``replay_variants`` walks the
 recorded session once (``harness.branching.SessionWalk``) and, just before
 each recorded call, runs each of its variants from the state the session
 had then, comparing what ``checks.ReplayChecks`` compares for an
-interaction (result, data, audit row), a cut result's message (the size
-before the cut) and the files the variant's call created, changed or
-removed. Every difference names its variant:
+interaction (result, data, audit row), the message of a cut result (its
+size before the cut) and of a refusal (the schema errors), and the files
+the variant's call created, changed or removed. Every difference names its variant:
 ``interaction 3 (read_text), variant `max_chars = len(data.content)```.
 
 It never raises for a difference; a cassette whose HTTP exchanges cannot be
@@ -150,9 +150,11 @@ def compare_variant(
         expected = Interaction(call=call)
     else:
         checks.result(index, expected, branch.result, branch.stored_data)
-        if variant.result.ok and variant.result.truncated and variant.result.message:
-            # A cut result's data hides what was cut; its size before the
-            # cut, in the message, does not.
+        cut = variant.result.ok and variant.result.truncated
+        if (cut or variant.refused) and variant.result.message is not None:
+            # A cut result's data hides what was cut, its size before the
+            # cut in the message does not; a refusal's message is the
+            # schema errors the model reads.
             checks.compare(where, "result.message", variant.result.message, branch.result.message)
         if variant.data_sha256 is not None:
             checks.compare(

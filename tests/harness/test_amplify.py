@@ -352,6 +352,7 @@ def _recorded(
 ) -> Cassette:
     """One call of ``spec`` recorded over ``files``, amplified with the default caps."""
     workspace = tmp_path / "ws"
+    workspace.mkdir()
     for name, text in files.items():
         (workspace / name).parent.mkdir(parents=True, exist_ok=True)
         (workspace / name).write_text(text)
@@ -502,3 +503,35 @@ def test_a_string_resized_for_a_length_bound_still_matches_its_schema_pattern() 
     for name in ("len(url) = maxLength (40)", "len(url) = maxLength + 1 (41)"):
         assert resized[name].startswith("http://")
     assert len(resized["len(url) = maxLength + 1 (41)"]) == 41
+
+
+def _named(min_length: int) -> ToolSpec:
+    schema = {
+        "type": "object",
+        "properties": {
+            "name": {
+                "type": "string",
+                "minLength": min_length,
+                "maxLength": 40,
+                "pattern": r"^[a-z][a-z_]*\.md$",
+            }
+        },
+        "required": ["name"],
+        "additionalProperties": False,
+    }
+
+    @tool(name="named", input_schema=schema)
+    def named(ctx: Any, name: str) -> dict[str, Any]:
+        """An artifact's name, checked."""
+        return {"name": name}
+
+    return named
+
+
+def test_a_bound_that_changes_only_a_refusal_s_message_is_caught_by_the_message(
+    tmp_path: Path,
+) -> None:
+    cassette = _recorded(tmp_path, _named(4), {}, {"name": "report.md"})
+    report = replay_variants(cassette, ToolRegistry([_named(3)]))
+    found = {(d.where, d.field) for d in report.differences}
+    assert ("interaction 1 (named), variant `len(name) = minLength - 1 (3)`", "result.message") in found
