@@ -59,7 +59,8 @@ def limit_sized(facts: CallFacts, limit: int, size_of: SizeOf) -> list[Candidate
 
 
 class _Budget:
-    """``size_of`` counted, and remembered per candidate."""
+    """``size_of`` counted, and remembered per candidate; past ``PROBES``
+    runs every size is None (the search gives up)."""
 
     def __init__(self, size_of: SizeOf) -> None:
         self.size_of = size_of
@@ -70,14 +71,10 @@ class _Budget:
         identity = candidate.identity()
         if identity not in self.known:
             if self.left <= 0:
-                raise _OutOfProbes
+                return None
             self.left -= 1
             self.known[identity] = self.size_of(candidate)
         return self.known[identity]
-
-
-class _OutOfProbes(Exception):
-    pass
 
 
 def _search(
@@ -103,25 +100,22 @@ def _search(
     def size(lines: int, extra: int = 0) -> int | None:
         return budget.size(candidate(lines, extra, limit))
 
-    try:
-        low, high = _bracket(size, limit)
-        if high is None:
-            return []
-        while high - low > 1:
-            middle = (low + high) // 2
-            measured = size(middle)
-            if measured is None:
-                return []
-            low, high = (low, middle) if measured >= limit else (middle, high)
-        found = []
-        for target in (limit, limit + 1):
-            hit = next(_exact(size, (low, high), target), None)
-            if hit is None:
-                return []
-            found.append(candidate(*hit, target))
-        return found
-    except _OutOfProbes:
+    low, high = _bracket(size, limit)
+    if high is None:
         return []
+    while high - low > 1:
+        middle = (low + high) // 2
+        measured = size(middle)
+        if measured is None:
+            return []
+        low, high = (low, middle) if measured >= limit else (middle, high)
+    found = []
+    for target in (limit, limit + 1):
+        hit = next(_exact(size, (low, high), target), None)
+        if hit is None:
+            return []
+        found.append(candidate(*hit, target))
+    return found
 
 
 def _bracket(size: Callable[[int], int | None], limit: int) -> tuple[int, int | None]:

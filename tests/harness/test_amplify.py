@@ -534,4 +534,5 @@ def test_a_bound_that_changes_only_a_refusal_s_message_is_caught_by_the_message(
     cassette = _recorded(tmp_path, _named(4), {}, {"name": "report.md"})
     report = replay_variants(cassette, ToolRegistry([_named(3)]))
     found = {(d.where, d.field) for d in report.differences}
-    assert ("interaction 1 (named), variant `len(name) = minLength - 1 (3)`", "result.message") in found
+    where = "interaction 1 (named), variant `len(name) = minLength - 1 (3)`"
+    assert (where, "result.message") in found
