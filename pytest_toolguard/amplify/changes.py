@@ -8,7 +8,7 @@ Pure functions; ``derive`` makes the candidates with them.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ..replay.cassette import GeneratedContent
@@ -200,3 +200,15 @@ def first_line_of(text: str, size: int) -> GeneratedContent:
     return GeneratedContent(
         repeat=unit, times=size // len(unit), tail=unit[: size % len(unit)] + newline + rest
     )
+
+
+def strings_in(value: Any) -> Iterator[str]:
+    """Every string of JSON-like data (values, not keys)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from strings_in(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from strings_in(item)

@@ -3,34 +3,37 @@
 Everything comes from what the call itself shows: its tool's input schema,
 its arguments, the files its handler read and the data it returned. Nothing
 here knows a particular tool. ``candidates(facts)`` gives them in the order
-they are tried. They fall in four groups, taken in turn (one of each group,
-then a second of each, ...), so that a cap keeps every group before any
-group gets a second slot:
+they are tried. They fall in groups taken in turn (one of each group, then
+a second of each, ...), so that a cap keeps every group before any group
+gets a second slot:
 
+- ``text``: each free-text argument and the first file read, in turn
+  (then the other files), each with its own order of changes
+  (``changes``): a file whose lines the data quotes (a search) first with
+  very long lines, then every file read not UTF-8, then its letters in the
+  other case; any other file first empty; an argument found in a file read
+  (a search key) first in the other case; any other argument (content to
+  write) first without its trailing newline and with non-ASCII letters;
+  then the rest (astral characters, combining marks, CRLF line ends, ...);
+- ``boundary``: every ``minimum``, ``maximum`` (integer arguments first),
+  ``minLength``, ``maxLength``, ``minItems`` and ``maxItems`` of the schema
+  exactly (an exclusive bound: one step inside; a string resized so that
+  it still matches the schema's ``pattern``), then one step inside;
 - ``data size``: an integer argument set to a size of the data, then one
-  under and one over it: the length of a list of the returned data, an
+  under and one over it: the length of a list of the returned data (one
+  as long as an integer argument or an integer of the data first), an
   integer in it, a file's length in lines or characters, the length of a
   string of the data (``max_chars = data.total_chars``, ``max_rows =
   len(data.rows) + 1``);
-- ``boundary``: every ``minimum``, ``maximum`` (integer arguments first),
-  ``minLength``, ``maxLength``, ``minItems`` and ``maxItems`` of the schema
-  exactly (an exclusive bound: one step inside), then one step inside;
-- ``text``: each free-text argument and the first file read, in turn
-  (then the other files), each with its own order of changes: a file whose
-  lines the data quotes (a search) first with very long lines, then every
-  file read not UTF-8, then its letters in the other case; any other file
-  first empty; an argument
-  found in a file read (a search key) first in the other case; any other
-  argument (content to write) first without its trailing newline and with
-  non-ASCII letters; then the rest (astral characters, combining marks,
-  CRLF line ends, ...);
 - ``size``: the files read (those the data quotes first) with as many
   lines after their first as every limit-like number of the call (its
   integer arguments, as sent or by default, then the schema's bounds), one
   more and one fewer (a line the data quotes repeated: counted so that the
   result holds that many, the other files' items included), the same in
   characters and in the length of the first line; list arguments with that
-  many items.
+  many items;
+- ``limit``: candidates found by running the tool (``probed``: a result
+  of exactly the tool's result limit and one over, ``limit.limit_sized``).
 
 And apart from these, ``refusal``: an argument the schema does not allow,
 a required one left out, each bound one step outside (the tool's input
@@ -66,6 +69,7 @@ from .changes import (
     resized_list,
     resized_text,
     shown_name,
+    strings_in,
 )
 
 SIZE_LIMIT = 65_536
@@ -235,6 +239,12 @@ def _sizes_of_data(facts: CallFacts) -> list[tuple[str, int]]:
         if text is not None:
             files.append((f"lines of {path}", len(text.splitlines())))
             files.append((f"len({path})", len(text)))
+    # A list as long as an integer argument (the one it cut) or as an
+    # integer of the data (a list and its count) is the most telling.
+    counts = {size for _, size in numbers} | {
+        value for value in facts.arguments.values() if type(value) is int
+    }
+    lists.sort(key=lambda item: item[1] not in counts)
     found = lists + numbers + files + strings
     seen: set[int] = set()
     unique = []
@@ -529,18 +539,6 @@ def _sizes(facts: CallFacts) -> Iterator[Candidate]:
                         "size",
                         _with(facts.arguments, name, resized_list(value, size)),
                     )
-
-
-def strings_in(value: Any) -> Iterator[str]:
-    """Every string of JSON-like data (values, not keys)."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from strings_in(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from strings_in(item)
 
 
 def _sized_files(

@@ -24,7 +24,8 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ..replay.cassette import GeneratedContent
-from .derive import CallFacts, Candidate, strings_in
+from .changes import strings_in
+from .derive import CallFacts, Candidate
 
 PROBES = 80
 """Runs of the tool one call's search may take, at most."""

@@ -73,7 +73,8 @@ from ..replay.variants import (
     data_hash,
     variant_call,
 )
-from .derive import CallFacts, Candidate, candidates, strings_in
+from .changes import strings_in
+from .derive import CallFacts, Candidate, candidates
 from .limit import limit_sized
 from .write import with_variants
 
