@@ -49,7 +49,6 @@ from __future__ import annotations
 import importlib
 import signal
 import threading
-import time
 from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any
@@ -122,13 +121,17 @@ class Cancellation(threading.Event):
         # ``mark`` wakes no waiter (it may take no lock), and this frame is
         # the runtime's, where the alarm never raises: wait in slices of
         # ``RETRY_SECONDS`` so that a mark ends the wait within one slice.
-        deadline = None if timeout is None else time.monotonic() + timeout
+        # The slices are counted, not timed: a frozen clock (freezegun in
+        # replay stops time.monotonic) must not make the wait endless.
+        left = timeout
         while not self._marked:
-            left = RETRY_SECONDS if deadline is None else deadline - time.monotonic()
-            if left <= 0:
+            if left is not None and left <= 0:
                 return self.is_set()
-            if super().wait(min(left, RETRY_SECONDS)):
+            step = RETRY_SECONDS if left is None else min(left, RETRY_SECONDS)
+            if super().wait(step):
                 return True
+            if left is not None:
+                left -= step
         return True
 
 

@@ -267,3 +267,19 @@ def test_a_handler_that_replaces_the_alarm_handler_gets_ours_back(
 def test_thread_mode_never_runs_inline(toolguard_runtime, registry_of, spy):
     runtime = toolguard_runtime(registry_of(spy_tool(spy, result=_thread_of)), isolation="thread")
     assert runtime.execute(call()).data["thread"] != threading.get_ident()
+
+
+def test_a_timed_wait_on_the_cancellation_ends_under_a_frozen_clock():
+    """freezegun (replay's clock without time-machine) stops time.monotonic:
+    wait_for_file's polls, ``ctx.cancelled.wait(0.05)``, must still end."""
+    from pytest_toolguard.harness.clock import frozen_clock
+
+    ended = threading.Event()
+
+    def wait() -> None:
+        inline.Cancellation().wait(0.1)
+        ended.set()
+
+    with frozen_clock(None, backend="freezegun"):
+        threading.Thread(target=wait, daemon=True).start()
+        assert ended.wait(30)
