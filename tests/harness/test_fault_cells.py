@@ -91,3 +91,26 @@ def test_each_call_of_a_cell_gets_its_own_idempotency_key() -> None:
     assert len(set(made)) == 3
     assert all(key and key.startswith("todo-v1-") for key in made)
     assert chosen == "chosen"
+
+
+def test_a_restored_workspace_holds_the_saved_entries_with_their_modes() -> None:
+    from pytest_toolguard.harness.world import World
+    from pytest_toolguard.replay.cassette import WorkspaceState
+
+    state = WorkspaceState(
+        root="/workspace",
+        files={"a.txt": b"a", "deep/er/b.sh": b"#!/bin/sh\n"},
+        symlinks={"link": "a.txt"},
+        outside_files={"/elsewhere/keep.txt": b"outside"},
+    )
+    with World(state) as world:
+        world.fs.chmod("/workspace/deep/er/b.sh", 0o755)
+        world.fs.chmod("/workspace/a.txt", 0o400)
+        world.fs.chmod("/workspace/deep", 0o711)
+        saved = world.save_workspace()
+        world.fs.create_file("/workspace/new.txt", contents="later")
+        world.fs.remove_object("/workspace/deep/er/b.sh")
+        world.restore_workspace(saved)
+        assert world.save_workspace() == saved
+        assert world.fs.readlink("/workspace/link") == "a.txt"
+        assert world.fs.exists("/elsewhere/keep.txt")
