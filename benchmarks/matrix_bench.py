@@ -20,8 +20,7 @@ cells, and as many empty test functions.
    (a cell first replays the interactions before its target).
 2. ``-n 2`` against serial. Whole ``pytest --toolguard-replay
    --toolguard-faults=all`` subprocess runs of the matrix (the replay items
-   and the cells, not the empty tests), serial, ``-n 2`` (the plugin's
-   default with faults: ``--dist loadgroup``) and ``-n 2 --dist load`` in alternation,
+   and the cells, not the empty tests), serial and ``-n 2`` in alternation,
    with the start-ups they include measured the same way: ``--collect-only``
    (serial start-up and collection), and ``-n 2`` with every item
    deselected (the controller, two workers started, each collecting).
@@ -334,8 +333,8 @@ RUNS = ("serial", "xdist", "xdist_load", "collect", "xdist_start")
 
 RUN_LABELS = {
     "serial": "serial",
-    "xdist": "-n 2 (the plugin's default with faults: --dist loadgroup)",
-    "xdist_load": "-n 2 --dist load (xdist's default elsewhere)",
+    "xdist": "-n 2 (xdist's default: --dist load)",
+    "xdist_load": "-n 2 --dist loadgroup (one worker per file's cells)",
     "collect": "--collect-only (start-up + collection)",
     "xdist_start": "-n 2, every item deselected (xdist start-up + collection)",
 }
@@ -347,7 +346,9 @@ def _parallel(options: argparse.Namespace, project: Project) -> None:
     commands: dict[str, Callable[[], Run]] = {
         "serial": lambda: _pytest(project, *matrix, passed=items),
         "xdist": lambda: _pytest(project, *matrix, "-n", "2", passed=items),
-        "xdist_load": lambda: _pytest(project, *matrix, "-n", "2", "--dist", "load", passed=items),
+        "xdist_load": lambda: _pytest(
+            project, *matrix, "-n", "2", "--dist", "loadgroup", passed=items
+        ),
         "collect": lambda: _pytest(project, *matrix, "--collect-only"),
         "xdist_start": lambda: _pytest(project, *matrix, "-n", "2", *DESELECT_ALL, ok=(0, 5)),
     }
@@ -384,7 +385,7 @@ def _parallel(options: argparse.Namespace, project: Project) -> None:
     ratios: tuple[tuple[str, Callable[[dict[str, Run]], float], Goal], ...] = (
         ("serial / -n 2, whole runs", lambda r: _wall(r, "serial") / _wall(r, "xdist"), speedup),
         (
-            "serial / -n 2 --dist load, whole runs",
+            "serial / -n 2 --dist loadgroup, whole runs",
             lambda r: _wall(r, "serial") / _wall(r, "xdist_load"),
             Goal(None),
         ),

@@ -48,7 +48,7 @@ from pathlib import Path
 
 import pytest
 
-from ..options import FAULTS, FUZZ_NODE, dest
+from ..options import FUZZ_NODE
 from . import hookspecs, outcomes
 from .fixtures import (
     record_phase,
@@ -86,26 +86,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_cmdline_main(config: pytest.Config) -> Generator[None, object, object]:
-    """With ``--toolguard-faults`` and pytest-xdist's ``-n`` but no
-    ``--dist``, distribute with ``loadgroup`` (``scheduling``): one worker
-    runs a cassette file's items, so each interaction before a target is
-    replayed once per run (``faults.prefixes``); tests of no cassette file
-    are distributed one by one, as ``load`` does. A wrapper, so that it
-    runs before xdist's own hook turns ``-n`` without ``--dist`` into
-    ``load``; an explicit ``--dist`` is kept."""
-    option = config.option
-    if (
-        getattr(option, "numprocesses", None)
-        and getattr(option, "dist", None) == "no"
-        and not getattr(option, "distload", False)
-        and config.getoption(dest(FAULTS), None)
-    ):
-        option.dist = "loadgroup"
-    return (yield)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -232,14 +232,10 @@ def test_a_worker_killed_under_loadgroup_loses_no_other_cell_and_ends(
     assert [cell["nodeid"] for cell in cells if cell["status"] == "fail"] == [killer]
 
 
-@pytest.mark.parametrize("dist", [("--dist", "loadgroup"), ()], ids=["loadgroup", "default"])
-def test_loadgroup_runs_the_items_of_one_file_on_one_worker(
-    project: pytest.Pytester, dist: tuple[str, ...]
-) -> None:
-    # Without --dist, -n with --toolguard-faults distributes with loadgroup.
+def test_loadgroup_runs_the_items_of_one_file_on_one_worker(project: pytest.Pytester) -> None:
     project.makefile(".yaml", **{"cases/other": CASE.replace("name: notes", "name: other")})
     result = project.runpytest_subprocess(
-        "--toolguard-faults=unknown_tool,schema_drift", "-n", "2", *dist, "-v"
+        "--toolguard-faults=unknown_tool,schema_drift", "-n", "2", "--dist", "loadgroup", "-v"
     )
     workers: dict[str, set[str]] = {}
     for line in result.outlines:
