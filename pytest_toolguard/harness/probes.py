@@ -28,6 +28,7 @@ from typing import Any
 from ..audit import AuditRecord
 from ..contract import ToolResult
 from ..registry import ToolRegistry
+from ..runtime.inline import call_tool_code
 from .accesses import AccessLog
 
 # -- handler runs ------------------------------------------------------------------
@@ -112,7 +113,7 @@ class HandlerProbe:
             return _Settling(self, runs, handler(ctx, **arguments), started=False)
         self._started(runs)
         try:
-            value = handler(ctx, **arguments)
+            value = call_tool_code(handler, ctx, **arguments)  # only there may a deadline land
         except BaseException as exc:
             self._finished(runs, raised=exc)
             raise

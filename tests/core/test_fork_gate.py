@@ -52,7 +52,8 @@ def interrupt(thread: threading.Thread) -> None:
     """Raise ``KeyboardInterrupt`` in ``thread`` as soon as it runs Python
     code again (an asynchronous exception, as a signal handler's would be)."""
     set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
-    assert set_async_exc(ctypes.c_ulong(thread.ident or 0), ctypes.py_object(KeyboardInterrupt)) == 1
+    ident, exception = ctypes.c_ulong(thread.ident or 0), ctypes.py_object(KeyboardInterrupt)
+    assert set_async_exc(ident, exception) == 1
 
 
 class Holder:
