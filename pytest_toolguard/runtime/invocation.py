@@ -139,6 +139,19 @@ class HandlerRun:
             self.awaiting = None
             self._end()
 
+    def discard(self) -> None:
+        """The awaitable ``call_inline`` kept, closed unstarted: the deadline
+        passed before it could run (no "never awaited" warning)."""
+        awaitable, self.awaiting = self.awaiting, None
+        try:
+            close = getattr(awaitable, "close", None)
+            if close is not None:
+                close()
+        except Exception:  # noqa: BLE001,S110 - an awaitable's close is its own business
+            pass
+        finally:
+            self._end()
+
     def _await(self, awaitable: Any) -> Any:
         self._runner = runner = CoroutineRunner()
         if self.ctx.cancelled.is_set():  # the deadline passed before the runner existed
@@ -304,8 +317,8 @@ class Invocation:
                 handler.call_inline, timeout, handler.deadline_passed
             )
         except HandlerTimeout:
-            if handler.awaiting is not None:  # the call is cancelled: closed unstarted
-                handler.settle()
+            if handler.awaiting is not None:
+                handler.discard()
             raise
         if outcome is not None:
             return outcome

@@ -5,9 +5,12 @@ safely."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -360,3 +363,29 @@ def test_a_keyboard_interrupt_before_the_disarming_still_disarms(
     finally:
         monkeypatch.undo()
         signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def test_an_awaitable_returned_after_the_deadline_is_closed_unstarted(
+    toolguard_runtime, registry_of, spy
+):
+    ran: list[str] = []
+
+    async def body() -> Any:
+        ran.append("body")
+        return {}
+
+    def late_then_awaitable(ctx: Any, **arguments: Any) -> Any:
+        with contextlib.suppress(BaseException):  # the deadline, swallowed
+            threading.Event().wait(30)
+        return body()
+
+    runtime = toolguard_runtime(
+        registry_of(spy_tool(spy, result=late_then_awaitable, timeout_seconds=0.05))
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = runtime.execute(call())
+        gc.collect()
+    assert result.code is ErrorCode.TIMEOUT
+    assert ran == []
+    assert [str(w.message) for w in caught if "never awaited" in str(w.message)] == []
