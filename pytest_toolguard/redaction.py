@@ -62,7 +62,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .secret_rules import Finding, SecretRuleSet, default_rule_set, high_entropy_assignments
+from .secret_rules import (
+    Finding,
+    Keywords,
+    SecretRuleSet,
+    default_rule_set,
+    high_entropy_assignments,
+)
 
 __all__ = ["MAX_DEPTH", "EntropyScope", "ExtraPattern", "Redactor", "placeholder", "strings_in"]
 
@@ -341,21 +347,36 @@ _CLUES: tuple[tuple[int, tuple[str, ...], bool, str], ...] = tuple(
     (1 << index, family.clue.literals, family.clue.folded, family.clue.needs)
     for index, family in enumerate(_FAMILIES)
 )
-# Any family's literal, in lowercase: finds in one call whether a short text
-# holds a clue at all (on a long one, the plain searches below are faster).
-_ANY_CLUE = re.compile(
-    "|".join(re.escape(literal.lower()) for family in _FAMILIES for literal in family.clue.literals)
+# Every family's literals in lowercase, found in the folded text in one pass
+# (Aho-Corasick): a literal in the text as written is in its folded form in
+# lowercase, so a family none of whose lowercase literals occurs cannot match,
+# and only the families one of whose literals does are checked exactly below.
+_CLUE_WORDS: tuple[str, ...] = tuple(
+    sorted({literal.lower() for family in _FAMILIES for literal in family.clue.literals})
 )
-_SHORT_TEXT = 64  # characters; about where the two ways cost the same on prose
+_CLUE_FINDER = Keywords.build(_CLUE_WORDS)
+_FAMILIES_OF_WORD: tuple[int, ...] = tuple(
+    sum(
+        bit
+        for bit, literals, _, _ in _CLUES
+        if any(literal.lower() == word for literal in literals)
+    )
+    for word in _CLUE_WORDS
+)
 
 
 def _families_that_may_match(text: str, folded: str) -> int:
     """The families whose clue is in ``text`` (``folded``: ``_fold_case(text)``):
     the others cannot match it."""
-    if len(text) <= _SHORT_TEXT and _ANY_CLUE.search(folded) is None:
+    candidates = 0
+    for word in _CLUE_FINDER.occurrences(folded):
+        candidates |= _FAMILIES_OF_WORD[word]
+    if not candidates:
         return 0
     families = 0
     for bit, literals, in_folded, needs in _CLUES:
+        if not candidates & bit:
+            continue
         if needs:
             for character in needs:
                 if character in text:
@@ -440,7 +461,14 @@ class Redactor:
     unknown ``entropy``.
     """
 
-    __slots__ = ("_entropy", "_extra_phrases", "_extra_patterns", "_key_cache", "_rules")
+    __slots__ = (
+        "_entropy",
+        "_extra_phrases",
+        "_extra_patterns",
+        "_key_cache",
+        "_mapping_keys",
+        "_rules",
+    )
 
     def __init__(
         self,
@@ -463,6 +491,10 @@ class Redactor:
         # Keys repeat across calls; remember their verdicts (bounded, so a
         # stream of unique keys cannot grow it without end).
         self._key_cache: dict[str, str | None] = {}
+        # A mapping's keys repeat even more (every call's "path", "content"):
+        # the verdict on a key that holds no secret (its redaction is itself),
+        # so no secret is kept here.
+        self._mapping_keys: dict[str, str | None] = {}
 
     def sensitive_keyword(self, key: str) -> str | None:
         """The placeholder keyword when ``key`` names a secret, else ``None``.
@@ -514,9 +546,7 @@ class Redactor:
             result: dict[Any, Any] = {}
             for key, item in value.items():
                 if isinstance(key, str):
-                    # Classify the redacted key, so a second pass decides the same.
-                    key = self.redact_text(key)
-                    keyword = self.sensitive_keyword(key)
+                    key, keyword = self._mapping_key(key)
                 elif key is None or isinstance(key, (bool, int, float)):
                     keyword = None
                 else:
@@ -529,6 +559,21 @@ class Redactor:
         if isinstance(value, tuple):
             return tuple(self._redact(item, depth + 1) for item in value)
         return self.redact_text(str(value))
+
+    def _mapping_key(self, key: str) -> tuple[str, str | None]:
+        """A mapping key redacted, and the keyword when it names a secret.
+        The redacted key is classified, so a second pass decides the same."""
+        known = self._mapping_keys
+        keyword = known.get(key, "")
+        if keyword != "":
+            return key, keyword
+        redacted = self.redact_text(key)
+        keyword = self.sensitive_keyword(redacted)
+        if redacted == key and len(key) <= _CACHED_KEY_LENGTH:
+            if len(known) >= _KEY_CACHE_LIMIT:
+                known.clear()
+            known[key] = keyword
+        return redacted, keyword
 
     def redact_text(self, text: str) -> str:
         """``text`` with every secret found by value pattern replaced. A JSON

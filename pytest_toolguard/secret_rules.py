@@ -67,6 +67,7 @@ __all__ = [
     "RULES_FILE",
     "Allowlist",
     "Finding",
+    "Keywords",
     "SecretRule",
     "SecretRuleSet",
     "UnsupportedRegex",
@@ -455,8 +456,10 @@ _GENERIC = "generic"
 
 
 @dataclass(frozen=True, slots=True)
-class _Keywords:
-    """Finds which of ``words`` (lowercase) occur in a lowercased text."""
+class Keywords:
+    """Finds which of ``words`` (lowercase) occur in a lowercased text: one
+    pass of an Aho-Corasick automaton (``ahocorasick_rs``) when it is
+    installed and ``accelerated``, else of one trie-shaped regex."""
 
     words: tuple[str, ...]
     automaton: Any
@@ -466,7 +469,7 @@ class _Keywords:
     """For each word, itself and the words that are prefixes of it."""
 
     @classmethod
-    def build(cls, words: Sequence[str], accelerated: bool) -> _Keywords:
+    def build(cls, words: Sequence[str], accelerated: bool = True) -> Keywords:
         trie = _trie_regex(words)
         index = {word: i for i, word in enumerate(words)}
         implied = {
@@ -553,7 +556,7 @@ class SecretRuleSet:
         self.allowlist = allowlist
         self._shortest = min((rule.min_length for rule in self.rules), default=0)
         words = sorted({word for rule in self.rules for word in rule.keywords})
-        self._keywords = _Keywords.build(words, accelerated)
+        self._keywords = Keywords.build(words, accelerated)
         index_of = {word: index for index, word in enumerate(words)}
         by_keyword: dict[int, list[int]] = {}
         for index, rule in enumerate(self.rules):
