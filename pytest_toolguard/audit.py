@@ -429,7 +429,11 @@ def row_values(
     values replace ``rec``'s when given."""
     # Made storable here too: a row that SQLite cannot encode would leave the
     # call without its row (or a RUNNING row never finished).
-    values = [storable_text(v) if isinstance(v, str) else v for v in _FIELD_VALUES(rec)]
+    # (``isascii`` inline: the common row is all ASCII, and a call per value
+    # costs as much as the rest of this function.)
+    values = [
+        v if not isinstance(v, str) or v.isascii() else storable_text(v) for v in _FIELD_VALUES(rec)
+    ]
     values[_STATE] = state.value
     code = values[_RESULT_CODE]
     if code is not None:
@@ -714,14 +718,25 @@ class SQLiteAuditStore:
         statement starts, as ``BEGIN IMMEDIATE`` would, and rolls the
         statement back when it fails). Every sqlite3 error becomes
         ``AuditUnavailable``."""
-        with self._entered():
-            try:
-                conn = self._connection(operation)
-                if conn.in_transaction:  # left over from a failed ROLLBACK: never write inside it
-                    conn.execute("ROLLBACK")
-                return conn.execute(statement, parameters)
-            except sqlite3.Error as exc:
-                raise self._unavailable(operation, exc) from exc
+        # ``_entered`` spelt out: a generator's context manager costs as much
+        # as the rest of this function's Python, and this is every write.
+        with FORK_GATE.inside():
+            lock = self._memory_lock
+            if lock is None:
+                return self._execute_one(operation, statement, parameters)
+            with lock:
+                return self._execute_one(operation, statement, parameters)
+
+    def _execute_one(
+        self, operation: str, statement: str, parameters: Sequence[Any]
+    ) -> sqlite3.Cursor:
+        try:
+            conn = self._connection(operation)
+            if conn.in_transaction:  # left over from a failed ROLLBACK: never write inside it
+                conn.execute("ROLLBACK")
+            return conn.execute(statement, parameters)
+        except sqlite3.Error as exc:
+            raise self._unavailable(operation, exc) from exc
 
     @contextmanager
     def _transaction(self, operation: str) -> Iterator[sqlite3.Connection]:

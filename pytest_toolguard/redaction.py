@@ -439,6 +439,9 @@ def _compile_extra(spec: ExtraPattern) -> _ExtraPattern:
 
 
 _KEY_CACHE_LIMIT = 4096
+_CLEAN_TEXT_LIMIT = 4096
+_CLEAN_TEXT_LENGTH = 128
+"""Texts up to this long that hold no secret are remembered as such."""
 _CACHED_KEY_LENGTH = 256
 """Longer keys are judged afresh each time, so the cache holds no large strings."""
 
@@ -465,8 +468,8 @@ class Redactor:
         "_entropy",
         "_extra_phrases",
         "_extra_patterns",
+        "_clean_texts",
         "_key_cache",
-        "_mapping_keys",
         "_rules",
     )
 
@@ -491,10 +494,10 @@ class Redactor:
         # Keys repeat across calls; remember their verdicts (bounded, so a
         # stream of unique keys cannot grow it without end).
         self._key_cache: dict[str, str | None] = {}
-        # A mapping's keys repeat even more (every call's "path", "content"):
-        # the verdict on a key that holds no secret (its redaction is itself),
-        # so no secret is kept here.
-        self._mapping_keys: dict[str, str | None] = {}
+        # Short texts repeat too (a mapping's keys, a session's ids, "path"):
+        # those found to hold no secret are remembered (bounded, and only
+        # texts redaction left as they were, so no secret is kept here).
+        self._clean_texts: set[str] = set()
 
     def sensitive_keyword(self, key: str) -> str | None:
         """The placeholder keyword when ``key`` names a secret, else ``None``.
@@ -546,7 +549,9 @@ class Redactor:
             result: dict[Any, Any] = {}
             for key, item in value.items():
                 if isinstance(key, str):
-                    key, keyword = self._mapping_key(key)
+                    # Classify the redacted key, so a second pass decides the same.
+                    key = self.redact_text(key)
+                    keyword = self.sensitive_keyword(key)
                 elif key is None or isinstance(key, (bool, int, float)):
                     keyword = None
                 else:
@@ -560,29 +565,27 @@ class Redactor:
             return tuple(self._redact(item, depth + 1) for item in value)
         return self.redact_text(str(value))
 
-    def _mapping_key(self, key: str) -> tuple[str, str | None]:
-        """A mapping key redacted, and the keyword when it names a secret.
-        The redacted key is classified, so a second pass decides the same."""
-        known = self._mapping_keys
-        keyword = known.get(key, "")
-        if keyword != "":
-            return key, keyword
-        redacted = self.redact_text(key)
-        keyword = self.sensitive_keyword(redacted)
-        if redacted == key and len(key) <= _CACHED_KEY_LENGTH:
-            if len(known) >= _KEY_CACHE_LIMIT:
-                known.clear()
-            known[key] = keyword
-        return redacted, keyword
-
     def redact_text(self, text: str) -> str:
         """``text`` with every secret found by value pattern replaced. A JSON
         document with escapes in its strings (``"a\\nAKIA..."``: the escape
         glues the secret to a letter) has each string redacted as it is
         decoded, in its escaped form, first."""
+        if type(text) is not str:
+            # A subclass may compare equal to what it is not (to its own
+            # redacted form, to a text remembered as clean): a plain copy.
+            text = str.__str__(text)
+        clean = self._clean_texts
+        if text in clean:
+            return text
+        original = text
         if text[:1] in _JSON_STARTS and "\\" in text:
             text = self._redact_json_strings(text)
-        return self._redact_until_stable(text, exhaustive=False)
+        text = self._redact_until_stable(text, exhaustive=False)
+        if len(original) <= _CLEAN_TEXT_LENGTH and text == original:
+            if len(clean) >= _CLEAN_TEXT_LIMIT:
+                clean.clear()  # afresh: the texts of the calls to come are likelier recent ones
+            clean.add(original)
+        return text
 
     def _redact_json_strings(self, text: str) -> str:
         try:
