@@ -29,7 +29,7 @@ from typing import Any
 from ..audit import AuditRecord, AuditUnavailable, storable_text
 from ..contract import CallState, ErrorCode, ToolCall, ToolResult
 from ..idempotency import Claim, ClaimOutcome, scope_client_key
-from ..jsondata import canonical_json, json_hash
+from ..jsondata import canonical_json, sha256_text
 from ..lease import call_tag
 from ..registry import ToolSpec
 from .attempt import Attempt, Refusal, Running
@@ -362,9 +362,14 @@ class AuditLog:
         """The row of ``attempt`` as it stands: arguments redacted and
         bounded (the hash covers them all), every text storable."""
         redactor = self.settings.redactor_for(attempt.spec)
-        if attempt.arguments is not None:
-            shown = canonical_json(redactor.redact(attempt.arguments))
-            digest = json_hash(attempt.arguments)
+        arguments = attempt.arguments
+        if arguments is not None:
+            whole = canonical_json(arguments)
+            digest = sha256_text(whole)
+            redacted = redactor.redact(arguments)
+            # Arguments with no secret redact to equal data: the same text
+            # (redaction keeps every number and boolean as it was).
+            shown = whole if redacted == arguments else canonical_json(redacted)
         else:
             shown, digest = "null", ""
         if len(shown) > ARGUMENTS_LIMIT:
