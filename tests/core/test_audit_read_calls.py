@@ -74,6 +74,28 @@ def test_a_read_call_commits_one_finished_row_after_its_handler(
     assert row.finished_at is not None and row.duration_ms is not None
 
 
+def test_an_awaited_read_call_commits_one_finished_row_after_its_handler(
+    audit_backend: Any, workspace_dir: Path, spy: Spy
+) -> None:
+    import asyncio
+
+    store = audit_backend.open()
+    other = audit_backend.open()
+    seen = []
+
+    async def look(ctx: Any, **arguments: Any) -> Any:
+        seen.append(other.get(ctx.call_id))
+        return {"found": MARKER}
+
+    tool = ToolSpec(name="spy", description="reads", input_schema={"type": "object"}, handler=look)
+    runtime = _runtime(tool, workspace_dir, store)
+    result = asyncio.run(runtime.aexecute(call()))
+    runtime.close()
+    assert result.ok and seen == [None]
+    [row] = other.rows()
+    assert (row.state, row.result_code) == (CallState.SUCCEEDED, ErrorCode.OK)
+
+
 def test_a_read_call_whose_row_cannot_be_committed_answers_audit_unavailable_without_its_data(
     audit_backend: Any, workspace_dir: Path, spy: Spy
 ) -> None:
