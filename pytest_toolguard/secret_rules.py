@@ -49,6 +49,7 @@ import functools
 import json
 import math
 import re
+import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -721,9 +722,17 @@ _LONG_TOKEN = re.compile(
 )
 # A value after "=" or ":", all there is until the end of the line, the
 # member or a comment. The scan starts at separators only: most text has few.
+# On Python 3.11+ the spaces, the quote and the value are possessive (``*+``,
+# ``?+``, ``}+``): giving any of them back can never make a match (a value
+# holds no space or quote, and one cut short is followed by a token
+# character), and prose, where a colon is followed by a short word, fails
+# each colon about twice as fast without the backtracking. Python 3.10 has
+# no possessive quantifiers: the same regex without them, the same matches.
+_POSSESSIVE = "+" if sys.version_info >= (3, 11) else ""
 _SEPARATED_VALUE = re.compile(
-    rf"[=:][ \t]*(?P<quote>[\"']?)(?P<value>[{_TOKEN_CHARS}]{{20,1024}})(?![{_TOKEN_CHARS}])"
-    r"(?P=quote)[ \t]*(?=[,}\]#;\r\n]|\Z)",
+    rf"[=:][ \t]*{_POSSESSIVE}(?P<quote>[\"']?{_POSSESSIVE})"
+    rf"(?P<value>[{_TOKEN_CHARS}]{{20,1024}}{_POSSESSIVE})"
+    rf"(?![{_TOKEN_CHARS}])(?P=quote)[ \t]*(?=[,}}\]#;\r\n]|\Z)",
     re.ASCII,
 )
 # What comes before the separator: a line of .env, INI, TOML or YAML
