@@ -1,4 +1,5 @@
-"""The audit log: one row per call, written before the handler runs.
+"""The audit log: one row per call, written before the handler runs (or,
+for a READ call, before its result is returned).
 
 Every call, refused ones included, leaves exactly one row in
 ``tool_call_audit`` saying who asked, in which session, for which tool, with
@@ -8,7 +9,10 @@ its handler gets its row in state ``RUNNING`` *committed before the handler
 starts* (``start``), and the row is finished afterwards (``finish``); a call
 refused earlier gets one finished row (``record``). If the store cannot
 write, it raises ``AuditUnavailable`` and the runtime must not run the
-handler (fail closed).
+handler (fail closed). The runtime writes a READ tool's call without an
+idempotency key as one finished row (``record``) after its handler, and
+withholds the result when that fails: for READ tools, failing closed means
+no data leaves the executor unrecorded (``pytest_toolguard.runtime``).
 
 Idempotency keys live in the same database (table ``idempotency_keys``) so
 that claiming a key and writing the RUNNING row are one transaction: see
