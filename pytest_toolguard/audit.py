@@ -69,6 +69,7 @@ import os
 import sqlite3
 import sys
 import threading
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
@@ -579,6 +580,13 @@ if sys.platform != "win32":
     os.register_at_fork(after_in_child=_count_fork)
 
 
+def _abandoned(connections: list[tuple[threading.Thread, sqlite3.Connection]]) -> None:
+    """A store collected without ``close()``: its connections are closed by
+    the next thread inside the fork gate, not by the garbage collector in
+    whatever thread it runs, a fork perhaps under way."""
+    FORK_GATE.close_later([conn.close for _thread, conn in connections])
+
+
 class SQLiteAuditStore:
     """``AuditStore`` on SQLite: durable, shared by threads and processes.
 
@@ -623,6 +631,7 @@ class SQLiteAuditStore:
         self._local = threading.local()
         self._registry_lock = threading.Lock()
         self._connections: list[tuple[threading.Thread, sqlite3.Connection]] = []
+        weakref.finalize(self, _abandoned, self._connections)  # changed in place only
         self._shared: sqlite3.Connection | None = None
         # One :memory: connection is the whole database: threads take turns.
         self._memory_lock: threading.Lock | None = threading.Lock() if self._memory else None
@@ -680,7 +689,7 @@ class SQLiteAuditStore:
         for _thread, conn in ended:
             with suppress(sqlite3.Error):
                 conn.close()
-        self._connections = alive
+        self._connections[:] = alive
         return len(ended)
 
     def _connection(self, operation: str) -> sqlite3.Connection:
@@ -1111,7 +1120,8 @@ class SQLiteAuditStore:
         with self._entered():
             with self._registry_lock:
                 self._closed = True
-                connections, self._connections = self._connections, []
+                connections = self._connections[:]
+                self._connections.clear()
                 self._shared = None
             for _thread, conn in connections:
                 with suppress(sqlite3.Error):
