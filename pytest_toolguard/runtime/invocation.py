@@ -240,6 +240,7 @@ class Invocation:
         child_log = None if self.in_process else ChildLog()
 
         cancelled = Cancellation()
+        begin = running.begin  # a deferred row: committed as RUNNING before a change
 
         def on_change(path: str, previous: Previous) -> None:
             if cancelled.is_set():
@@ -247,6 +248,8 @@ class Invocation:
                     f"call {call_id} timed out: its handler may not change {show_path(path)}",
                     path,
                 )
+            if begin is not None:
+                begin()
             if child_log is not None:
                 child_log.send((path, previous))
             else:
