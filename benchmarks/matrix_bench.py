@@ -187,7 +187,7 @@ class Timed:
 
 def _per_cell(options: argparse.Namespace, project: Project) -> None:
     timings = project.root / "timings.json"
-    items = project.cells + project.files + project.empty_tests
+    items = project.cells + project.files + project.variants + project.empty_tests
     run = _pytest(
         project,
         *MATRIX,
@@ -341,7 +341,7 @@ RUN_LABELS = {
 
 
 def _parallel(options: argparse.Namespace, project: Project) -> None:
-    items = project.cells + project.files
+    items = project.cells + project.files + project.variants
     matrix = (*MATRIX, "cassettes", "cases")
     commands: dict[str, Callable[[], Run]] = {
         "serial": lambda: _pytest(project, *matrix, passed=items),

@@ -124,6 +124,8 @@ class Project:
     """Cassette and case files (each also a ``replay`` item)."""
     cells: int
     empty_tests: int
+    variants: int = 0
+    """``variants`` items: one per file holding amplified variants."""
 
 
 def shipped() -> Shipped:
@@ -156,4 +158,11 @@ def generate_project(root: Path, shipped_files: Shipped, copies: int) -> Project
     (root / "tests").mkdir()
     body = "".join(f"def test_{index}():\n    pass\n\n\n" for index in range(cells))
     (root / "tests" / "test_empty.py").write_text(body, encoding="utf-8")
-    return Project(root, copies, len(shipped_files.files) * copies, cells, cells)
+    amplified = sum(
+        1
+        for _d, _n, cassette in shipped_files.files
+        if any(i.variants for i in cassette.interactions)
+    )
+    return Project(
+        root, copies, len(shipped_files.files) * copies, cells, cells, amplified * copies
+    )

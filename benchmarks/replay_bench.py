@@ -19,7 +19,7 @@ import platform
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -213,16 +213,17 @@ def _per_cassette(options: argparse.Namespace, directory: Path, case: Cassette) 
 
 def _load(options: argparse.Namespace, session: Session) -> None:
     started = time.perf_counter()
-    shipped = shipped_interactions()
+    # Without their amplified variants: the 6 MB this row has always measured (72 MB with them).
+    shipped = tuple(replace(item, variants=()) for item in shipped_interactions())
     big = big_cassette(session.cassette, shipped, options.interactions)
     times: LoadTimes = time_load(big, options.load_rounds)
     elapsed = time.perf_counter() - started
     per = times.size_bytes / times.interactions
     print(
         f"3. A {times.interactions:,}-interaction cassette ({times.size_bytes / 1e6:.1f} MB, "
-        f"{per:,.0f} bytes per interaction: the shipped cassettes' {len(shipped)} interactions "
-        f"cycled); loader {times.loader}; median of {plural(options.load_rounds, 'round')}; "
-        f"{elapsed:.1f} s"
+        f"{per:,.0f} bytes per interaction as JSON: the shipped cassettes' {len(shipped)} "
+        f"interactions cycled, without their variants); YAML loader {times.loader}; "
+        f"median of {plural(options.load_rounds, 'round')}; {elapsed:.1f} s"
     )
     widths = (10, 17, 15)
     print(_row("part", "s", "µs / interaction", "round range", widths=widths))

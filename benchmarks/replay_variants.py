@@ -97,13 +97,21 @@ def patched(module: ModuleType, **names: Any) -> Iterator[None]:
             setattr(module, name, value)
 
 
+class _NoFilesystem:
+    """What the world's access log wraps when nothing is faked: each of its
+    methods does nothing (no fake system call ever reaches it)."""
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return lambda *args, **kwargs: None
+
+
 class _RealWorkspace:
     """A ``FakeWorld`` stand-in that fakes nothing: the world is the real
     workspace."""
 
     @contextmanager
-    def filesystem(self, state: WorkspaceState) -> Iterator[None]:
-        yield None
+    def filesystem(self, state: WorkspaceState) -> Iterator[Any]:
+        yield _NoFilesystem()
 
 
 @dataclass(frozen=True, slots=True)

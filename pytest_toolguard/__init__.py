@@ -15,5 +15,9 @@ from .lazy_exports import lazy_exports
 
 __version__ = "0.1.0"
 
+__toolguard_owned__ = True
+"""Our code: an inline deadline never lands in it (``runtime/inline.py``);
+packages holding tools' code set it false."""
+
 __getattr__, __dir__, __all__ = lazy_exports(__name__)
 __all__ += ["__version__"]

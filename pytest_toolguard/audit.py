@@ -1,4 +1,5 @@
-"""The audit log: one row per call, written before the handler runs.
+"""The audit log: one row per call, written before the handler runs (or,
+for a READ call, before its result is returned).
 
 Every call, refused ones included, leaves exactly one row in
 ``tool_call_audit`` saying who asked, in which session, for which tool, with
@@ -8,7 +9,10 @@ its handler gets its row in state ``RUNNING`` *committed before the handler
 starts* (``start``), and the row is finished afterwards (``finish``); a call
 refused earlier gets one finished row (``record``). If the store cannot
 write, it raises ``AuditUnavailable`` and the runtime must not run the
-handler (fail closed).
+handler (fail closed). The runtime writes a READ tool's call without an
+idempotency key as one finished row (``record``) after its handler, and
+withholds the result when that fails: for READ tools, failing closed means
+no data leaves the executor unrecorded (``pytest_toolguard.runtime``).
 
 Idempotency keys live in the same database (table ``idempotency_keys``) so
 that claiming a key and writing the RUNNING row are one transaction: see
@@ -65,6 +69,7 @@ import os
 import sqlite3
 import sys
 import threading
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
@@ -429,7 +434,11 @@ def row_values(
     values replace ``rec``'s when given."""
     # Made storable here too: a row that SQLite cannot encode would leave the
     # call without its row (or a RUNNING row never finished).
-    values = [storable_text(v) if isinstance(v, str) else v for v in _FIELD_VALUES(rec)]
+    # (``isascii`` inline: the common row is all ASCII, and a call per value
+    # costs as much as the rest of this function.)
+    values = [
+        v if not isinstance(v, str) or v.isascii() else storable_text(v) for v in _FIELD_VALUES(rec)
+    ]
     values[_STATE] = state.value
     code = values[_RESULT_CODE]
     if code is not None:
@@ -571,6 +580,13 @@ if sys.platform != "win32":
     os.register_at_fork(after_in_child=_count_fork)
 
 
+def _abandoned(connections: list[tuple[threading.Thread, sqlite3.Connection]]) -> None:
+    """A store collected without ``close()``: its connections are closed by
+    the next thread inside the fork gate, not by the garbage collector in
+    whatever thread it runs, a fork perhaps under way."""
+    FORK_GATE.close_later([conn.close for _thread, conn in connections])
+
+
 class SQLiteAuditStore:
     """``AuditStore`` on SQLite: durable, shared by threads and processes.
 
@@ -615,6 +631,7 @@ class SQLiteAuditStore:
         self._local = threading.local()
         self._registry_lock = threading.Lock()
         self._connections: list[tuple[threading.Thread, sqlite3.Connection]] = []
+        weakref.finalize(self, _abandoned, self._connections)  # changed in place only
         self._shared: sqlite3.Connection | None = None
         # One :memory: connection is the whole database: threads take turns.
         self._memory_lock: threading.Lock | None = threading.Lock() if self._memory else None
@@ -672,7 +689,7 @@ class SQLiteAuditStore:
         for _thread, conn in ended:
             with suppress(sqlite3.Error):
                 conn.close()
-        self._connections = alive
+        self._connections[:] = alive
         return len(ended)
 
     def _connection(self, operation: str) -> sqlite3.Connection:
@@ -714,14 +731,25 @@ class SQLiteAuditStore:
         statement starts, as ``BEGIN IMMEDIATE`` would, and rolls the
         statement back when it fails). Every sqlite3 error becomes
         ``AuditUnavailable``."""
-        with self._entered():
-            try:
-                conn = self._connection(operation)
-                if conn.in_transaction:  # left over from a failed ROLLBACK: never write inside it
-                    conn.execute("ROLLBACK")
-                return conn.execute(statement, parameters)
-            except sqlite3.Error as exc:
-                raise self._unavailable(operation, exc) from exc
+        # ``_entered`` spelt out: a generator's context manager costs as much
+        # as the rest of this function's Python, and this is every write.
+        with FORK_GATE.inside():
+            lock = self._memory_lock
+            if lock is None:
+                return self._execute_one(operation, statement, parameters)
+            with lock:
+                return self._execute_one(operation, statement, parameters)
+
+    def _execute_one(
+        self, operation: str, statement: str, parameters: Sequence[Any]
+    ) -> sqlite3.Cursor:
+        try:
+            conn = self._connection(operation)
+            if conn.in_transaction:  # left over from a failed ROLLBACK: never write inside it
+                conn.execute("ROLLBACK")
+            return conn.execute(statement, parameters)
+        except sqlite3.Error as exc:
+            raise self._unavailable(operation, exc) from exc
 
     @contextmanager
     def _transaction(self, operation: str) -> Iterator[sqlite3.Connection]:
@@ -1092,7 +1120,8 @@ class SQLiteAuditStore:
         with self._entered():
             with self._registry_lock:
                 self._closed = True
-                connections, self._connections = self._connections, []
+                connections = self._connections[:]
+                self._connections.clear()
                 self._shared = None
             for _thread, conn in connections:
                 with suppress(sqlite3.Error):

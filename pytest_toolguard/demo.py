@@ -23,6 +23,8 @@ from .plan import Artifact, PlanProgress, PlanStep
 from .runtime import ToolRuntime
 from .tools import builtin_registry
 
+__toolguard_owned__ = False  # tools' code: an inline deadline may interrupt it (runtime/inline.py)
+
 RUN_ID = "run-001"
 FEEDBACK_CSV = """id,channel,rating,text
 1,app,2,The export button crashes the app

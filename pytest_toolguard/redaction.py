@@ -62,7 +62,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .secret_rules import Finding, SecretRuleSet, default_rule_set, high_entropy_assignments
+from .secret_rules import (
+    Finding,
+    Keywords,
+    SecretRuleSet,
+    default_rule_set,
+    high_entropy_assignments,
+)
 
 __all__ = ["MAX_DEPTH", "EntropyScope", "ExtraPattern", "Redactor", "placeholder", "strings_in"]
 
@@ -341,21 +347,36 @@ _CLUES: tuple[tuple[int, tuple[str, ...], bool, str], ...] = tuple(
     (1 << index, family.clue.literals, family.clue.folded, family.clue.needs)
     for index, family in enumerate(_FAMILIES)
 )
-# Any family's literal, in lowercase: finds in one call whether a short text
-# holds a clue at all (on a long one, the plain searches below are faster).
-_ANY_CLUE = re.compile(
-    "|".join(re.escape(literal.lower()) for family in _FAMILIES for literal in family.clue.literals)
+# Every family's literals in lowercase, found in the folded text in one pass
+# (Aho-Corasick): a literal in the text as written is in its folded form in
+# lowercase, so a family none of whose lowercase literals occurs cannot match,
+# and only the families one of whose literals does are checked exactly below.
+_CLUE_WORDS: tuple[str, ...] = tuple(
+    sorted({literal.lower() for family in _FAMILIES for literal in family.clue.literals})
 )
-_SHORT_TEXT = 64  # characters; about where the two ways cost the same on prose
+_CLUE_FINDER = Keywords.build(_CLUE_WORDS)
+_FAMILIES_OF_WORD: tuple[int, ...] = tuple(
+    sum(
+        bit
+        for bit, literals, _, _ in _CLUES
+        if any(literal.lower() == word for literal in literals)
+    )
+    for word in _CLUE_WORDS
+)
 
 
 def _families_that_may_match(text: str, folded: str) -> int:
     """The families whose clue is in ``text`` (``folded``: ``_fold_case(text)``):
     the others cannot match it."""
-    if len(text) <= _SHORT_TEXT and _ANY_CLUE.search(folded) is None:
+    candidates = 0
+    for word in _CLUE_FINDER.occurrences(folded):
+        candidates |= _FAMILIES_OF_WORD[word]
+    if not candidates:
         return 0
     families = 0
     for bit, literals, in_folded, needs in _CLUES:
+        if not candidates & bit:
+            continue
         if needs:
             for character in needs:
                 if character in text:
@@ -418,6 +439,9 @@ def _compile_extra(spec: ExtraPattern) -> _ExtraPattern:
 
 
 _KEY_CACHE_LIMIT = 4096
+_CLEAN_TEXT_LIMIT = 4096
+_CLEAN_TEXT_LENGTH = 128
+"""Texts up to this long that hold no secret are remembered as such."""
 _CACHED_KEY_LENGTH = 256
 """Longer keys are judged afresh each time, so the cache holds no large strings."""
 
@@ -440,7 +464,14 @@ class Redactor:
     unknown ``entropy``.
     """
 
-    __slots__ = ("_entropy", "_extra_phrases", "_extra_patterns", "_key_cache", "_rules")
+    __slots__ = (
+        "_entropy",
+        "_extra_phrases",
+        "_extra_patterns",
+        "_clean_texts",
+        "_key_cache",
+        "_rules",
+    )
 
     def __init__(
         self,
@@ -463,6 +494,10 @@ class Redactor:
         # Keys repeat across calls; remember their verdicts (bounded, so a
         # stream of unique keys cannot grow it without end).
         self._key_cache: dict[str, str | None] = {}
+        # Short texts repeat too (a mapping's keys, a session's ids, "path"):
+        # those found to hold no secret are remembered (bounded, and only
+        # texts redaction left as they were, so no secret is kept here).
+        self._clean_texts: set[str] = set()
 
     def sensitive_keyword(self, key: str) -> str | None:
         """The placeholder keyword when ``key`` names a secret, else ``None``.
@@ -535,9 +570,22 @@ class Redactor:
         document with escapes in its strings (``"a\\nAKIA..."``: the escape
         glues the secret to a letter) has each string redacted as it is
         decoded, in its escaped form, first."""
+        if type(text) is not str:
+            # A subclass may compare equal to what it is not (to its own
+            # redacted form, to a text remembered as clean): a plain copy.
+            text = str.__str__(text)
+        clean = self._clean_texts
+        if text in clean:
+            return text
+        original = text
         if text[:1] in _JSON_STARTS and "\\" in text:
             text = self._redact_json_strings(text)
-        return self._redact_until_stable(text, exhaustive=False)
+        text = self._redact_until_stable(text, exhaustive=False)
+        if len(original) <= _CLEAN_TEXT_LENGTH and text == original:
+            if len(clean) >= _CLEAN_TEXT_LIMIT:
+                clean.clear()  # afresh: the texts of the calls to come are likelier recent ones
+            clean.add(original)
+        return text
 
     def _redact_json_strings(self, text: str) -> str:
         try:

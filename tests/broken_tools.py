@@ -540,9 +540,11 @@ KNOWN_PASSWORD = "correct horse"
 
 @tool(input_schema=LOGIN_INPUT, output_schema=LOGIN_OUTPUT)
 def login_refusing_with_the_password(ctx: ToolContext, user: str, password: str) -> dict[str, Any]:
-    """Refuses a wrong password with a message that quotes it."""
+    """Refuses a wrong password with a message that quotes it, hex-encoded
+    (the runtime hides a secret argument's value quoted as it is, as ``repr``
+    or JSON quote it, but cannot know every encoding of it)."""
     if password != KNOWN_PASSWORD:
-        raise PermissionError(f"wrong password {password!r} for {user}")
+        raise PermissionError(f"wrong password {password.encode().hex()} for {user}")
     return {"user": user, "session": "ok"}
 
 

@@ -18,3 +18,5 @@ from __future__ import annotations
 from ..lazy_exports import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__)
+
+__toolguard_owned__ = False  # tools' code: an inline deadline may interrupt it (runtime/inline.py)

@@ -15,6 +15,8 @@ from .prefixes import PrefixCache
 from .run import run_cell
 from .target import Target, targets
 
+__toolguard_owned__ = False  # tools' code: an inline deadline may interrupt it (runtime/inline.py)
+
 __all__ = [
     "BUILTIN_FAULTS",
     "AfterSuccess",

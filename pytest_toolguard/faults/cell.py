@@ -232,13 +232,14 @@ class Cell:
         self._runtimes.append((runtime, store, switch))
         return runtime
 
-    def replay_before(self) -> None:
+    def replay_before(self, first: int = 0) -> None:
         """Bring the session to the moment before the target's call:
-        replay the interactions before it (no comparisons: the replay items
-        do that)."""
-        for position, interaction in enumerate(self.target.cassette.interactions):
-            if position == self.target.index:
-                break
+        replay the interactions before it from ``first`` on (the cell
+        started from the state saved before ``first``; no comparisons: the
+        replay items do that)."""
+        interactions = self.target.cassette.interactions
+        for position in range(first, self.target.index):
+            interaction = interactions[position]
             self._playing(position)
             self.runtime.execute(with_secrets(interaction.call, self.secrets))
 

@@ -1,7 +1,9 @@
 """The state before a target, saved by the first cell of an interaction and
 restored for the next ones: a cache the caller owns (the pytest plugin's
 run keeps one for the session; ``run_cell`` without one replays every
-time).
+time). The first cell of a later interaction starts from the latest state
+saved before it (``nearest``) and replays only the interactions between:
+a file's cells, run in order, replay each interaction once.
 
 A saved prefix holds what replaying the interactions before a target left
 behind: the workspace (every entry under the root, with its mode), the
@@ -57,6 +59,25 @@ class PrefixCache:
         if found is None or found[0] != (cassette, registry, secrets):
             return None
         return found[1]
+
+    def nearest(
+        self, cassette: Cassette, index: int, registry: object, secrets: object
+    ) -> tuple[int, SavedPrefix] | None:
+        """The saved prefix of the latest interaction before ``index`` of
+        ``cassette`` (with this registry and these secrets) and its index:
+        the state to replay on from, so that the first cell of interaction
+        ``index`` replays only the interactions after it. None when none."""
+        best: tuple[int, SavedPrefix] | None = None
+        for (_c, at, _r, _s), (kept, saved) in self._entries.items():
+            if (
+                at < index
+                and kept[0] is cassette
+                and kept[1] is registry
+                and kept[2] is secrets
+                and (best is None or at > best[0])
+            ):
+                best = (at, saved)
+        return best
 
     def put(
         self,

@@ -32,9 +32,10 @@ def run_cell(
 ) -> CellOutcome:
     """Run ``fault`` against ``target`` in a fresh world; never raises for
     what happens in it. ``prefixes`` keeps the state before each target
-    for the next cell of the same interaction (``registry`` and ``secrets``
-    are part of its key); ``fake_world`` is the ``FakeWorld`` to run in
-    (default: the process's)."""
+    for the next cell of the same interaction, and the first cell of a later
+    one replays on from it (``registry`` and ``secrets`` are part of its
+    key); ``fake_world`` is the ``FakeWorld`` to run in (default: the
+    process's)."""
     if fault.applies(target):
         problems = tuple(_run(fault, target, registry, secrets, prefixes, fake_world))
         status: CellStatus = "fail" if problems else "pass"
@@ -66,12 +67,20 @@ def _run(
         return [str(exc)]
     with World.of(cassette, fake_world=fake_world) as world:
         saved = prefixes.get(cassette, index, registry, secrets) if prefixes is not None else None
-        cell = Cell(fault.name, target, registry, world, secrets, http=http, start=saved)
+        earlier = (
+            prefixes.nearest(cassette, index, registry, secrets)
+            if saved is None and prefixes is not None
+            else None
+        )
+        start = saved if saved is not None else earlier[1] if earlier is not None else None
+        cell = Cell(fault.name, target, registry, world, secrets, http=http, start=start)
         try:
             if saved is not None:
                 world.restore_workspace(saved.entries)
             else:
-                cell.replay_before()
+                if earlier is not None:  # replay on from the latest state saved before
+                    world.restore_workspace(earlier[1].entries)
+                cell.replay_before(earlier[0] if earlier is not None else 0)
                 if index and prefixes is not None:
                     prefixes.put(cassette, index, registry, secrets, cell.saved())
             cell.at_target()

@@ -9,11 +9,13 @@ import base64
 import inspect
 import json
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import quote
 
-from ..contract import ErrorCode
+from ..capabilities import Risk
+from ..contract import ErrorCode, ToolResult
 from ..jsondata import strings_of
 from ..redaction import Redactor
 from ..replay.cassette import dumps
@@ -27,34 +29,79 @@ FAKE_SECRET = "ghp_" + "T00lGuardFakeSecretTok3n0123456789ab"
 its shape, so it must never be stored."""
 
 
+LEAK_LENGTH = 8
+"""Strings of a handler's output at least this long must not reappear in
+a withheld result's message (shorter ones match by chance)."""
+
+
 class AuditUnavailableFault(AfterSuccess):
     name = "audit_unavailable"
-    injection = "the audit store fails when the call starts; then, in a fresh try, when it finishes"
+    injection = (
+        "the audit store fails when the call's first row is written (a READ call's one "
+        "row: its outcome); then, in a fresh try, when a RUNNING row is finished"
+    )
     expected = (
-        "at start: AUDIT_UNAVAILABLE, retryable, the handler never runs; at finish: the "
-        "handler's outcome, its row written by flush_audit() once the store is back"
+        "at start: AUDIT_UNAVAILABLE, retryable, nothing changed in the workspace; a READ "
+        "tool's handler may have run, but no data of it is in the result, any other tool's "
+        "handler never runs; at finish: the handler's outcome, its row written by "
+        "flush_audit() once the store is back"
     )
 
     def inject(self, cell: Cell) -> None:
         store = cell.failing_store()
+        spec = cell.spec
+        # A READ call's one row is written with its outcome (``record``): the
+        # handler may run first, and its result is withheld when the row
+        # cannot be committed. Every other call commits its RUNNING row
+        # (``start``) before its handler runs.
+        reads = spec is not None and spec.risk is Risk.READ
         before = cell.tree()
         call = cell.call()
         cell.unaudited(call.call_id)
-        with store.failing("start"):
+        with store.failing(*(("start", "record") if reads else ("start",))), _quiet():
             result = cell.execute(call)
         cell.expect(result, ErrorCode.AUDIT_UNAVAILABLE, retryable=True)
-        cell.check_refused(before, "the start could not be audited")
+        if reads:
+            cell.check_unchanged(before, "the call could not be audited")
+            self._check_withheld(cell, result, cell.handler_outputs())
+        else:
+            cell.check_refused(before, "the start could not be audited")
 
-        with store.failing("finish"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
+        runs = cell.handler_calls
+        with store.failing("finish"), _quiet():
             result = cell.execute(cell.call())
-        cell.check(cell.handler_calls == 1, "the handler did not run once the start was stored")
+        cell.check(
+            cell.handler_calls == runs + 1, "the handler did not run once the start was stored"
+        )
         cell.check(
             result.code is not ErrorCode.AUDIT_UNAVAILABLE or not result.ok,
             "a failed finish turned a success into AUDIT_UNAVAILABLE",
         )
         pending = cell.runtime.flush_audit()
         cell.check(pending == 0, f"{pending} audit writes still pending after the store came back")
+
+    @staticmethod
+    def _check_withheld(cell: Cell, result: ToolResult, outputs: list[Any]) -> None:
+        """A call answered AUDIT_UNAVAILABLE carries nothing its handler returned."""
+        cell.check(result.data is None, f"{result.call_id}: AUDIT_UNAVAILABLE with data")
+        leaked = [
+            text
+            for output in outputs
+            for text in strings_of(output)
+            if len(text) >= LEAK_LENGTH and text in result.message
+        ]
+        cell.check(
+            not leaked,
+            f"{result.call_id}: AUDIT_UNAVAILABLE's message holds the handler's output",
+        )
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """Queued audit writes warn (RuntimeWarning): expected here."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
 
 
 class SecretInPayloadFault(Fault):

@@ -25,7 +25,7 @@ import stat
 import sys
 import threading
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -79,6 +79,24 @@ def fill_workspace(fs: FakeFilesystem, state: WorkspaceState) -> None:
         builder.file(path, content)
     for link, target in state.symlinks.items():
         fs.create_symlink(join_path(state.root, link), target)
+
+
+def fill_entries(fs: FakeFilesystem, root: str, entries: Iterable[tuple[str, int, bytes]]) -> None:
+    """Create each ``(relative path, st_mode, content or link target)`` under
+    ``root``, parents first, as ``create_dir(path, perm_bits=mode)``,
+    ``create_file(path, st_mode=mode, contents=...)`` and ``create_symlink``
+    do (the umask applied, a directory's own permissions checked as they
+    are), walking the directory objects where it can (``_Builder``)."""
+    builder = _Builder(fs)
+    for path, mode, data in entries:
+        full = join_path(root, path)
+        if stat.S_ISLNK(mode):
+            fs.create_symlink(full, data.decode())
+        elif stat.S_ISDIR(mode):
+            if not (builder._fast and builder.make(full, None, mode)):
+                fs.create_dir(full, perm_bits=stat.S_IMODE(mode))
+        elif not (builder._fast and builder.make(full, data, mode)):
+            fs.create_file(full, st_mode=mode, contents=data)
 
 
 def plant_files(fs: FakeFilesystem, files: Mapping[str, bytes]) -> None:
@@ -164,9 +182,11 @@ class _Builder:
         if not (self._fast and self.make(path, content)):
             self._fs.create_file(path, contents=content)
 
-    def make(self, path: str, content: bytes | None) -> bool:
+    def make(self, path: str, content: bytes | None, mode: int | None = None) -> bool:
         """Make the directory (``content`` None) or the file ``path`` and
-        any missing parent; False, having changed nothing, when unsure."""
+        any missing parent; False, having changed nothing, when unsure.
+        ``mode``: the new entry's ``st_mode`` before the umask (default:
+        ``create_dir``'s and ``create_file``'s)."""
         names = plain_components(path)
         if names is None:
             return False
@@ -192,8 +212,11 @@ class _Builder:
             current = directory
         for directory in made:  # as create_dir: modes set once all are made
             directory.st_mode = self._dir_mode
+        if content is None and mode is not None:
+            made[-1].st_mode = stat.S_IFDIR | (stat.S_IMODE(mode) & ~self._fs.umask)
         if content is not None:
-            file = FakeFile(name, self._file_mode, filesystem=self._fs)
+            file_mode = self._file_mode if mode is None else mode & ~self._fs.umask
+            file = FakeFile(name, file_mode, filesystem=self._fs)
             current.add_entry(file)
             try:
                 file.set_initial_contents(content)

@@ -9,6 +9,8 @@
   count, mtime and bytes; a link's target), and what changed between two
   snapshots;
 - ``ThreadWatch``: threads started since it was made that are still alive;
+- ``still_working``: whether a thread runs work (a thread pool's worker
+  waiting for its next task does not);
 - ``audit_row_problems``: each call has exactly one finished audit row.
 
 Pytest-free; each problem is said as a line for a report.
@@ -19,22 +21,68 @@ from __future__ import annotations
 import inspect
 import json
 import stat
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 from ..audit import AuditRecord
 from ..contract import ToolResult
 from ..registry import ToolRegistry
+from ..runtime.inline import call_tool_code
 from .accesses import AccessLog
 
 # -- handler runs ------------------------------------------------------------------
 
 
-POOL_WORKERS = ("AnyIO worker thread", "ThreadPoolExecutor-", "asyncio_")
-"""Name prefixes of thread pools' workers, which outlive a task by design."""
+POOL_LOOPS = frozenset(
+    {
+        ("concurrent.futures.thread", "_worker"),  # concurrent.futures, asyncio's executor
+        ("anyio._backends._asyncio", "run"),  # AnyIO's worker threads
+        ("pytest_toolguard.isolation", "_loop"),  # the runtime's own
+    }
+)
+"""The loops of thread pools' workers (module, function), which outlive a
+task by design: such a thread is working only while a task's own code runs
+above its loop."""
+
+_RUNTIME_LOOP = ("pytest_toolguard.isolation", "_loop")
+
+_POOL_MACHINERY = ("concurrent.futures", "queue", "threading", "asyncio", "anyio", "contextvars")
+"""What a pool's worker runs between tasks (waiting for one, reporting a
+result): not a task's own code."""
+
+
+def _module_of(frame: FrameType) -> str:
+    name = frame.f_globals.get("__name__")
+    return name if isinstance(name, str) else ""
+
+
+def _within(module: str, packages: Sequence[str]) -> bool:
+    return any(module == package or module.startswith(package + ".") for package in packages)
+
+
+def still_working(thread: threading.Thread) -> bool:
+    """Whether ``thread`` is alive and running work: any thread but a pool's
+    worker (``POOL_LOOPS``) waiting for its next task. The runtime's own
+    workers never count: the runtime reports a handler past its deadline
+    itself (``ToolRuntime.close``)."""
+    if not thread.is_alive():
+        return False
+    frame = sys._current_frames().get(thread.ident or 0)
+    above: list[FrameType] = []
+    while frame is not None:
+        place = (_module_of(frame), frame.f_code.co_name)
+        if place in POOL_LOOPS:
+            if place == _RUNTIME_LOOP:
+                return False
+            return any(not _within(_module_of(f), _POOL_MACHINERY) for f in above)
+        above.append(frame)
+        frame = frame.f_back
+    return True  # not a pool's worker (or not running Python yet): alive is working
 
 
 @dataclass
@@ -50,15 +98,12 @@ class HandlerRuns:
     """Threads a run started that were alive when it ended."""
 
     def leftover_threads(self) -> list[str]:
-        """The names of ``threads`` still alive now (no waiting: a handler
-        that answered has no business still running work), but a thread
-        pool's workers (``POOL_WORKERS``: AnyIO's, ``concurrent.futures``',
-        asyncio's), which a library keeps idle for its next task."""
-        return sorted(
-            thread.name
-            for thread in self.threads
-            if thread.is_alive() and not thread.name.startswith(POOL_WORKERS)
-        )
+        """The names of ``threads`` still working now (no waiting: a handler
+        that answered has no business still running work): ``still_working``,
+        so a thread pool's worker (AnyIO's, ``concurrent.futures``',
+        asyncio's) counts while it runs a task, not while it waits, idle,
+        for the next one."""
+        return sorted(thread.name for thread in self.threads if still_working(thread))
 
 
 class HandlerProbe:
@@ -85,7 +130,6 @@ class HandlerProbe:
         self.every_call: list[HandlerRuns] = []
         """Every call's record, in order (``start_call`` adds one)."""
         self._lock = threading.Lock()
-        self._alive_at_start: dict[int, set[threading.Thread]] = {}
 
     def start_call(self) -> HandlerRuns:
         """A new record for the next call's runs."""
@@ -109,45 +153,49 @@ class HandlerProbe:
         if inspect.iscoroutinefunction(handler) or (
             not inspect.isroutine(handler) and inspect.iscoroutinefunction(type(handler).__call__)
         ):
-            return _Settling(self, runs, handler(ctx, **arguments), started=False)
-        self._started(runs)
+            return _Settling(self, runs, handler(ctx, **arguments), before=None)
+        before = self._started(runs)
         try:
-            value = handler(ctx, **arguments)
+            value = call_tool_code(handler, ctx, **arguments)  # only there may a deadline land
         except BaseException as exc:
-            self._finished(runs, raised=exc)
+            self._finished(runs, before, raised=exc)
             raise
         if inspect.isawaitable(value):
-            return _Settling(self, runs, value, started=True)  # the runtime awaits it
-        self._finished(runs, value=value)
+            return _Settling(self, runs, value, before=before)  # the runtime awaits it
+        self._finished(runs, before, value=value)
         return value
 
-    def _started(self, runs: HandlerRuns) -> None:
+    def _started(self, runs: HandlerRuns) -> set[threading.Thread]:
+        """Count the run in; the threads alive as it starts."""
         with self._lock:
             runs.calls += 1
             self.calls += 1
-            self._alive_at_start[threading.get_ident()] = set(threading.enumerate())
+        before = set(threading.enumerate())
         if self.on_start is not None:
             self.on_start()
         if self.accesses is not None:
             self.accesses.opened()
+        return before
 
     def _finished(
-        self, runs: HandlerRuns, *, value: Any = None, raised: BaseException | None = None
+        self,
+        runs: HandlerRuns,
+        before: set[threading.Thread],
+        *,
+        value: Any = None,
+        raised: BaseException | None = None,
     ) -> None:
         if self.accesses is not None:
             self.accesses.closed()
-        before = self._alive_at_start.pop(threading.get_ident(), None)
-        if before is not None:
-            current = threading.current_thread()
-            started = [
-                thread
-                for thread in threading.enumerate()
-                if thread not in before
-                and thread is not current
-                and not isinstance(thread, threading._DummyThread)
-            ]
-        else:
-            started = []
+        # The thread a run ends on may not be the one it started on (inline, an
+        # awaitable the handler returned is run on a worker thread).
+        started = [
+            thread
+            for thread in threading.enumerate()
+            if thread not in before
+            and thread is not threading.current_thread()
+            and not isinstance(thread, threading._DummyThread)
+        ]
         with self._lock:
             runs.threads.extend(started)
             runs.finished += 1
@@ -177,12 +225,18 @@ class _Settling:
     "never awaited" warning) and the run never started."""
 
     def __init__(
-        self, probe: HandlerProbe, runs: HandlerRuns, awaitable: Awaitable[Any], *, started: bool
+        self,
+        probe: HandlerProbe,
+        runs: HandlerRuns,
+        awaitable: Awaitable[Any],
+        *,
+        before: set[threading.Thread] | None,
     ) -> None:
         self._probe = probe
         self._runs = runs
         self._awaitable = awaitable
-        self._counted = started
+        self._before = before
+        """The threads alive as the run started (None: it starts when awaited)."""
         self._awaited = False
 
     def __await__(self) -> Any:
@@ -190,15 +244,15 @@ class _Settling:
 
     async def _body(self) -> Any:
         self._awaited = True
-        if not self._counted:  # a coroutine function's run starts here
-            self._counted = True
-            self._probe._started(self._runs)
+        before = self._before
+        if before is None:  # a coroutine function's run starts here
+            before = self._before = self._probe._started(self._runs)
         try:
             value = await self._awaitable
         except BaseException as exc:
-            self._probe._finished(self._runs, raised=exc)
+            self._probe._finished(self._runs, before, raised=exc)
             raise
-        self._probe._finished(self._runs, value=value)
+        self._probe._finished(self._runs, before, value=value)
         return value
 
     def close(self) -> None:

@@ -40,7 +40,7 @@ from pyfakefs.fake_filesystem import FakeFilesystem
 from ..replay.cassette import Cassette, WorkspaceState
 from .accesses import AccessLog
 from .clock import DEFAULT_TIME, frozen_clock
-from .fake_filesystem import FakeWorld, plant_files, process_fake_world
+from .fake_filesystem import FakeWorld, fill_entries, plant_files, process_fake_world
 from .files import read_tree
 from .probes import OutsideSnapshot, snapshot_outside
 
@@ -255,14 +255,7 @@ class World:
     def restore_workspace(self, entries: tuple[WorkspaceEntry, ...]) -> None:
         """Empty the workspace and make it hold ``entries`` (as
         ``save_workspace`` gave them)."""
-        fs, root = self.fs, self.root
-        for name in list(fs.get_object(root).entries):
-            fs.remove_object(posixpath.join(root, name))
-        for path, mode, data in entries:
-            full = posixpath.join(root, path)
-            if stat.S_ISDIR(mode):
-                fs.create_dir(full, perm_bits=stat.S_IMODE(mode))
-            elif stat.S_ISLNK(mode):
-                fs.create_symlink(full, data.decode())
-            else:
-                fs.create_file(full, st_mode=mode, contents=data)
+        directory: Any = self.fs.get_object(self.root)
+        for name in list(directory.entries):
+            directory.remove_entry(name)  # what fs.remove_object does, once resolved
+        fill_entries(self.fs, self.root, entries)

@@ -136,6 +136,18 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.fail(f"@pytest.mark.toolguard: {problem}", pytrace=False)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadgroup`` gets ``scheduling.CellGroupScheduling``: a
+    cassette file's items on one worker, and a crashed worker's units
+    queued again without hanging the run (pytest-xdist 3.8's faults)."""
+    if config.getoption("dist", None) != "loadgroup":
+        return None
+    from .scheduling import CellGroupScheduling
+
+    return CellGroupScheduling(config, log)
+
+
 # -- collection ------------------------------------------------------------------
 
 

@@ -150,8 +150,9 @@ class InteractionCells(pytest.Collector):
             cell = FaultCell.from_parent(self, name=fault.name, callobj=run_fault_cell)
             # With pytest-xdist's --dist loadgroup, one worker runs the cells of
             # one file, so the state before each target is replayed once per run
-            # (the prefix cache is per process). Ignored otherwise; not the
-            # default: --dist load measured the same (benchmarks/README.md).
+            # (the prefix cache is per process; plugin/scheduling.py groups by
+            # file where xdist's mark no longer does). Ignored otherwise; not the
+            # default: --dist load measured as fast or faster (benchmarks/README.md).
             cell.add_marker(pytest.mark.xdist_group(self.target.source))
             yield cell
 

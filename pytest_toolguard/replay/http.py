@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ToolguardError
 from ..redaction import Redactor
 from ..registry import ToolRegistry, ToolSpec
+from ..runtime.inline import call_tool_code
 from .cassette import Cassette, HttpExchange, Interaction
 from .http_exchange import exchange_of, redact_request, redact_response, vcr_exchange
 
@@ -307,7 +308,7 @@ class _Session:
             token = _RUN.set(run)
             ended = True
             try:
-                value = handler(ctx, **arguments)
+                value = call_tool_code(handler, ctx, **arguments)  # only there may a deadline land
                 if inspect.isawaitable(value):  # a wrapper of an async handler
                     ended = False
                     return _InRun(run, value)

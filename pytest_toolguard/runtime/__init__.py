@@ -30,10 +30,17 @@ the audit store's two writes (the RUNNING row and its finishing update: with
 blocks (an approval that waits for a person) blocks the loop.
 
 When the store cannot take the RUNNING row the handler never runs
-(AUDIT_UNAVAILABLE). When it cannot take a refused call's row, or the
-finishing update after a handler ran, the result is still returned as it is
-(the refusal or the side effect is real, and answering AUDIT_UNAVAILABLE
-would invite a second side effect) and the write is queued:
+(AUDIT_UNAVAILABLE). A READ tool's call run in this process without an
+idempotency key commits one row instead (issue 16): no RUNNING row, the
+handler runs, and its row is written with the outcome, committed before the
+result is returned; when that commit fails the result is withheld
+(AUDIT_UNAVAILABLE, no data): nothing read leaves unrecorded. Its handler
+gets a RUNNING row committed before a first change it makes anyway (and the
+change refused when that fails). A process that dies mid-read leaves no row.
+When the store cannot take a refused call's row, or the finishing update
+after a handler ran, the result is still returned as it is (the refusal
+or the side effect is real, and answering AUDIT_UNAVAILABLE would invite a
+second side effect) and the write is queued:
 ``flush_audit()`` retries it, every later ``execute`` tries first, and
 ``close()`` reports what could still not be written. A RUNNING row left by a
 crash is marked INTERRUPTED by ``ToolRuntime.recover`` (the store's
@@ -50,7 +57,7 @@ from typing import Generic, Literal, TypeVar, overload
 
 from ..audit import AuditStore, SQLiteAuditStore
 from ..audit_stores import open_audit_store
-from ..capabilities import Capabilities
+from ..capabilities import Capabilities, Risk
 from ..contract import CallState, ErrorCode, ToolCall, ToolResult
 from ..hooks import PostToolUse, PreToolUse
 from ..isolation import IsolationMode, make_isolation
@@ -204,7 +211,7 @@ class ToolRuntime:
         process child) and cancelled at its deadline."""
         attempt = self._arrive(call)
         try:
-            result = self._until_handler(call, attempt)
+            result = self._until_handler(call, attempt, defer_reads=True)
             if isinstance(result, Running):
                 try:
                     outcome: ToolResult | Exception = self._invocation.invoke(result)
@@ -254,7 +261,7 @@ class ToolRuntime:
 
         attempt = self._arrive(call)
         try:
-            result = self._until_handler(call, attempt)
+            result = self._until_handler(call, attempt, defer_reads=True)
             if isinstance(result, Running):
                 try:
                     outcome: ToolResult | Exception = await self._invocation.ainvoke(result)
@@ -285,9 +292,13 @@ class ToolRuntime:
         except Exception:  # an object whose attributes raise: a call of nothing
             return self._admission.receive(None)
 
-    def _until_handler(self, call: ToolCall, attempt: Attempt) -> ToolResult | Running:
+    def _until_handler(
+        self, call: ToolCall, attempt: Attempt, *, defer_reads: bool = False
+    ) -> ToolResult | Running:
         """Every step up to the handler, in order: a refusal's result, or
-        the call with its RUNNING row committed."""
+        the call with its RUNNING row committed. ``defer_reads``: a READ
+        tool's handler run in this process gets one row, written with its
+        outcome (``AuditLog.start``'s ``defer``)."""
         admission = self._admission
         try:
             if not isinstance(call, ToolCall):
@@ -296,7 +307,8 @@ class ToolRuntime:
             attempt.arguments = admission.parse(call.arguments)
             attempt.spec = spec = admission.lookup(attempt.tool_name)
             admission.admit(call, spec, attempt)
-            return self._log.start(call, spec, attempt)
+            defer = defer_reads and spec.risk is Risk.READ and self._invocation.in_process
+            return self._log.start(call, spec, attempt, defer=defer)
         except Refusal as refusal:
             return self._log.refuse(attempt, refusal)
         except Exception as exc:  # a bug of ours must still answer, and be recorded

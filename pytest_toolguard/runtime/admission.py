@@ -30,7 +30,7 @@ from ..redaction import strings_in
 from ..registry import ToolSpec
 from .attempt import Attempt, Refusal, bad_request
 from .limits import MAX_ID_LENGTH
-from .messages import first_line, json_type, text
+from .messages import first_line, hide_secret_arguments, json_type, text
 from .settings import RuntimeSettings
 
 
@@ -190,8 +190,10 @@ class Admission:
                 self.validate_and_authorize(spec, arguments, attempt, via=f"{rule}.rewrite")
                 approval = None  # an earlier approval was for other arguments
             if answer.action == "allow":
-                reason = self.settings.redactor_for(spec).redact_message(
-                    answer.reason or "approved", strings_in(arguments)
+                redactor = self.settings.redactor_for(spec)
+                reason = redactor.redact_message(
+                    hide_secret_arguments(answer.reason or "approved", redactor, arguments),
+                    strings_in(arguments),
                 )
                 approval = Approval(rule, reason)
         if spec.risk.needs_approval and approval is None:

@@ -16,8 +16,9 @@ goes. Each step writes only its own fields:
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,7 +101,8 @@ class Attempt:
 
 @dataclass(slots=True)
 class Running:
-    """A call whose RUNNING row is committed: what running its handler and
+    """A call whose RUNNING row is committed (or, for a READ call, deferred):
+    what running its handler and
     finishing its row need. Running the handler is the one step ``execute``
     and ``aexecute`` do differently."""
 
@@ -108,7 +110,17 @@ class Running:
     spec: ToolSpec
     arguments: Mapping[str, Any]
     attempt: Attempt
-    audit_id: int
+    audit_id: int | None
+    """None while the row is deferred (see ``deferred``)."""
     claim_key: str | None
     temp_tag: str = ""
     """Names the handler's temporary files, so recover finds them after a crash."""
+    deferred: threading.Lock | None = None
+    """Set for a READ call whose row is written once, with its outcome
+    (``AuditLog.start(defer=True)``); held while that row is written, or
+    while its RUNNING row is, before the handler's first change."""
+    settled: bool = False
+    """The deferred call was answered: a late change is refused."""
+    begin: Callable[[], None] | None = None
+    """A deferred call's RUNNING row, committed before its handler's first
+    change through the workspace (None when not deferred)."""

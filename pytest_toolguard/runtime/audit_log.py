@@ -11,6 +11,12 @@ or the finish after a handler ran) is queued, never turned into a second
 outcome: ``flush`` retries the queue, and the runtime flushes before each
 call and at ``close``. A store that is down when the RUNNING row should be
 written means the handler never runs (AUDIT_UNAVAILABLE, fail closed).
+
+A READ call run in this process without an idempotency key is deferred
+(``start(defer=True)``): one commit, its finished row, written by ``settle``
+before the result is returned; when it cannot be committed the result is
+withheld (AUDIT_UNAVAILABLE, no data). Fail closed for READ tools means
+that no data leaves unless its row is committed; the handler may have run.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from typing import Any
 from ..audit import AuditRecord, AuditUnavailable, storable_text
 from ..contract import CallState, ErrorCode, ToolCall, ToolResult
 from ..idempotency import Claim, ClaimOutcome, scope_client_key
-from ..jsondata import canonical_json, json_hash
+from ..jsondata import canonical_json, sha256_text
 from ..lease import call_tag
 from ..registry import ToolSpec
 from .attempt import Attempt, Refusal, Running
@@ -81,12 +87,27 @@ class AuditLog:
 
     # -- the claim and the RUNNING row ----------------------------------------------
 
-    def start(self, call: ToolCall, spec: ToolSpec, attempt: Attempt) -> ToolResult | Running:
+    def start(
+        self, call: ToolCall, spec: ToolSpec, attempt: Attempt, *, defer: bool = False
+    ) -> ToolResult | Running:
         """The idempotency claim and the RUNNING row, in one transaction:
-        the running call, or the answer of a held key or a store that is down."""
+        the running call, or the answer of a held key or a store that is down.
+
+        ``defer`` (a READ tool run in this process, without an idempotency
+        key): no RUNNING row yet. ``settle`` writes the call's one row with
+        its outcome, committed before the result is returned, and withholds
+        the result (AUDIT_UNAVAILABLE) when it cannot; a handler that changes
+        a file anyway gets its RUNNING row committed first (``Running.begin``)
+        and its row finished as usual. One commit instead of two; a call whose
+        process dies mid-read leaves no row (it changed nothing), and the
+        temporary files of such a handler's writes are untagged."""
         arguments = attempt.arguments
         assert arguments is not None
         claim_key = self._claim_key(spec, attempt)
+        if defer and claim_key is None:
+            running = Running(call, spec, arguments, attempt, None, None, "", threading.Lock())
+            running.begin = lambda: self._begin_deferred(running)
+            return running
         record = self.record(attempt, CallState.RUNNING, None, "", "")
         try:
             # The lease outlasts the deadline by the store's grace: a live
@@ -165,9 +186,33 @@ class AuditLog:
 
     # -- finishing the RUNNING row ----------------------------------------------------
 
+    def _begin_deferred(self, running: Running) -> None:
+        """The RUNNING row of a deferred call whose handler is about to change
+        something; ``AuditUnavailable`` (the change is refused) when it cannot
+        be written, or when the call was answered already."""
+        assert running.deferred is not None
+        with running.deferred:
+            if running.audit_id is not None:
+                return
+            if running.settled:
+                raise AuditUnavailable(
+                    f"call {running.attempt.call_id} was answered: a late change is not recorded"
+                )
+            record = self.record(running.attempt, CallState.RUNNING, None, "", "")
+            audit_id, _ = self.settings.audit.start(
+                record, lease_seconds=self.settings.deadline(running.spec)
+            )
+            running.audit_id = audit_id
+
     def settle(self, running: Running, outcome: ToolResult | Exception) -> ToolResult:
         """Finish the RUNNING row with the handler's result (an exception: a
-        bug of ours after the handler may have run) and return the result."""
+        bug of ours after the handler may have run) and return the result.
+        A deferred call's one row is written here (``start(defer=True)``)."""
+        if running.deferred is not None:
+            with running.deferred:
+                running.settled = True
+                if running.audit_id is None:
+                    return self._write_deferred(running, outcome)
         spec, attempt, claim_key = running.spec, running.attempt, running.claim_key
         stored: dict[str, Any] | None = None
         if isinstance(outcome, ToolResult) and claim_key:
@@ -188,7 +233,47 @@ class AuditLog:
             stored = stored_outcome(outcome, None, spec.result_limit) if claim_key else None
         # The RUNNING row is always finished, so neither a second row nor a
         # key stuck at DUPLICATE_CALL is left behind.
+        assert running.audit_id is not None
         self._finish(running.audit_id, attempt, outcome, claim_key, stored)
+        return outcome
+
+    def _write_deferred(self, running: Running, outcome: ToolResult | Exception) -> ToolResult:
+        """The one row of a deferred call, committed before its result is
+        returned. When it cannot be committed the result is withheld:
+        AUDIT_UNAVAILABLE, no data, the row of that answer queued (the
+        handler ran, but nothing it read leaves the executor unrecorded)."""
+        attempt = running.attempt
+        if isinstance(outcome, Exception):
+            attempt.output = attempt.redacted_output = None
+            outcome = failure(
+                self.settings,
+                attempt,
+                ErrorCode.EXECUTION_ERROR,
+                f"internal error in the executor: {type(outcome).__name__}",
+                CallState.FAILED,
+            )
+        try:
+            try:
+                self.settings.audit.record(self._finished(attempt, outcome))
+            except AuditUnavailable:
+                raise
+            except Exception as exc:
+                # The store refused this row's content: the row is still
+                # written, without the preview (as _finish does for a RUNNING row).
+                dropped = f"the audit store refused the outcome ({type(exc).__name__}); not kept"
+                self.settings.audit.record(self._finished(attempt, outcome, "", dropped))
+        except Exception as exc:
+            attempt.output = attempt.redacted_output = None
+            reason = text(exc) if isinstance(exc, AuditUnavailable) else type(exc).__name__
+            withheld = failure(
+                self.settings,
+                attempt,
+                ErrorCode.AUDIT_UNAVAILABLE,
+                f"the audit log could not record the call, so its result is withheld: {reason}",
+                CallState.FAILED,
+            )
+            self.write_row(attempt, withheld)
+            return withheld
         return outcome
 
     def _finish(
@@ -241,16 +326,27 @@ class AuditLog:
     def write_row(self, attempt: Attempt, result: ToolResult) -> None:
         """The one finished row of a call that ran no handler of ours (a
         refusal, a replay, a rollback)."""
-        record = self.record(
+        record = self._finished(attempt, result)
+        self._try_or_queue(lambda: self.settings.audit.record(record))
+
+    def _finished(
+        self,
+        attempt: Attempt,
+        result: ToolResult,
+        preview: str | None = None,
+        error: str | None = None,
+    ) -> AuditRecord:
+        """The finished row of ``attempt`` answered ``result`` (its preview
+        and error message unless given)."""
+        return self.record(
             attempt,
             result.state,
             result.code,
-            self._preview(attempt, result),
-            "" if result.ok else result.message,
+            self._preview(attempt, result) if preview is None else preview,
+            ("" if result.ok else result.message) if error is None else error,
             finished_at=self.settings.now(),
             duration_ms=result.duration_ms,
         )
-        self._try_or_queue(lambda: self.settings.audit.record(record))
 
     def record(
         self,
@@ -266,9 +362,14 @@ class AuditLog:
         """The row of ``attempt`` as it stands: arguments redacted and
         bounded (the hash covers them all), every text storable."""
         redactor = self.settings.redactor_for(attempt.spec)
-        if attempt.arguments is not None:
-            shown = canonical_json(redactor.redact(attempt.arguments))
-            digest = json_hash(attempt.arguments)
+        arguments = attempt.arguments
+        if arguments is not None:
+            whole = canonical_json(arguments)
+            digest = sha256_text(whole)
+            redacted = redactor.redact(arguments)
+            # Arguments with no secret redact to equal data: the same text
+            # (redaction keeps every number and boolean as it was).
+            shown = whole if redacted == arguments else canonical_json(redacted)
         else:
             shown, digest = "null", ""
         if len(shown) > ARGUMENTS_LIMIT:

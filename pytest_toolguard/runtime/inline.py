@@ -18,17 +18,33 @@ What keeps it safe:
   the call is answered TIMEOUT whatever it returns.
 - From the deadline on, the call counts as cancelled (``ctx.cancelled`` reads
   set, the workspace refuses every later change), as in thread mode.
-- It is raised only in the tool's own code: never while a frame of the
-  runtime's core (the pipeline, the sandbox's operations, the rollback
-  journal, the audit stores, redaction, ...) is running between the handler
-  and the interrupted point; the next repetition tries again. A change the
-  workspace had started is finished or refused whole, and a nested
-  ``execute`` inside a handler finishes its own row.
+- It is raised only in the tool's own code: never while toolguard-owned
+  code runs between the handler and the interrupted point (the pipeline,
+  the sandbox's operations, the rollback journal, the audit stores,
+  redaction, the harness's probes and its HTTP window, ...); the next
+  repetition tries again. A change the workspace had started is finished or
+  refused whole, a nested ``execute`` inside a handler finishes its own
+  row, and a wrapper's bookkeeping is never cut in two.
+- What is toolguard-owned is said by a marker, not a list: a module is
+  owned when the nearest ``__toolguard_owned__`` of the module or of a
+  package above it is true. ``pytest_toolguard`` sets it; the packages that
+  hold tools' code (``tools``, ``bridges``, ``faults``, ``demo``) set it
+  false. Owned code that calls the tool's code (a wrapper around a handler)
+  calls it through ``call_tool_code``: the tool's frames above that call
+  stay interruptible, and the wrapper's frames below it see the exception
+  come out of the call, as they would any the handler raised.
+- A sync handler that returns an awaitable (a coroutine) has it run as in
+  thread mode: on a worker thread's loop for what is left of the deadline,
+  cancelled there at the deadline (an event loop run on the main thread
+  cannot be interrupted safely).
 - It is used only where it can be: on the main thread (signals are delivered
   there), with SIGALRM's handler the default or ours and no interval timer
   armed (pytest-timeout's ``signal`` method, a nested call, a handler's own
   alarm): otherwise the call goes to a worker thread, as in ``"thread"`` mode.
   ``async def`` handlers always do.
+- Arming and disarming stand a ``KeyboardInterrupt``: the timer is armed
+  inside the block whose ``finally`` disarms it, and the disarming is
+  retried when one lands just before it (then raised).
 
 What it cannot do: a handler that replaces SIGALRM's handler or re-arms the
 interval timer itself takes the deadline over (its SIGALRM disposition is
@@ -48,10 +64,11 @@ from __future__ import annotations
 
 import importlib
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from types import CodeType, FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import ToolguardError
 from ..isolation import HandlerTimeout
@@ -77,24 +94,66 @@ RETRY_SECONDS = 0.05
 _ALARM: signal.Signals | None = getattr(signal, "SIGALRM", None)
 _DISARMED = (0.0, 0.0)
 
-_CORE = (
-    "pytest_toolguard.runtime",
-    "pytest_toolguard.isolation",
-    "pytest_toolguard.sandbox",
-    "pytest_toolguard.rollback",
-    "pytest_toolguard.audit",
-    "pytest_toolguard.idempotency",
-    "pytest_toolguard.recovery",
-    "pytest_toolguard.lease",
-    "pytest_toolguard.redaction",
-    "pytest_toolguard.secret_rules",
-    "pytest_toolguard.jsondata",
-    "pytest_toolguard.policy",
-    "pytest_toolguard.schema",
-)
-"""Modules whose frames are never interrupted: ``DeadlinePassed`` waits for
-the next repetition while one of them runs under the handler (``audit``
-covers ``audit_postgres`` and ``audit_stores`` too)."""
+OWNED = "__toolguard_owned__"
+"""The marker of toolguard-owned code (see the module docstring): a module
+global, read from the module of a frame, then from the packages above it."""
+
+T = TypeVar("T")
+
+
+def call_tool_code(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)``: how toolguard-owned code (a wrapper around a
+    handler) calls the tool's code, which the deadline may then interrupt;
+    the caller's own frames stay spared, and must expect ``DeadlinePassed``
+    (a ``BaseException``) out of this call as any exception of the tool's."""
+    return fn(*args, **kwargs)
+
+
+_TOOL_CODE: CodeType = call_tool_code.__code__
+
+
+def owned(module: str) -> bool:
+    """Whether the code of ``module`` (a module's ``__name__``) is
+    toolguard-owned: the nearest ``__toolguard_owned__`` of it or of a
+    package above it (loaded ones; none found: not owned)."""
+    name = module
+    while name:
+        loaded = sys.modules.get(name)
+        if loaded is not None:
+            flag = vars(loaded).get(OWNED)  # not getattr: a package's __getattr__ is lazy
+            if flag is not None:
+                return bool(flag)
+        name = name.rpartition(".")[0]
+    return False
+
+
+def _owned_frame(frame: FrameType) -> bool:
+    flag = frame.f_globals.get(OWNED)
+    if flag is not None:
+        return bool(flag)
+    name = frame.f_globals.get("__name__")
+    return isinstance(name, str) and owned(name)
+
+
+def _interruptible(frame: FrameType, boundary: CodeType) -> bool | None:
+    """Whether ``DeadlinePassed`` may be raised in ``frame``: None when the
+    call's boundary is not on the stack (its handler returned). Walking down
+    from the interrupted frame, owned code spares it unless it is a wrapper
+    waiting on the tool's code (below a ``call_tool_code``)."""
+    spared = frame.f_code is _TOOL_CODE
+    waiting = False  # the frames met so far end in a call of the tool's code
+    current: FrameType | None = frame
+    while current is not None and current.f_code is not boundary:
+        if current.f_code is _TOOL_CODE:
+            waiting = True
+        elif _owned_frame(current):
+            spared = spared or not waiting
+        else:
+            waiting = False
+        current = current.f_back
+    if current is None:
+        return None
+    return not spared and frame is not current
 
 
 class DeadlinePassed(BaseException):
@@ -153,21 +212,13 @@ def _on_alarm(signum: int, frame: FrameType | None) -> None:
     armed = _armed
     if armed is None or frame is None:
         return  # between calls, or after this call's handler returned
-    # Up from the interrupted frame to the one that called the tool's handler:
-    # raise only if every frame on the way is the tool's own code.
-    interruptible = True
-    current: FrameType | None = frame
-    while current is not None and current.f_code is not armed.boundary:
-        name = current.f_globals.get("__name__", "")
-        if isinstance(name, str) and name.startswith(_CORE):
-            interruptible = False
-        current = current.f_back
-    if current is None:
+    interruptible = _interruptible(frame, armed.boundary)
+    if interruptible is None:
         return  # the handler already returned: its frame is gone from the stack
     if not armed.passed:
         armed.passed = True
         armed.on_deadline()
-    if interruptible and frame.f_code is not armed.boundary:
+    if interruptible:
         raise DeadlinePassed("the call's deadline passed")
 
 
@@ -205,24 +256,44 @@ def run_inline(fn: Callable[[], Any], timeout: float, on_deadline: Callable[[], 
     if _disposition(_ALARM) is not _on_alarm:
         signal.signal(_ALARM, _on_alarm)
     # Only one call arms the timer at a time: the main thread runs one handler
-    # inline, and a nested call finds the timer armed.
-    previous = signal.setitimer(signal.ITIMER_REAL, timeout, RETRY_SECONDS)
-    if previous != _DISARMED:
-        signal.setitimer(signal.ITIMER_REAL, *previous)
-        raise TimerBusy
-    _armed = armed
+    # inline, and a nested call finds the timer armed. Armed inside the try
+    # whose finally disarms it: a KeyboardInterrupt as setitimer returns
+    # leaves no timer behind.
+    _armed = armed  # before the timer: until fn runs, no boundary is on the stack
+    restore = _DISARMED
     try:
+        previous = signal.setitimer(signal.ITIMER_REAL, timeout, RETRY_SECONDS)
+        if previous != _DISARMED:
+            restore = previous
+            raise TimerBusy
         value = fn()
     finally:
         # fn's frame is gone: a repetition arriving now finds no boundary
-        # and returns without raising.
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        _armed = None
-        if _disposition(_ALARM) is not _on_alarm:  # the handler replaced it
-            signal.signal(_ALARM, _on_alarm)
+        # and returns without raising. A KeyboardInterrupt landing before
+        # the disarming is done has it done again, then is raised.
+        interrupted: KeyboardInterrupt | None = None
+        while True:
+            try:
+                _disarm(restore)
+                break
+            except KeyboardInterrupt as exc:
+                interrupted = exc
+        if interrupted is not None:
+            raise interrupted
     if armed.passed:
         raise HandlerTimeout(timeout)
     return value
+
+
+def _disarm(restore: tuple[float, float]) -> None:
+    """Put the timer back to ``restore`` (disarmed, or what a caller had
+    armed), forget the call, and reinstall our handler if the tool replaced
+    it. Idempotent: ``run_inline`` calls it again when interrupted."""
+    global _armed
+    signal.setitimer(signal.ITIMER_REAL, *restore)
+    _armed = None
+    if _ALARM is not None and _disposition(_ALARM) is not _on_alarm:  # the handler replaced it
+        signal.signal(_ALARM, _on_alarm)
 
 
 def installed() -> bool:
@@ -231,11 +302,14 @@ def installed() -> bool:
 
 
 __all__ = [
+    "OWNED",
     "RETRY_SECONDS",
     "Cancellation",
     "DeadlinePassed",
     "TimerBusy",
+    "call_tool_code",
     "installed",
+    "owned",
     "run_inline",
     "usable",
 ]

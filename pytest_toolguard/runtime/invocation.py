@@ -19,6 +19,7 @@ from __future__ import annotations
 import inspect
 import json
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -46,14 +47,21 @@ _PLAIN_DATA = frozenset({dict, list, str, int, float, bool, type(None)})
 """Result types that cannot be awaitable: the check is skipped for them."""
 
 
+def _awaitable(value: Any) -> bool:
+    return type(value) not in _PLAIN_DATA and inspect.isawaitable(value)
+
+
 class HandlerRun:
     """One call of a handler, wherever it runs: ``run`` in a worker thread
     or the process child (an awaitable it returns is run on a loop of its
-    own there), ``arun`` as a task on the caller's loop. ``cancel`` is the
-    deadline: the workspace refuses later writes, a coroutine is cancelled."""
+    own there), ``arun`` as a task on the caller's loop, ``call_inline`` on
+    the main thread (an awaitable it returns is left for ``settle``, on a
+    worker thread). ``cancel`` is the deadline: the workspace refuses later
+    writes, a coroutine is cancelled."""
 
     __slots__ = (
         "handler",
+        "awaiting",
         "ctx",
         "arguments",
         "accessed",
@@ -89,20 +97,66 @@ class HandlerRun:
         self._handoff = threading.Lock()
         self._ended = False
         self._overran = False
+        self.awaiting: Any = None
+        """Inline: the awaitable the handler returned, until ``settle``."""
 
     def run(self) -> Outcome:
         try:
             value = self.handler(self.ctx, **self.arguments)
-            if type(value) not in _PLAIN_DATA and inspect.isawaitable(value):
-                self._runner = runner = CoroutineRunner()
-                if self.ctx.cancelled.is_set():  # the deadline passed before the runner existed
-                    runner.cancel()
-                value = runner.run(value)
+            if _awaitable(value):
+                value = self._await(value)
             return True, value, self.accessed
         except BaseException as exc:  # SystemExit from a handler is its failure too
             return False, exc, self.accessed
         finally:
             self._end()
+
+    def call_inline(self) -> Outcome | None:
+        """``run`` on the main thread under the alarm (this frame is the
+        boundary below which it may raise), but an awaitable the handler
+        returns is kept in ``awaiting`` (None returned) for ``settle``."""
+        kept = False
+        try:
+            value = self.handler(self.ctx, **self.arguments)
+            if _awaitable(value):
+                self.awaiting, kept = value, True
+                return None
+            return True, value, self.accessed
+        except BaseException as exc:  # KeyboardInterrupt and SystemExit too: the call's failure
+            return False, exc, self.accessed
+        finally:
+            if not kept:
+                self._end()
+
+    def settle(self) -> Outcome:
+        """The awaitable ``call_inline`` kept, run to its end on a loop of
+        its own (closed unstarted once the call is cancelled)."""
+        try:
+            return True, self._await(self.awaiting), self.accessed
+        except BaseException as exc:
+            return False, exc, self.accessed
+        finally:
+            self.awaiting = None
+            self._end()
+
+    def discard(self) -> None:
+        """The awaitable ``call_inline`` kept, closed unstarted: the deadline
+        passed before it could run (no "never awaited" warning)."""
+        awaitable, self.awaiting = self.awaiting, None
+        try:
+            close = getattr(awaitable, "close", None)
+            if close is not None:
+                close()
+        except Exception:  # noqa: BLE001,S110 - an awaitable's close is its own business
+            pass
+        finally:
+            self._end()
+
+    def _await(self, awaitable: Any) -> Any:
+        self._runner = runner = CoroutineRunner()
+        if self.ctx.cancelled.is_set():  # the deadline passed before the runner existed
+            runner.cancel()
+        return runner.run(awaitable)
 
     async def arun(self) -> Outcome:
         try:
@@ -186,6 +240,7 @@ class Invocation:
         child_log = None if self.in_process else ChildLog()
 
         cancelled = Cancellation()
+        begin = running.begin  # a deferred row: committed as RUNNING before a change
 
         def on_change(path: str, previous: Previous) -> None:
             if cancelled.is_set():
@@ -193,6 +248,8 @@ class Invocation:
                     f"call {call_id} timed out: its handler may not change {show_path(path)}",
                     path,
                 )
+            if begin is not None:
+                begin()
             if child_log is not None:
                 child_log.send((path, previous))
             else:
@@ -250,12 +307,33 @@ class Invocation:
     def _run(self, handler: HandlerRun, timeout: float, running: Running) -> Outcome:
         if self.inline and not running.spec.is_async and usable():
             try:
-                outcome: Outcome = run_inline(handler.run, timeout, handler.deadline_passed)
-                return outcome
+                return self._run_inline(handler, timeout, running.attempt.call_id)
             except TimerBusy:  # someone else's alarm, or a nested call: a worker thread
                 pass
-        outcome = self.isolation.run(handler.run, timeout, running.attempt.call_id)
+        outcome: Outcome = self.isolation.run(handler.run, timeout, running.attempt.call_id)
         return outcome
+
+    def _run_inline(self, handler: HandlerRun, timeout: float, call_id: str) -> Outcome:
+        started = time.monotonic()
+        try:
+            outcome: Outcome | None = run_inline(
+                handler.call_inline, timeout, handler.deadline_passed
+            )
+        except HandlerTimeout:
+            if handler.awaiting is not None:
+                handler.discard()
+            raise
+        if outcome is not None:
+            return outcome
+        # An awaitable the handler returned runs as in thread mode, on a
+        # worker's loop for what is left of the deadline (cancelled there at
+        # the deadline): an event loop on this thread cannot be interrupted.
+        left = max(0.0, timeout - (time.monotonic() - started))
+        try:
+            settled: Outcome = self.isolation.run(handler.settle, left, call_id)
+        except HandlerTimeout:
+            raise HandlerTimeout(timeout) from None
+        return settled
 
     async def ainvoke(self, running: Running) -> ToolResult:
         """``invoke`` without blocking the loop: an async handler as a task

@@ -16,7 +16,7 @@ from ..audit import storable_text
 from ..contract import CallState, ErrorCode, ToolResult
 from ..redaction import strings_in
 from .attempt import Attempt
-from .messages import bounded
+from .messages import bounded, hide_secret_arguments
 from .settings import RuntimeSettings
 
 
@@ -31,11 +31,13 @@ def failure(
 ) -> ToolResult:
     """A failed result. Its message is what the model and the audit row
     get: redacted (before it is bounded: a cut secret would no longer
-    match its pattern) unless ``redacted`` says it already is."""
+    match its pattern) unless ``redacted`` says it already is; the values of
+    secret arguments (by their name: of no shape a pattern knows) are hidden
+    in any case."""
+    redactor = settings.redactor_for(attempt.spec)
+    message = hide_secret_arguments(message, redactor, attempt.arguments)
     if not redacted:
-        message = settings.redactor_for(attempt.spec).redact_message(
-            message, strings_in(attempt.arguments)
-        )
+        message = redactor.redact_message(message, strings_in(attempt.arguments))
     message = storable_text(message)
     return ToolResult(
         call_id=attempt.call_id,

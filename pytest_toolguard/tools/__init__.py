@@ -10,6 +10,8 @@ from ..registry import ToolRegistry, ToolSpec
 from .files import list_files, read_text, search_text, wait_for_file, write_file
 from .runs import list_run_files, read_csv, write_json_file, write_markdown_file
 
+__toolguard_owned__ = False  # tools' code: an inline deadline may interrupt it (runtime/inline.py)
+
 BUILTIN_TOOLS: tuple[ToolSpec, ...] = (
     read_text,
     write_file,

@@ -7,9 +7,10 @@
   IDEMPOTENT_REPLAY.
 * **kill -9 mid-call**, then the lease's expiry and a retry with the same
   key from the other host: no effect repeated.
-* **The server stopped mid-run** (``pg_ctl stop -m immediate``): calls answer
-  AUDIT_UNAVAILABLE and run no handler; no handler runs unaudited; no row is
-  lost: after a restart calls succeed and the queued rows are written.
+* **The server stopped mid-run** (``pg_ctl stop -m immediate``): calls of a
+  WRITE tool answer AUDIT_UNAVAILABLE and run no handler; no handler runs
+  unaudited; no row is lost: after a restart calls succeed and the queued
+  rows are written.
 
 Every figure is printed (``-s`` or the CI log), and asserted.
 """
@@ -337,7 +338,11 @@ def test_server_stopped_mid_run_fails_closed_and_loses_no_row(
     server = own_postgres_server
     url = server.url()
     store = PostgresAuditStore(url, timeout=2)
-    runtime = ToolRuntime(ToolRegistry([spy_tool(spy)]), str(tmp_path), WRITE_ANYWHERE, store)
+    # A WRITE tool: the in-flight call's side effect is real, so its result
+    # stands (a READ call's result would be withheld, AUDIT_UNAVAILABLE, its
+    # one row not committed: tests/core/test_audit_read_calls.py).
+    tool = spy_tool(spy, risk=Risk.WRITE)
+    runtime = ToolRuntime(ToolRegistry([tool]), str(tmp_path), WRITE_ANYWHERE, store)
     before = [runtime.execute(ToolCall(f"before-{i}", "spy", {})) for i in range(3)]
 
     # A call whose handler runs while the server dies: its side effect is

@@ -13,12 +13,14 @@ errors raised in a handler, a tool's own error, a hook's reason).
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_toolguard import Capabilities, HookDecision, Risk, ToolCall
+from pytest_toolguard import Capabilities, ErrorCode, HookDecision, Risk, ToolCall, ToolSpec
 from pytest_toolguard.tools import builtin_registry
 
 MARK = "SeCrEtMaRk"
@@ -144,3 +146,90 @@ def test_a_sandbox_error_redacts_its_quoted_values_after_a_round_trip_through_pi
     copy = pickle.loads(pickle.dumps(caught.value))
     assert MARK in str(copy)  # the plain message quotes the raw link name
     assert MARK not in copy.describe(Redactor().redact_text)
+
+
+# -- secret by name only: a value of no shape under a key that names a secret --------
+
+SHAPELESS = "plain-Hunter2-toolguard-7c1e"
+"""A secret no pattern knows: secret only by the name of its argument."""
+
+SECRET_SCHEMA = {
+    "type": "object",
+    "properties": {"api_key": {"type": "string"}, "settings": {"type": "object"}},
+}
+
+
+def value_in(arguments: Any) -> Any:
+    """The one string value in ``arguments``, however deep."""
+    while isinstance(arguments, Mapping):
+        (arguments,) = arguments.values()
+    return arguments
+
+
+def quoting_handler(ctx: Any, **arguments: Any) -> Any:
+    """A tool whose error quotes the value it rejects, as careless tools do."""
+    value = value_in(arguments)
+    raise ValueError(f"rejected {value!r}: {value} is not {json.dumps(value)}")
+
+
+class DenyQuotingArguments:
+    """A hook whose reason quotes the value it refuses, as JSON."""
+
+    name = "deny_quoting_arguments"
+
+    def pre_tool_use(self, event: Any) -> HookDecision:
+        return HookDecision("deny", reason=f"refused {json.dumps(value_in(event.arguments))}")
+
+
+def secret_tool() -> ToolSpec:
+    return ToolSpec("login", "logs in", SECRET_SCHEMA, quoting_handler)
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [{"api_key": SHAPELESS}, {"settings": {"db": {"password": SHAPELESS}}}],
+    ids=["top-level", "nested"],
+)
+def test_a_handler_error_quoting_a_secret_argument_keeps_its_value_out(
+    toolguard_runtime, registry_of, tmp_path: Path, arguments: dict[str, Any]
+) -> None:
+    runtime = toolguard_runtime(registry_of(secret_tool()))
+    result = runtime.execute(ToolCall(call_id="c1", tool_name="login", arguments=arguments))
+    assert result.code is ErrorCode.EXECUTION_ERROR
+    assert SHAPELESS not in result.message
+    assert "rejected" in result.message  # the rest of the message is kept
+    assert SHAPELESS.encode() not in stored_bytes(tmp_path)
+
+
+def test_a_hook_reason_quoting_a_secret_argument_keeps_its_value_out(
+    toolguard_runtime, registry_of, tmp_path: Path
+) -> None:
+    runtime = toolguard_runtime(registry_of(secret_tool()), hooks=[DenyQuotingArguments()])
+    result = runtime.execute(
+        ToolCall(call_id="c1", tool_name="login", arguments={"api_key": SHAPELESS})
+    )
+    assert result.code is ErrorCode.BLOCKED
+    assert SHAPELESS not in result.message and "refused" in result.message
+    assert SHAPELESS.encode() not in stored_bytes(tmp_path)
+
+
+class AllowQuotingArguments:
+    """A hook whose allowing reason quotes the value it let through."""
+
+    name = "allow_quoting_arguments"
+
+    def pre_tool_use(self, event: Any) -> HookDecision:
+        return HookDecision("allow", reason=f"approved {value_in(event.arguments)!r}")
+
+
+def test_an_approval_reason_quoting_a_secret_argument_keeps_its_value_out(
+    toolguard_runtime, registry_of, tmp_path: Path
+) -> None:
+    tool = ToolSpec("login", "logs in", SECRET_SCHEMA, lambda ctx, **a: {"ok": True})
+    runtime = toolguard_runtime(registry_of(tool), hooks=[AllowQuotingArguments()])
+    result = runtime.execute(
+        ToolCall(call_id="c1", tool_name="login", arguments={"api_key": SHAPELESS})
+    )
+    assert result.ok
+    assert "approved" in runtime.audit.get("c1").reason
+    assert SHAPELESS.encode() not in stored_bytes(tmp_path)

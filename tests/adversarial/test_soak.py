@@ -8,8 +8,10 @@ process holds the descriptors and memory it held before, and SQLite's
 ``integrity_check`` is ok.
 
 Then the disk under the audit database fills mid-run (a small tmpfs filled
-to the last byte): calls that would run a handler answer AUDIT_UNAVAILABLE
-and run nothing, and once there is space again everything recovers.
+to the last byte): calls answer AUDIT_UNAVAILABLE, the handlers of all but
+READ tools never run, a READ call's data never leaves unrecorded (its one
+row is written after its handler), and once there is space again
+everything recovers.
 
 Each test prints its figures (calls, rows, descriptors, RSS, time).
 """
@@ -126,6 +128,9 @@ def _tools(ran: Ran) -> ToolRegistry:
     )
 
 
+READ_TOOLS = frozenset({"read_note", "slow"})
+"""The READ tools of ``_tools``."""
+
 OK = {ErrorCode.OK}
 KEYED = {ErrorCode.OK, ErrorCode.IDEMPOTENT_REPLAY, ErrorCode.DUPLICATE_CALL}
 EXPECTED: dict[str, set[ErrorCode]] = {
@@ -194,14 +199,16 @@ class Phases:
     """``THREADS`` threads making calls in phases; the main thread acts
     between phases (``between``), while every caller waits. Only a tally of
     each phase's results is kept (keeping 20,000 results would be the
-    memory growth measured), and the ids of calls answered
-    AUDIT_UNAVAILABLE."""
+    memory growth measured), and the calls answered AUDIT_UNAVAILABLE, each
+    with the data of its result."""
 
     def __init__(self, runtime: ToolRuntime, calls_per_phase: list[int]) -> None:
         self.runtime = runtime
         self.calls_per_phase = calls_per_phase
         self.tallies: list[Counter[tuple[str, ErrorCode]]] = [Counter() for _ in calls_per_phase]
-        self.audit_unavailable: list[list[str]] = [[] for _ in calls_per_phase]
+        self.audit_unavailable: list[list[tuple[ToolCall, Any]]] = [
+            [] for _ in calls_per_phase
+        ]
         self._barrier = threading.Barrier(THREADS + 1, timeout=BOUND)
         self._errors: list[BaseException] = []
         self._lock = threading.Lock()
@@ -229,10 +236,10 @@ class Phases:
                 refused = []
                 for _ in range(count):
                     kind, call = mixed_call(thread, index)
-                    code = self.runtime.execute(call).code
-                    tally[kind, code] += 1
-                    if code is ErrorCode.AUDIT_UNAVAILABLE:
-                        refused.append(call.call_id)
+                    result = self.runtime.execute(call)
+                    tally[kind, result.code] += 1
+                    if result.code is ErrorCode.AUDIT_UNAVAILABLE:
+                        refused.append((call, result.data))
                     index += 1
                 with self._lock:
                     self.tallies[phase].update(tally)
@@ -385,7 +392,11 @@ def test_audit_disk_filling_mid_run_fails_closed_and_recovers(
     assert refused  # the full disk did refuse writes
     full_disk = {kind: codes | {ErrorCode.AUDIT_UNAVAILABLE} for kind, codes in EXPECTED.items()}
     assert unexpected(full, full_disk) == Counter()
-    assert not set(refused) & set(ran.call_ids)  # no handler ran for a refused call
+    # A READ call's handler may have run (its row is written after it), but
+    # no refused call carries data; no other tool's handler ran.
+    assert [call.call_id for call, data in refused if data is not None] == []
+    not_reads = {call.call_id for call, _ in refused if call.tool_name not in READ_TOOLS}
+    assert not not_reads & set(ran.call_ids)
     assert ran_unaudited == []
     assert pending == 0 and len(audit_rows) == made  # every queued row landed
     assert all(row.state.finished for row in audit_rows.values())

@@ -44,6 +44,23 @@ TEXT_SCHEMA = {
 HOW = ("execute", "aexecute")
 """The two entry points every behaviour here is checked through."""
 
+DEADLINE_MODES = [("thread", "async_def"), ("thread", "sync_def"), ("inline", "sync_def")]
+"""The isolation and the handler's shape the deadline is checked in: an
+``async def`` handler, or a sync one returning its coroutine (which inline
+mode hands to a worker's loop; an ``async def`` one never runs inline)."""
+
+
+def shaped(handler: Callable[..., Any], shape: str) -> Callable[..., Any]:
+    """``handler`` (an ``async def``) as it is, or as a sync handler that
+    returns its coroutine."""
+    if shape == "async_def":
+        return handler
+
+    def returns_its_coroutine(ctx: Any, **arguments: Any) -> Any:
+        return handler(ctx, **arguments)
+
+    return returns_its_coroutine
+
 
 def spec(name: str, handler: Callable[..., Any], **options: Any) -> ToolSpec:
     return ToolSpec(name, f"test tool {name}", TEXT_SCHEMA, handler, **options)
@@ -219,10 +236,13 @@ def test_a_sync_handler_still_answers_through_aexecute(toolguard_runtime):
 
 
 @pytest.mark.parametrize("how", HOW)
-def test_at_the_deadline_an_async_handler_answers_timeout_and_is_cancelled(toolguard_runtime, how):
+@pytest.mark.parametrize(("mode", "shape"), DEADLINE_MODES)
+def test_at_the_deadline_an_async_handler_answers_timeout_and_is_cancelled(
+    toolguard_runtime, how, mode, shape
+):
     stopped, log = threading.Event(), []
-    tool = spec("sleeper", sleeper(stopped, log), timeout_seconds=0.05)
-    runtime = toolguard_runtime(ToolRegistry([tool]))
+    tool = spec("sleeper", shaped(sleeper(stopped, log), shape), timeout_seconds=0.05)
+    runtime = toolguard_runtime(ToolRegistry([tool]), isolation=mode)
 
     result = run_and_wait(runtime, ToolCall("c1", "sleeper", {}), how, stopped)
 
@@ -252,7 +272,8 @@ def test_aexecute_answers_timeout_once_the_cancelled_handler_has_stopped(toolgua
 
 
 @pytest.mark.parametrize("how", HOW)
-def test_a_late_write_after_the_deadline_changes_no_file(toolguard_runtime, how):
+@pytest.mark.parametrize(("mode", "shape"), DEADLINE_MODES)
+def test_a_late_write_after_the_deadline_changes_no_file(toolguard_runtime, how, mode, shape):
     stopped = threading.Event()
     outcome: list[BaseException | None] = []
 
@@ -271,12 +292,12 @@ def test_a_late_write_after_the_deadline_changes_no_file(toolguard_runtime, how)
 
     tool = spec(
         "late_writer",
-        late_writer,
+        shaped(late_writer, shape),
         risk=Risk.WRITE,
         paths=(PathAccess.write("late.txt"),),
         timeout_seconds=0.05,
     )
-    runtime = toolguard_runtime(ToolRegistry([tool]), WRITE_ANYWHERE)
+    runtime = toolguard_runtime(ToolRegistry([tool]), WRITE_ANYWHERE, isolation=mode)
 
     result = run_and_wait(runtime, ToolCall("c1", "late_writer", {}), how, stopped)
 

@@ -1,13 +1,22 @@
 """The audit log as the runtime uses it: fail closed before the handler,
-never lose a row after it."""
+never lose a row after it.
+
+The tool here is a WRITE tool: its call commits a RUNNING row before its
+handler and finishes it after, as every call but a READ one does (READ
+calls commit one row, after the handler: ``test_audit_read_calls.py``)."""
 
 from __future__ import annotations
 
 import pytest
 from conftest import WRITE_ANYWHERE, spy_tool
 
-from pytest_toolguard import CallState, ErrorCode, SQLiteAuditStore, ToolCall, ToolRuntime
+from pytest_toolguard import CallState, ErrorCode, Risk, SQLiteAuditStore, ToolCall, ToolRuntime
 from pytest_toolguard.harness.failing_store import FailingStore
+
+
+def writer(spy, **options):
+    """The spy as a WRITE tool (two commits: RUNNING, then finished)."""
+    return spy_tool(spy, risk=Risk.WRITE, **options)
 
 
 def call(call_id="c1", tool_name="spy", **arguments):
@@ -27,7 +36,7 @@ def store(db):
     store.close()
 
 
-def test_running_row_is_committed_before_the_handler_starts(
+def test_running_row_is_committed_before_a_write_handler_starts(
     toolguard_runtime, registry_of, spy, db, store
 ):
     seen = []
@@ -43,7 +52,7 @@ def test_running_row_is_committed_before_the_handler_starts(
         return {}
 
     runtime = toolguard_runtime(
-        registry_of(spy_tool(spy, result=look)), WRITE_ANYWHERE, audit=store
+        registry_of(writer(spy, result=look)), WRITE_ANYWHERE, audit=store
     )
     assert runtime.execute(call()).ok
     assert seen == [CallState.RUNNING]
@@ -53,7 +62,7 @@ def test_running_row_is_committed_before_the_handler_starts(
 def test_store_down_at_start_answers_audit_unavailable_and_the_handler_never_runs(
     toolguard_runtime, registry_of, spy, store
 ):
-    runtime = toolguard_runtime(registry_of(spy_tool(spy)), WRITE_ANYWHERE, audit=store)
+    runtime = toolguard_runtime(registry_of(writer(spy)), WRITE_ANYWHERE, audit=store)
     store.fail("start", "record")
     with pytest.warns(RuntimeWarning, match="queued for retry"):
         result = runtime.execute(call())
@@ -78,7 +87,7 @@ def test_a_store_that_stays_down_is_reported_by_close(registry_of, spy, db, work
     else:
         SQLiteAuditStore(db).close()  # create the schema
         store = SQLiteAuditStore(f"file:{db}?mode=ro", uri=True)
-    runtime = ToolRuntime(registry_of(spy_tool(spy)), str(workspace_dir), WRITE_ANYWHERE, store)
+    runtime = ToolRuntime(registry_of(writer(spy)), str(workspace_dir), WRITE_ANYWHERE, store)
     with pytest.warns(RuntimeWarning, match="queued for retry"):
         assert runtime.execute(call()).code is ErrorCode.AUDIT_UNAVAILABLE
     assert spy.count == 0
@@ -90,7 +99,7 @@ def test_a_store_that_stays_down_is_reported_by_close(registry_of, spy, db, work
 def test_store_down_at_finish_keeps_the_result_and_queues_the_row(
     toolguard_runtime, registry_of, spy, store
 ):
-    runtime = toolguard_runtime(registry_of(spy_tool(spy)), WRITE_ANYWHERE, audit=store)
+    runtime = toolguard_runtime(registry_of(writer(spy)), WRITE_ANYWHERE, audit=store)
     store.fail("finish")
     with pytest.warns(RuntimeWarning, match="queued for retry"):
         result = runtime.execute(call())
@@ -105,7 +114,7 @@ def test_store_down_at_finish_keeps_the_result_and_queues_the_row(
 
 
 def test_queued_rows_are_written_by_the_next_call(toolguard_runtime, registry_of, spy, store):
-    runtime = toolguard_runtime(registry_of(spy_tool(spy)), WRITE_ANYWHERE, audit=store)
+    runtime = toolguard_runtime(registry_of(writer(spy)), WRITE_ANYWHERE, audit=store)
     store.fail("record")
     with pytest.warns(RuntimeWarning):
         refused = runtime.execute(call(tool_name="nope"))
@@ -117,7 +126,7 @@ def test_queued_rows_are_written_by_the_next_call(toolguard_runtime, registry_of
 
 
 def test_close_reports_rows_it_could_not_store(toolguard_runtime, registry_of, spy, store):
-    runtime = toolguard_runtime(registry_of(spy_tool(spy)), WRITE_ANYWHERE, audit=store)
+    runtime = toolguard_runtime(registry_of(writer(spy)), WRITE_ANYWHERE, audit=store)
     store.fail("finish")
     with pytest.warns(RuntimeWarning):
         runtime.execute(call())

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Spy, spy_tool
+from conftest import WRITE_ANYWHERE, Spy, spy_tool
 
-from pytest_toolguard import SQLiteAuditStore, ToolCall, ToolRegistry, ToolResult, ToolRuntime
+from pytest_toolguard import Risk, SQLiteAuditStore, ToolCall, ToolRegistry, ToolResult, ToolRuntime
 from pytest_toolguard.contract import ErrorCode
 
 BOUND = 30.0
@@ -93,8 +93,13 @@ def test_close_closes_the_given_stores_connections_of_threads_that_ended(
     database = tmp_path / "audit.db"
     store = SQLiteAuditStore(database)
     together = threading.Barrier(8, timeout=BOUND)  # every thread's connection open at once
-    tool = spy_tool(spy, result=lambda ctx, **arguments: {"at": together.wait()})
-    runtime = ToolRuntime(ToolRegistry([tool]), workspace_dir, audit=store)
+    # A WRITE tool: its RUNNING row opens each thread's connection before the
+    # handler (a READ call writes its one row after the barrier, and a thread
+    # that ended meanwhile would have its connection closed already).
+    tool = spy_tool(
+        spy, risk=Risk.WRITE, result=lambda ctx, **arguments: {"at": together.wait()}
+    )
+    runtime = ToolRuntime(ToolRegistry([tool]), workspace_dir, WRITE_ANYWHERE, audit=store)
     threads = [
         threading.Thread(
             target=runtime.execute,

@@ -4,9 +4,14 @@ safely."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import gc
 import signal
 import threading
 import time
+import warnings
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -267,6 +272,123 @@ def test_a_handler_that_replaces_the_alarm_handler_gets_ours_back(
 def test_thread_mode_never_runs_inline(toolguard_runtime, registry_of, spy):
     runtime = toolguard_runtime(registry_of(spy_tool(spy, result=_thread_of)), isolation="thread")
     assert runtime.execute(call()).data["thread"] != threading.get_ident()
+
+
+def test_an_awaitable_a_sync_handler_returns_is_cancelled_at_the_deadline(
+    toolguard_runtime, registry_of, spy
+):
+    # As in thread mode: the coroutine runs on a worker's loop, cancelled there
+    # at the deadline (inline, an event loop on the main thread would run on).
+    stopped, log = threading.Event(), []
+
+    async def sleeps() -> Any:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            log.append("cancelled")
+            raise
+        finally:
+            stopped.set()
+        return {}
+
+    tool = spy_tool(spy, result=lambda ctx, **a: sleeps(), timeout_seconds=0.1)
+    runtime = toolguard_runtime(registry_of(tool))
+    started = time.monotonic()
+    result = runtime.execute(call())
+    assert time.monotonic() - started < 20  # a bound far from both 0.1 s and 60 s
+    assert (result.code, result.state) == (ErrorCode.TIMEOUT, CallState.TIMED_OUT)
+    assert stopped.wait(10) and log == ["cancelled"]
+    assert runtime.audit.get("c1").state is CallState.TIMED_OUT
+    assert runtime.close(join_timeout=5) == []
+
+
+def test_an_awaitable_a_sync_handler_returns_gives_its_value(toolguard_runtime, registry_of, spy):
+    async def answer() -> Any:
+        await asyncio.sleep(0)
+        return {"answer": 42}
+
+    runtime = toolguard_runtime(registry_of(spy_tool(spy, result=lambda ctx, **a: answer())))
+    assert runtime.execute(call()).data == {"answer": 42}
+
+
+def _interrupting_setitimer(when: Callable[[float, float], bool]) -> Callable[..., Any]:
+    """``signal.setitimer``, but a ``KeyboardInterrupt`` (Ctrl-C) lands once,
+    when ``when(seconds, interval)``: just before the timer is set (for a
+    disarming) or just after (for an arming), as a signal may."""
+    real = signal.setitimer
+    landed: list[bool] = []
+
+    def setitimer(which: int, seconds: float, interval: float = 0.0) -> Any:
+        if landed or not when(seconds, interval):
+            return real(which, seconds, interval)
+        landed.append(True)
+        if seconds == 0:
+            raise KeyboardInterrupt  # before the disarming
+        real(which, seconds, interval)
+        raise KeyboardInterrupt  # as the arming returns
+
+    return setitimer
+
+
+def test_a_keyboard_interrupt_as_the_deadline_is_armed_leaves_no_timer(
+    toolguard_runtime, registry_of, spy, monkeypatch
+):
+    runtime = toolguard_runtime(registry_of(spy_tool(spy)))
+    monkeypatch.setattr(signal, "setitimer", _interrupting_setitimer(lambda s, i: i > 0))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            runtime.execute(call())
+        monkeypatch.undo()
+        assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    finally:
+        monkeypatch.undo()
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def test_a_keyboard_interrupt_before_the_disarming_still_disarms(
+    toolguard_runtime, registry_of, spy, monkeypatch
+):
+    def replaces(ctx: Any, **arguments: Any) -> Any:
+        signal.signal(signal.SIGALRM, signal.SIG_IGN)
+        return {}
+
+    runtime = toolguard_runtime(registry_of(spy_tool(spy, result=replaces)))
+    monkeypatch.setattr(signal, "setitimer", _interrupting_setitimer(lambda s, i: s == 0))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            runtime.execute(call())
+        monkeypatch.undo()
+        assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+        assert inline.installed()  # the handler's SIG_IGN replaced again
+    finally:
+        monkeypatch.undo()
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def test_an_awaitable_returned_after_the_deadline_is_closed_unstarted(
+    toolguard_runtime, registry_of, spy
+):
+    ran: list[str] = []
+
+    async def body() -> Any:
+        ran.append("body")
+        return {}
+
+    def late_then_awaitable(ctx: Any, **arguments: Any) -> Any:
+        with contextlib.suppress(BaseException):  # the deadline, swallowed
+            threading.Event().wait(30)
+        return body()
+
+    runtime = toolguard_runtime(
+        registry_of(spy_tool(spy, result=late_then_awaitable, timeout_seconds=0.05))
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = runtime.execute(call())
+        gc.collect()
+    assert result.code is ErrorCode.TIMEOUT
+    assert ran == []
+    assert [str(w.message) for w in caught if "never awaited" in str(w.message)] == []
 
 
 def test_a_timed_wait_on_the_cancellation_ends_under_a_frozen_clock():

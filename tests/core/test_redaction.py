@@ -530,3 +530,28 @@ def test_a_secret_inside_another_match_is_redacted_too(text: str) -> None:
     for secret in (AWS_KEY_ID, GITHUB_PAT, SLACK_BOT, "hunter2hunter2", "s3cret"):
         assert secret not in once
     assert redactor.redact_text(once) == once
+
+
+# --- short texts without secrets are remembered -----------------------------------
+
+
+def test_a_short_text_holding_a_secret_is_redacted_every_time() -> None:
+    redactor = Redactor()
+    text = f"id {GITHUB_PAT}"
+    assert [redactor.redact_text(text) for _ in range(3)] == ["id <redacted:github_token>"] * 3
+
+
+def test_a_str_subclass_equal_to_every_string_is_still_redacted() -> None:
+    class Impostor(str):
+        """Equal to every string: "no change after a pass" and a lookup of
+        texts known clean would both take it at its word."""
+
+        def __eq__(self, other: object) -> bool:
+            return True
+
+        def __hash__(self) -> int:
+            return hash("path")
+
+    redactor = Redactor()
+    assert redactor.redact_text("path") == "path"  # remembered as clean
+    assert GITHUB_PAT not in redactor.redact_text(Impostor(GITHUB_PAT))

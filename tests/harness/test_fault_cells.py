@@ -91,3 +91,76 @@ def test_each_call_of_a_cell_gets_its_own_idempotency_key() -> None:
     assert len(set(made)) == 3
     assert all(key and key.startswith("todo-v1-") for key in made)
     assert chosen == "chosen"
+
+
+def test_a_restored_workspace_holds_the_saved_entries_with_their_modes() -> None:
+    from pytest_toolguard.harness.world import World
+    from pytest_toolguard.replay.cassette import WorkspaceState
+
+    state = WorkspaceState(
+        root="/workspace",
+        files={"a.txt": b"a", "deep/er/b.sh": b"#!/bin/sh\n"},
+        symlinks={"link": "a.txt"},
+        outside_files={"/elsewhere/keep.txt": b"outside"},
+    )
+    with World(state) as world:
+        world.fs.chmod("/workspace/deep/er/b.sh", 0o755)
+        world.fs.chmod("/workspace/a.txt", 0o400)
+        world.fs.chmod("/workspace/deep", 0o711)
+        saved = world.save_workspace()
+        world.fs.create_file("/workspace/new.txt", contents="later")
+        world.fs.remove_object("/workspace/deep/er/b.sh")
+        world.restore_workspace(saved)
+        assert world.save_workspace() == saved
+        assert world.fs.readlink("/workspace/link") == "a.txt"
+        assert world.fs.exists("/elsewhere/keep.txt")
+
+
+def _prefix_state(saved) -> tuple:
+    rows = [
+        (r.call_id, r.tool_name, r.state, r.decision, r.result_code) for r in saved.store.rows()
+    ]
+    step = saved.plan.current_step.id if saved.plan and saved.plan.current_step else None
+    return saved.entries, rows, step
+
+
+def test_a_later_interactions_state_replayed_on_from_an_earlier_one_is_the_same() -> None:
+    registry = builtin_registry()
+    name = "cassettes/feedback_analysis.yaml"
+    cassette = load(ROOT / name, source=name)
+    found = targets(cassette, registry, name)
+    (fault,) = select_faults("unknown_tool")
+    scratch = PrefixCache()
+    assert run_cell(fault, found[5], registry, prefixes=scratch).status == "pass"
+    on_from = PrefixCache()
+    assert run_cell(fault, found[2], registry, prefixes=on_from).status == "pass"
+    assert on_from.nearest(cassette, 5, registry, None) is not None
+    assert run_cell(fault, found[5], registry, prefixes=on_from).status == "pass"
+    assert _prefix_state(on_from.get(cassette, 5, registry, None)) == _prefix_state(
+        scratch.get(cassette, 5, registry, None)
+    )
+    scratch.clear()
+    on_from.clear()
+
+
+def test_the_first_cell_of_a_later_interaction_replays_only_the_calls_after_the_saved_state(
+    monkeypatch,
+) -> None:
+    registry = builtin_registry()
+    name = "cassettes/feedback_analysis.yaml"
+    cassette = load(ROOT / name, source=name)
+    found = targets(cassette, registry, name)
+    (fault,) = select_faults("unknown_tool")
+    cache = PrefixCache()
+    run_cell(fault, found[2], registry, prefixes=cache)
+    replayed: list[int] = []
+    original = Cell.replay_before
+
+    def counting(self: Cell, first: int = 0) -> None:
+        replayed.append(self.target.index - first)
+        original(self, first)
+
+    monkeypatch.setattr(Cell, "replay_before", counting)
+    run_cell(fault, found[5], registry, prefixes=cache)
+    assert replayed == [3]
+    cache.clear()

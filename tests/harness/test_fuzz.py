@@ -305,11 +305,26 @@ def test_audit_row_left_running_is_reported(monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setattr(fuzz_call, "SQLiteAuditStore", ForgetsToFinish)
 
-    report = fuzz_tool(count_up, examples=EXAMPLES)
+    # A WRITE tool: its RUNNING row is committed first, then finished (a READ
+    # call writes one finished row, after its handler).
+    report = fuzz_tool(replace(count_up, risk=Risk.WRITE), examples=EXAMPLES)
 
     failure = next(f for f in report.failures if f.problem is Problem.AUDIT_ROWS)
     assert failure.valid  # refused calls write one finished row at once; only runs finish later
     assert "RUNNING" in failure.detail
+
+
+def test_a_read_call_that_left_no_row_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    class ForgetsToRecord(SQLiteAuditStore):
+        def record(self, rec: Any) -> int:
+            return 0
+
+    monkeypatch.setattr(fuzz_call, "SQLiteAuditStore", ForgetsToRecord)
+
+    report = fuzz_tool(count_up, examples=EXAMPLES)
+
+    failure = next(f for f in report.failures if f.problem is Problem.AUDIT_ROWS)
+    assert "found 0" in failure.detail
 
 
 # -- tools that need approval, and tools no call reaches ----------------------

@@ -26,8 +26,9 @@ write_swallowing_errors (answers   partial_write    the disk was full and the ca
 OK when the write failed)                           OK, but the files differ ...
 login_echoing_password (the        secret_by_name   the secret argument's value (raw) is in
 password in its output)                             the result
-login_refusing_with_the_password   secret_by_name   the secret argument's value (raw) is in
-(quotes it in its exception)                        the result
+login_refusing_with_the_password   secret_by_name   the secret argument's value (hex) is in
+(quotes it hex-encoded in its                       the result
+exception)
 echo_text given a toolguard_       response_lost    the result holds the real value of the
 secrets value                                       secret 'api_key'
 read_nfkc_normalised (NFKC after   path_traversal   the handler accessed outside the workspace
@@ -191,7 +192,7 @@ BUGS = (
         broken.login_refusing,
         "secret_by_name",
         LOGIN,
-        "the secret argument's value (raw) is in the result",
+        "the secret argument's value (hex) is in the result",
     ),
     Bug(
         broken.echo_text,

@@ -214,6 +214,38 @@ def test_a_worker_killed_mid_matrix_loses_no_other_cell(project: pytest.Pytester
     assert "toolguard: 0 cassettes and 1 case replayed" in result.stdout.str()
 
 
+def test_a_worker_killed_under_loadgroup_loses_no_other_cell_and_ends(
+    project: pytest.Pytester,
+) -> None:
+    # pytest-xdist 3.8's loadgroup scheduler queued the killed worker's
+    # finished units again and the run hung (plugin/scheduling.py); the
+    # timeout only turns a hang into a failure.
+    project.makeconftest(KILLS_ITS_WORKER)
+    faults = "--toolguard-faults=kills_its_worker,unknown_tool,schema_drift,path_traversal"
+    planned = _ids(project.runpytest(faults, "--collect-only", "-q", *NO_XDIST))
+    killer = "cases/notes.yaml::3-read_text::kills_its_worker"
+    result = project.runpytest_subprocess(
+        faults, "-n", "1", "--dist", "loadgroup", "--toolguard-report=m.json", timeout=300
+    )
+    result.assert_outcomes(passed=len(planned) - 1, failed=1)
+    cells = json.loads((project.path / "m.json").read_text())["cells"]
+    assert [cell["nodeid"] for cell in cells if cell["status"] == "fail"] == [killer]
+
+
+def test_loadgroup_runs_the_items_of_one_file_on_one_worker(project: pytest.Pytester) -> None:
+    project.makefile(".yaml", **{"cases/other": CASE.replace("name: notes", "name: other")})
+    result = project.runpytest_subprocess(
+        "--toolguard-faults=unknown_tool,schema_drift", "-n", "2", "--dist", "loadgroup", "-v"
+    )
+    workers: dict[str, set[str]] = {}
+    for line in result.outlines:
+        if line.startswith("[gw") and "PASSED cases/" in line:
+            worker = line.split("]", 1)[0]
+            workers.setdefault(line.split("PASSED ", 1)[1].split("::", 1)[0], set()).add(worker)
+    assert sorted(workers) == ["cases/notes.yaml", "cases/other.yaml"]
+    assert all(len(ran_on) == 1 for ran_on in workers.values())
+
+
 def test_select_faults_keeps_catalogue_order_and_refuses_unknown_names() -> None:
     assert [f.name for f in select_faults("timeout,unknown_tool")] == ["timeout", "unknown_tool"]
     assert [f.name for f in select_faults("unknown_tool,timeout")] == ["timeout", "unknown_tool"]
