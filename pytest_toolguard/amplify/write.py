@@ -5,15 +5,20 @@ amplification never re-dumps a file: it replaces each interaction's
 ``variants:`` entry, or adds one after the interaction's last field, and
 leaves every other byte as it was. The text is checked by loading it back:
 the variants read must be the ones written.
+
+A JSON cassette (``dumps`` writes one above ``JSON_ABOVE`` interactions) is
+machine-written and holds no comments: it is written again whole, by
+``dumps`` in JSON, so an unchanged cassette keeps its bytes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import yaml
 
-from ..replay.cassette import CassetteError, Variant, loads, variants_text
+from ..replay.cassette import CassetteError, Variant, dumps, loads, syntax_of, variants_text
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -27,6 +32,8 @@ def with_variants(text: str, variants: Sequence[Sequence[Variant]], *, source: s
     interactions, in order, in place of those it held (none: the entry is
     removed). ``CassetteError`` when the text is not a cassette with that
     many interactions."""
+    if syntax_of(text) == "json":
+        return _json_with_variants(text, variants, source)
     root = yaml.compose(text, Loader=_Loader)
     items = _interaction_nodes(root, source)
     if len(items) != len(variants):
@@ -57,6 +64,18 @@ def with_variants(text: str, variants: Sequence[Sequence[Variant]], *, source: s
     ]:
         raise CassetteError(source, "variants", "written variants did not read back the same")
     return text
+
+
+def _json_with_variants(text: str, variants: Sequence[Sequence[Variant]], source: str) -> str:
+    cassette = loads(text, source=source or "<amplified>")
+    held = len(cassette.interactions)
+    if held != len(variants):
+        raise CassetteError(source, "interactions", f"{held} in the file, {len(variants)} given")
+    interactions = tuple(
+        dataclasses.replace(interaction, variants=tuple(wanted))
+        for interaction, wanted in zip(cassette.interactions, variants, strict=True)
+    )
+    return dumps(dataclasses.replace(cassette, interactions=interactions), syntax="json")
 
 
 def _interaction_nodes(root: yaml.Node | None, source: str) -> list[yaml.MappingNode]:

@@ -346,10 +346,10 @@ def loads(text: str, *, source: str = "<string>") -> Cassette:
 
 
 def _parse(text: str, source: str) -> Any:
-    """The document: ``json`` for a JSON object's text (``syntax_of``), the
-    YAML loader for any other."""
+    """The document: ``json`` for a JSON object's text, the YAML loader for
+    any other."""
     with _collector_paused():
-        if text.lstrip(" \t\r\n")[:1] == "{":
+        if _looks_like_json(text):
             try:
                 return json.loads(text)
             except RecursionError:
@@ -364,6 +364,22 @@ def _parse(text: str, source: str) -> Any:
             raise CassetteError(
                 source, where, f"not valid YAML: {getattr(exc, 'problem', exc)}"
             ) from None
+
+
+def _looks_like_json(text: str) -> bool:
+    return text.lstrip(" \t\r\n")[:1] == "{"
+
+
+def syntax_of(text: str) -> Syntax:
+    """``"json"`` for the text of a JSON object (what ``dumps`` writes for a
+    large cassette), ``"yaml"`` for any other text."""
+    if _looks_like_json(text):
+        try:
+            json.loads(text)
+        except (ValueError, RecursionError):
+            return "yaml"
+        return "json"
+    return "yaml"
 
 
 def _build(raw: dict[str, Any], source: str) -> Cassette:

@@ -21,7 +21,7 @@ from pytest_toolguard.amplify.derive import CallFacts, candidates
 from pytest_toolguard.amplify.write import with_variants
 from pytest_toolguard.registry import PathAccess, ToolRegistry, ToolSpec, tool
 from pytest_toolguard.replay import load, record_session
-from pytest_toolguard.replay.cassette import Cassette, CassetteError, dumps, loads
+from pytest_toolguard.replay.cassette import Cassette, CassetteError, dumps, loads, syntax_of
 from pytest_toolguard.replay.variants import replay_variants
 
 HEAD_SCHEMA = {
@@ -228,6 +228,17 @@ def test_variants_are_written_into_a_case_s_own_text_keeping_its_comments(tmp_pa
     cassette, _ = amplify(loads(text), RIGHT)
     written = with_variants(text, [i.variants for i in cassette.interactions])
     assert written.startswith("# written by hand\n")
+    assert with_variants(written, [()]) == text
+
+
+def test_variants_are_written_into_a_json_cassette_as_json(tmp_path: Path) -> None:
+    path = _record(tmp_path, [("head", {"path": "notes.txt"})])
+    text = dumps(load(path), syntax="json")
+    cassette, _ = amplify(loads(text), RIGHT)
+    written = with_variants(text, [i.variants for i in cassette.interactions])
+    assert syntax_of(written) == "json"
+    assert loads(written).interactions[0].variants == cassette.interactions[0].variants
+    assert with_variants(written, [i.variants for i in cassette.interactions]) == written
     assert with_variants(written, [()]) == text
 
 
