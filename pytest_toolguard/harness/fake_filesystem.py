@@ -29,6 +29,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from pyfakefs import fake_filesystem as fake_filesystem_module
+from pyfakefs import fake_os, fake_path, fake_scandir
 from pyfakefs import helpers as fake_helpers
 from pyfakefs.fake_file import FakeDirectory, FakeFile
 from pyfakefs.fake_filesystem import FakeFilesystem
@@ -58,6 +60,40 @@ _CAN_SHARE = all(
 )
 """pyfakefs has what ``FakeWorld`` relies on (6.x does); otherwise every
 world gets its own ``Patcher``, as before."""
+
+
+_PYFAKEFS_MAKE_STRING_PATH = fake_helpers.make_string_path
+"""pyfakefs's own ``make_string_path``."""
+
+_USES_MAKE_STRING_PATH = (fake_filesystem_module, fake_os, fake_path, fake_scandir)
+"""The pyfakefs modules that call ``make_string_path`` by its imported name."""
+
+
+def _make_string_path(path: Any) -> Any:
+    """pyfakefs's ``make_string_path``, answering a ``str`` or ``bytes``
+    without it: for those it returns ``os.fspath(path)``, which is ``path``
+    itself. pyfakefs calls it several times per path it resolves (about 12
+    times per fake system call), and each call runs an import statement
+    (``FakePath``) before ``os.fspath``."""
+    if type(path) is str or type(path) is bytes:
+        return path
+    return _PYFAKEFS_MAKE_STRING_PATH(path)
+
+
+def use_fast_string_paths(enabled: bool = True) -> None:
+    """Make pyfakefs's modules call ``_make_string_path`` instead of
+    ``make_string_path`` (the same value for every argument; done once, at
+    import), or, ``enabled`` False, pyfakefs's own again (for benchmarks)."""
+    function = _make_string_path if enabled else _PYFAKEFS_MAKE_STRING_PATH
+    for module in _USES_MAKE_STRING_PATH:
+        if getattr(module, "make_string_path", None) in (
+            _make_string_path,
+            _PYFAKEFS_MAKE_STRING_PATH,
+        ):
+            module.make_string_path = function  # type: ignore[attr-defined]
+
+
+use_fast_string_paths()
 
 
 def _settings(fs: FakeFilesystem) -> tuple[Any, ...]:
