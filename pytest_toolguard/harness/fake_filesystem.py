@@ -13,6 +13,10 @@ it (the pytest plugin's run does, at the end of the session); the one
 an ``atexit`` hook (nothing is patched while it is paused, so late is
 harmless).
 
+Importing this module makes pyfakefs's modules call ``_make_string_path``
+(pyfakefs's ``make_string_path``, answering ``str`` and ``bytes`` without
+it: the same value for every argument, and about 12% of a fault cell).
+
 sqlite3 never sees pyfakefs: an audit store used in a world is in memory,
 or made before the world starts. Handlers run in thread isolation only; a
 forked process would not share the fake filesystem.
