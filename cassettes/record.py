@@ -260,7 +260,7 @@ def code_editing() -> SessionSpec:
             ),
             # Waits for a file that is there (answered at once), then for a
             # build output no job writes (two polls, then TimeoutError).
-            Call("wait_for_file", {"path": "pyproject.toml", "wait_seconds": 5}),
+            Call("wait_for_file", {"path": "pyproject.toml", "wait_seconds": 0.2}),
             Call("wait_for_file", {"path": "build/wheel.txt", "wait_seconds": 0.1}),
         ),
     )
