@@ -222,20 +222,25 @@ class AuditLog:
             except Exception as exc:
                 outcome = exc
         if isinstance(outcome, Exception):
-            attempt.output = attempt.redacted_output = None
-            outcome = failure(
-                self.settings,
-                attempt,
-                ErrorCode.EXECUTION_ERROR,
-                f"internal error in the executor: {type(outcome).__name__}",
-                CallState.FAILED,
-            )
+            outcome = self._internal_error(attempt, outcome)
             stored = stored_outcome(outcome, None, spec.result_limit) if claim_key else None
         # The RUNNING row is always finished, so neither a second row nor a
         # key stuck at DUPLICATE_CALL is left behind.
         assert running.audit_id is not None
         self._finish(running.audit_id, attempt, outcome, claim_key, stored)
         return outcome
+
+    def _internal_error(self, attempt: Attempt, exc: Exception) -> ToolResult:
+        """The answer when a bug of ours raised ``exc`` after the handler may
+        have run: its output dropped, EXECUTION_ERROR."""
+        attempt.output = attempt.redacted_output = None
+        return failure(
+            self.settings,
+            attempt,
+            ErrorCode.EXECUTION_ERROR,
+            f"internal error in the executor: {type(exc).__name__}",
+            CallState.FAILED,
+        )
 
     def _write_deferred(self, running: Running, outcome: ToolResult | Exception) -> ToolResult:
         """The one row of a deferred call, committed before its result is
@@ -244,14 +249,7 @@ class AuditLog:
         handler ran, but nothing it read leaves the executor unrecorded)."""
         attempt = running.attempt
         if isinstance(outcome, Exception):
-            attempt.output = attempt.redacted_output = None
-            outcome = failure(
-                self.settings,
-                attempt,
-                ErrorCode.EXECUTION_ERROR,
-                f"internal error in the executor: {type(outcome).__name__}",
-                CallState.FAILED,
-            )
+            outcome = self._internal_error(attempt, outcome)
         try:
             try:
                 self.settings.audit.record(self._finished(attempt, outcome))
@@ -260,8 +258,9 @@ class AuditLog:
             except Exception as exc:
                 # The store refused this row's content: the row is still
                 # written, without the preview (as _finish does for a RUNNING row).
-                dropped = f"the audit store refused the outcome ({type(exc).__name__}); not kept"
-                self.settings.audit.record(self._finished(attempt, outcome, "", dropped))
+                self.settings.audit.record(
+                    self._finished(attempt, outcome, "", _refused_outcome(exc))
+                )
         except Exception as exc:
             attempt.output = attempt.redacted_output = None
             reason = text(exc) if isinstance(exc, AuditUnavailable) else type(exc).__name__
@@ -307,7 +306,7 @@ class AuditLog:
             # The store refused this row's content: the same row is still
             # finished and the key settled, without the preview and outcome
             # (never a second row, never a key left running).
-            dropped = f"the audit store refused the outcome ({type(exc).__name__}); not kept"
+            dropped = _refused_outcome(exc)
             bare = {
                 "ok": result.ok,
                 "code": result.code.value,
@@ -434,3 +433,8 @@ class AuditLog:
         with self._pending_lock:
             self._pending[:0] = failed
             return len(self._pending)
+
+
+def _refused_outcome(exc: Exception) -> str:
+    """The error text of a row whose outcome the store refused to hold."""
+    return f"the audit store refused the outcome ({type(exc).__name__}); not kept"
