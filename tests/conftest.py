@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,19 @@ class Spy:
     def count(self) -> int:
         with self.lock:
             return len(self.calls)
+
+
+CONDITION_BOUND = 30.0
+"""Seconds a test waits for a condition it is sure to reach (a generous
+bound, not a guess at how long it takes)."""
+
+
+def wait_for(condition: Callable[[], bool]) -> None:
+    """Poll ``condition`` until it holds; fail after ``CONDITION_BOUND``."""
+    end = time.monotonic() + CONDITION_BOUND
+    while not condition():
+        assert time.monotonic() < end, "condition not reached"
+        time.sleep(0.001)
 
 
 def spy_tool(

@@ -8,12 +8,12 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import WRITE_ANYWHERE, Spy, spy_tool
+from conftest import WRITE_ANYWHERE, Spy, spy_tool, wait_for
 
 from pytest_toolguard import SQLiteAuditStore, ToolCall, ToolRegistry, ToolRuntime, ToolSpec
 from pytest_toolguard.audit import AuditRecord
@@ -21,17 +21,6 @@ from pytest_toolguard.capabilities import Risk
 from pytest_toolguard.contract import CallState, ErrorCode
 from pytest_toolguard.forking import FORK_GATE
 from pytest_toolguard.registry import PathAccess
-
-CONDITION_BOUND = 30.0
-"""Seconds a test waits for a condition it is sure to reach (a generous
-bound, not a guess at how long it takes)."""
-
-
-def wait_for(condition: Callable[[], bool]) -> None:
-    end = time.monotonic() + CONDITION_BOUND
-    while not condition():
-        assert time.monotonic() < end, "condition not reached"
-        time.sleep(0.001)
 
 
 @pytest.fixture

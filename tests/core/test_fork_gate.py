@@ -10,25 +10,14 @@ import gc
 import os
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import CONDITION_BOUND, wait_for
 
 from pytest_toolguard import SQLiteAuditStore
 from pytest_toolguard.forking import FORK_GATE, ForkGate
-
-CONDITION_BOUND = 30.0
-"""Seconds a test waits for a condition it is sure to reach (a generous
-bound, not a guess at how long it takes)."""
-
-
-def wait_for(condition: Callable[[], bool]) -> None:
-    end = time.monotonic() + CONDITION_BOUND
-    while not condition():
-        assert time.monotonic() < end, "condition not reached"
-        time.sleep(0.001)
 
 
 def waiting(thread: threading.Thread) -> bool:
