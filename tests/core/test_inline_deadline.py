@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from conftest import WRITE_ANYWHERE, spy_tool
+from test_async_handlers import sleeper
 
 from pytest_toolguard import CallState, ErrorCode, ToolCall
 from pytest_toolguard.runtime import inline
@@ -280,18 +281,8 @@ def test_an_awaitable_a_sync_handler_returns_is_cancelled_at_the_deadline(
     # As in thread mode: the coroutine runs on a worker's loop, cancelled there
     # at the deadline (inline, an event loop on the main thread would run on).
     stopped, log = threading.Event(), []
-
-    async def sleeps() -> Any:
-        try:
-            await asyncio.sleep(60)
-        except asyncio.CancelledError:
-            log.append("cancelled")
-            raise
-        finally:
-            stopped.set()
-        return {}
-
-    tool = spy_tool(spy, result=lambda ctx, **a: sleeps(), timeout_seconds=0.1)
+    sleeps = sleeper(stopped, log)
+    tool = spy_tool(spy, result=lambda ctx, **a: sleeps(ctx), timeout_seconds=0.1)
     runtime = toolguard_runtime(registry_of(tool))
     started = time.monotonic()
     result = runtime.execute(call())
