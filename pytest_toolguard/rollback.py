@@ -99,11 +99,12 @@ class ChangeJournal:
                     changes[at] = Change(path, change.previous, leaves)
 
     def _forget_oldest(self, call_id: str) -> None:
+        """Drop the oldest calls past the budget (the lock held)."""
         while self._bytes > self.max_bytes and len(self._changes) > 1:
-                oldest = next(iter(self._changes))
-                if oldest == call_id:
-                    break  # never drop the call being recorded
-                self._bytes -= _size(self._changes.pop(oldest))
+            oldest = next(iter(self._changes))
+            if oldest == call_id:
+                break  # never drop the call being recorded
+            self._bytes -= _size(self._changes.pop(oldest))
 
     def changes(self, call_id: str) -> list[Change]:
         with self._lock:

@@ -807,32 +807,41 @@ class _Found:
 
     @classmethod
     def look(cls, cursor: _Cursor, name: str, path: str) -> _Found:
+        """The entry ``name`` in the cursor's directory. Only a regular file
+        is opened (a device or FIFO never is), and kept only if the
+        descriptor is the file the ``lstat`` saw."""
         if cursor.virtual:
             return cls(path)
         for _ in range(3):
             try:
-                fd = os.open(name, _READ_FLAGS, dir_fd=cursor.fd)
+                st = os.stat(name, dir_fd=cursor.fd, follow_symlinks=False)
             except FileNotFoundError:
                 return cls(path)
-            except OSError as exc:
-                if exc.errno != errno.ELOOP:
-                    # Not readable (a socket, no permission): judged by its
-                    # lstat, it can match nothing a journal keeps.
-                    try:
-                        return cls(path, st=os.stat(name, dir_fd=cursor.fd, follow_symlinks=False))
-                    except FileNotFoundError:
-                        return cls(path)
+            if stat.S_ISLNK(st.st_mode):
                 try:
                     return cls(path, link=os.readlink(name, dir_fd=cursor.fd))
-                except OSError as again:
-                    if again.errno not in (errno.ENOENT, errno.EINVAL):
+                except OSError as exc:
+                    if exc.errno not in (errno.ENOENT, errno.EINVAL):
                         raise
                     continue  # no longer a link: look again
+            if not stat.S_ISREG(st.st_mode):
+                return cls(path, st=st)
             try:
-                return cls(path, fd=fd, st=os.fstat(fd))
+                fd = os.open(name, _READ_FLAGS, dir_fd=cursor.fd)
+            except OSError as exc:
+                if exc.errno in (errno.ENOENT, errno.ELOOP):
+                    continue  # swapped meanwhile: look again
+                if exc.errno in (errno.EACCES, errno.EPERM):
+                    return cls(path, st=st)  # unreadable: it cannot be judged
+                raise
+            try:
+                opened = os.fstat(fd)
             except BaseException:
                 os.close(fd)
                 raise
+            if (opened.st_dev, opened.st_ino) == (st.st_dev, st.st_ino):
+                return cls(path, fd=fd, st=opened)
+            os.close(fd)
         raise RollbackConflict(
             f"rollback conflict: path {_show(path)} kept changing while the rollback looked at it",
             path,
@@ -899,6 +908,8 @@ class _Found:
             now = "missing"
         elif self.st is not None and stat.S_ISDIR(self.st.st_mode):
             now = "a directory"
+        elif self.st is not None and stat.S_ISREG(self.st.st_mode) and self.fd is None:
+            now = "unreadable"
         elif not self.regular:
             now = "not a regular file"
         else:

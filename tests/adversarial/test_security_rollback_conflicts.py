@@ -392,29 +392,31 @@ def test_a_change_between_the_last_check_and_the_act_is_not_overwritten(
     world: World, monkeypatch, kind: str, race: str
 ) -> None:
     """The entry was judged through its descriptor; right before the act its
-    name is looked at once more (the only ``lstat`` of the act). Another
-    process changes it just then."""
+    name is looked at once more. Another process changes it just then: at
+    the act's second ``lstat`` of the name (the first is where the entry was
+    looked at, before it was opened and judged)."""
     if kind == "modifies":
         world.file.write_text(BEFORE)
     run(world, write("A", BY_A))
     workspace = world.runtime.workspace
     undo = workspace.undo
     real_stat = os.stat
-    armed = {"now": False}
+    seen = {"acting": False, "lstats": 0}
 
     def raced_stat(name: Any, *args: Any, **kwargs: Any) -> os.stat_result:
-        if armed["now"] and name == "c.md" and kwargs.get("follow_symlinks") is False:
-            armed["now"] = False
-            if race == "rename-over":
-                rename_over(world.file, BY_B)
-            elif race == "append-in-place":
-                in_place(world.file, BY_B, "a")
-            else:
-                world.file.unlink()
+        if seen["acting"] and name == "c.md" and kwargs.get("follow_symlinks") is False:
+            seen["lstats"] += 1
+            if seen["lstats"] == 2:
+                if race == "rename-over":
+                    rename_over(world.file, BY_B)
+                elif race == "append-in-place":
+                    in_place(world.file, BY_B, "a")
+                else:
+                    world.file.unlink()
         return real_stat(name, *args, **kwargs)
 
     def arm(*args: Any, check_only: bool = False, **kwargs: Any) -> bool:
-        armed["now"] = not check_only
+        seen["acting"] = not check_only
         return bool(undo(*args, check_only=check_only, **kwargs))
 
     monkeypatch.setattr(workspace, "undo", arm)
@@ -427,5 +429,6 @@ def test_a_change_between_the_last_check_and_the_act_is_not_overwritten(
 
     result = world.runtime.rollback("A")
 
+    assert seen["lstats"] == 2
     assert result.code is ErrorCode.ROLLBACK_CONFLICT, result.message
     assert state(world.file) == after_race
