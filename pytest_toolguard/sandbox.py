@@ -60,6 +60,18 @@ Locations: one resolution from the check to the act
     following links. Paths a view was not given locations for are resolved
     as usual.
 
+Rollback: undoing a journaled change
+    A journaled view tells ``on_change`` what an entry held before a write
+    or delete, and ``on_leave`` what the change will leave (``Leaves``: the
+    size and SHA-256 of the bytes written, or None). ``undo`` puts the
+    previous state back through the same cursor, following no symbolic link
+    at all (the journal records the canonical path, so every directory on
+    it was real when the change was made: a link met now was planted since,
+    ``ForbiddenPath``), and only while the entry still is what the change
+    left, judged through the descriptor it opened and checked once more by
+    name right before the act (``RollbackConflict`` otherwise). An entry
+    already back to what it held before is left alone.
+
 Hard links and special files
     A regular file with more than one hard link may be a link to a file
     outside the root: reading, overwriting or deleting it raises
@@ -109,6 +121,12 @@ What a Workspace does not guarantee
     - It does not stop crossing mount points or bind mounts beneath the
       root, and ``resolve``, ``exists`` and ``size`` answer for the moment
       they ran: another process may change the tree right after.
+    - ``undo`` does not lock out other writers: one that renames over the
+      entry, or writes into the same inode, in the few system calls between
+      its last check and its rename or unlink is not detected (POSIX has no
+      compare-and-swap of a directory entry). A directory renamed away after
+      ``undo`` opened it still receives the undo, as for any operation.
+      Permission bits are not part of what it compares.
     - The change journal (``on_change``) records a regular file's content
       or a symlink's target (``Symlink``, recreated as a link by
       ``restore``), not owners or timestamps; a file over ``keep_at_most``
@@ -1266,8 +1284,9 @@ class Workspace:
         """Put back what a journal recorded: write ``previous``'s bytes,
         recreate its symbolic link, or remove the entry when it is None
         (already absent is fine). Whatever entry is there now (a file or a
-        link) is replaced. ``on_change`` is not called. Raises as
-        ``write_bytes``/``delete`` do."""
+        link) is replaced, and links on the way are followed as by
+        ``write_bytes``: a rollback uses ``undo``, which checks both.
+        ``on_change`` is not called. Raises as ``write_bytes``/``delete`` do."""
         if previous is None:
             self._delete(path, journal=False, missing_ok=True)
         elif isinstance(previous, Symlink):
