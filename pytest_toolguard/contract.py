@@ -59,6 +59,10 @@ class ErrorCode(str, enum.Enum):
     """The handler raised; the message names the exception type."""
     OUTPUT_INVALID = "OUTPUT_INVALID"
     """The handler's output broke the tool's output schema: a tool bug."""
+    ROLLBACK_CONFLICT = "ROLLBACK_CONFLICT"
+    """A rollback was refused: a file the call changed is no longer what the
+    call left (a later call, session or process wrote, deleted or replaced
+    it). Nothing was restored; the result's data lists the paths."""
 
     @property
     def retryable(self) -> bool:

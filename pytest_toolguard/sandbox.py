@@ -60,6 +60,18 @@ Locations: one resolution from the check to the act
     following links. Paths a view was not given locations for are resolved
     as usual.
 
+Rollback: undoing a journaled change
+    A journaled view tells ``on_change`` what an entry held before a write
+    or delete, and ``on_leave`` what the change will leave (``Leaves``: the
+    size and SHA-256 of the bytes written, or None). ``undo`` puts the
+    previous state back through the same cursor, following no symbolic link
+    at all (the journal records the canonical path, so every directory on
+    it was real when the change was made: a link met now was planted since,
+    ``ForbiddenPath``), and only while the entry still is what the change
+    left, judged through the descriptor it opened and checked once more by
+    name right before the act (``RollbackConflict`` otherwise). An entry
+    already back to what it held before is left alone.
+
 Hard links and special files
     A regular file with more than one hard link may be a link to a file
     outside the root: reading, overwriting or deleting it raises
@@ -109,6 +121,12 @@ What a Workspace does not guarantee
     - It does not stop crossing mount points or bind mounts beneath the
       root, and ``resolve``, ``exists`` and ``size`` answer for the moment
       they ran: another process may change the tree right after.
+    - ``undo`` does not lock out other writers: one that renames over the
+      entry, or writes into the same inode, in the few system calls between
+      its last check and its rename or unlink is not detected (POSIX has no
+      compare-and-swap of a directory entry). A directory renamed away after
+      ``undo`` opened it still receives the undo, as for any operation.
+      Permission bits are not part of what it compares.
     - The change journal (``on_change``) records a regular file's content
       or a symlink's target (``Symlink``, recreated as a link by
       ``restore``), not owners or timestamps; a file over ``keep_at_most``
@@ -123,7 +141,9 @@ What a Workspace does not guarantee
 from __future__ import annotations
 
 import contextlib
+import enum
 import errno
+import hashlib
 import os
 import re
 import secrets
@@ -143,20 +163,26 @@ from .errors import ToolguardError
 __all__ = [
     "DEFAULT_FORBIDDEN_NAMES",
     "DEFAULT_KEEP_AT_MOST",
+    "UNRECORDED",
     "MAX_SYMLINK_EXPANSIONS",
     "TEMP_PREFIX",
     "Entry",
+    "Fingerprint",
     "ForbiddenPath",
     "InvalidPath",
+    "Leaves",
     "LimitExceeded",
     "Location",
     "OnAccess",
     "OnChange",
+    "OnLeave",
     "PathOutsideWorkspace",
     "Previous",
+    "RollbackConflict",
     "SandboxError",
     "Symlink",
     "Unkept",
+    "Unrecorded",
     "show_path",
     "Workspace",
 ]
@@ -182,6 +208,35 @@ Previous: TypeAlias = bytes | Symlink | Unkept | None
 symbolic link (restored as a link), a file too large to keep (``Unkept``),
 or None (nothing was there)."""
 
+
+@dataclass(frozen=True, slots=True)
+class Fingerprint:
+    """What a write left at a path, as a rollback checks it is still there:
+    the size and SHA-256 (hex) of the bytes written."""
+
+    size: int
+    sha256: str
+
+    @classmethod
+    def of(cls, data: bytes | bytearray | memoryview) -> Fingerprint:
+        return cls(len(data), hashlib.sha256(data).hexdigest())
+
+
+Leaves: TypeAlias = Fingerprint | None
+"""What a write or delete leaves at a path: the fingerprint of the bytes
+written, or None (nothing: the entry was deleted)."""
+
+
+class Unrecorded(enum.Enum):
+    """What a change left, when the journal was never told (a view made
+    without ``on_leave``): ``undo`` then cannot tell a later change from the
+    call's own, and restores without that check."""
+
+    UNRECORDED = "unrecorded"
+
+
+UNRECORDED = Unrecorded.UNRECORDED
+
 DEFAULT_KEEP_AT_MOST = 16 * 1024 * 1024
 """Bytes of a replaced or deleted file a journaled view keeps, at most."""
 
@@ -192,6 +247,10 @@ final entry itself (never following nor replacing a link there)."""
 OnChange: TypeAlias = Callable[[str, Previous], None]
 """Called as ``on_change(relative_path, previous)`` before a write or delete
 replaces ``relative_path``; see ``Previous``."""
+
+OnLeave: TypeAlias = Callable[[str, Leaves], None]
+"""Called as ``on_leave(relative_path, leaves)`` right after ``on_change``,
+still before the change: what the write or delete will leave there."""
 
 OnAccess: TypeAlias = Callable[[str], None]
 """``on_access(path)``: a path as a handler gave it to a read, a listing,
@@ -286,6 +345,38 @@ class LimitExceeded(SandboxError):
     restore was asked for a file too large to have been kept (``Unkept``)."""
 
     code = ErrorCode.LIMIT_EXCEEDED
+
+
+class RollbackConflict(SandboxError):
+    """A rollback met a path that is no longer what the call left: a later
+    write, delete or rename over it (by another call, session or process).
+    ``conflicts`` lists every such path; ``restored`` those already put
+    back before the conflict was met (empty unless the workspace changed
+    while the rollback ran)."""
+
+    code = ErrorCode.ROLLBACK_CONFLICT
+
+    def __init__(
+        self,
+        message: str,
+        path: str,
+        *,
+        quoted: tuple[str, ...] = (),
+        conflicts: tuple[str, ...] = (),
+        restored: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(message, path, quoted=quoted)
+        self.conflicts = conflicts or (path,)
+        self.restored = restored
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_conflict, (str(self), self.path, self.conflicts, self.restored))
+
+
+def _rebuild_conflict(
+    message: str, path: str, conflicts: tuple[str, ...], restored: tuple[str, ...]
+) -> RollbackConflict:
+    return RollbackConflict(message, path, conflicts=conflicts, restored=restored)
 
 
 class CallCancelled(SandboxError):
@@ -455,6 +546,7 @@ class _Cursor:
         missing_ok: bool = False,
         base: tuple[str, ...] = (),
         follow_links: bool = True,
+        changed: str = "while the call ran",
     ):
         self._root_fd = root_fd  # where the walk starts: the root, or a Location's directory
         self._rules = rules
@@ -462,6 +554,7 @@ class _Cursor:
         self._missing_ok = missing_ok
         self._base = list(base)  # names from the root to root_fd, for rel()
         self._follow_links = follow_links
+        self._changed = changed  # when a link met without following was planted
         self._fds: list[int] = []
         self._names: list[str] = []
         self._expansions = 0
@@ -550,11 +643,13 @@ class _Cursor:
         return parts[-1]
 
     def _refuse_if_pinned(self, name: str) -> None:
-        """Past a ``Location``, what the policy judged is reached without a
-        second resolution: a symlink met there was swapped in since."""
+        """Past a ``Location`` (or on a rollback's path, made of the real
+        directories a change went through), what was judged is reached
+        without a second resolution: a symlink met there was swapped in
+        since, wherever it points."""
         if not self._follow_links:
             raise ForbiddenPath(
-                f"path {_show(self._path)} changed while the call ran: "
+                f"path {_show(self._path)} changed {self._changed}: "
                 f"{_show(self.rel(name))} is now a symbolic link",
                 self._path,
                 quoted=(self.rel(name),),
@@ -620,6 +715,7 @@ class _Cursor:
             if exc.errno in (errno.EINVAL, errno.ENOENT):
                 return None
             raise
+        self._refuse_if_pinned(name)  # before its target is judged: one code for any link
         link = self.rel(name)
         self._last_link = link
         if not target or _is_absolute(target):
@@ -707,6 +803,182 @@ def _refuse_final_link(cursor: _Cursor, name: str, path: str) -> NoReturn:
     )
 
 
+class _Found:
+    """What ``undo`` finds at a journaled name, looked at without following
+    a link: nothing, a symbolic link (its target), or an entry held open by
+    its descriptor (``st`` its ``fstat``; the lstat of what could not be
+    opened). A regular file's content is judged through that descriptor."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        fd: int | None = None,
+        st: os.stat_result | None = None,
+        link: str | None = None,
+    ) -> None:
+        self.path = path  # as recorded, for messages
+        self.fd = fd
+        self.st = st
+        self.link = link
+        self._digest: str | None = None
+
+    @classmethod
+    def look(cls, cursor: _Cursor, name: str, path: str) -> _Found:
+        """The entry ``name`` in the cursor's directory. Only a regular file
+        is opened (a device or FIFO never is), and kept only if the
+        descriptor is the file the ``lstat`` saw."""
+        if cursor.virtual:
+            return cls(path)
+        for _ in range(3):
+            try:
+                st = os.stat(name, dir_fd=cursor.fd, follow_symlinks=False)
+            except FileNotFoundError:
+                return cls(path)
+            if stat.S_ISLNK(st.st_mode):
+                try:
+                    return cls(path, link=os.readlink(name, dir_fd=cursor.fd))
+                except OSError as exc:
+                    if exc.errno not in (errno.ENOENT, errno.EINVAL):
+                        raise
+                    continue  # no longer a link: look again
+            if not stat.S_ISREG(st.st_mode):
+                return cls(path, st=st)
+            try:
+                fd = os.open(name, _READ_FLAGS, dir_fd=cursor.fd)
+            except OSError as exc:
+                if exc.errno in (errno.ENOENT, errno.ELOOP):
+                    continue  # swapped meanwhile: look again
+                if exc.errno in (errno.EACCES, errno.EPERM):
+                    return cls(path, st=st)  # unreadable: it cannot be judged
+                raise
+            try:
+                opened = os.fstat(fd)
+            except BaseException:
+                os.close(fd)
+                raise
+            if (opened.st_dev, opened.st_ino) == (st.st_dev, st.st_ino):
+                return cls(path, fd=fd, st=opened)
+            os.close(fd)
+        raise RollbackConflict(
+            f"rollback conflict: path {_show(path)} kept changing while the rollback looked at it",
+            path,
+        )
+
+    def __enter__(self) -> _Found:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    @property
+    def absent(self) -> bool:
+        return self.st is None and self.link is None
+
+    @property
+    def regular(self) -> bool:
+        return self.fd is not None and self.st is not None and stat.S_ISREG(self.st.st_mode)
+
+    @property
+    def mode(self) -> int | None:
+        """Permission bits a restored file keeps (None: a new file's)."""
+        return self.st.st_mode & 0o777 if self.regular and self.st is not None else None
+
+    def holds(self, state: Previous | Fingerprint) -> bool:
+        """Whether the entry is ``state``: absent for None, the same link
+        target, or a regular file of the same size and SHA-256."""
+        if state is None:
+            return self.absent
+        if isinstance(state, Symlink):
+            return self.link == state.target
+        if isinstance(state, Unkept) or not self.regular or self.st is None:
+            return False
+        size = state.size if isinstance(state, Fingerprint) else len(state)
+        if self.st.st_size != size:
+            return False
+        want = state if isinstance(state, Fingerprint) else Fingerprint.of(state)
+        return self._sha256() == want.sha256
+
+    def _sha256(self) -> str:
+        if self._digest is None:
+            assert self.fd is not None and self.st is not None
+            digest, total = hashlib.sha256(), 0
+            while chunk := os.read(self.fd, _READ_CHUNK):
+                digest.update(chunk)
+                total += len(chunk)
+            if total != self.st.st_size or _modified(os.fstat(self.fd), self.st):
+                raise self._changed_meanwhile()
+            self._digest = digest.hexdigest()
+        return self._digest
+
+    def conflict(self) -> SandboxError:
+        """The refusal for an entry that is neither what the change left nor
+        what was there before it."""
+        if self.link is not None:
+            return ForbiddenPath(
+                f"path {_show(self.path)} changed since the call: it is now a symbolic link, "
+                "which a rollback neither follows nor replaces",
+                self.path,
+            )
+        if self.absent:
+            now = "missing"
+        elif self.st is not None and stat.S_ISDIR(self.st.st_mode):
+            now = "a directory"
+        elif self.st is not None and stat.S_ISREG(self.st.st_mode) and self.fd is None:
+            now = "unreadable"
+        elif not self.regular:
+            now = "not a regular file"
+        else:
+            now = "holding other content"
+        return RollbackConflict(
+            f"rollback conflict: path {_show(self.path)} is no longer what the call left "
+            f"(it is now {now}); restoring it would destroy a later change",
+            self.path,
+        )
+
+    def refuse_unless_still_there(self, dir_fd: int, name: str) -> None:
+        """Right before the act: the name still holds the entry judged, and
+        a regular file judged was not modified since (a writer that renamed
+        over it, deleted it or wrote into it meanwhile is not overwritten)."""
+        try:
+            now: os.stat_result | None = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            now = None
+        if self.link is not None:
+            return  # only with unrecorded leaves: replaced, as restore does
+        if self.st is None:  # absent when judged
+            if now is not None:
+                raise self._changed_meanwhile()
+            return
+        if (
+            now is None
+            or (now.st_dev, now.st_ino) != (self.st.st_dev, self.st.st_ino)
+            or (self.fd is not None and _modified(os.fstat(self.fd), self.st))
+        ):
+            raise self._changed_meanwhile()
+        if stat.S_ISDIR(self.st.st_mode):
+            raise _is_a_directory(self.path)
+        if not self.regular:
+            raise ForbiddenPath(f"path {_show(self.path)} is not a regular file", self.path)
+
+    def _changed_meanwhile(self) -> RollbackConflict:
+        return RollbackConflict(
+            f"rollback conflict: path {_show(self.path)} changed while the rollback ran",
+            self.path,
+        )
+
+
+def _modified(now: os.stat_result, then: os.stat_result) -> bool:
+    """Whether an open file's ``fstat`` shows a write (or chmod) since ``then``."""
+    return (now.st_size, now.st_mtime_ns, now.st_ctime_ns) != (
+        then.st_size,
+        then.st_mtime_ns,
+        then.st_ctime_ns,
+    )
+
+
 # --------------------------------------------------------------------------- the workspace
 
 
@@ -743,6 +1015,7 @@ class Workspace:
             allow_hardlinks=allow_hardlinks,
         )
         self._on_change = on_change
+        self._on_leave: OnLeave | None = None
         self._keep_at_most = DEFAULT_KEEP_AT_MOST
         self._pins: dict[tuple[str, AccessMode], Location] = {}
         self._on_access: OnAccess | None = None
@@ -783,6 +1056,7 @@ class Workspace:
         locations: Iterable[Location] = (),
         on_access: OnAccess | None = None,
         temp_tag: str = "",
+        on_leave: OnLeave | None = None,
     ) -> Workspace:
         """A view of the same root (same descriptor, same rules) whose writes
         and deletes first call ``on_change(relative_path, previous)``.
@@ -800,7 +1074,10 @@ class Workspace:
         walked (what a recorder keeps). ``temp_tag`` (hex, from
         ``pytest_toolguard.lease.call_tag``) goes into the names of the
         view's temporary files, so that ``remove_temporaries`` can find those
-        of one call. Closing the view does not close the root."""
+        of one call. ``on_leave(relative_path, leaves)`` hears, right after
+        ``on_change``, what the change will leave (``Leaves``): what ``undo``
+        checks is still there before it puts ``previous`` back. Closing the
+        view does not close the root."""
         if temp_tag and not all(c in "0123456789abcdef" for c in temp_tag):
             raise ValueError(f"temp_tag must be lowercase hex, got {temp_tag!r}")
         view = object.__new__(Workspace)
@@ -811,6 +1088,7 @@ class Workspace:
             else _Rules(forbidden=self._rules.forbidden, allow_hardlinks=allow_hardlinks)
         )
         view._on_change = on_change
+        view._on_leave = on_leave
         view._keep_at_most = keep_at_most
         view._pins = {(location.path, location.mode): location for location in locations}
         view._on_access = on_access
@@ -1006,8 +1284,9 @@ class Workspace:
         """Put back what a journal recorded: write ``previous``'s bytes,
         recreate its symbolic link, or remove the entry when it is None
         (already absent is fine). Whatever entry is there now (a file or a
-        link) is replaced. ``on_change`` is not called. Raises as
-        ``write_bytes``/``delete`` do."""
+        link) is replaced, and links on the way are followed as by
+        ``write_bytes``: a rollback uses ``undo``, which checks both.
+        ``on_change`` is not called. Raises as ``write_bytes``/``delete`` do."""
         if previous is None:
             self._delete(path, journal=False, missing_ok=True)
         elif isinstance(previous, Symlink):
@@ -1020,6 +1299,67 @@ class Workspace:
             )
         else:
             self._write(path, previous, make_parents=True, journal=False)
+
+    def undo(
+        self,
+        path: str,
+        previous: Previous,
+        leaves: Leaves | Unrecorded,
+        *,
+        check_only: bool = False,
+    ) -> bool:
+        """Undo one journaled change: put ``previous`` back at ``path`` (the
+        relative path the journal recorded, links already resolved) when the
+        entry still is what the change left (``leaves``). Returns True when
+        the entry was changed (with ``check_only``: would be; nothing is
+        touched then), False when it already holds ``previous`` (left alone).
+
+        No symbolic link is followed, from the root on: the directories of a
+        recorded path were real ones when the change was made, so a link met
+        now was planted since, wherever it points (``ForbiddenPath``,
+        "changed since the call"), and a link in the entry's place is neither
+        followed nor replaced (``ForbiddenPath``). The entry is judged through
+        the descriptor it is opened by (size and SHA-256 against ``leaves``),
+        and right before the act the name must still hold that very file,
+        unmodified. A missing directory is made again without following a
+        link. Raises ``RollbackConflict`` when the entry is neither what the
+        change left nor ``previous`` (a later write, delete or rename over it,
+        a directory or special file there), ``LimitExceeded`` for ``Unkept``.
+        With ``UNRECORDED`` leaves there is no such check: the entry, a link
+        included, is replaced as ``restore`` would.
+        """
+        if isinstance(previous, Unkept):
+            raise LimitExceeded(
+                f"path {_show(path)} held {previous.size} bytes, more than the journal "
+                "kept: it cannot be restored",
+                path,
+            )
+        parts = _split(path, self._rules)
+        if not parts or parts[-1] == "..":
+            raise _is_a_directory(path)
+        name = parts[-1]
+        for create in (False, True):
+            since = "since the call"
+            with self._cursor(path, missing_ok=not create, planted_since=since) as cursor:
+                cursor.enter(parts[:-1], create=create)
+                with _Found.look(cursor, name, path) as found:
+                    if found.holds(previous):
+                        return False
+                    if leaves is not UNRECORDED and not found.holds(leaves):
+                        raise found.conflict()
+                    if check_only:
+                        return True
+                    if cursor.virtual:
+                        continue  # make the missing directories, then judge again
+                    found.refuse_unless_still_there(cursor.fd, name)
+                    if previous is None:
+                        os.unlink(name, dir_fd=cursor.fd)
+                    elif isinstance(previous, Symlink):
+                        _link_atomically(cursor.fd, name, previous.target, self._temp_tag)
+                    else:
+                        _replace_atomically(cursor.fd, name, previous, found.mode, self._temp_tag)
+                    return True
+        raise AssertionError("unreachable: the second pass met no missing directory")
 
     # ----------------------------------------------------------------- listing
 
@@ -1115,11 +1455,27 @@ class Workspace:
 
     @contextmanager
     def _cursor(
-        self, path: str, *, missing_ok: bool = False, at: Location | None = None
+        self,
+        path: str,
+        *,
+        missing_ok: bool = False,
+        at: Location | None = None,
+        planted_since: str | None = None,
     ) -> Iterator[_Cursor]:
         """A cursor at the root, or at a ``Location``'s directory (then no
-        symlink is followed: one met there was swapped in since)."""
-        if at is None:
+        symlink is followed: one met there was swapped in since). With
+        ``planted_since`` (what the path was last checked by), no symlink is
+        followed from the root either."""
+        if planted_since is not None:
+            cursor = _Cursor(
+                self._root_fd(),
+                self._rules,
+                path,
+                missing_ok=missing_ok,
+                follow_links=False,
+                changed=planted_since,
+            )
+        elif at is None:
             cursor = _Cursor(self._root_fd(), self._rules, path, missing_ok=missing_ok)
         else:
             self._root_fd()  # a closed workspace refuses its views' pins too
@@ -1292,6 +1648,8 @@ class Workspace:
                 _refuse_final_link(cursor, name, path)
             if notify is not None:
                 notify(cursor.rel(name), previous)
+                if self._on_leave is not None:
+                    self._on_leave(cursor.rel(name), Fingerprint.of(data))
             _replace_atomically(cursor.fd, name, data, mode, self._temp_tag)
             return previous is None
 
@@ -1303,15 +1661,7 @@ class Workspace:
                 st = os.stat(name, dir_fd=cursor.fd, follow_symlinks=False)
                 if stat.S_ISDIR(st.st_mode):
                     raise _is_a_directory(path)
-            temp = _temp_name(self._temp_tag)
-            os.symlink(target, temp, dir_fd=cursor.fd)
-            try:
-                os.rename(temp, name, src_dir_fd=cursor.fd, dst_dir_fd=cursor.fd)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(temp, dir_fd=cursor.fd)
-                raise
-            os.fsync(cursor.fd)
+            _link_atomically(cursor.fd, name, target, self._temp_tag)
 
     def _delete(self, path: str, *, journal: bool, missing_ok: bool) -> None:
         notify = self._on_change if journal else None
@@ -1328,6 +1678,8 @@ class Workspace:
                 previous, _ = self._previous(cursor.fd, name, path, want_content=notify is not None)
                 if notify is not None:
                     notify(cursor.rel(name), previous)
+                    if self._on_leave is not None:
+                        self._on_leave(cursor.rel(name), None)
                 os.unlink(name, dir_fd=cursor.fd)
         except FileNotFoundError:
             if not missing_ok:
@@ -1457,6 +1809,20 @@ def _temp_name(tag: str) -> str:
     """A new temporary file name, carrying the call's tag when there is one."""
     random = secrets.token_hex(8)
     return f"{TEMP_PREFIX}{tag}-{random}" if tag else TEMP_PREFIX + random
+
+
+def _link_atomically(dir_fd: int, name: str, target: str, tag: str = "") -> None:
+    """Make ``name`` in ``dir_fd`` a symbolic link to ``target``, replacing
+    what is there in one rename."""
+    temp = _temp_name(tag)
+    os.symlink(target, temp, dir_fd=dir_fd)
+    try:
+        os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp, dir_fd=dir_fd)
+        raise
+    os.fsync(dir_fd)
 
 
 def _replace_atomically(

@@ -52,12 +52,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Generic, Literal, TypeVar, overload
 
 from ..audit import AuditStore, SQLiteAuditStore
 from ..audit_stores import open_audit_store
-from ..capabilities import Capabilities, Risk
+from ..capabilities import Capabilities, Risk, under_root
 from ..contract import CallState, ErrorCode, ToolCall, ToolResult
 from ..hooks import PostToolUse, PreToolUse
 from ..isolation import IsolationMode, make_isolation
@@ -65,7 +66,7 @@ from ..recovery import Recovery, recover_calls
 from ..redaction import Redactor
 from ..registry import ToolRegistry
 from ..rollback import ChangeJournal
-from ..sandbox import LimitExceeded, SandboxError, Workspace
+from ..sandbox import RollbackConflict, SandboxError, Workspace
 from .admission import Admission
 from .attempt import Attempt, Refusal, Running, bad_request
 from .audit_log import AuditLog
@@ -363,36 +364,54 @@ class ToolRuntime:
     def rollback(self, call_id: str, *, actor: str = "toolguard") -> ToolResult:
         """Restore every file the call changed to what it held before the
         call, and record the rollback as its own audit row (tool
-        ``toolguard.rollback``, ``replay_of`` = the call). INVALID_REQUEST
-        when the runtime kept no changes for that call."""
+        ``toolguard.rollback``, ``replay_of`` = the call).
+
+        It acts only on the paths the call changed, inside the session's
+        write roots, without following a symbolic link, and only where each
+        is still what the call left (checked for every path before any is
+        restored; a path already back to what it held before is left alone).
+        Answers INVALID_REQUEST when the runtime kept no changes for that
+        call; PERMISSION_DENIED when one is outside the write roots;
+        FORBIDDEN_PATH when a symbolic link was planted on one;
+        ROLLBACK_CONFLICT when one is no longer what the call left (a later
+        call, session or process changed it: ``data["conflicts"]`` names
+        them, ``data["restored"]`` what was restored before a change met
+        while the rollback ran, usually nothing); LIMIT_EXCEEDED for a file
+        too large to have been kept. A refused rollback restores nothing
+        else, and the call's changes stay in the journal (those restored
+        excepted), so it can be asked again."""
         settings = self._settings
         attempt = self._admission.receive(
             ToolCall(call_id=f"rollback-{call_id}", tool_name="toolguard.rollback", actor=actor)
         )
         attempt.replay_of = call_id
+        roots = settings.capabilities.write_roots
+        outside = [
+            change.path
+            for change in self.journal.changes(call_id)
+            if not any(under_root(change.path, root) for root in roots)
+        ]
         try:
+            if outside:
+                return self._refuse_rollback(
+                    attempt,
+                    ErrorCode.PERMISSION_DENIED,
+                    f"{outside[0]!r} is outside the write roots ({', '.join(roots) or 'none'}): "
+                    "nothing was restored",
+                )
             changes = self.journal.rollback(call_id, settings.workspace)
         except KeyError:
-            return self._log.refuse(
-                attempt,
-                Refusal(
-                    ErrorCode.INVALID_REQUEST,
-                    f"no changes recorded for call {call_id}",
-                    "runtime.rollback",
-                    CallState.FAILED,
-                ),
+            return self._refuse_rollback(
+                attempt, ErrorCode.INVALID_REQUEST, f"no changes recorded for call {call_id}"
             )
         except (SandboxError, OSError) as exc:
             detail = settings.scrub(describe(exc, settings.redactor.redact_text))
-            return self._log.refuse(
-                attempt,
-                Refusal(
-                    exc.code if isinstance(exc, LimitExceeded) else ErrorCode.EXECUTION_ERROR,
-                    f"rollback failed: {detail}",
-                    "runtime.rollback",
-                    CallState.FAILED,
-                ),
-            )
+            if not isinstance(exc, SandboxError):
+                return self._refuse_rollback(attempt, ErrorCode.EXECUTION_ERROR, detail)
+            data = None
+            if isinstance(exc, RollbackConflict):
+                data = {"conflicts": list(exc.conflicts), "restored": list(exc.restored)}
+            return self._refuse_rollback(attempt, exc.code, detail, data)
         attempt.decision, attempt.rule = "allow", "runtime.rollback"
         attempt.reason = f"restored {len(changes)} path(s) changed by {call_id}"
         result = ToolResult(
@@ -408,6 +427,20 @@ class ToolRuntime:
             duration_ms=attempt.elapsed_ms(),
             state=CallState.SUCCEEDED,
         )
+        self._log.write_row(attempt, result)
+        return result
+
+    def _refuse_rollback(
+        self, attempt: Attempt, code: ErrorCode, detail: str, data: object = None
+    ) -> ToolResult:
+        """The failed answer of a rollback, its row written; ``data`` (the
+        paths of a conflict) rides on the result."""
+        result = failure(
+            self._settings, attempt, code, f"rollback refused: {detail}", CallState.FAILED
+        )
+        if data is not None:
+            result = replace(result, data=data)
+        attempt.rule, attempt.reason = "runtime.rollback", result.message
         self._log.write_row(attempt, result)
         return result
 

@@ -30,7 +30,7 @@ from ..isolation import ChildLog, CoroutineRunner, HandlerTimeout, Isolation, Th
 from ..policy import PolicyDecision
 from ..registry import ToolSpec
 from ..rollback import ChangeJournal
-from ..sandbox import CallCancelled, Previous, SandboxError, show_path
+from ..sandbox import CallCancelled, Leaves, Previous, SandboxError, show_path
 from .attempt import Attempt, Running
 from .inline import Cancellation, TimerBusy, run_inline, usable
 from .messages import describe, first_line
@@ -187,8 +187,11 @@ class HandlerRun:
         """Record what a process child sent before each change, however it
         ended (killed at its deadline included)."""
         if self.child_log is not None:
-            for path, previous in self.child_log.receive():
-                journal.record(call_id, path, previous)
+            for kind, path, state in self.child_log.receive():
+                if kind == "previous":
+                    journal.record(call_id, path, state)
+                else:
+                    journal.leave(call_id, path, state)
             self.child_log.close()
 
     def deadline_passed(self) -> None:
@@ -251,9 +254,16 @@ class Invocation:
             if begin is not None:
                 begin()
             if child_log is not None:
-                child_log.send((path, previous))
+                child_log.send(("previous", path, previous))
             else:
                 journal.record(call_id, path, previous)
+
+        def on_leave(path: str, leaves: Leaves) -> None:
+            # What rollback checks is still there, so it never undoes later work.
+            if child_log is not None:
+                child_log.send(("leaves", path, leaves))
+            else:
+                journal.leave(call_id, path, leaves)
 
         # Paths the handler asks about, for watch_files (travelling back from
         # a child process like the journal entries).
@@ -272,6 +282,7 @@ class Invocation:
                 locations=attempt.policy.locations if attempt.policy is not None else (),
                 on_access=None if accessed is None else accessed.append,
                 temp_tag=running.temp_tag,
+                on_leave=on_leave,
             ),
             capabilities=settings.capabilities,
             variables=settings.variables,

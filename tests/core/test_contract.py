@@ -31,6 +31,7 @@ def test_error_code_set_is_the_documented_one():
         "TIMEOUT",
         "EXECUTION_ERROR",
         "OUTPUT_INVALID",
+        "ROLLBACK_CONFLICT",
     }
 
 

@@ -76,3 +76,58 @@ def test_the_journal_forgets_the_oldest_calls_past_its_budget(tmp_path):
     journal.record("new", "b.txt", b"789012")
     assert journal.changes("old") == []
     assert [c.path for c in journal.changes("new")] == ["b.txt"]
+
+
+def test_a_journal_told_only_the_previous_state_restores_but_follows_no_link(tmp_path):
+    """Without ``on_leave`` the rollback cannot check for later work, but it
+    still walks the recorded path without following a planted link."""
+    import os
+
+    import pytest
+
+    from pytest_toolguard.rollback import ChangeJournal
+    from pytest_toolguard.sandbox import UNRECORDED, ForbiddenPath, Workspace
+
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "c.py").write_text("kept\n")
+    journal = ChangeJournal()
+    with Workspace(tmp_path) as ws:
+        ws.with_journal(lambda p, b: journal.record("A", p, b)).write_bytes("notes/c.py", b"x")
+        assert journal.changes("A")[0].leaves is UNRECORDED
+        os.rename(tmp_path / "notes", tmp_path / "notes.old")
+        os.symlink("src", tmp_path / "notes")
+        with pytest.raises(ForbiddenPath):
+            journal.rollback("A", ws)
+        assert (tmp_path / "src" / "c.py").read_text() == "kept\n"
+        os.unlink(tmp_path / "notes")
+        os.rename(tmp_path / "notes.old", tmp_path / "notes")
+        assert [c.path for c in journal.rollback("A", ws)] == ["notes/c.py"]
+    assert not (tmp_path / "notes" / "c.py").exists()
+
+
+def test_undo_check_only_touches_nothing(tmp_path):
+    from pytest_toolguard.sandbox import Fingerprint, Workspace
+
+    (tmp_path / "a.txt").write_text("by A")
+    with Workspace(tmp_path) as ws:
+        assert ws.undo("a.txt", None, Fingerprint.of(b"by A"), check_only=True)
+        assert ws.undo("gone/b.txt", b"old", None, check_only=True)
+        assert not ws.undo("a.txt", b"by A", Fingerprint.of(b"other"), check_only=True)
+    assert (tmp_path / "a.txt").read_text() == "by A"
+    assert not (tmp_path / "gone").exists()
+
+
+def test_a_rollback_conflict_keeps_its_paths_through_pickle():
+    import pickle
+
+    from pytest_toolguard.sandbox import RollbackConflict
+
+    conflict = RollbackConflict("m", "a", conflicts=("a", "b"), restored=("c",))
+    again = pickle.loads(pickle.dumps(conflict))
+    assert (again.path, again.conflicts, again.restored, again.code) == (
+        "a",
+        ("a", "b"),
+        ("c",),
+        ErrorCode.ROLLBACK_CONFLICT,
+    )
