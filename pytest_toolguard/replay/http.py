@@ -47,6 +47,27 @@ the handler swallowed the error. The driver says which interaction plays
 ``injected(answer)`` replaces what each matched request gets (the
 ``network_error`` and ``http_error`` faults: ``faults.network``).
 
+**Hosts, hop by hop.** The policy judges a tool's URL argument; the server
+may answer with a redirect, which the client follows with a request of its
+own. So every request vcrpy sees during a run, each redirect hop included,
+is judged as the argument was (``host_refusal``: ``hosts.parse_host``,
+``permits_host``) when the run is confined (``confinement``: a tool naming
+its host, or any network tool of a session listing network hosts): one to a
+host outside is refused before it is sent or served (``HostRefused``,
+PERMISSION_DENIED), and noted (``refused()``; in playback also
+``unmatched()``, so replay reports it). A redirect whose Location leads in
+another scheme to a host outside (``ftp://``, which urllib follows through
+ftplib, where no request is checked) is withheld from the client
+(``redirect_refusal``). A redirect to an HTTP(S) host outside that the
+client does not follow is left alone: nothing was sent. A request of no
+run's (another thread, while several handlers run) must keep to every
+running confined handler's hosts. Not covered: a client vcrpy does not
+patch, raw sockets, subprocesses; and aiohttp while recording, which
+follows redirects inside one patched call (its outside hops are refused
+and not kept, but only once they were sent). Ports are not judged: the
+allow-list names hosts. vcrpy writes an IPv6 host without brackets in the
+URLs of ``http.client``-based clients, which cannot be judged: refused.
+
 vcrpy reaches the exchanges through an in-memory persister and never reads
 or writes a file, so it works inside the fake filesystem; sessions import it
 and its stubs when they are made (before the fake filesystem starts).

@@ -16,6 +16,7 @@ counts the TCP connections it accepted: a refused hop opens none.
 from __future__ import annotations
 
 import json
+import threading
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -301,6 +302,35 @@ def test_a_tool_naming_no_host_is_confined_when_the_session_lists_hosts(
 
     assert hosts.evil.connections == 0
     assert result.code is ErrorCode.PERMISSION_DENIED
+
+
+def _fetch_on_a_thread(ctx: Any, url: str, client: str) -> dict[str, Any]:
+    """A handler whose request runs on a thread it started (no context
+    of the run's: it is told by being the only run)."""
+    outcome: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            outcome.update(_fetch(ctx, url, client))
+        except Exception as exc:  # noqa: BLE001 - reported in the result
+            outcome["error"] = type(exc).__name__
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    worker.join()
+    return outcome
+
+
+@pytest.mark.parametrize("client", sorted(CLIENTS))
+def test_a_hop_made_on_a_thread_the_handler_started_is_refused(
+    tmp_path: Path, hosts: Hosts, client: str
+) -> None:
+    spec = fetch_tool(_fetch_on_a_thread)
+    result, refused = record_one(tmp_path, spec, hop(hosts.a, hosts.evil.url()), client)
+
+    assert hosts.evil.connections == 0
+    assert result.data == {"error": "HostRefused"}
+    assert len(refused) == 1
 
 
 def test_a_tool_naming_no_host_in_a_session_listing_none_is_not_confined(
