@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 from pytest_toolguard import Capabilities, PathAccess, Risk, ToolRegistry, tool
 
@@ -154,3 +154,86 @@ def weather_server() -> Iterator[WeatherServer]:
         yield server
     finally:
         server.stop()
+
+
+class HopServer:
+    """A threaded HTTP server on ``host`` (a loopback address, a free
+    port) standing in for one machine: ``/hop?status=S&to=URL`` answers
+    ``S`` with ``Location: URL``; any other path answers 200 with JSON
+    naming the server and the path. ``connections`` counts every TCP
+    connection it accepted (a client that connected and sent nothing, or
+    spoke FTP or TLS, counts too); ``paths`` lists the requests it read."""
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.host = host
+        self.paths: list[str] = []
+        self.connections = 0
+        received = self.paths
+        counted = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                received.append(self.path)
+                query = parse_qs(urlsplit(self.path).query)
+                length = int(self.headers.get("Content-Length") or 0)
+                if length:
+                    self.rfile.read(length)
+                if self.path.startswith("/hop?"):
+                    self.send_response(int(query.get("status", ["302"])[0]))
+                    self.send_header("Location", query["to"][0])
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                body = json.dumps({"server": counted.name, "path": self.path}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_POST = do_GET  # noqa: N815 - http.server's name
+            do_PUT = do_GET  # noqa: N815
+
+            def log_message(self, *args: Any) -> None:
+                return None
+
+        class Server(ThreadingHTTPServer):
+            def verify_request(self, request: Any, client_address: Any) -> bool:
+                counted.connections += 1  # (one accept loop: no race)
+                return True
+
+        self._server = Server((host, 0), Handler)
+        self.port = self._server.server_address[1]
+        self.name = f"{host}:{self.port}"
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+
+    def url(self, path: str = "/final", *, host: str | None = None) -> str:
+        """``path`` on this server, reached through ``host`` (another name
+        of its address, such as ``localhost``) when given."""
+        return f"http://{host or self.host}:{self.port}{path}"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+
+def hop(server: HopServer, to: str, status: int = 302) -> str:
+    """The URL on ``server`` that redirects to ``to`` with ``status``."""
+    return server.url(f"/hop?status={status}&to={quote(to, safe='')}")
+
+
+@contextmanager
+def hop_servers(*hosts: str) -> Iterator[list[HopServer]]:
+    """One ``HopServer`` per host, stopped on exit."""
+    servers: list[HopServer] = []
+    try:
+        for host in hosts:
+            servers.append(HopServer(host))
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()

@@ -2,7 +2,10 @@
 faults, and the failures they inject into a recorded HTTP exchange
 (``HttpPlayback.injected``). Each failure is an ``Answer``: it gets vcrpy's
 request and the recorded response, and raises as the network would or
-returns the response to serve."""
+returns the response to serve. It answers only requests the playback let
+through: one to a host outside the session's network hosts is refused
+before any answer, and a redirect an answer serves is judged as a recorded
+one would be (``replay.http``: hosts, hop by hop)."""
 
 from __future__ import annotations
 

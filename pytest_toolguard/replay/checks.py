@@ -83,7 +83,8 @@ class ReplayChecks:
     def http_requests(
         self, interactions: Sequence[Interaction], unmatched: Sequence[UnmatchedRequest]
     ) -> None:
-        """A difference per HTTP request that no recorded exchange answered."""
+        """A difference per HTTP request that no recorded exchange answered
+        or that was refused for its host."""
         self.checks += 1
         for request in unmatched:
             index = request.interaction
@@ -96,7 +97,7 @@ class ReplayChecks:
                 where,
                 "http request",
                 "none recorded",
-                f"{request.method} {request.uri} (no recorded exchange; not sent)",
+                f"{request.method} {request.uri} ({request.why})",
             )
 
     def compare(self, where: str, name: str, recorded: Any, replayed: Any) -> None:

@@ -47,6 +47,27 @@ the handler swallowed the error. The driver says which interaction plays
 ``injected(answer)`` replaces what each matched request gets (the
 ``network_error`` and ``http_error`` faults: ``faults.network``).
 
+**Hosts, hop by hop.** The policy judges a tool's URL argument; the server
+may answer with a redirect, which the client follows with a request of its
+own. So every request vcrpy sees during a run, each redirect hop included,
+is judged as the argument was (``host_refusal``: ``hosts.parse_host``,
+``permits_host``) when the run is confined (``confinement``: a tool naming
+its host, or any network tool of a session listing network hosts): one to a
+host outside is refused before it is sent or served (``HostRefused``,
+PERMISSION_DENIED), and noted (``refused()``; in playback also
+``unmatched()``, so replay reports it). A redirect whose Location leads in
+another scheme to a host outside (``ftp://``, which urllib follows through
+ftplib, where no request is checked) is withheld from the client
+(``redirect_refusal``). A redirect to an HTTP(S) host outside that the
+client does not follow is left alone: nothing was sent. A request of no
+run's (another thread, while several handlers run) must keep to every
+running confined handler's hosts. Not covered: a client vcrpy does not
+patch, raw sockets, subprocesses; and aiohttp while recording, which
+follows redirects inside one patched call (its outside hops are refused
+and not kept, but only once they were sent). Ports are not judged: the
+allow-list names hosts. vcrpy writes an IPv6 host without brackets in the
+URLs of ``http.client``-based clients, which cannot be judged: refused.
+
 vcrpy reaches the exchanges through an in-memory persister and never reads
 or writes a file, so it works inside the fake filesystem; sessions import it
 and its stubs when they are made (before the fake filesystem starts).
@@ -63,11 +84,16 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urljoin, urlsplit
 
+from ..capabilities import Capabilities
+from ..contract import ErrorCode
 from ..errors import ToolguardError
+from ..hosts import AmbiguousHost, parse_host
 from ..redaction import Redactor
 from ..registry import ToolRegistry, ToolSpec
 from ..runtime.inline import call_tool_code
+from ..sandbox import SandboxError
 from .cassette import Cassette, HttpExchange, Interaction
 from .http_exchange import exchange_of, redact_request, redact_response, vcr_exchange
 
@@ -97,10 +123,91 @@ class HttpConflict(ToolguardError, RuntimeError):
     """Another session is recording or serving HTTP in this process."""
 
 
+class HostRefused(SandboxError):
+    """An HTTP request of a confined handler (see ``confinement``) to a
+    host outside the session's network hosts, refused before it was sent
+    (or served); or a redirect the client could follow where no request is
+    checked (``ftp://`` to such a host), refused before the client read it.
+
+    A sandbox refusal, so that a handler letting it through answers
+    PERMISSION_DENIED, whatever HTTP client it used; the message names the
+    host, never the URL."""
+
+    code = ErrorCode.PERMISSION_DENIED
+
+
+NOT_RECORDED = "no recorded exchange; not sent"
+"""Why an unmatched request was not answered (``UnmatchedRequest.why``)."""
+
+_HTTP_SCHEMES = ("http", "https")
+
+
 def reaches_network(spec: ToolSpec) -> bool:
     """Whether a tool's handler is recorded and served: external and
     dangerous tools."""
     return spec.risk.needs_approval
+
+
+def confinement(spec: ToolSpec, capabilities: Capabilities | None) -> Capabilities | None:
+    """The capabilities whose ``network_hosts`` every HTTP request of a run
+    of ``spec``'s handler must keep to, redirect hops included: the
+    session's, when it lists network hosts or when the tool names its host
+    (``network_host_argument``; no capabilities then means no host). None:
+    the run is not confined (a tool naming no host, in a session listing
+    none)."""
+    names_host = spec.network_host_argument is not None
+    if capabilities is None:
+        return Capabilities() if names_host else None
+    return capabilities if names_host or capabilities.network_hosts else None
+
+
+def host_refusal(url: str, capabilities: Capabilities) -> str | None:
+    """Why a request to ``url`` is refused under ``capabilities`` (judged
+    as the policy judges a host argument: ``hosts.parse_host`` and
+    ``permits_host``); None when it is allowed."""
+    try:
+        host = parse_host(url)
+    except AmbiguousHost as exc:
+        return f"its host is refused: {exc}"
+    if host is None:
+        return "it names no host"
+    if not capabilities.permits_host(host):
+        allowed = ", ".join(capabilities.network_hosts) or "none"
+        return f"host {host} is not among the allowed network hosts ({allowed})"
+    return None
+
+
+def redirect_refusal(url: str, response: dict[str, Any], capabilities: Capabilities) -> str | None:
+    """Why a redirect ``response`` to a request of ``url`` is refused: its
+    ``Location`` leads, in another scheme than HTTP(S), to a host
+    ``host_refusal`` refuses. urllib follows ``ftp://`` through ftplib,
+    where no request is checked; an HTTP(S) Location is left to the check
+    of the request that follows it, if any is made. None otherwise."""
+    status = response.get("status")
+    code = status.get("code") if isinstance(status, dict) else None
+    if not isinstance(code, int) or not 300 <= code < 400:
+        return None
+    headers = response.get("headers")
+    if not isinstance(headers, dict):
+        return None
+    for name, values in headers.items():
+        if str(name).lower() != "location":
+            continue
+        for location in values if isinstance(values, list | tuple) else [values]:
+            try:
+                target = urljoin(url, str(location))
+                parts = urlsplit(target)
+            except ValueError:
+                return "its redirect Location cannot be read"
+            if parts.scheme.lower() in _HTTP_SCHEMES or not parts.netloc:
+                continue
+            why = host_refusal(target, capabilities)
+            if why is not None:
+                return (
+                    f"its response redirects to {parts.scheme.lower()}://, "
+                    f"where {why}; the response was withheld"
+                )
+    return None
 
 
 # -- vcrpy, loaded once ------------------------------------------------------------
@@ -209,6 +316,8 @@ class _Run:
     session: _Session
     call_id: str
     redactor: Redactor
+    hosts: Capabilities | None = None
+    """What its requests must keep to (``confinement``); None: anywhere."""
     interaction: int | None = None
     exchanges: list[HttpExchange] = field(default_factory=list)
 
@@ -270,6 +379,10 @@ class _Session:
         self.closed = False
         self._active: list[_Run] = []
         self._active_lock = threading.Lock()
+        self._noted: list[UnmatchedRequest] = []
+        self._noted_ids: set[int] = set()
+        self._noted_requests: list[Any] = []
+        self._noted_lock = threading.Lock()
         self._cassette_class = _cassette_class(self)
 
     def registry(self, registry: ToolRegistry) -> ToolRegistry:
@@ -288,11 +401,17 @@ class _Session:
         handler = spec.handler
         redactor = spec.redactor or self.redactor
 
+        def begin(ctx: Any) -> _Run:
+            capabilities = getattr(ctx, "capabilities", None)
+            if not isinstance(capabilities, Capabilities):
+                capabilities = None
+            return self._begin(ctx, redactor, confinement(spec, capabilities))
+
         if inspect.iscoroutinefunction(handler):
 
             @functools.wraps(handler)
             async def run_async(ctx: Any, **arguments: Any) -> Any:
-                run = self._begin(ctx, redactor)
+                run = begin(ctx)
                 token = _RUN.set(run)
                 try:
                     return await handler(ctx, **arguments)
@@ -304,7 +423,7 @@ class _Session:
 
         @functools.wraps(handler)
         def run_sync(ctx: Any, **arguments: Any) -> Any:
-            run = self._begin(ctx, redactor)
+            run = begin(ctx)
             token = _RUN.set(run)
             ended = True
             try:
@@ -328,8 +447,8 @@ class _Session:
 
     # -- runs
 
-    def _begin(self, ctx: Any, redactor: Redactor) -> _Run:
-        run = _Run(self, str(getattr(ctx, "call_id", "")), redactor)
+    def _begin(self, ctx: Any, redactor: Redactor, hosts: Capabilities | None) -> _Run:
+        run = _Run(self, str(getattr(ctx, "call_id", "")), redactor, hosts)
         _WINDOW.enter(self)
         with self._active_lock:
             self._active.append(run)
@@ -352,6 +471,60 @@ class _Session:
     def _redactor_now(self) -> Redactor:
         run = self._run_now()
         return run.redactor if run is not None else self.redactor
+
+    def _judged_by(self) -> list[_Run]:
+        """The runs whose confinement a request being made must keep to:
+        its own run's, or, when it cannot be told, every running one's."""
+        run = self._run_now()
+        if run is not None:
+            return [run]
+        with self._active_lock:
+            return list(self._active)
+
+    def _interaction_now(self) -> int | None:
+        return None
+
+    # -- the hosts a request may reach
+
+    def refused(self) -> list[UnmatchedRequest]:
+        """Every request refused for its host (``HostRefused``), in order."""
+        with self._noted_lock:
+            return [request for request in self._noted if request.why != NOT_RECORDED]
+
+    def _check_request(self, request: Any) -> None:
+        """Raise ``HostRefused`` (and note it) if ``request`` goes to a host
+        a run it may belong to is confined away from."""
+        for run in self._judged_by():
+            if run.hosts is not None:
+                why = host_refusal(str(request.uri), run.hosts)
+                if why is not None:
+                    self._refuse(request, f"refused: {why}; not sent")
+
+    def _check_response(self, request: Any, response: dict[str, Any]) -> None:
+        """Raise ``HostRefused`` (and note it) if ``response`` redirects
+        where a client could follow with no request checked."""
+        for run in self._judged_by():
+            if run.hosts is not None:
+                why = redirect_refusal(str(request.uri), response, run.hosts)
+                if why is not None:
+                    self._refuse(request, f"refused: {why}")
+
+    def _refuse(self, request: Any, why: str) -> None:
+        uri = self._note(request, why)
+        raise HostRefused(f"HTTP request {why}", uri)
+
+    def _note(self, request: Any, why: str) -> str:
+        """Keep ``request`` (once: a client may ask twice about one
+        request) as unanswered for ``why``; its redacted URL."""
+        uri = self._redactor_now().redact_text(str(request.uri))
+        with self._noted_lock:
+            if id(request) not in self._noted_ids:
+                self._noted_ids.add(id(request))
+                self._noted_requests.append(request)  # keeps ids in _noted_ids unique
+                self._noted.append(
+                    UnmatchedRequest(self._interaction_now(), str(request.method), uri, why)
+                )
+        return uri
 
     # -- vcrpy
 
@@ -409,20 +582,30 @@ def _cassette_class(session: _Session) -> Any:
             if self.record_mode != record_all:  # loading what plays back
                 super().append(request, response)
                 return
+            # Checked before already, but for a client that follows
+            # redirects inside one patched call (aiohttp): not kept.
+            session._check_request(request)
             with append_lock:  # the exchange just appended is this one
                 count = len(self.data)
                 super().append(request, response)
                 if len(self.data) > count:
                     session._recorded(*self.data[-1])
+            session._check_response(request, response)
 
         def can_play_response_for(self, request: Any) -> bool:
+            # Every stub asks this before it sends or serves a request:
+            # each redirect hop is a request of its own.
+            session._check_request(request)
             playable = bool(super().can_play_response_for(request))
             if not playable and self.write_protected:
                 session._no_exchange(request)
             return playable
 
         def play_response(self, request: Any) -> Any:
-            return session._serve(request, super().play_response(request))
+            session._check_request(request)
+            response = session._serve(request, super().play_response(request))
+            session._check_response(request, response)
+            return response
 
     return ToolguardCassette
 
@@ -484,8 +667,8 @@ class HttpRecording(_Session):
                 del self._by_call[call_id]
             return run.exchanges
 
-    def _begin(self, ctx: Any, redactor: Redactor) -> _Run:
-        run = super()._begin(ctx, redactor)
+    def _begin(self, ctx: Any, redactor: Redactor, hosts: Capabilities | None) -> _Run:
+        run = super()._begin(ctx, redactor, hosts)
         with self._lock:
             self._by_call.setdefault(run.call_id, []).append(run)
         return run
@@ -498,12 +681,15 @@ class HttpRecording(_Session):
 
 @dataclass(frozen=True, slots=True)
 class UnmatchedRequest:
-    """A request made in playback that no recorded exchange answered."""
+    """A request made in playback that no recorded exchange answered, or
+    one refused for its host (``HostRefused``) in recording or playback."""
 
     interaction: int | None
     """The index of the interaction being played (None: outside any)."""
     method: str
     uri: str
+    why: str = NOT_RECORDED
+    """Why it was not answered, ending with what became of it."""
 
 
 class HttpPlayback(_Session):
@@ -555,15 +741,12 @@ class HttpPlayback(_Session):
         self.current: int | None = None
         """The interaction the next handler run plays (set by the driver)."""
         self._fault: Answer | None = None
-        self._unmatched: list[UnmatchedRequest] = []
-        self._seen: set[int] = set()
-        self._requests: list[Any] = []  # keeps ids in _seen unique
-        self._lock = threading.Lock()
 
     def unmatched(self) -> list[UnmatchedRequest]:
-        """Every request no recorded exchange answered, in order."""
-        with self._lock:
-            return list(self._unmatched)
+        """Every request no recorded exchange answered (none matched, or it
+        was refused for its host), in order."""
+        with self._noted_lock:
+            return list(self._noted)
 
     @contextmanager
     def injected(self, fault: Answer) -> Iterator[None]:
@@ -574,14 +757,17 @@ class HttpPlayback(_Session):
         finally:
             self._fault = None
 
-    def _begin(self, ctx: Any, redactor: Redactor) -> _Run:
-        run = super()._begin(ctx, redactor)
+    def _begin(self, ctx: Any, redactor: Redactor, hosts: Capabilities | None) -> _Run:
+        run = super()._begin(ctx, redactor, hosts)
         run.interaction = self.current
         return run
 
     def _playing(self) -> int | None:
         run = self._run_now()
         return run.interaction if run is not None else self.current
+
+    def _interaction_now(self) -> int | None:
+        return self._playing()
 
     def _match_on(self) -> tuple[str, ...]:
         return (*MATCH_ON, _INTERACTION_MATCHER)
@@ -604,18 +790,7 @@ class HttpPlayback(_Session):
         return requests, responses
 
     def _no_exchange(self, request: Any) -> None:
-        with self._lock:
-            if id(request) in self._seen:
-                return
-            self._seen.add(id(request))
-            self._requests.append(request)
-            self._unmatched.append(
-                UnmatchedRequest(
-                    self._playing(),
-                    str(request.method),
-                    self._redactor_now().redact_text(str(request.uri)),
-                )
-            )
+        self._note(request, NOT_RECORDED)
 
     def _serve(self, request: Any, response: dict[str, Any]) -> dict[str, Any]:
         fault = self._fault
