@@ -8,6 +8,7 @@ risk, its limits and which arguments are paths. The model only ever sees
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import re
 import string
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from .capabilities import Capabilities, Risk
+from .errors import ToolguardError
 from .schema import SchemaValidator
 from .signatures import schema_from_signature, with_dataclass_arguments
 
@@ -40,16 +42,166 @@ PATH_ARGUMENT = re.compile(
 try escapes in these when a tool does not declare them in ``paths``."""
 
 
+class PathValueError(ToolguardError, ValueError):
+    """A path template's field reached a value that is not a string (a
+    list, an object, a number, a boolean, null), or a ``[*]`` / ``.key`` step
+    met a value of the wrong kind. Such a value is never turned into a path:
+    its text (``"['../x']"``) says nothing about where a handler goes.
+
+    ``selector`` is the field as the template spells it, ``where`` the place
+    in the arguments that broke it (``files[2].file_path``), ``found`` the
+    JSON type found there. The message names no value."""
+
+    def __init__(self, selector: str, where: str, found: str, wanted: str) -> None:
+        self.selector, self.where, self.found = selector, where, found
+        super().__init__(
+            f"path template field {{{selector}}}: {where} is {found}, not {wanted}; "
+            "a path template names strings only (each element of an array with "
+            "[*], a field of an object with .name)"
+        )
+
+
+WILDCARD = "[*]"
+"""The template step that takes each element of an array: ``{paths[*]}``,
+``{files[*].file_path}``."""
+
+MAX_TEMPLATE_DEPTH = 8
+"""Steps a template field may take (``.key`` and ``[*]`` together)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Selector:
+    """One ``{...}`` field of a template: its argument (or variable) name,
+    then steps: a key (``.name``) or ``None`` for ``[*]``."""
+
+    text: str
+    name: str
+    steps: tuple[str | None, ...]
+
+    @property
+    def many(self) -> bool:
+        return None in self.steps
+
+
+_SELECTOR = re.compile(r"([^.\[\]]+)((?:\.[^.\[\]]+|\[\*\])*)")
+_STEP = re.compile(r"\.([^.\[\]]+)|\[\*\]")
+
+
+def _parse_selector(text: str, template: str) -> _Selector:
+    match = _SELECTOR.fullmatch(text)
+    if match is None:
+        raise ValueError(
+            f"path template {template!r}: field {{{text}}} is not NAME followed by "
+            "'.key' or '[*]' steps (an index such as [0] is not supported: use [*])"
+        )
+    steps = tuple(step.group(1) for step in _STEP.finditer(match.group(2)))
+    if len(steps) > MAX_TEMPLATE_DEPTH:
+        raise ValueError(
+            f"path template {template!r}: field {{{text}}} takes more than "
+            f"{MAX_TEMPLATE_DEPTH} steps"
+        )
+    return _Selector(text, match.group(1), steps)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_template(template: str) -> tuple[tuple[str, _Selector | None], ...]:
+    """The template as (literal text, field or None) pairs. Raises
+    ValueError for anything but plain ``{field}``s: no conversion (``!r``),
+    no format spec (``:>10``, which could cut or pad a path), no positional
+    ``{}``, at most one field with ``[*]``."""
+    if not isinstance(template, str):
+        raise TypeError(f"a path template is a str, not {type(template).__name__}")
+    parts: list[tuple[str, _Selector | None]] = []
+    for literal, text, spec, conversion in string.Formatter().parse(template):
+        if text is None:
+            parts.append((literal, None))
+            continue
+        if not text:
+            raise ValueError(f"path template {template!r}: a field must name an argument")
+        if spec or conversion:
+            raise ValueError(
+                f"path template {template!r}: field {{{text}}} may not have a "
+                "conversion (!r) or a format spec (:...)"
+            )
+        parts.append((literal, _parse_selector(text, template)))
+    if sum(1 for _, selector in parts if selector is not None and selector.many) > 1:
+        raise ValueError(
+            f"path template {template!r}: at most one field may use [*] "
+            "(declare one PathAccess per array)"
+        )
+    return tuple(parts)
+
+
+_ABSENT = object()
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, (list, tuple)):
+        return "an array"
+    return f"a {type(value).__name__}"
+
+
+def _select(selector: _Selector, root: object) -> list[object]:
+    """Every value ``selector``'s steps reach from ``root`` (the argument
+    or variable): one without ``[*]``, one per element with it. A key an
+    object lacks reaches ``_ABSENT`` (an optional field). Raises
+    PathValueError for a non-string value or a step on the wrong kind."""
+    reached: list[tuple[str, object]] = [(selector.name, root)]
+    for step in selector.steps:
+        following: list[tuple[str, object]] = []
+        for where, value in reached:
+            if value is _ABSENT:
+                following.append((where, value))
+            elif step is None:
+                if not isinstance(value, (list, tuple)):
+                    raise PathValueError(selector.text, where, _json_type(value), "an array")
+                following += [(f"{where}[{i}]", item) for i, item in enumerate(value)]
+            elif isinstance(value, Mapping):
+                following.append((f"{where}.{step}", value.get(step, _ABSENT)))
+            else:
+                raise PathValueError(selector.text, where, _json_type(value), "an object")
+        reached = following
+    for where, value in reached:
+        if value is not _ABSENT and not isinstance(value, str):
+            raise PathValueError(selector.text, where, _json_type(value), "a string")
+    return [value for _, value in reached]
+
+
 @dataclass(frozen=True, slots=True)
 class PathAccess:
     """One path a call touches, built from a template over its arguments.
 
-    ``template`` uses ``{name}`` fields: ``"{path}"`` or
+    ``template`` uses ``{field}``s: ``"{path}"`` or
     ``"runs/{run_id}/artifacts/{artifact_name}"``. A field is filled from the
     runtime's ``variables`` first (so a model cannot pick another ``run_id``)
     and then from the call's arguments. When an argument is absent the
     ``default`` is used, and with no default the access is skipped (an
     optional path argument).
+
+    A field may go into an argument: ``{options.target}`` takes the key
+    ``target`` of the object ``options``; ``{paths[*]}`` takes each element
+    of the array ``paths``; ``{files[*].file_path}`` the ``file_path`` of each
+    object of ``files``. With ``[*]`` the access names one path per element
+    (none for an empty array), and each one is checked; at most one field of
+    a template may use ``[*]``. A key an object lacks is an absent optional
+    field, as above.
+
+    A field must reach a string. Anything else (an array, an object, a
+    number, a boolean, null) is refused, never turned into text: by the tool
+    at construction when its input schema types the field so, by the policy
+    at the call otherwise (``INVALID_ARGUMENT``). The template itself is
+    checked here: ``ValueError`` for a field with an index (``[0]``), a
+    conversion or a format spec.
 
     ``content`` names the argument whose UTF-8 size counts against
     ``max_write_bytes`` (strings as they are, anything else as the JSON the
@@ -61,9 +213,61 @@ class PathAccess:
     content: str | None = None
     default: str | None = None
 
+    def __post_init__(self) -> None:
+        _parse_template(self.template)
+
     @property
     def fields(self) -> tuple[str, ...]:
-        return tuple(name for _, name, _, _ in string.Formatter().parse(self.template) if name)
+        """The names of the arguments (or variables) the template reads:
+        ``files`` for ``{files[*].file_path}``."""
+        return tuple(selector.name for _, selector in _parse_template(self.template) if selector)
+
+    @property
+    def selectors(self) -> tuple[str, ...]:
+        """The template's fields as spelt: ``files[*].file_path``."""
+        return tuple(selector.text for _, selector in _parse_template(self.template) if selector)
+
+    def expand(self, arguments: Mapping[str, Any], variables: Mapping[str, str]) -> list[str]:
+        """Every path this access names for a call: one, or one per element
+        of the ``[*]`` field (none for an empty array); an absent optional
+        field gives ``default``, or no path. Raises KeyError naming a field
+        found nowhere in a template of several fields (it has no path
+        without it), and PathValueError for a field on anything but a
+        string."""
+        parts = _parse_template(self.template)
+        chosen: dict[str, list[object]] = {}
+        for _, selector in parts:
+            if selector is None or selector.text in chosen:
+                continue
+            if selector.name in variables:
+                root: object = str(variables[selector.name])
+            else:
+                root = arguments.get(selector.name, _ABSENT)
+            chosen[selector.text] = _select(selector, root)
+        rounds = max((len(values) for values in chosen.values()), default=1)
+        if any(not values for values in chosen.values()):
+            return []  # an empty array: the access names no path
+        single = len(chosen) == 1
+        paths: list[str] = []
+        for index in range(rounds):
+            text: list[str] = []
+            for literal, selector in parts:
+                text.append(literal)
+                if selector is None:
+                    continue
+                values = chosen[selector.text]
+                value = values[index] if len(values) > 1 else values[0]
+                if value is _ABSENT:
+                    break
+                text.append(str(value))
+            else:
+                paths.append("".join(text))
+                continue
+            if self.default is not None:
+                paths.append(self.default)
+            elif not single:
+                raise KeyError(next(s for s, v in chosen.items() if _ABSENT in v))
+        return paths
 
     @classmethod
     def read(cls, template: str, *, default: str | None = None) -> PathAccess:
@@ -72,6 +276,95 @@ class PathAccess:
     @classmethod
     def write(cls, template: str, *, content: str | None = None) -> PathAccess:
         return cls(template, "write", content=content)
+
+
+def _types(schema: Mapping[str, Any]) -> frozenset[str] | None:
+    """The JSON types a schema's ``type`` allows (None: it does not say)."""
+    declared = schema.get("type")
+    if isinstance(declared, str):
+        return frozenset({declared})
+    if isinstance(declared, list) and all(isinstance(t, str) for t in declared):
+        return frozenset(declared)
+    return None
+
+
+def _template_schema_problem(access: PathAccess, input_schema: Mapping[str, Any]) -> str | None:
+    """Why ``access`` can never name a string under ``input_schema``, or
+    None. The schema is followed where it speaks plainly (``type``,
+    ``properties``, ``items``, ``additionalProperties: false``); what it
+    leaves open is checked at the call. A top-level name the schema does not
+    list is taken for a runtime variable."""
+    for selector in (s for _, s in _parse_template(access.template) if s is not None):
+        node: Mapping[str, Any] = input_schema
+        steps: tuple[str | None, ...] = (selector.name, *selector.steps)
+        for depth, step in enumerate(steps):
+            types = _types(node)
+            if step is None:
+                if types is not None and "array" not in types:
+                    return f"{{{selector.text}}} takes [*] of a value typed {sorted(types)}"
+                items = node.get("items")
+                node = items if isinstance(items, Mapping) else {}
+                continue
+            if types is not None and "object" not in types:
+                return f"{{{selector.text}}} takes .{step} of a value typed {sorted(types)}"
+            properties = node.get("properties")
+            if isinstance(properties, Mapping) and isinstance(properties.get(step), Mapping):
+                node = properties[step]
+            elif node.get("additionalProperties") is False:
+                if depth == 0 and not selector.steps:
+                    break  # a variable the runtime fills
+                return f"{{{selector.text}}} names {step!r}, which the schema does not allow"
+            else:
+                node = {}
+        else:
+            types = _types(node)
+            if types is not None and "string" not in types:
+                hint = _selector_hint(selector.text, node)
+                return (
+                    f"{{{selector.text}}} names a value typed {sorted(types)}, not a string{hint}"
+                )
+    return None
+
+
+def _selector_hint(text: str, node: Mapping[str, Any]) -> str:
+    found = path_selectors(node, prefix=text) or path_selectors(node, prefix=text, like=None)
+    return f"; name its strings, e.g. {{{found[0]}}}" if found else ""
+
+
+def path_selectors(
+    schema: Mapping[str, Any], *, prefix: str = "", like: re.Pattern[str] | None = PATH_ARGUMENT
+) -> list[str]:
+    """The template fields (``path``, ``paths[*]``, ``files[*].file_path``,
+    ``options.target``) that reach a string under ``schema``: object
+    properties and array items followed to ``MAX_TEMPLATE_DEPTH``. With
+    ``like``, only the strings whose own name, or the name of the array
+    holding them, matches it."""
+    found: list[str] = []
+
+    def walk(node: Any, text: str, named: str, depth: int) -> None:
+        if not isinstance(node, Mapping) or depth > MAX_TEMPLATE_DEPTH:
+            return
+        types = _types(node)
+        properties = node.get("properties")
+        items = node.get("items")
+        if isinstance(properties, Mapping) and (types is None or "object" in types):
+            for key, sub in properties.items():
+                if isinstance(key, str) and key and not _STEP_BREAKERS.intersection(key):
+                    walk(sub, f"{text}.{key}" if text else key, key, depth + 1)
+        if types is not None and "array" in types:
+            # Elements of no declared schema may be strings.
+            walk(items if isinstance(items, Mapping) else {}, f"{text}{WILDCARD}", named, depth + 1)
+        elif isinstance(items, Mapping) and types is None:
+            walk(items, f"{text}{WILDCARD}", named, depth + 1)
+        string_leaf = text and (types is None or "string" in types) and not (properties or items)
+        if string_leaf and (like is None or like.search(named)):
+            found.append(text)
+
+    walk(schema, prefix, prefix.rsplit(".", 1)[-1].split("[", 1)[0], 0)
+    return found
+
+
+_STEP_BREAKERS = frozenset(".[]{}!:")
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +416,10 @@ class ToolSpec:
         output = SchemaValidator(self.output_schema, root="output") if self.output_schema else None
         object.__setattr__(self, "output_validator", output)
         object.__setattr__(self, "is_async", _is_coroutine_function(self.handler))
+        for access in self.paths:
+            problem = _template_schema_problem(access, self.input_schema)
+            if problem is not None:
+                raise ValueError(f"tool {self.name}: path template {access.template!r}: {problem}")
 
     def with_handler(self, handler: Handler) -> ToolSpec:
         """A copy of this tool with another handler; the compiled schemas
