@@ -153,20 +153,42 @@ def _expand(
     arguments: Mapping[str, Any],
     variables: Mapping[str, str],
 ) -> list[str] | PolicyDecision:
-    """The paths ``access`` names for this call, or the refusal."""
-    try:
-        return access.expand(arguments, variables)
-    except KeyError as missing:
-        return PolicyDecision.deny(
-            ErrorCode.PERMISSION_DENIED,
-            "policy.path_template",
-            f"tool {spec.name} needs {missing} (an argument, or a variable passed in "
-            "ToolRuntime(variables=...)) to build its path",
+    """The paths ``access`` names for this call, or the refusal. A field
+    the schema cannot take as an argument is a variable: without it the
+    path cannot be built, and the access is refused, not skipped."""
+    missing = None
+    if access.default is None:
+        missing = next(
+            (
+                name
+                for name in access.fields
+                if name not in variables
+                and name not in arguments
+                and not _may_be_argument(spec.input_schema, name)
+            ),
+            None,
         )
-    except PathValueError as exc:
-        # Never the value's text: "['../x']" is no path, and judging it
-        # confines nothing. The same code as a path that is not a str.
-        return PolicyDecision.deny(ErrorCode.INVALID_ARGUMENT, "policy.path_value", str(exc))
+    if missing is None:
+        try:
+            return access.expand(arguments, variables)
+        except KeyError as absent:
+            missing = str(absent.args[0]) if absent.args else "?"
+        except PathValueError as exc:
+            # Never the value's text: "['../x']" is no path, and judging it
+            # confines nothing. The same code as a path that is not a str.
+            return PolicyDecision.deny(ErrorCode.INVALID_ARGUMENT, "policy.path_value", str(exc))
+    return PolicyDecision.deny(
+        ErrorCode.PERMISSION_DENIED,
+        "policy.path_template",
+        f"tool {spec.name} needs the variable {missing!r} to build its path; "
+        "pass it in ToolRuntime(variables=...)",
+    )
+
+
+def _may_be_argument(schema: Mapping[str, Any], name: str) -> bool:
+    properties = schema.get("properties")
+    listed = isinstance(properties, Mapping) and name in properties
+    return listed or schema.get("additionalProperties") is not False
 
 
 def workspace_relative(path: str, root: str) -> str:

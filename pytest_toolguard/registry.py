@@ -291,25 +291,25 @@ def _types(schema: Mapping[str, Any]) -> frozenset[str] | None:
 def _template_schema_problem(access: PathAccess, input_schema: Mapping[str, Any]) -> str | None:
     """Why ``access`` can never name a string under ``input_schema``, or
     None. The schema is followed where it speaks plainly (``type``,
-    ``properties``, ``items``, ``additionalProperties: false``); what it
-    leaves open is checked at the call. A top-level name the schema does not
-    list is taken for a runtime variable."""
+    ``properties``, ``items``, ``additionalProperties: false``, local
+    ``$ref``s); what it leaves open (``anyOf``, ...) is checked at the call.
+    A top-level name the schema does not list is taken for a runtime
+    variable."""
     for selector in (s for _, s in _parse_template(access.template) if s is not None):
-        node: Mapping[str, Any] = input_schema
+        node = _deref(input_schema, input_schema)
         steps: tuple[str | None, ...] = (selector.name, *selector.steps)
         for depth, step in enumerate(steps):
             types = _types(node)
             if step is None:
                 if types is not None and "array" not in types:
                     return f"{{{selector.text}}} takes [*] of a value typed {sorted(types)}"
-                items = node.get("items")
-                node = items if isinstance(items, Mapping) else {}
+                node = _deref(node.get("items"), input_schema)
                 continue
             if types is not None and "object" not in types:
                 return f"{{{selector.text}}} takes .{step} of a value typed {sorted(types)}"
             properties = node.get("properties")
             if isinstance(properties, Mapping) and isinstance(properties.get(step), Mapping):
-                node = properties[step]
+                node = _deref(properties[step], input_schema)
             elif node.get("additionalProperties") is False:
                 if depth == 0 and not selector.steps:
                     break  # a variable the runtime fills
@@ -319,34 +319,74 @@ def _template_schema_problem(access: PathAccess, input_schema: Mapping[str, Any]
         else:
             types = _types(node)
             if types is not None and "string" not in types:
-                hint = _selector_hint(selector.text, node)
+                hint = _selector_hint(selector.text, node, input_schema)
                 return (
                     f"{{{selector.text}}} names a value typed {sorted(types)}, not a string{hint}"
                 )
     return None
 
 
-def _selector_hint(text: str, node: Mapping[str, Any]) -> str:
-    found = path_selectors(node, prefix=text) or path_selectors(node, prefix=text, like=None)
+def _deref(node: Any, document: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``node`` with its local ``$ref``s (``#/$defs/X``) followed; ``{}``
+    (anything) for a schema that is not an object or a reference that
+    leads nowhere or too far."""
+    for _ in range(MAX_TEMPLATE_DEPTH):
+        if not isinstance(node, Mapping):
+            return {}
+        ref = node.get("$ref")
+        if not isinstance(ref, str):
+            return node
+        if not ref.startswith("#"):
+            return {}
+        target: Any = document
+        for part in ref[1:].split("/")[1:]:
+            key = part.replace("~1", "/").replace("~0", "~")
+            target = target.get(key) if isinstance(target, Mapping) else None
+        node = target
+    return {}
+
+
+def _selector_hint(text: str, node: Mapping[str, Any], document: Mapping[str, Any]) -> str:
+    found = path_selectors(node, prefix=text, document=document) or path_selectors(
+        node, prefix=text, like=None, document=document
+    )
     return f"; name its strings, e.g. {{{found[0]}}}" if found else ""
 
 
 def path_selectors(
-    schema: Mapping[str, Any], *, prefix: str = "", like: re.Pattern[str] | None = PATH_ARGUMENT
+    schema: Mapping[str, Any],
+    *,
+    prefix: str = "",
+    like: re.Pattern[str] | None = PATH_ARGUMENT,
+    document: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """The template fields (``path``, ``paths[*]``, ``files[*].file_path``,
     ``options.target``) that reach a string under ``schema``: object
-    properties and array items followed to ``MAX_TEMPLATE_DEPTH``. With
-    ``like``, only the strings whose own name, or the name of the array
-    holding them, matches it."""
+    properties, array items, ``anyOf`` / ``oneOf`` alternatives and local
+    ``$ref``s (into ``document``, default ``schema``) followed, to
+    ``MAX_TEMPLATE_DEPTH`` steps and 10,000 schema nodes. With ``like``,
+    only the strings whose own name, or the name of the array holding
+    them, matches it. ``prefix`` is the field ``schema`` is the value of."""
     found: list[str] = []
+    root = schema if document is None else document
+    budget = [_SCHEMA_NODES]  # a schema of $refs to itself grows exponentially with depth
 
-    def walk(node: Any, text: str, named: str, depth: int) -> None:
-        if not isinstance(node, Mapping) or depth > MAX_TEMPLATE_DEPTH:
+    def walk(raw: Any, text: str, named: str, depth: int) -> None:
+        budget[0] -= 1
+        if depth > MAX_TEMPLATE_DEPTH or budget[0] < 0:
             return
+        node = _deref(raw, root)
         types = _types(node)
         properties = node.get("properties")
         items = node.get("items")
+        alternatives = [
+            branch
+            for keyword in ("anyOf", "oneOf")
+            if isinstance(node.get(keyword), list)
+            for branch in node[keyword]
+        ]
+        for branch in alternatives:
+            walk(branch, text, named, depth + 1)
         if isinstance(properties, Mapping) and (types is None or "object" in types):
             for key, sub in properties.items():
                 if isinstance(key, str) and key and not _STEP_BREAKERS.intersection(key):
@@ -356,8 +396,9 @@ def path_selectors(
             walk(items if isinstance(items, Mapping) else {}, f"{text}{WILDCARD}", named, depth + 1)
         elif isinstance(items, Mapping) and types is None:
             walk(items, f"{text}{WILDCARD}", named, depth + 1)
-        string_leaf = text and (types is None or "string" in types) and not (properties or items)
-        if string_leaf and (like is None or like.search(named)):
+        leaf = not (properties or items or alternatives)
+        string_leaf = text and (types is None or "string" in types) and leaf
+        if string_leaf and (like is None or like.search(named)) and text not in found:
             found.append(text)
 
     walk(schema, prefix, prefix.rsplit(".", 1)[-1].split("[", 1)[0], 0)
@@ -365,6 +406,7 @@ def path_selectors(
 
 
 _STEP_BREAKERS = frozenset(".[]{}!:")
+_SCHEMA_NODES = 10_000
 
 
 @dataclass(frozen=True, slots=True)

@@ -121,7 +121,11 @@ def _path_advice(name: str, argument: str, schema: Mapping[str, Any], risk: Risk
     if argument not in path_selectors(schema, like=None):
         properties = schema.get("properties")
         sub = properties.get(argument) if isinstance(properties, Mapping) else None
-        inner = path_selectors(sub, prefix=argument, like=None) if isinstance(sub, Mapping) else []
+        inner = (
+            path_selectors(sub, prefix=argument, like=None, document=schema)
+            if isinstance(sub, Mapping)
+            else []
+        )
         if not inner:
             return "declare the string in it that holds the path"
         field = inner[0]
