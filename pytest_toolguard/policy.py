@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from .capabilities import Capabilities, under_root
 from .contract import ErrorCode
 from .hosts import AmbiguousHost, parse_host
-from .registry import WILDCARD, PathValueError
+from .path_templates import WILDCARD, PathValueError
 from .sandbox import Location, SandboxError, Workspace
 
 if TYPE_CHECKING:
@@ -180,8 +180,8 @@ def _expand(
     return PolicyDecision.deny(
         ErrorCode.PERMISSION_DENIED,
         "policy.path_template",
-        f"tool {spec.name} needs the variable {missing!r} to build its path; "
-        "pass it in ToolRuntime(variables=...)",
+        f"tool {spec.name} needs {missing!r} to build its path: an argument, or a "
+        "variable passed in ToolRuntime(variables=...)",
     )
 
 

@@ -19,7 +19,8 @@ from typing import Any
 
 from ..capabilities import Risk
 from ..errors import ToolguardError
-from ..registry import PATH_ARGUMENT, Handler, PathAccess, ToolSpec, path_selectors
+from ..path_templates import path_selectors
+from ..registry import PATH_ARGUMENT, Handler, PathAccess, ToolSpec
 from ..schema import InvalidSchema
 
 DIALECT_2020_12 = "https://json-schema.org/draft/2020-12/schema"

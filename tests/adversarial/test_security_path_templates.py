@@ -35,8 +35,9 @@ from pytest_toolguard import (
 from pytest_toolguard.bridges import BridgeWarning
 from pytest_toolguard.bridges.mcp import from_mcp
 from pytest_toolguard.harness.effects import declared_writes, undeclared_changes
+from pytest_toolguard.path_templates import PathValueError
 from pytest_toolguard.policy import MAX_PATHS_PER_CALL
-from pytest_toolguard.registry import PathValueError, ToolSpec
+from pytest_toolguard.registry import ToolSpec
 
 SESSION = Capabilities(allowed_risks=frozenset({Risk.READ, Risk.WRITE}), write_roots=("src",))
 REFUSED = {ErrorCode.PATH_OUTSIDE_WORKSPACE, ErrorCode.PERMISSION_DENIED}
