@@ -4,7 +4,9 @@
 why, so the audit row can say it. Paths are judged by where they really lead
 (resolved through the sandbox, symlinks included), never by how they are
 spelt: a read by the file it reaches, a write by the entry it replaces (its
-parent resolved, plus the final name; a symlink there is refused).
+parent resolved, plus the final name; a symlink there is refused). A tool's
+``PathAccess`` templates name strings only; each path they expand to (one
+per element for ``[*]``) is judged, and one refused path refuses the call.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .capabilities import Capabilities, under_root
 from .contract import ErrorCode
 from .hosts import AmbiguousHost, parse_host
-from .path_templates import WILDCARD, PathValueError
+from .path_templates import PathValueError
 from .sandbox import Location, SandboxError, Workspace
 
 if TYPE_CHECKING:
@@ -131,20 +133,6 @@ MAX_PATHS_PER_CALL = 256
 """Paths one call may name through its templates (``[*]`` names one per
 element). Each is held open from the check to the act, so an argument of
 thousands of elements must not run the process out of descriptors."""
-
-
-def fill_template(
-    access: PathAccess, arguments: Mapping[str, Any], variables: Mapping[str, str]
-) -> str | None:
-    """The one path an access names, or None when its optional argument is
-    absent. Raises KeyError naming a field found in neither variables nor
-    arguments, and ValueError (``PathValueError``) for a field on anything
-    but a string or a template naming several paths (``[*]``: use
-    ``PathAccess.expand``)."""
-    if any(WILDCARD in selector for selector in access.selectors):
-        raise ValueError(f"path template {access.template!r} names one path per element")
-    paths = access.expand(arguments, variables)
-    return paths[0] if paths else None
 
 
 def _expand(
