@@ -4,12 +4,15 @@
 why, so the audit row can say it. Paths are judged by where they really lead
 (resolved through the sandbox, symlinks included), never by how they are
 spelt: a read by the file it reaches, a write by the entry it replaces (its
-parent resolved, plus the final name; a symlink there is refused).
+parent resolved, plus the final name; a symlink there is refused). A tool's
+``PathAccess`` templates name strings only; each path they expand to (one
+per element for ``[*]``) is judged, and one refused path refuses the call.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -17,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .capabilities import Capabilities, under_root
 from .contract import ErrorCode
 from .hosts import AmbiguousHost, parse_host
+from .path_templates import PathValueError
 from .sandbox import Location, SandboxError, Workspace
 
 if TYPE_CHECKING:
@@ -94,19 +98,28 @@ def authorize(
         )
     resolved: list[ResolvedPath] = []
     for access in spec.paths:
-        verdict = _check_path(
-            access, spec, arguments, capabilities, workspace, variables, redact or _same
-        )
-        if isinstance(verdict, PolicyDecision):
+        given = _expand(access, spec, arguments, variables)
+        if isinstance(given, PolicyDecision):
             _close(resolved)
-            return verdict
-        if verdict is not None:
+            return given
+        if len(resolved) + len(given) > MAX_PATHS_PER_CALL:
+            _close(resolved)
+            return PolicyDecision.deny(
+                ErrorCode.LIMIT_EXCEEDED,
+                "policy.path_count",
+                f"tool {spec.name}: the call names over {MAX_PATHS_PER_CALL} paths",
+            )
+        for path in given:
+            verdict = _check_path(access, path, arguments, capabilities, workspace, redact or _same)
+            if isinstance(verdict, PolicyDecision):
+                _close(resolved)
+                return verdict
             resolved.append(verdict)
     if spec.network_host_argument is not None:
-        verdict = _check_host(spec, arguments, capabilities)
-        if verdict is not None:
+        refusal = _check_host(spec, arguments, capabilities)
+        if refusal is not None:
             _close(resolved)
-            return verdict
+            return refusal
     return PolicyDecision.allow("every rule passed", tuple(resolved))
 
 
@@ -116,47 +129,81 @@ def _close(paths: Sequence[ResolvedPath]) -> None:
             path.location.close()
 
 
-def fill_template(
-    access: PathAccess, arguments: Mapping[str, Any], variables: Mapping[str, str]
-) -> str | None:
-    """The path an access names, or None when its optional argument is absent.
-    Raises KeyError naming a field found in neither variables nor arguments."""
-    values: dict[str, str] = {}
-    for name in access.fields:
-        if name in variables:
-            values[name] = str(variables[name])
-        elif name in arguments:
-            values[name] = str(arguments[name])
-        elif access.default is not None:
-            return access.default
-        elif len(access.fields) == 1:
-            return None
-        else:
-            raise KeyError(name)
-    return access.template.format(**values)
+MAX_PATHS_PER_CALL = 256
+"""Paths one call may name through its templates (``[*]`` names one per
+element). Each is held open from the check to the act, so an argument of
+thousands of elements must not run the process out of descriptors."""
+
+
+def _expand(
+    access: PathAccess,
+    spec: ToolSpec,
+    arguments: Mapping[str, Any],
+    variables: Mapping[str, str],
+) -> list[str] | PolicyDecision:
+    """The paths ``access`` names for this call, or the refusal. A field
+    the schema cannot take as an argument is a variable: without it the
+    path cannot be built, and the access is refused, not skipped."""
+    missing = None
+    if access.default is None:
+        missing = next(
+            (
+                name
+                for name in access.fields
+                if name not in variables
+                and name not in arguments
+                and not _may_be_argument(spec.input_schema, name)
+            ),
+            None,
+        )
+    if missing is None:
+        try:
+            return access.expand(arguments, variables)
+        except KeyError as absent:
+            missing = str(absent.args[0]) if absent.args else "?"
+        except PathValueError as exc:
+            # Never the value's text: "['../x']" is no path, and judging it
+            # confines nothing. The same code as a path that is not a str.
+            return PolicyDecision.deny(ErrorCode.INVALID_ARGUMENT, "policy.path_value", str(exc))
+    return PolicyDecision.deny(
+        ErrorCode.PERMISSION_DENIED,
+        "policy.path_template",
+        f"tool {spec.name} needs {missing!r} to build its path: an argument, or a "
+        "variable passed in ToolRuntime(variables=...)",
+    )
+
+
+def _may_be_argument(schema: Mapping[str, Any], name: str) -> bool:
+    properties = schema.get("properties")
+    listed = isinstance(properties, Mapping) and name in properties
+    return listed or schema.get("additionalProperties") is not False
+
+
+def workspace_relative(path: str, root: str) -> str:
+    """``path`` as the sandbox takes it: an absolute path spelt beneath
+    ``root`` (as given, or with its links resolved) becomes relative to it,
+    its ``..`` and links left for the sandbox to walk from the root (so
+    ``/root/ln/../x`` is judged where ``ln`` really leads); anything else is
+    returned unchanged (an absolute path elsewhere is refused there)."""
+    if not path.startswith("/"):
+        return path
+    for base in dict.fromkeys((root, os.path.realpath(root))):
+        base = base.rstrip("/")
+        if path.startswith(base + "/") or path == base:
+            return path[len(base) :].lstrip("/") or "."
+    return path
 
 
 def _check_path(
     access: PathAccess,
-    spec: ToolSpec,
+    given: str,
     arguments: Mapping[str, Any],
     capabilities: Capabilities,
     workspace: Workspace,
-    variables: Mapping[str, str],
     redact: Callable[[str], str],
-) -> ResolvedPath | PolicyDecision | None:
-    try:
-        given = fill_template(access, arguments, variables)
-    except KeyError as missing:
-        return PolicyDecision.deny(
-            ErrorCode.PERMISSION_DENIED,
-            "policy.path_template",
-            f"tool {spec.name} needs the variable {missing} to build its path; "
-            "pass it in ToolRuntime(variables=...)",
-        )
-    if given is None:
-        return None
+) -> ResolvedPath | PolicyDecision:
     location: Location | None = None
+    relative = workspace_relative(given, workspace.root)
     try:
         # Judged by where it really leads: the sandbox applies its rules
         # (forbidden names included) to every link target on the way. The
@@ -164,13 +211,13 @@ def _check_path(
         # final entry itself, so only its parent is resolved (a link there
         # is refused: a write never follows or replaces one). The location
         # stays open: the handler reaches what was judged, not the path again.
-        location = workspace.locate(given, access.mode)
+        location = workspace.locate(relative, access.mode)
         real, size = location.resolved, location.size
     except OSError:
         # `file.txt/x`: judged by its spelling; the handler meets the error.
         size = None
         try:
-            real = workspace.normalize(given)
+            real = workspace.normalize(relative)
         except SandboxError as exc:
             return _sandbox_denial(exc, redact)
     except SandboxError as exc:

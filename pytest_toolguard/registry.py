@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import copy
 import inspect
-import re
-import string
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from .capabilities import Capabilities, Risk
+from .path_templates import PATH_ARGUMENT as PATH_ARGUMENT
+from .path_templates import expand_template, parse_template, template_schema_problem
 from .schema import SchemaValidator
 from .signatures import schema_from_signature, with_dataclass_arguments
 
@@ -30,26 +30,31 @@ Handler = Callable[..., Any]
 AccessMode = Literal["read", "write"]
 
 
-PATH_ARGUMENT = re.compile(
-    r"(?:^|_)(?:path|paths|file|files|filename|filepath|dir|dirs|directory|folder"
-    r"|dest|destination|target|source|src|dst)(?:$|_)",
-    re.IGNORECASE,
-)
-"""Argument names that usually hold a path (``path``, ``src_dir``,
-``target_file``, ...): the fuzzer and the ``path_traversal`` fault also
-try escapes in these when a tool does not declare them in ``paths``."""
-
-
 @dataclass(frozen=True, slots=True)
 class PathAccess:
     """One path a call touches, built from a template over its arguments.
 
-    ``template`` uses ``{name}`` fields: ``"{path}"`` or
+    ``template`` uses ``{field}``s: ``"{path}"`` or
     ``"runs/{run_id}/artifacts/{artifact_name}"``. A field is filled from the
     runtime's ``variables`` first (so a model cannot pick another ``run_id``)
     and then from the call's arguments. When an argument is absent the
     ``default`` is used, and with no default the access is skipped (an
     optional path argument).
+
+    A field may go into an argument: ``{options.target}`` takes the key
+    ``target`` of the object ``options``; ``{paths[*]}`` takes each element
+    of the array ``paths``; ``{files[*].file_path}`` the ``file_path`` of each
+    object of ``files``. With ``[*]`` the access names one path per element
+    (none for an empty array), and each one is checked; at most one field of
+    a template may use ``[*]``. A key an object lacks is an absent optional
+    field, as above.
+
+    A field must reach a string. Anything else (an array, an object, a
+    number, a boolean, null) is refused, never turned into text: by the tool
+    at construction when its input schema types the field so, by the policy
+    at the call otherwise (``INVALID_ARGUMENT``). The template itself is
+    checked here: ``ValueError`` for a field with an index (``[0]``), a
+    conversion or a format spec.
 
     ``content`` names the argument whose UTF-8 size counts against
     ``max_write_bytes`` (strings as they are, anything else as the JSON the
@@ -61,9 +66,28 @@ class PathAccess:
     content: str | None = None
     default: str | None = None
 
+    def __post_init__(self) -> None:
+        parse_template(self.template)
+
     @property
     def fields(self) -> tuple[str, ...]:
-        return tuple(name for _, name, _, _ in string.Formatter().parse(self.template) if name)
+        """The names of the arguments (or variables) the template reads:
+        ``files`` for ``{files[*].file_path}``."""
+        return tuple(selector.name for _, selector in parse_template(self.template) if selector)
+
+    @property
+    def selectors(self) -> tuple[str, ...]:
+        """The template's fields as spelt: ``files[*].file_path``."""
+        return tuple(selector.text for _, selector in parse_template(self.template) if selector)
+
+    def expand(self, arguments: Mapping[str, Any], variables: Mapping[str, str]) -> list[str]:
+        """Every path this access names for a call: one, or one per element
+        of the ``[*]`` field (none for an empty array); an absent optional
+        field gives ``default``, or no path. Raises KeyError naming a field
+        found nowhere in a template of several fields (it has no path
+        without it), and PathValueError for a field on anything but a
+        string."""
+        return expand_template(self.template, arguments, variables, self.default)
 
     @classmethod
     def read(cls, template: str, *, default: str | None = None) -> PathAccess:
@@ -123,6 +147,10 @@ class ToolSpec:
         output = SchemaValidator(self.output_schema, root="output") if self.output_schema else None
         object.__setattr__(self, "output_validator", output)
         object.__setattr__(self, "is_async", _is_coroutine_function(self.handler))
+        for access in self.paths:
+            problem = template_schema_problem(access.template, self.input_schema)
+            if problem is not None:
+                raise ValueError(f"tool {self.name}: path template {access.template!r}: {problem}")
 
     def with_handler(self, handler: Handler) -> ToolSpec:
         """A copy of this tool with another handler; the compiled schemas

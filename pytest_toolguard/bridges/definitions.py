@@ -19,6 +19,7 @@ from typing import Any
 
 from ..capabilities import Risk
 from ..errors import ToolguardError
+from ..path_templates import path_selectors
 from ..registry import PATH_ARGUMENT, Handler, PathAccess, ToolSpec
 from ..schema import InvalidSchema
 
@@ -75,17 +76,64 @@ def dialect_of(schema: Mapping[str, Any]) -> str | None:
 
 
 def undeclared_path_arguments(schema: Mapping[str, Any], paths: Sequence[PathAccess]) -> list[str]:
-    """Top-level string arguments named like a path (``PATH_ARGUMENT``)
-    that no ``PathAccess`` template uses."""
+    """The template fields that reach a string named like a path
+    (``PATH_ARGUMENT``: ``path``, ``paths[*]``, ``files[*].file_path``,
+    ``options.target``) that no ``PathAccess`` declares, then the top-level
+    arguments named like a path that hold no such string and that no
+    template reads (by name: ``files`` of ``[{name, text}]``)."""
     properties = schema.get("properties")
     if not isinstance(properties, Mapping):
         return []
-    declared = {field for access in paths for field in access.fields}
-    return [
+    declared = {selector for access in paths for selector in access.selectors}
+    read = {name for access in paths for name in access.fields}
+    found = path_selectors(schema)
+    holding = {_argument_of(selector) for selector in found}
+    named = [
         name
-        for name in properties
-        if isinstance(name, str) and PATH_ARGUMENT.search(name) and name not in declared
+        for name, sub in properties.items()
+        if isinstance(name, str)
+        and PATH_ARGUMENT.search(name)
+        and name not in holding
+        and name not in read
+        and _may_hold_text(sub)
     ]
+    return [selector for selector in found if selector not in declared] + named
+
+
+def _may_hold_text(schema: Any) -> bool:
+    """Whether a value of ``schema`` may be or hold a string (a number or
+    a boolean named ``dirs`` names no path)."""
+    types = schema.get("type") if isinstance(schema, Mapping) else None
+    if isinstance(types, str):
+        types = [types]
+    return not isinstance(types, list) or bool({"string", "array", "object"} & set(types))
+
+
+def _argument_of(selector: str) -> str:
+    return selector.split(".", 1)[0].split("[", 1)[0]
+
+
+def _path_advice(name: str, argument: str, schema: Mapping[str, Any], risk: Risk) -> str:
+    """What to declare for an undeclared path argument: a template that
+    names strings (``PathAccess`` refuses one on an array or object)."""
+    mode = "read" if risk is Risk.READ else "write"
+    other = "write" if mode == "read" else "read"
+    field = argument
+    if argument not in path_selectors(schema, like=None):
+        properties = schema.get("properties")
+        sub = properties.get(argument) if isinstance(properties, Mapping) else None
+        inner = (
+            path_selectors(sub, prefix=argument, like=None, document=schema)
+            if isinstance(sub, Mapping)
+            else []
+        )
+        if not inner:
+            return "declare the string in it that holds the path"
+        field = inner[0]
+    return (
+        f"pass paths={{{name!r}: [PathAccess.{mode}('{{{field}}}')]}} (or .{other}; "
+        "a field names a string: [*] for each element of an array, .key for a field)"
+    )
 
 
 def build_spec(
@@ -123,8 +171,8 @@ def build_spec(
     for argument in undeclared_path_arguments(schema, accesses):
         warn(
             f"{source} {name}: argument {argument!r} looks like a path but no PathAccess "
-            f"declares it, so the policy does not check it; pass "
-            f"paths={{{name!r}: [PathAccess.read('{{{argument}}}')]}} (or .write)"
+            f"declares it, so the policy does not check it; "
+            f"{_path_advice(name, argument, schema, risk)}"
         )
     options: dict[str, Any] = {}
     if timeout_seconds is not None:

@@ -150,12 +150,11 @@ def _link_points(target: Target) -> tuple[str, ...]:
     spec, arguments = target.spec, target.arguments
     if spec is None or arguments is None:
         return ()
-    values = {**arguments, **target.cassette.session.variables}
     paths: list[str] = []
     for access in spec.paths:
         try:
-            paths.append(access.template.format_map(values))
-        except (KeyError, ValueError, IndexError):
+            paths += access.expand(arguments, target.cassette.session.variables)
+        except (KeyError, ValueError):
             continue
     declared = {name for access in spec.paths for name in access.fields}
     paths += [arguments[name] for name in target.path_arguments if name not in declared]

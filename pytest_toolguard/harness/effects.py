@@ -55,24 +55,19 @@ def _clean(path: str) -> str:
 def declared_writes(
     spec: ToolSpec, arguments: Mapping[str, Any], variables: Mapping[str, str]
 ) -> list[str]:
-    """The workspace-relative paths of the tool's ``write`` accesses for
-    these arguments (variables first, as the executor fills them); an
-    access whose field is missing and has no default is skipped."""
+    """The paths of the tool's ``write`` accesses for these arguments, as
+    the executor fills them (variables first; one per element of a ``[*]``
+    field), normalized; an access whose field is missing and has no
+    default is skipped, and so is one on a value that is not a string (the
+    executor refuses such a call). An absolute path stays absolute:
+    ``undeclared_changes``' ``resolve`` says where it lands."""
     paths = []
     for access in spec.paths:
         if access.mode != "write":
             continue
-        values: dict[str, Any] = {}
-        for name in access.fields:
-            if name in variables:
-                values[name] = variables[name]
-            elif name in arguments:
-                values[name] = arguments[name]
-            elif access.default is not None:
-                values[name] = access.default
         try:
-            paths.append(_clean(access.template.format_map(values)))
-        except (KeyError, ValueError, IndexError, AttributeError):
+            paths += [_clean(path) for path in access.expand(arguments, variables)]
+        except (KeyError, ValueError):
             continue
     return paths
 

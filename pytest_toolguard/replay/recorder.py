@@ -40,7 +40,6 @@ from ..contract import ToolCall, ToolResult
 from ..harness.files import read_tree
 from ..hooks import Approval
 from ..plan import PlanProgress
-from ..policy import fill_template
 from ..runtime import ToolRuntime
 from ..sandbox import SandboxError
 from .cassette import (
@@ -287,11 +286,9 @@ class Recorder:
         given: list[str] = []
         for access in spec.paths:
             try:
-                path = fill_template(access, arguments, self.runtime.variables)
+                given += access.expand(arguments, self.runtime.variables)
             except (KeyError, SandboxError, ValueError):
                 continue  # refused by its spelling too: it touched nothing
-            if path is not None:
-                given.append(path)
         return self._located(given)
 
     def _located(self, given: Sequence[str]) -> tuple[str, ...]:

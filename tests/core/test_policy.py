@@ -8,7 +8,7 @@ import os
 import pytest
 from conftest import EVERY_RISK, spy_tool
 
-from pytest_toolguard import Approver, Capabilities, ErrorCode, Risk, ToolCall
+from pytest_toolguard import Approver, Capabilities, ErrorCode, PathAccess, Risk, ToolCall
 from pytest_toolguard.tools import builtin_registry
 
 READ_WRITE = frozenset({Risk.READ, Risk.WRITE})
@@ -236,3 +236,55 @@ def test_wildcard_host_allows_subdomains_only(toolguard_runtime, registry_of, se
     assert runtime.execute(call("send_message", {"url": "https://example.com/"}, "c2")).code is (
         ErrorCode.PERMISSION_DENIED
     )
+
+
+# -- path templates -------------------------------------------------------------
+
+UNTYPED_PATH = {"type": "object", "properties": {"path": {}}, "additionalProperties": False}
+
+
+def path_writer(spy, schema=None):
+    return spy_tool(spy, "put", risk=Risk.WRITE, schema=schema, paths=(PathAccess.write("{path}"),))
+
+
+@pytest.mark.parametrize(
+    ("where", "code", "rule"),
+    [
+        ("{root}/src/new.py", ErrorCode.OK, "policy.allow"),
+        ("{root}/docs/new.md", ErrorCode.PERMISSION_DENIED, "policy.write_root"),
+        ("{root}/../outside.txt", ErrorCode.PATH_OUTSIDE_WORKSPACE, "sandbox.outside_workspace"),
+        ("{root}-other/src/x", ErrorCode.PATH_OUTSIDE_WORKSPACE, "sandbox.outside_workspace"),
+        ("/etc/passwd", ErrorCode.PATH_OUTSIDE_WORKSPACE, "sandbox.outside_workspace"),
+    ],
+)
+def test_an_absolute_path_is_judged_against_the_workspace_root(
+    toolguard_runtime, registry_of, spy, files, where, code, rule
+):
+    session = toolguard_runtime(
+        registry_of(path_writer(spy)),
+        Capabilities(allowed_risks=READ_WRITE, write_roots=("src",)),
+    )
+    result = session.execute(call("put", {"path": where.format(root=files)}))
+    assert result.code is code, result.message
+    assert rule_of(session) == rule
+    assert spy.count == (1 if code is ErrorCode.OK else 0)
+
+
+def test_a_builtin_handler_still_refuses_an_absolute_path_the_policy_allowed(edit_session, files):
+    # The policy judges it inside; the handler's sandbox takes relative paths only.
+    result = edit_session.execute(call("write_file", {"path": f"{files}/src/x.py", "content": "x"}))
+    assert result.code is ErrorCode.PATH_OUTSIDE_WORKSPACE
+    assert not (files / "src" / "x.py").exists()
+
+
+@pytest.mark.parametrize("value", [["src/x"], {"p": "src/x"}, 3, None, False])
+def test_a_path_argument_that_is_not_a_string_is_refused_never_stringified(
+    toolguard_runtime, registry_of, spy, value
+):
+    session = toolguard_runtime(
+        registry_of(path_writer(spy, UNTYPED_PATH)), Capabilities(allowed_risks=READ_WRITE)
+    )
+    result = session.execute(call("put", {"path": value}))
+    assert result.code is ErrorCode.INVALID_ARGUMENT
+    assert rule_of(session) == "policy.path_value"
+    assert spy.count == 0

@@ -77,3 +77,21 @@ def test_builtin_tools_all_have_output_schemas():
         ]
     )
     assert all(spec.output_validator is not None for spec in registry)
+
+
+def test_path_template_selectors_go_into_arrays_and_objects():
+    access = PathAccess.write("{root_dir}/{files[*].file_path}")
+    assert access.fields == ("root_dir", "files")
+    assert access.selectors == ("root_dir", "files[*].file_path")
+
+
+def test_a_path_template_on_a_list_argument_fails_at_declaration():
+    with pytest.raises(ValueError, match=r"\{paths\[\*\]\}"):
+
+        @tool(paths=[PathAccess.write("{paths}")])
+        def touch(ctx, paths: list[str]): ...
+
+    @tool(paths=[PathAccess.write("{paths[*]}")])
+    def touch_each(ctx, paths: list[str]): ...
+
+    assert touch_each.paths[0].selectors == ("paths[*]",)
