@@ -157,8 +157,9 @@ def read_event(raw: bytes | str, command: str) -> dict[str, Any]:
 def event_problem(command: str, event: Mapping[str, Any]) -> str:
     """What is wrong with ``event`` for ``command`` ('' when nothing): a
     field of another type than Claude Code sends, or, for a tool event, no
-    ``tool_name`` or ``tool_use_id`` (the id joins the two events of a
-    call). The hook answers such an event with exit 2: it blocks."""
+    ``tool_name``, ``tool_input`` or ``tool_use_id`` (the id joins the two
+    events of a call). The hook answers such an event with exit 2: it
+    blocks (judging other arguments than the tool's would fail open)."""
     for name, types in EVENT_FIELDS.items():
         value = event.get(name)
         if value is not None and not isinstance(value, types):
@@ -168,6 +169,8 @@ def event_problem(command: str, event: Mapping[str, Any]) -> str:
             return "has no tool_name: is this a PreToolUse/PostToolUse event?"
         if not event.get("tool_use_id"):
             return "has no tool_use_id: is this a PreToolUse/PostToolUse event?"
+        if not isinstance(event.get("tool_input"), Mapping):
+            return "has no tool_input object: is this a PreToolUse/PostToolUse event?"
     return ""
 
 
