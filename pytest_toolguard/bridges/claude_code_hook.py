@@ -25,6 +25,14 @@ own tools: we decide each call and keep its one audit row.
   A row of an allowed call with no outcome (a tool that failed while no
   PostToolUseFailure hook is set, an interrupted tool) is INTERRUPTED.
 
+The hook's own files (its configuration, audit database, cassette) are
+forbidden to every call it judges (``own_files``; ``run_hook`` builds the
+runtime on a ``GuardedWorkspace``). An event the hook cannot read
+(``read_event``: not UTF-8, not JSON, nested too deeply, fields of the
+wrong type, no ``tool_use_id`` or ``tool_input``) is ``HookEventError``,
+which ``toolguard hook`` answers with exit 2: Claude Code blocks the call.
+Ids are looked up as the audit row stores them (``gate.stored_id``).
+
 Why a waiting row rather than a refusal row at ``ask`` and a second row
 once approved: every call has exactly one audit row; the row of an approved
 call exists before the tool runs (fail closed, as for any admitted call);
