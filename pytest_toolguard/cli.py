@@ -12,7 +12,6 @@ import argparse
 import dataclasses
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -52,17 +51,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     # A registry module beside the user's project, as `python -m` would find it.
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
+    # Claude Code reads any status of a hook but 2 as "go ahead": whatever
+    # goes wrong in the hook is exit 2, which blocks the call.
+    hook = options.run is _hook
     try:
         status: int = options.run(options, passthrough)
         return status
     except UsageError as exc:
-        print(f"toolguard: {exc}", file=sys.stderr)
+        print(f"toolguard: {one_line(str(exc))}", file=sys.stderr)
         return USAGE_ERROR
     except KeyboardInterrupt:
-        return 130
+        return USAGE_ERROR if hook else 130
     except BrokenPipeError:  # `toolguard tools | head`: the reader left
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - Python flushes stdout at exit
-        return 0
+        return USAGE_ERROR if hook else 0
+    except Exception as exc:  # input no check foresaw, or a bug: still one line
+        print(f"toolguard: {options.command} failed: {_failure(exc)}", file=sys.stderr)
+        return USAGE_ERROR
+
+
+def one_line(message: str) -> str:
+    """``message`` on one line (a YAML error spans several)."""
+    return " ".join(part.strip() for part in message.splitlines() if part.strip())
+
+
+def _failure(exc: BaseException) -> str:
+    """An unexpected exception as one redacted line: its type and first line."""
+    from .redaction import Redactor
+    from .runtime.messages import text
+
+    said = Redactor().redact_text(text(exc).partition("\n")[0][:300])
+    return f"{type(exc).__name__}: {said}"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -86,7 +105,7 @@ def _parser() -> argparse.ArgumentParser:
             epilog=f"example:\n  {example}",
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        sub.set_defaults(run=run)
+        sub.set_defaults(run=run, command=name)
         return sub
 
     sub = command(
@@ -272,10 +291,13 @@ def reader(format: str) -> Callable[[str], Any]:
 
 def _import(options: argparse.Namespace, _: list[str]) -> int:
     from .bridges import BridgeError
-    from .bridges.transcript import IMPORT_CAPABILITIES, transcript_to_cassette
+    from .bridges.transcript import IMPORT_CAPABILITIES, transcript_to_cassette, undecodable
     from .capabilities import Capabilities
 
     transcript = reader(options.format)(_read(options.file))
+    bad_text = undecodable(transcript)
+    if bad_text is not None:
+        raise UsageError(f"{options.file}: {bad_text}: it cannot be recorded as it is")
     registry = _load_registry(options.registry)
     capabilities = IMPORT_CAPABILITIES
     if options.allow_risk or options.write_root:
@@ -495,28 +517,22 @@ def _migrated(file: str, text: str) -> str:
 
 # -- the Claude Code hook -----------------------------------------------------
 
-HOOK_CONFIG_KEYS = ("audit", "capabilities", "cassette", "registry", "unknown_tools")
-
 
 def _hook(options: argparse.Namespace, _: list[str]) -> int:
-    from .audit import AuditUnavailable, SQLiteAuditStore
+    from .audit import AuditUnavailable
     from .bridges import claude_code, claude_code_hook
-    from .bridges.hook_cassette import HookCassette, HookCassetteError
+    from .bridges.hook_cassette import HookCassetteError, session_cassette
     from .capabilities import Capabilities
-    from .runtime import ToolRuntime
 
     config = _hook_config(options.config)
+    stream = getattr(sys.stdin, "buffer", None)  # bytes: invalid UTF-8 is refused, not escaped
     try:
-        event = json.loads(sys.stdin.read())
-    except ValueError as exc:
-        raise UsageError(f"the hook input on stdin is not JSON: {exc}") from None
-    if not isinstance(event, dict):
-        raise UsageError("the hook input is not a JSON object: is this a Claude Code hook event?")
-    if options.event != "stop" and not isinstance(event.get("tool_name"), str):
-        raise UsageError("the hook input has no tool_name: is this a PreToolUse/PostToolUse event?")
+        event = claude_code_hook.read_event(
+            stream.read() if stream is not None else sys.stdin.read(), options.event
+        )
+    except claude_code_hook.HookEventError as exc:
+        raise UsageError(str(exc)) from None
     unknown = config.get("unknown_tools", "ask")
-    if unknown not in ("allow", "ask", "deny"):
-        raise UsageError(f"{options.config}: unknown_tools must be allow, ask or deny")
     given = event.get("cwd")
     cwd: str = given if isinstance(given, str) and given else os.getcwd()
     if not os.path.isdir(cwd):
@@ -529,49 +545,32 @@ def _hook(options: argparse.Namespace, _: list[str]) -> int:
         capabilities = Capabilities(**(config.get("capabilities") or {}))
     except (TypeError, ValueError) as exc:
         raise UsageError(f"{options.config}: capabilities: {exc}") from None
-    session_id = str(event.get("session_id") or "default")
-    cassette = _cassette_path(options.config, config.get("cassette"), cwd, session_id)
+    session_id = event.get("session_id") or "default"
+    try:
+        cassette = session_cassette(config.get("cassette"), cwd, session_id)
+    except HookCassetteError as exc:
+        raise UsageError(f"{options.config}: {exc}") from None
     database = os.path.join(cwd, config.get("audit") or DEFAULT_HOOK_AUDIT)
     os.makedirs(os.path.dirname(database) or ".", exist_ok=True)
     try:
-        store = SQLiteAuditStore(database)
+        output = claude_code_hook.run_hook(
+            options.event,
+            event,
+            cwd=cwd,
+            registry=registry,
+            capabilities=capabilities,
+            database=database,
+            config_file=options.config,
+            cassette=cassette,
+            unknown_tools=unknown,
+        )
     except AuditUnavailable as exc:
         raise UsageError(f"audit database {database}: {exc}") from None
-    prompt = claude_code_hook.ClaudeCodePrompt()
-    with store, ToolRuntime(registry, cwd, capabilities, store, hooks=[prompt]) as runtime:
-        recording = (
-            None
-            if cassette is None
-            else HookCassette(cassette, runtime, session_id=session_id, own_files=[database])
-        )
-        try:
-            output = claude_code_hook.answer(
-                options.event, event, runtime, cassette=recording, unknown_tools=unknown
-            )
-        except HookCassetteError as exc:
-            raise UsageError(f"cassette {cassette}: {exc}") from None
+    except HookCassetteError as exc:
+        raise UsageError(f"cassette {cassette}: {exc}") from None
     if output is not None:
         print(json.dumps(output))
     return 0
-
-
-def _cassette_path(config_file: str | None, template: Any, cwd: str, session_id: str) -> str | None:
-    """The configured cassette for this session: ``{session_id}`` filled
-    in (unsafe characters replaced), relative to the event's cwd."""
-    if template is None:
-        return None
-    if not isinstance(template, str) or not template.strip():
-        raise UsageError(
-            f"{config_file}: cassette must be a path, e.g. cassettes/{{session_id}}.yaml"
-        )
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", session_id).lstrip(".") or "default"
-    try:
-        path = template.format(session_id=safe)
-    except (KeyError, IndexError, ValueError) as exc:
-        raise UsageError(
-            f"{config_file}: cassette: {template!r} may name only {{session_id}} ({exc})"
-        ) from None
-    return os.path.join(cwd, path)
 
 
 def _hook_config(path: str | None) -> dict[str, Any]:
@@ -579,18 +578,14 @@ def _hook_config(path: str | None) -> dict[str, Any]:
         return {}
     import yaml
 
+    from .bridges.claude_code_hook import HookEventError, check_config
+
     try:
-        loaded = yaml.safe_load(_read(path))
+        return check_config(yaml.safe_load(_read(path)))
     except yaml.YAMLError as exc:
         raise UsageError(f"{path}: not valid YAML: {exc}") from None
-    if loaded is None:
-        return {}
-    if not isinstance(loaded, dict):
-        raise UsageError(f"{path}: must be a mapping ({', '.join(HOOK_CONFIG_KEYS)})")
-    extra = sorted(set(loaded) - set(HOOK_CONFIG_KEYS))
-    if extra:
-        raise UsageError(f"{path}: unknown key {extra[0]!r} (known: {', '.join(HOOK_CONFIG_KEYS)})")
-    return loaded
+    except HookEventError as exc:
+        raise UsageError(f"{path}: {exc}") from None
 
 
 if __name__ == "__main__":  # pragma: no cover

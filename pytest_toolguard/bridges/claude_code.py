@@ -111,18 +111,28 @@ def _read_event(
 
 def relative_arguments(arguments: Mapping[str, Any], cwd: str) -> dict[str, Any]:
     """``arguments`` with each absolute path argument inside ``cwd`` made
-    relative to it (``cwd`` itself is ``.``); others unchanged."""
-    root = posixpath.normpath(cwd)
+    relative to it (``cwd`` itself is ``.``); others unchanged.
+
+    Only the ``cwd`` prefix is taken off, component by component (``.``
+    and empty components dropped); every ``..`` after it is kept, for the
+    sandbox to apply to the directory it actually reaches. Collapsing
+    ``ln/../secret`` as text would judge ``secret`` when ``ln`` is a link
+    elsewhere, and the kernel goes to ``ln``'s target's parent."""
+    root = _components(posixpath.normpath(cwd))  # as the workspace's root is spelt
     changed = dict(arguments)
     for name in PATH_ARGUMENTS:
         value = changed.get(name)
         if isinstance(value, str) and value.startswith("/"):
-            path = posixpath.normpath(value)
-            if path == root:
-                changed[name] = "."
-            elif path.startswith(root.rstrip("/") + "/"):
-                changed[name] = path[len(root.rstrip("/")) + 1 :]
+            parts = _components(value)
+            if parts[: len(root)] == root:
+                changed[name] = "/".join(parts[len(root) :]) or "."
     return changed
+
+
+def _components(path: str) -> list[str]:
+    """The components of an absolute POSIX path, ``.`` and empty ones
+    dropped, ``..`` kept as it is."""
+    return [part for part in path.split("/") if part not in ("", ".")]
 
 
 # -- the built-in tools -------------------------------------------------------

@@ -25,6 +25,14 @@ own tools: we decide each call and keep its one audit row.
   A row of an allowed call with no outcome (a tool that failed while no
   PostToolUseFailure hook is set, an interrupted tool) is INTERRUPTED.
 
+The hook's own files (its configuration, audit database, cassette) are
+forbidden to every call it judges (``own_files``; ``run_hook`` builds the
+runtime on a ``GuardedWorkspace``). An event the hook cannot read
+(``read_event``: not UTF-8, not JSON, nested too deeply, fields of the
+wrong type, no ``tool_use_id`` or ``tool_input``) is ``HookEventError``,
+which ``toolguard hook`` answers with exit 2: Claude Code blocks the call.
+Ids are looked up as the audit row stores them (``gate.stored_id``).
+
 Why a waiting row rather than a refusal row at ``ask`` and a second row
 once approved: every call has exactly one audit row; the row of an approved
 call exists before the tool runs (fail closed, as for any admitted call);
@@ -36,18 +44,23 @@ Stop hook a declined call's row stays RUNNING.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..audit import AuditRecord
+from ..audit import AuditRecord, SQLiteAuditStore
+from ..capabilities import Capabilities
 from ..contract import CallState, ErrorCode, ToolCall, ToolResult
 from ..hooks import Approval, HookDecision, PreToolUseEvent
 from ..registry import ToolRegistry
 from ..runtime import ToolRuntime
-from .claude_code import relative_arguments, runs_here
-from .gate import admit, close_admitted
+from ..sandbox import SandboxError
+from .claude_code import PATH_ARGUMENTS, relative_arguments, runs_here
+from .definitions import BridgeError
+from .gate import admit, close_admitted, stored_id
 from .hook_cassette import HookCassette
+from .own_files import GuardedWorkspace, OwnFileRefused, OwnFiles
 from .transcript import registry_name
 
 ACTOR = "claude-code"
@@ -85,10 +98,95 @@ def prompt_approval(row: AuditRecord | None) -> Approval | None:
     return Approval(row.rule, row.reason)
 
 
+EVENT_FIELDS: Mapping[str, tuple[type, ...]] = {
+    "session_id": (str,),
+    "cwd": (str,),
+    "hook_event_name": (str,),
+    "tool_name": (str,),
+    "tool_use_id": (str,),
+    "tool_input": (Mapping,),
+    "transcript_path": (str,),
+    "permission_mode": (str,),
+}
+"""The types of the event fields the hook reads, as Claude Code sends them."""
+
+
+class HookEventError(BridgeError):
+    """The hook's input is not an event it can answer (not UTF-8, not
+    JSON, nested too deeply to read, or not shaped as Claude Code sends
+    one), or its configuration is not one. ``toolguard hook`` answers it
+    with exit 2, which blocks."""
+
+
+CONFIG_KEYS = ("audit", "capabilities", "cassette", "registry", "unknown_tools")
+"""The keys of ``toolguard hook``'s configuration file."""
+
+
+def check_config(loaded: Any) -> dict[str, Any]:
+    """The hook's configuration (YAML, loaded): a mapping of ``CONFIG_KEYS``
+    (None: empty); ``HookEventError`` saying what is wrong."""
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise HookEventError(f"must be a mapping ({', '.join(CONFIG_KEYS)})")
+    extra = sorted(repr(key) for key in set(loaded) - set(CONFIG_KEYS))
+    if extra:
+        raise HookEventError(f"unknown key {extra[0]} (known: {', '.join(CONFIG_KEYS)})")
+    for key in ("audit", "registry", "unknown_tools"):
+        if loaded.get(key) is not None and not isinstance(loaded[key], str):
+            raise HookEventError(f"{key} must be a string")
+    if loaded.get("unknown_tools", "ask") not in ("allow", "ask", "deny"):
+        raise HookEventError("unknown_tools must be allow, ask or deny")
+    return loaded
+
+
+def read_event(raw: bytes | str, command: str) -> dict[str, Any]:
+    """The hook event in ``raw`` (the hook's stdin) for ``command``, checked
+    (``event_problem``); ``HookEventError`` saying what is wrong."""
+    try:
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        event = json.loads(text)
+    except UnicodeDecodeError:
+        raise HookEventError("the hook input on stdin is not UTF-8 text") from None
+    except RecursionError:
+        raise HookEventError("the hook input on stdin is JSON nested too deeply to read") from None
+    except ValueError as exc:
+        raise HookEventError(f"the hook input on stdin is not JSON: {exc}") from None
+    if not isinstance(event, dict):
+        raise HookEventError(
+            "the hook input is not a JSON object: is this a Claude Code hook event?"
+        )
+    problem = event_problem(command, event)
+    if problem:
+        raise HookEventError(f"the hook input {problem}")
+    return event
+
+
+def event_problem(command: str, event: Mapping[str, Any]) -> str:
+    """What is wrong with ``event`` for ``command`` ('' when nothing): a
+    field of another type than Claude Code sends, or, for a tool event, no
+    ``tool_name``, ``tool_input`` or ``tool_use_id`` (the id joins the two
+    events of a call). The hook answers such an event with exit 2: it
+    blocks (judging other arguments than the tool's would fail open)."""
+    for name, types in EVENT_FIELDS.items():
+        value = event.get(name)
+        if value is not None and not isinstance(value, types):
+            return f"has a {name} that is not a {'JSON object' if Mapping in types else 'string'}"
+    if command != "stop":
+        if not event.get("tool_name"):
+            return "has no tool_name: is this a PreToolUse/PostToolUse event?"
+        if not event.get("tool_use_id"):
+            return "has no tool_use_id: is this a PreToolUse/PostToolUse event?"
+        if not isinstance(event.get("tool_input"), Mapping):
+            return "has no tool_input object: is this a PreToolUse/PostToolUse event?"
+    return ""
+
+
 def hook_call(event: Mapping[str, Any], registry: ToolRegistry) -> ToolCall:
     """The ``ToolCall`` a hook event describes: its ``tool_use_id``, the
     registry's name for its tool and its input (paths made relative to
-    the event's ``cwd``)."""
+    the event's ``cwd``). Ids are given as the event has them; the audit
+    row keeps them as ``gate.stored_id`` makes them."""
     tool_input = event.get("tool_input")
     arguments = tool_input if isinstance(tool_input, Mapping) else {}
     cwd = event.get("cwd")
@@ -101,6 +199,33 @@ def hook_call(event: Mapping[str, Any], registry: ToolRegistry) -> ToolCall:
         actor=ACTOR,
         session_id=str(event.get("session_id") or "default"),
     )
+
+
+def call_row(runtime: ToolRuntime, call_id: str) -> AuditRecord | None:
+    """The audit row of the call ``call_id`` names (the event's id), found
+    by the id as the row stores it."""
+    return runtime.audit.get(stored_id(runtime, call_id))
+
+
+def names_own_file(runtime: ToolRuntime, arguments: Mapping[str, Any]) -> str | None:
+    """The first path argument of Claude Code's (``PATH_ARGUMENTS``) that
+    names one of the hook's own files, for a tool the registry does not
+    hold (its paths are not declared): None when none does, or when the
+    runtime's workspace is not a ``GuardedWorkspace``."""
+    workspace = runtime.workspace
+    if not isinstance(workspace, GuardedWorkspace):
+        return None
+    for name in PATH_ARGUMENTS:
+        value = arguments.get(name)
+        if not isinstance(value, str):
+            continue
+        try:
+            workspace.locate(value, "read").close()
+        except OwnFileRefused:
+            return value
+        except (SandboxError, OSError, ValueError):
+            continue
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,16 +260,33 @@ def pre_tool_use(
     one such a call is refused with APPROVAL_REQUIRED, answered ``ask``,
     and its outcome is never audited), ``deny`` with the code and message
     otherwise. A tool the registry does not hold gets ``unknown_tools``
-    and no row."""
+    and no row, unless a path argument of Claude Code's names one of the
+    hook's own files (``names_own_file``): ``deny``."""
     call = hook_call(event, runtime.registry)
     if call.tool_name not in runtime.registry:
+        arguments = call.arguments if isinstance(call.arguments, Mapping) else {}
+        own = names_own_file(runtime, arguments)
+        if own is not None:
+            return PreToolUseAnswer(
+                call,
+                "deny",
+                f"toolguard: {ErrorCode.FORBIDDEN_PATH.value}: "
+                f"{runtime.redactor.redact_text(repr(own))} is one of toolguard's own files",
+                known=False,
+            )
         return PreToolUseAnswer(
             call, unknown_tools, f"toolguard: {call.tool_name} is not in its registry", known=False
         )
     refusal = admit(runtime, call)
     if refusal is None:
         spec = runtime.registry.get(call.tool_name)
-        if spec is not None and prompt_approval(runtime.audit.get(call.call_id)) is not None:
+        row = call_row(runtime, call.call_id)
+        # Left to the prompt, or not found again: Claude Code asks the user.
+        if (
+            spec is not None
+            and spec.risk.needs_approval
+            and (row is None or prompt_approval(row) is not None)
+        ):
             return PreToolUseAnswer(
                 call, "ask", f"toolguard: {call.tool_name} ({spec.risk}) needs your approval"
             )
@@ -173,11 +315,11 @@ def post_tool_use(event: Mapping[str, Any], runtime: ToolRuntime) -> ToolResult 
     )
     if isinstance(error, str) and error:
         message = error
-    elif failed and isinstance(response, Mapping) and response.get("error"):
-        message = str(response["error"])
+    elif failed and isinstance(response, Mapping) and isinstance(response.get("error"), str):
+        message = response["error"]
     else:
         message = "the tool failed" if failed else ""
-    row = runtime.audit.get(call.call_id)
+    row = call_row(runtime, call.call_id)
     if row is None:
         return None
     code = ErrorCode.EXECUTION_ERROR if failed else ErrorCode.OK
@@ -185,7 +327,7 @@ def post_tool_use(event: Mapping[str, Any], runtime: ToolRuntime) -> ToolResult 
     if not close_admitted(runtime, row, state=state, code=code, data=response, message=message):
         return None
     return ToolResult(
-        call_id=call.call_id,
+        call_id=row.call_id,  # as stored: the row is found again by it
         tool_name=row.tool_name,
         ok=not failed,
         code=code,
@@ -207,7 +349,7 @@ def stop(event: Mapping[str, Any], runtime: ToolRuntime) -> list[AuditRecord]:
     Stop or SessionEnd event: no call of the turn is still running). A row
     waiting for the prompt becomes DENIED with APPROVAL_REQUIRED, any other
     INTERRUPTED with EXECUTION_ERROR. Returns the rows closed, as they were."""
-    session_id = str(event.get("session_id") or "default")
+    session_id = stored_id(runtime, str(event.get("session_id") or "default"))
     closed: list[AuditRecord] = []
     for row in runtime.audit.rows(session_id):
         if row.state is not CallState.RUNNING or row.actor != ACTOR:
@@ -262,9 +404,47 @@ def answer(
             cassette.append_outcome(
                 hook_call(event, runtime.registry),
                 result,
-                approval=prompt_approval(runtime.audit.get(result.call_id)),
+                approval=prompt_approval(call_row(runtime, result.call_id)),
                 response=event.get("tool_response", event.get("error")),
             )
         return None
     stop(event, runtime)
     return None
+
+
+def run_hook(
+    command: HookCommand,
+    event: Mapping[str, Any],
+    *,
+    cwd: str,
+    registry: ToolRegistry,
+    capabilities: Capabilities,
+    database: str,
+    config_file: str | None = None,
+    cassette: str | None = None,
+    unknown_tools: HookAnswer = "ask",
+) -> dict[str, Any] | None:
+    """Answer one event as ``toolguard hook`` does (``answer``): through a
+    runtime in ``cwd`` auditing into the SQLite ``database``, recording
+    into ``cassette`` when one is given. The hook's own files (the
+    configuration ``config_file``, the database, the cassette) are
+    forbidden to the call whatever ``capabilities`` say (``own_files``).
+    Raises ``AuditUnavailable`` and ``HookCassetteError``."""
+    own = OwnFiles.of(config=config_file, database=database, cassette=cassette)
+    prompt = ClaudeCodePrompt()
+    with (
+        SQLiteAuditStore(database) as store,
+        GuardedWorkspace(cwd, own) as workspace,
+        ToolRuntime(registry, workspace, capabilities, store, hooks=[prompt]) as runtime,
+    ):
+        recording = (
+            None
+            if cassette is None
+            else HookCassette(
+                cassette,
+                runtime,
+                session_id=stored_id(runtime, str(event.get("session_id") or "default")),
+                own_files=[database],
+            )
+        )
+        return answer(command, event, runtime, cassette=recording, unknown_tools=unknown_tools)

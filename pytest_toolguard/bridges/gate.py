@@ -9,6 +9,10 @@ row once the other program reports the outcome, possibly from another
 process (a Claude Code PostToolUse hook): it finds the row by call id in
 the audit store. An idempotency key is not supported on this path (the
 other program runs the tool, so we cannot replay its outcome).
+
+The audit row keeps a call's ids as ``stored_id`` makes them (a token in
+an id redacted, a lone surrogate escaped, cut to ``MAX_ID_LENGTH``): the
+row of a call is looked up by that form, never by the raw id.
 """
 
 from __future__ import annotations
@@ -17,9 +21,17 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
-from ..audit import AuditRecord
+from ..audit import AuditRecord, storable_text
 from ..contract import CallState, ErrorCode, ToolCall, ToolResult
-from ..runtime import MESSAGE_LIMIT, PREVIEW_LIMIT, ToolRuntime
+from ..runtime import MAX_ID_LENGTH, MESSAGE_LIMIT, PREVIEW_LIMIT, ToolRuntime
+
+
+def stored_id(runtime: ToolRuntime, text: str) -> str:
+    """An id (a call's, a session's) as ``runtime`` stores it in the audit
+    row: redacted whole, a lone surrogate escaped, cut to ``MAX_ID_LENGTH``.
+    Idempotent. Ids come from a model or a transcript: a token there never
+    reaches a row or a cassette, and the row of a call is found again."""
+    return storable_text(runtime.redactor.redact_text(text))[:MAX_ID_LENGTH]
 
 
 def admit(runtime: ToolRuntime, call: ToolCall) -> ToolResult | None:
@@ -49,7 +61,7 @@ def finish_admitted(
     (OK) with a redacted preview of ``data``, or FAILED
     (EXECUTION_ERROR) with the redacted ``message``. False when there is
     no such RUNNING row (never admitted, or finished already)."""
-    row = runtime.audit.get(call_id)
+    row = runtime.audit.get(stored_id(runtime, call_id))
     if row is None:
         return False
     return close_admitted(

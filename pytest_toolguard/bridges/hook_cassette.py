@@ -49,6 +49,7 @@ import contextlib
 import fcntl
 import os
 import posixpath
+import re
 import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -69,10 +70,11 @@ from ..replay.cassette import (
     load,
 )
 from ..replay.recorder import Recorder
-from ..replay.redacting import redact_file, redact_path
+from ..replay.redacting import redact_file, redact_path, tool_redactor
 from ..runtime import ToolRuntime
 from ..sandbox import SandboxError
 from .definitions import BridgeError
+from .transcript import TranscriptResult, kept_interaction, kept_result
 
 SKIPPED_DIRECTORIES = frozenset({".git"})
 """Directory names never expanded beneath a declared directory."""
@@ -85,6 +87,26 @@ RECORDED_BY = (
 class HookCassetteError(BridgeError):
     """The configured cassette cannot take this event: unreadable, or of
     another session or root. The message says which and what to do."""
+
+
+def session_cassette(template: Any, cwd: str, session_id: str) -> str | None:
+    """The configured cassette (``cassette:`` in the hook's configuration)
+    for this session: ``{session_id}`` filled in (unsafe characters
+    replaced), relative to the event's ``cwd``; None when none is
+    configured. ``HookCassetteError`` for a template that is not a path
+    or names another field."""
+    if template is None:
+        return None
+    if not isinstance(template, str) or not template.strip():
+        raise HookCassetteError("cassette must be a path, e.g. cassettes/{session_id}.yaml")
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", session_id).lstrip(".") or "default"
+    try:
+        path = template.format(session_id=safe)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise HookCassetteError(
+            f"cassette: {template!r} may name only {{session_id}} ({exc})"
+        ) from None
+    return os.path.join(cwd, path)
 
 
 @dataclass(slots=True)
@@ -170,7 +192,7 @@ class HookCassette:
     def append_refusal(self, call: ToolCall, result: ToolResult) -> None:
         """Append a call our policy refused at PreToolUse, with its refusal
         and audit row: replay refuses it again."""
-        self._append(self._recorder.interaction(call, result))
+        self._append(kept_interaction(self._recorder.interaction(call, result), self.runtime))
 
     def append_outcome(
         self,
@@ -184,16 +206,16 @@ class HookCassette:
         ``result`` (``post_tool_use``'s), the summary of its audit row and
         ``approval`` (the user's, at the prompt). Its data is not compared
         on replay; Claude Code's ``response`` is kept, redacted, as
-        ``transcript_result``."""
-        interaction = self._recorder.interaction(call, result, approval=approval)
+        ``transcript_result`` (redacted as an import keeps a transcript's)."""
+        kept = kept_interaction(
+            self._recorder.interaction(call, result, approval=approval), self.runtime
+        )
+        redactor = tool_redactor(self.runtime.registry, call.tool_name, self.runtime.redactor)
         self._append(
             replace(
-                interaction,
-                result=replace(interaction.result, data=None, check_data=False),
-                transcript_result={
-                    "ok": result.ok,
-                    "content": self.runtime.redactor.redact(response),
-                },
+                kept,
+                result=replace(kept.result, data=None, check_data=False),
+                transcript_result=kept_result(TranscriptResult(result.ok, response), redactor),
             )
         )
 

@@ -15,6 +15,14 @@ the user's registry, in a copy of a workspace directory they name,
 recorded by the same ``Recorder`` as ``record_session``. Each interaction
 keeps the transcript's own result as ``transcript_result``, and the report
 lists the calls whose re-executed outcome differs (ok against error).
+
+Nothing from the transcript reaches the cassette unredacted: the calls'
+arguments and results are redacted by the recorder, the transcript's
+result by ``kept_result`` (the tool's redactor, as for the call's own
+result; the Claude Code hook keeps Claude Code's response the same way),
+the ids as the audit row stores them (``gate.stored_id``), the root as a
+path. Text that is not valid Unicode (a lone surrogate) is escaped, so
+that the cassette can be written (``kept_interaction``).
 """
 
 from __future__ import annotations
@@ -28,12 +36,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..audit import storable_data, storable_text
 from ..capabilities import Capabilities, Risk
 from ..contract import ToolCall, ToolResult
+from ..redaction import Redactor
 from ..registry import ToolRegistry
-from ..replay.cassette import Cassette, dump
+from ..replay.cassette import Cassette, Interaction, dump
 from ..replay.recorder import Recorder
+from ..replay.redacting import redact_path, tool_redactor
 from ..runtime import ToolRuntime
+from .gate import stored_id
 
 DEFAULT_ROOT = "/workspace"
 """The root an imported cassette names when the transcript has no ``cwd``."""
@@ -161,6 +173,53 @@ class CallCollector:
         )
 
 
+def undecodable(transcript: Transcript) -> Problem | None:
+    """The first place ``transcript`` holds text that is not valid Unicode
+    (a lone surrogate: JSON's ``\\ud800`` escape spells one, no UTF-8 file
+    can hold one), as a problem naming it; None when there is none. The
+    session's ids, each call's id, name, arguments and result, and what
+    the problems quote (a skipped call's id) are read."""
+    if _holds_surrogate(transcript.session_id) or _holds_surrogate(transcript.cwd):
+        return Problem("the session", "its id or cwd is text that is not valid Unicode")
+    for problem in transcript.problems:
+        if _holds_surrogate(problem.message):
+            return Problem(problem.where, "quotes text that is not valid Unicode")
+    for call in transcript.calls:
+        fields = {
+            "id": call.call_id,
+            "tool name": call.tool_name,
+            "arguments": call.arguments,
+            "result": None if call.result is None else call.result.to_dict(),
+        }
+        for name, value in fields.items():
+            if _holds_surrogate(value):
+                return Problem(
+                    call.where,
+                    f"the call's {name} holds text that is not valid Unicode (a lone surrogate)",
+                )
+    return None
+
+
+def _holds_surrogate(value: Any) -> bool:
+    # A walk with a stack: a transcript's results may be nested deeper than
+    # Python recurses.
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if not item.isascii():
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    return True
+        elif isinstance(item, Mapping):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return False
+
+
 def json_records(
     text: str, collector: CallCollector, *, noun: str, containers: Sequence[str] = ()
 ) -> Iterator[tuple[str, Any]]:
@@ -232,6 +291,38 @@ def text_of(content: Any) -> str:
 
 
 # -- into a cassette ----------------------------------------------------------
+
+
+def kept_result(result: TranscriptResult, redactor: Redactor) -> dict[str, Any]:
+    """``result`` as a cassette's ``transcript_result`` keeps it: redacted
+    by ``redactor`` (the call's tool's, as for its own result) before
+    anything is written, every text storable (a lone surrogate escaped)."""
+    body: dict[str, Any] = storable_data(redactor.redact(result.to_dict()))
+    return body
+
+
+def kept_interaction(interaction: Interaction, runtime: ToolRuntime) -> Interaction:
+    """``interaction`` (the recorder's, already redacted) as an importer or
+    the Claude Code hook writes it: the call's ids and tool name as
+    ``runtime``'s audit row stores them (``stored_id``: a token there
+    redacted), and every other text from outside (arguments, the result's
+    data and message, the transcript's result) storable: a lone surrogate,
+    which no UTF-8 file can hold, becomes its ``\\udXXXX`` escape."""
+    call, result = interaction.call, interaction.result
+    return replace(
+        interaction,
+        call=replace(
+            call,
+            call_id=stored_id(runtime, call.call_id),
+            tool_name=stored_id(runtime, call.tool_name),
+            session_id=stored_id(runtime, call.session_id),
+            arguments=storable_data(call.arguments),
+        ),
+        result=replace(
+            result, data=storable_data(result.data), message=storable_data(result.message)
+        ),
+        transcript_result=storable_data(interaction.transcript_result),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,7 +403,9 @@ def transcript_to_cassette(
     ``cwd``, else ``/workspace``. ``progress(done, total)`` is called after
     each call; ``map_arguments`` may rewrite a call's arguments first
     (Claude Code's absolute paths). Call ids, the session id and the order
-    are kept. ``BridgeError`` when ``workspace`` is not a directory."""
+    are kept (each id as the audit row stores it: a token in it redacted).
+    Everything written is redacted first. ``BridgeError`` when
+    ``workspace`` is not a directory."""
     from .definitions import BridgeError
 
     source = Path(workspace)
@@ -335,37 +428,71 @@ def transcript_to_cassette(
             recorded_by=recorded_by,
             description=f"imported from a {transcript.format} transcript",
         )
+        kept: list[tuple[str, dict[str, Any] | None]] = []
         recorder.start()
         try:
             for done, item in enumerate(calls, start=1):
                 arguments = map_arguments(item) if map_arguments else item.arguments
+                tool_name = registry_name(item.tool_name, registry)
                 result = runtime.execute(
                     ToolCall(
                         call_id=item.call_id,
-                        tool_name=registry_name(item.tool_name, registry),
+                        tool_name=tool_name,
                         arguments=dict(arguments),
                         session_id=transcript.session_id or "default",
                     )
                 )
+                # The transcript's result is redacted as the call's own is.
+                redactor = tool_redactor(registry, tool_name, runtime.redactor)
+                shown = None if item.result is None else kept_result(item.result, redactor)
+                kept.append((stored_id(runtime, item.call_id), shown))
                 if item.result is not None and item.result.ok != result.ok:
                     mismatches.append(
-                        Mismatch(item.call_id, item.tool_name, item.where, item.result.ok, result)
+                        Mismatch(
+                            stored_id(runtime, item.call_id),
+                            stored_id(runtime, item.tool_name),
+                            item.where,
+                            item.result.ok,
+                            result,
+                        )
                     )
                 if progress is not None:
                     progress(done, len(calls))
             recorder.stop()
             recorded = recorder.cassette()
+            interactions = tuple(
+                kept_interaction(interaction, runtime) for interaction in recorded.interactions
+            )
+            session = replace(
+                recorded.session, session_id=stored_id(runtime, recorded.session.session_id)
+            )
+            shown_root = storable_text(
+                redact_path(runtime.redactor, root or transcript.cwd or DEFAULT_ROOT)
+            )
+            shown_by = (
+                None
+                if recorded_by is None
+                else storable_text(runtime.redactor.redact_text(recorded_by))
+            )
         finally:
             recorder.stop()
             runtime.close()
-    by_id = {item.call_id: item for item in calls}
+    # One interaction per executed call, in order (the recorder hears each
+    # execute once): the transcript's result joins its own call, even when
+    # two ids read the same once redacted.
+    results = [result for _, result in kept]
+    if len(kept) != len(interactions):  # a call the recorder missed: matched by id
+        by_id = dict(kept)
+        results = [by_id.get(i.call.call_id) for i in interactions]
     interactions = tuple(
-        replace(interaction, transcript_result=_transcript_result(by_id, interaction.call.call_id))
-        for interaction in recorded.interactions
+        replace(interaction, transcript_result=result)
+        for interaction, result in zip(interactions, results, strict=True)
     )
     cassette = replace(
         recorded,
-        workspace=replace(recorded.workspace, root=root or transcript.cwd or DEFAULT_ROOT),
+        recorded_by=shown_by,
+        session=session,
+        workspace=replace(recorded.workspace, root=shown_root),
         interactions=interactions,
     )
     dump(cassette, output)
@@ -376,12 +503,3 @@ def transcript_to_cassette(
         problems=transcript.problems,
         mismatches=tuple(mismatches),
     )
-
-
-def _transcript_result(
-    by_id: Mapping[str, TranscriptCall], call_id: str
-) -> Mapping[str, Any] | None:
-    item = by_id.get(call_id)
-    if item is None or item.result is None:
-        return None
-    return item.result.to_dict()

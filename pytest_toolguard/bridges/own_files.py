@@ -1,0 +1,198 @@
+"""The files the Claude Code hook keeps for itself, and a workspace that
+refuses every call naming them.
+
+``toolguard hook`` judges calls of an agent that works in the same
+directory as the hook's own state: its configuration (``toolguard.yaml``),
+its audit database (with SQLite's ``-wal``, ``-shm`` and ``-journal``
+beside it) and the session's cassette (with its lock and temporary
+files). A call that may change one of them could erase the audit trail,
+or grant itself what the configuration refuses; so they are forbidden to
+every call the hook judges, whatever the session's roots say.
+
+What is guaranteed: ``GuardedWorkspace.locate`` (what the policy judges a
+declared path by) answers ``ForbiddenPath`` (FORBIDDEN_PATH) for a path
+that resolves onto one of ``OwnFiles``, or beneath one, and, for a write,
+onto a directory holding one (a write to a directory may replace what is
+beneath it). The path is judged after the sandbox resolved it, links
+followed one component at a time and ``..`` applied to the directory
+actually reached, so every spelling of the same entry is judged the same:
+relative or absolute, through ``..``, ``./`` or a trailing slash, through
+a link inside the workspace. Names are compared case-insensitively (a
+case-insensitive file system reaches the same file), and an existing file
+is also recognised by its identity (device and inode), as a hard link
+reaches it.
+
+What is not: a tool whose paths are not declared (``PathAccess``), such as
+Bash, is not judged by path here (Claude Code asks before it runs). The
+files are judged when the call is decided; a change made later by another
+process is not seen.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..sandbox import AccessMode, ForbiddenPath, Location, Workspace, show_path
+
+
+@dataclass(frozen=True, slots=True)
+class OwnEntry:
+    """One entry the hook keeps: ``directory`` (an absolute, resolved path)
+    holds the file ``name``, or with ``prefix`` every name beginning so."""
+
+    directory: str
+    name: str
+    prefix: bool = False
+
+    def matches(self, name: str) -> bool:
+        """Whether ``name`` (in ``directory``) is this entry, compared
+        case-insensitively."""
+        wanted, given = self.name.casefold(), name.casefold()
+        return given.startswith(wanted) if self.prefix else given == wanted
+
+
+@dataclass(frozen=True, slots=True)
+class OwnFiles:
+    """The files the hook keeps for itself: see the module docstring."""
+
+    entries: tuple[OwnEntry, ...] = ()
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        config: str | os.PathLike[str] | None = None,
+        database: str | os.PathLike[str] | None = None,
+        cassette: str | os.PathLike[str] | None = None,
+    ) -> OwnFiles:
+        """The hook's own files: its configuration file, its SQLite audit
+        database (and the files SQLite keeps beside it), and its cassette
+        (with the lock and temporary files written beside it). Each path
+        is made absolute and resolved now (links followed)."""
+        entries: list[OwnEntry] = []
+        if config is not None:
+            entries.append(_entry(config))
+        if database is not None:
+            # Every name the database's begins: SQLite's -wal, -shm and
+            # -journal beside it, so a planted hot journal or WAL is refused.
+            entries.append(_entry(database, prefix=True))
+        if cassette is not None:
+            entry = _entry(cassette)
+            entries += [entry, OwnEntry(entry.directory, f".{entry.name}.", prefix=True)]
+        return cls(tuple(entries))
+
+    def existing(self) -> list[str]:
+        """The absolute path of every file that is one of the entries now."""
+        found: list[str] = []
+        for entry in self.entries:
+            try:
+                names = os.listdir(entry.directory)
+            except OSError:
+                continue
+            found += [os.path.join(entry.directory, n) for n in names if entry.matches(n)]
+        return found
+
+
+def _entry(path: str | os.PathLike[str], *, prefix: bool = False) -> OwnEntry:
+    # The directory resolved (links followed), the name as given: the name
+    # may be a link the hook would follow, so its target is kept too (below).
+    absolute = os.path.abspath(os.fspath(path))
+    directory, name = os.path.split(absolute)
+    real = os.path.realpath(absolute)
+    if not prefix and os.path.basename(real) != name:  # the file itself is a link
+        directory, name = os.path.split(real)
+    return OwnEntry(os.path.realpath(directory), name, prefix)
+
+
+class OwnFileRefused(ForbiddenPath):
+    """A path naming one of the hook's own files (FORBIDDEN_PATH)."""
+
+
+class GuardedWorkspace(Workspace):
+    """A ``Workspace`` whose ``locate`` refuses the hook's ``own`` files
+    (``OwnFileRefused``, a ``ForbiddenPath``): the policy of every call through a runtime built
+    on it judges them forbidden. Everything else is ``Workspace``'s."""
+
+    def __init__(self, root: str | os.PathLike[str], own: OwnFiles) -> None:
+        super().__init__(root)
+        self.own = own
+        real_root = os.path.realpath(self.root)
+        self._entries: list[tuple[str, OwnEntry]] = []
+        """Each entry inside the root, with its directory relative to it."""
+        for entry in own.entries:
+            relative = _inside(real_root, entry.directory)
+            if relative is not None:
+                self._entries.append((relative.casefold(), entry))
+        self._identities = _identities(own.existing())
+
+    def locate(self, path: str, mode: AccessMode = "read") -> Location:
+        """``Workspace.locate``, then ``ForbiddenPath`` when what ``path``
+        resolves to is one of the hook's own files (see the module)."""
+        try:
+            location = super().locate(path, mode)
+        except OSError:
+            # Judged by its spelling, as the policy then judges it.
+            if self.names_own(self.normalize(path), mode):
+                raise self._refusal(path) from None
+            raise
+        if self.names_own(location.resolved, mode):
+            location.close()
+            raise self._refusal(path)
+        return location
+
+    def names_own(self, resolved: str, mode: AccessMode = "read") -> bool:
+        """Whether the workspace path ``resolved`` (canonical, relative) is
+        one of the hook's own files or beneath one; for a write, also a
+        directory holding one."""
+        folded = posixpath.normpath(resolved).casefold()
+        parts = [] if folded == "." else folded.split("/")
+        for end in range(1, len(parts) + 1):  # the entry itself, then each directory above it
+            directory = "/".join(parts[: end - 1]) or "."
+            if any(d == directory and e.matches(parts[end - 1]) for d, e in self._entries):
+                return True
+        if mode == "write":
+            for directory, _ in self._entries:
+                if folded == "." or directory == folded or directory.startswith(folded + "/"):
+                    return True
+        return self._same_file(resolved)
+
+    def _same_file(self, resolved: str) -> bool:
+        if not self._identities:
+            return False
+        try:
+            status = os.lstat(os.path.join(self.root, resolved))
+        except (OSError, ValueError):
+            return False
+        return (status.st_dev, status.st_ino) in self._identities
+
+    @staticmethod
+    def _refusal(path: str) -> OwnFileRefused:
+        return OwnFileRefused(
+            f"path {show_path(path)} is one of toolguard's own files (its configuration, "
+            "audit log or cassette): no call it judges may use it",
+            path,
+        )
+
+
+def _inside(root: str, path: str) -> str | None:
+    """``path`` relative to ``root`` (POSIX), or None when outside it."""
+    relative = os.path.relpath(path, root)
+    if relative == os.pardir or relative.startswith(os.pardir + os.sep):
+        return None
+    return relative.replace(os.sep, "/")
+
+
+def _identities(paths: Iterable[str]) -> frozenset[tuple[int, int]]:
+    """(device, inode) of each path that is an existing regular file."""
+    found: set[tuple[int, int]] = set()
+    for path in paths:
+        try:
+            status = os.stat(path)
+        except (OSError, ValueError):
+            continue
+        if os.path.isfile(path):
+            found.add((status.st_dev, status.st_ino))
+    return frozenset(found)
