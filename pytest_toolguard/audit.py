@@ -16,7 +16,11 @@ no data leaves the executor unrecorded (``pytest_toolguard.runtime``).
 
 Idempotency keys live in the same database (table ``idempotency_keys``) so
 that claiming a key and writing the RUNNING row are one transaction: see
-``pytest_toolguard.idempotency`` for the semantics.
+``pytest_toolguard.idempotency`` for the semantics. A claim stores no hash
+of the raw arguments, only ``arguments_fingerprint``: an HMAC keyed by a
+random secret of the database (table ``toolguard_meta``, made with the
+schema), so every process sharing the file agrees on it and a guess of a
+redacted secret cannot be checked against a row without that key.
 
 **The store never redacts.** Callers pass text that is already redacted
 (``pytest_toolguard.redaction``). Redact before the INSERT: an UPDATE that
@@ -78,15 +82,25 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from pytest_toolguard.contract import CallState, ErrorCode
 from pytest_toolguard.errors import ToolguardError
 from pytest_toolguard.forking import FORK_GATE
-from pytest_toolguard.idempotency import Claim, ClaimOutcome, StoredKey, resolve_claim
+from pytest_toolguard.idempotency import (
+    Claim,
+    ClaimOutcome,
+    StoredKey,
+    arguments_fingerprint,
+    new_fingerprint_key,
+    resolve_claim,
+)
+from pytest_toolguard.jsondata import sha256_text
 from pytest_toolguard.lease import LeaseOwner, current_owner, owner_is_dead
 
 __all__ = [
     "AUDIT_COLUMNS",
+    "FINGERPRINT_KEY",
     "INTERRUPTED_MESSAGE",
     "LEASE_COLUMNS",
     "LEASE_GRACE_SECONDS",
     "MAX_LEASE_SECONDS",
+    "PLACEHOLDER_LIKE",
     "SCHEMA_VERSION",
     "AuditRecord",
     "AuditStore",
@@ -106,8 +120,15 @@ __all__ = [
     "takes_over",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Kept in ``PRAGMA user_version``; a database from a newer version is refused.
+
+Version 3 added ``toolguard_meta`` and its ``fingerprint_key`` (see
+``pytest_toolguard.idempotency``). Migrating to it keys the fingerprints of
+the existing claims (their plain hashes become ``arguments_fingerprint`` of
+them, so retries of those keys still replay), and rehashes each audit row
+that shows a placeholder from its shown arguments: no plain hash of a
+redacted secret is left in the tables.
 
 Version 2 added the lease columns (``lease_owner``, ``lease_expires_at``);
 a version 1 database is migrated when opened, and its RUNNING rows, which
@@ -235,10 +256,14 @@ class AuditStore(Protocol):
         *,
         claim_key: str | None = None,
         lease_seconds: float | None = None,
+        arguments_digest: str | None = None,
     ) -> tuple[int | None, Claim | None]:
         """Claim ``claim_key`` and store the RUNNING row, atomically; its
         lease lasts ``lease_seconds`` (the call's deadline) plus the store's
-        grace."""
+        grace. ``arguments_digest`` (``json_hash`` of the raw arguments,
+        given with a key) decides a conflict; a store keeps only a keyed
+        fingerprint of it (``idempotency.arguments_fingerprint``), never
+        the digest itself."""
         ...
 
     def finish(
@@ -364,8 +389,24 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE tool_call_audit ADD COLUMN lease_owner TEXT",
         "ALTER TABLE tool_call_audit ADD COLUMN lease_expires_at TEXT",
     ),
+    (
+        # Settings of the database itself: the fingerprint key
+        # (``idempotency.new_fingerprint_key``), written by ``_key_claims``.
+        """
+        CREATE TABLE IF NOT EXISTS toolguard_meta (
+            name TEXT PRIMARY KEY,
+            value TEXT NOT NULL
+        )
+        """,
+    ),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
+
+FINGERPRINT_KEY = "fingerprint_key"
+"""The ``toolguard_meta`` row holding the key of the claims' fingerprints."""
+
+PLACEHOLDER_LIKE = "%<redacted:%"
+"""A ``LIKE`` pattern for arguments that show a redacted secret."""
 
 _SELECT_AUDIT = f"SELECT audit_id, {', '.join(AUDIT_COLUMNS + LEASE_COLUMNS)} FROM tool_call_audit"
 _INSERT_AUDIT = (
@@ -496,6 +537,11 @@ class _SchemaTemplate:
                 template.execute(f"PRAGMA user_version = {SCHEMA_VERSION:d}")
                 self._conn = template
             self._conn.backup(conn)
+        # Each memory store its own fingerprint key, never the template's.
+        conn.execute(
+            "INSERT OR REPLACE INTO toolguard_meta (name, value) VALUES (?, ?)",
+            (FINGERPRINT_KEY, new_fingerprint_key()),
+        )
 
     def forget(self) -> None:
         """In a forked child: a new lock (another thread may have held the
@@ -514,6 +560,38 @@ _INHERITED: list[sqlite3.Connection] = []
 
 
 _SCHEMA_TEMPLATE = _SchemaTemplate()
+
+
+def _key_claims(conn: sqlite3.Connection) -> None:
+    """The data part of the migration to version 3, in its transaction:
+    the fingerprint key made (once: another process may have made it), each
+    claim's plain arguments hash replaced by its keyed fingerprint, and each
+    audit row that shows a placeholder rehashed from what it shows.
+    ``secure_delete`` overwrites the old hashes in the file's pages."""
+    conn.execute("PRAGMA secure_delete = ON")
+    conn.execute(
+        "INSERT OR IGNORE INTO toolguard_meta (name, value) VALUES (?, ?)",
+        (FINGERPRINT_KEY, new_fingerprint_key()),
+    )
+    key = str(
+        conn.execute(
+            "SELECT value FROM toolguard_meta WHERE name = ?", (FINGERPRINT_KEY,)
+        ).fetchone()[0]
+    )
+    claims = conn.execute("SELECT key, arguments_hash FROM idempotency_keys").fetchall()
+    conn.executemany(
+        "UPDATE idempotency_keys SET arguments_hash = ? WHERE key = ?",
+        ((arguments_fingerprint(key, str(digest)), claim) for claim, digest in claims),
+    )
+    shown = conn.execute(
+        "SELECT audit_id, arguments_json FROM tool_call_audit WHERE arguments_json LIKE ?",
+        (PLACEHOLDER_LIKE,),
+    ).fetchall()
+    conn.executemany(
+        "UPDATE tool_call_audit SET arguments_hash = ? WHERE audit_id = ?",
+        ((sha256_text(str(text)), audit_id) for audit_id, text in shown),
+    )
+    conn.execute("PRAGMA secure_delete = OFF")
 
 
 def _is_memory(target: str, uri: bool) -> bool:
@@ -635,8 +713,10 @@ class SQLiteAuditStore:
         self._shared: sqlite3.Connection | None = None
         # One :memory: connection is the whole database: threads take turns.
         self._memory_lock: threading.Lock | None = threading.Lock() if self._memory else None
+        self._fingerprint_key = ""
         try:
             self._migrate()
+            self._fingerprint_key = self._load_fingerprint_key()
         except BaseException:
             self.close()
             raise
@@ -814,7 +894,35 @@ class SQLiteAuditStore:
             for step in _MIGRATIONS[version:]:
                 for statement in step:
                     conn.execute(statement)
+            if version < SCHEMA_VERSION:
+                _key_claims(conn)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION:d}")
+
+    def _load_fingerprint_key(self) -> str:
+        """The database's fingerprint key, made now if a database of this
+        version somehow lacks it (then claims made under a lost key answer
+        CONFLICT, never run twice)."""
+        with self._reading("open") as conn:
+            row = conn.execute(
+                "SELECT value FROM toolguard_meta WHERE name = ?", (FINGERPRINT_KEY,)
+            ).fetchone()
+        if row is None:
+            with self._transaction("open") as conn:
+                conn.execute(
+                    "INSERT OR IGNORE INTO toolguard_meta (name, value) VALUES (?, ?)",
+                    (FINGERPRINT_KEY, new_fingerprint_key()),
+                )
+                row = conn.execute(
+                    "SELECT value FROM toolguard_meta WHERE name = ?", (FINGERPRINT_KEY,)
+                ).fetchone()
+        key = str(row[0])
+        try:
+            bytes.fromhex(key)
+        except ValueError:
+            raise AuditUnavailable(
+                "the audit database's fingerprint key is not hex text", "open"
+            ) from None
+        return key
 
     # --- writes ---------------------------------------------------------------
 
@@ -843,11 +951,15 @@ class SQLiteAuditStore:
         *,
         claim_key: str | None = None,
         lease_seconds: float | None = None,
+        arguments_digest: str | None = None,
     ) -> tuple[int | None, Claim | None]:
         """Claim ``claim_key`` (when given) and store ``rec`` as the RUNNING
         row, in one transaction committed before return. The row's lease
         names this process and lasts ``lease_seconds`` (the call's
-        deadline) plus ``lease_grace_seconds``, by SQLite's clock.
+        deadline) plus ``lease_grace_seconds``, by SQLite's clock. The claim
+        keeps ``arguments_fingerprint`` of ``arguments_digest`` (the raw
+        arguments' hash; ``rec.arguments_hash`` when not given) under this
+        database's key: another digest with the same key is a CONFLICT.
 
         * No key: ``(audit_id, None)``.
         * Key claimed: ``(audit_id, Claim(CLAIMED, key))``; the row's
@@ -878,6 +990,10 @@ class SQLiteAuditStore:
             idempotency_outcome=rec.idempotency_outcome or ClaimOutcome.CLAIMED.value,
         )
         values += (str(current_owner(self._host)), lease)
+        fingerprint = arguments_fingerprint(
+            self._fingerprint_key,
+            rec.arguments_hash if arguments_digest is None else arguments_digest,
+        )
         with self._transaction("start") as conn:
             # The row first, so that the claim carries its audit_id in one
             # statement; when the key is held, both are rolled back.
@@ -889,7 +1005,7 @@ class SQLiteAuditStore:
                 (
                     claim_key,
                     rec.tool_name,
-                    rec.arguments_hash,
+                    fingerprint,
                     rec.call_id,
                     audit_id,
                     rec.started_at,
@@ -899,7 +1015,7 @@ class SQLiteAuditStore:
                 return audit_id, Claim(ClaimOutcome.CLAIMED, claim_key)
             stored = self._stored_key(conn, claim_key)
             conn.execute("ROLLBACK")
-        return None, resolve_claim(stored, rec.tool_name, rec.arguments_hash)
+        return None, resolve_claim(stored, rec.tool_name, fingerprint)
 
     @staticmethod
     def _stored_key(conn: sqlite3.Connection, key: str) -> StoredKey:
@@ -1099,6 +1215,7 @@ class SQLiteAuditStore:
         twin = SQLiteAuditStore(":memory:")
         with self._reading("get") as source, twin._reading("get") as target:
             source.backup(target)
+        twin._fingerprint_key = twin._load_fingerprint_key()  # the claims' own key
         return twin
 
     def serialize(self) -> bytes:

@@ -67,9 +67,11 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_toolguard.audit import (
     AUDIT_COLUMNS,
+    FINGERPRINT_KEY,
     INTERRUPTED_MESSAGE,
     LEASE_COLUMNS,
     LEASE_GRACE_SECONDS,
+    PLACEHOLDER_LIKE,
     AuditRecord,
     AuditUnavailable,
     interrupted_result,
@@ -83,7 +85,14 @@ from pytest_toolguard.audit import (
     takes_over,
 )
 from pytest_toolguard.contract import CallState, ErrorCode
-from pytest_toolguard.idempotency import Claim, ClaimOutcome, StoredKey, resolve_claim
+from pytest_toolguard.idempotency import (
+    Claim,
+    ClaimOutcome,
+    StoredKey,
+    arguments_fingerprint,
+    new_fingerprint_key,
+    resolve_claim,
+)
 from pytest_toolguard.lease import LeaseOwner, current_owner
 
 if TYPE_CHECKING:
@@ -94,9 +103,12 @@ __all__ = ["POSTGRES_SCHEMA_VERSION", "PostgresAuditStore", "is_postgres_url"]
 
 INSTALL_HINT = "pip install 'pytest-toolguard[postgres]'"
 
-POSTGRES_SCHEMA_VERSION = 1
+POSTGRES_SCHEMA_VERSION = 2
 """The newest migration this version of the store knows; a database that
-has applied a newer one is refused."""
+has applied a newer one is refused. Version 2 is SQLite's version 3: the
+``toolguard_meta`` table and its fingerprint key, the claims' plain
+argument hashes keyed, the rows that show a placeholder rehashed from what
+they show (see ``pytest_toolguard.idempotency``)."""
 
 _MIGRATION_LOCK = 0x746F6F6C67756172  # "toolguar": pg_advisory_xact_lock's key
 
@@ -152,8 +164,21 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )
         """,
     ),
+    (
+        # The fingerprint key is written by ``_key_claims`` (Python: no
+        # pgcrypto needed), in the same transaction.
+        """
+        CREATE TABLE toolguard_meta (
+            name TEXT PRIMARY KEY,
+            value TEXT NOT NULL
+        )
+        """,
+    ),
 )
 assert len(_MIGRATIONS) == POSTGRES_SCHEMA_VERSION
+
+_KEYED_CLAIMS_VERSION = 2
+"""The migration after whose statements ``_key_claims`` runs."""
 
 _CREATE_MIGRATIONS = """
 CREATE TABLE IF NOT EXISTS toolguard_schema_migrations (
@@ -241,6 +266,47 @@ def _texts(values: Sequence[Any]) -> list[Any]:
     return [_text(value) for value in values]
 
 
+def _fingerprint_key(conn: psycopg.Connection[Any]) -> str:
+    """The fingerprint key of the database, made if it has none yet (one
+    wins when several workers make it at once)."""
+    conn.execute(
+        "INSERT INTO toolguard_meta (name, value) VALUES (%s, %s) ON CONFLICT (name) DO NOTHING",
+        (FINGERPRINT_KEY, new_fingerprint_key()),
+    )
+    row = conn.execute(
+        "SELECT value FROM toolguard_meta WHERE name = %s", (FINGERPRINT_KEY,)
+    ).fetchone()
+    assert row is not None
+    key = str(row[0])
+    try:
+        bytes.fromhex(key)
+    except ValueError:
+        raise AuditUnavailable(
+            "the audit database's fingerprint key is not hex text", "start"
+        ) from None
+    return key
+
+
+def _key_claims(conn: psycopg.Connection[Any]) -> None:
+    """The data part of migration 2, in its transaction: the key made, each
+    claim's plain arguments hash replaced by its keyed fingerprint, each row
+    that shows a placeholder rehashed from what it shows. (The old values
+    stay in dead tuples until VACUUM reclaims them.)"""
+    key = _fingerprint_key(conn)
+    claims = conn.execute("SELECT key, arguments_hash FROM idempotency_keys").fetchall()
+    with conn.cursor() as cursor:
+        cursor.executemany(
+            "UPDATE idempotency_keys SET arguments_hash = %s WHERE key = %s",
+            [(arguments_fingerprint(key, str(digest)), claim) for claim, digest in claims],
+        )
+    conn.execute(
+        "UPDATE tool_call_audit"
+        " SET arguments_hash = encode(sha256(convert_to(arguments_json, 'UTF8')), 'hex')"
+        " WHERE arguments_json LIKE %s",
+        (PLACEHOLDER_LIKE,),
+    )
+
+
 class PostgresAuditStore:
     """``AuditStore`` on a PostgreSQL server (see the module docstring).
 
@@ -288,6 +354,7 @@ class PostgresAuditStore:
         self._lease_grace = float(lease_grace_seconds)
         self._pid = os.getpid()
         self._closed = False
+        self._fingerprint_key: str | None = None
         self._unreachable = False  # the last wait for a connection found no server
         try:
             params = driver.conninfo.conninfo_to_dict(url)
@@ -385,7 +452,7 @@ class PostgresAuditStore:
         with self._connection("open") as conn:
             if not migrate:
                 version = self._applied_version(conn)
-                if version < POSTGRES_SCHEMA_VERSION:
+                if version < 1:  # reading needs the tables, not the latest keys
                     raise AuditUnavailable(
                         f"no pytest-toolguard audit tables of version {POSTGRES_SCHEMA_VERSION}"
                         f" in this database (found version {version})",
@@ -400,6 +467,8 @@ class PostgresAuditStore:
                 for number in range(version, POSTGRES_SCHEMA_VERSION):
                     for statement in _MIGRATIONS[number]:
                         conn.execute(statement)
+                    if number + 1 == _KEYED_CLAIMS_VERSION:
+                        _key_claims(conn)
                     conn.execute(
                         "INSERT INTO toolguard_schema_migrations (version) VALUES (%s)",
                         (number + 1,),
@@ -447,6 +516,7 @@ class PostgresAuditStore:
         *,
         claim_key: str | None = None,
         lease_seconds: float | None = None,
+        arguments_digest: str | None = None,
     ) -> tuple[int | None, Claim | None]:
         """Claim ``claim_key`` (when given) and store ``rec`` as the RUNNING
         row, committed together before return; the row's lease lasts
@@ -454,7 +524,9 @@ class PostgresAuditStore:
         Answers as ``SQLiteAuditStore.start`` does: ``(audit_id, None)``
         without a key, ``(audit_id, Claim(CLAIMED))`` for the winner,
         ``(None, claim)`` with REPLAY, RUNNING or CONFLICT when the key was
-        held (nothing stored). ``ValueError`` when ``rec.state`` is not
+        held (nothing stored); the claim keeps ``arguments_fingerprint`` of
+        ``arguments_digest`` (``rec.arguments_hash`` when not given) under
+        the database's key. ``ValueError`` when ``rec.state`` is not
         RUNNING."""
         state = CallState(rec.state)
         if state is not CallState.RUNNING:
@@ -476,14 +548,16 @@ class PostgresAuditStore:
                 idempotency_outcome=rec.idempotency_outcome or ClaimOutcome.CLAIMED.value,
             )
         )
-        head = [
-            key,
-            *(
-                _text(storable_text(text))
-                for text in (rec.tool_name, rec.arguments_hash, rec.call_id, rec.started_at)
-            ),
-        ]
+        digest = rec.arguments_hash if arguments_digest is None else arguments_digest
         with self._connection("start") as conn:
+            fingerprint = arguments_fingerprint(self._key(conn), digest)
+            head = [
+                key,
+                *(
+                    _text(storable_text(text))
+                    for text in (rec.tool_name, fingerprint, rec.call_id, rec.started_at)
+                ),
+            ]
             for _ in range(_CLAIM_ATTEMPTS):
                 row = conn.execute(_CLAIM_AND_START, [*head, *values, owner, lease]).fetchone()
                 if row is not None:
@@ -500,7 +574,14 @@ class PostgresAuditStore:
         tool_name, arguments_hash, call_id, status, stored_json = stored
         result = self._json(stored_json)
         held = StoredKey(claim_key, tool_name, arguments_hash, call_id, status, result)
-        return None, resolve_claim(held, rec.tool_name, rec.arguments_hash)
+        return None, resolve_claim(held, rec.tool_name, fingerprint)
+
+    def _key(self, conn: psycopg.Connection[Any]) -> str:
+        """The database's fingerprint key, read once (made now if missing:
+        claims made under a lost key then answer CONFLICT, never run twice)."""
+        if self._fingerprint_key is None:
+            self._fingerprint_key = _fingerprint_key(conn)
+        return self._fingerprint_key
 
     @staticmethod
     def _json(text: str | None) -> dict[str, Any] | None:

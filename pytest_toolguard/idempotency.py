@@ -37,14 +37,31 @@ see "no key" and both run (``tests/core/test_idempotency_store.py`` shows it).
 This module is pure: key derivation and the decision of what a claim means
 given what is stored. Storage lives in ``pytest_toolguard.audit``.
 
-Note: keys and argument hashes are computed over the raw arguments (two
-calls that differ only in a password must not share an outcome), so a
-low-entropy secret in the arguments can be guessed back from the hash.
+**What a claim remembers of the arguments.** Two calls that differ only in
+a password must not share an outcome, so a claim compares the *raw*
+arguments; but a plain hash of them, stored, would let anyone holding the
+database test guesses of the password against it (the audit row shows the
+arguments redacted, so the guess list is short). A claim therefore stores
+only ``arguments_fingerprint``: an HMAC-SHA256 of the raw arguments' digest
+keyed by a random secret of the store (``new_fingerprint_key``, made once
+with the schema and kept in it). Every process and runtime sharing the
+store reads the same key, so they agree on every fingerprint. Where that
+stops: whoever holds the whole database holds the key too, and can test
+guesses against the rows of calls that carried an idempotency key (only
+those have a fingerprint); a copy of the audit rows alone, without the
+key, cannot. The audit row's own ``arguments_hash`` covers the *redacted*
+arguments it shows, and so fingerprints no secret.
+
+``make_idempotency_key`` derives a key from the arguments a caller gives
+it: give it arguments without secrets (or a secret scope), since the key is
+shown in the audit row.
 """
 
 from __future__ import annotations
 
 import enum
+import hmac
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -56,7 +73,9 @@ __all__ = [
     "Claim",
     "ClaimOutcome",
     "StoredKey",
+    "arguments_fingerprint",
     "make_idempotency_key",
+    "new_fingerprint_key",
     "resolve_claim",
     "scope_client_key",
 ]
@@ -95,6 +114,27 @@ def scope_client_key(
     no collision but sha256's. Deterministic; never raises for strings.
     """
     return json_hash(["client-key", scope_kind, scope, tool_name, client_key])
+
+
+FINGERPRINT_KEY_BYTES = 32
+"""The size of a store's fingerprint key."""
+
+
+def new_fingerprint_key() -> str:
+    """A fresh random fingerprint key, as hex text a store keeps."""
+    return secrets.token_hex(FINGERPRINT_KEY_BYTES)
+
+
+def arguments_fingerprint(key: str, arguments_digest: str) -> str:
+    """What a claim stores of its call's arguments: HMAC-SHA256, keyed by a
+    store's ``key`` (hex text from ``new_fingerprint_key``), of
+    ``arguments_digest`` (``jsondata.json_hash`` of the raw arguments), as
+    hex. Equal digests give equal fingerprints under one key; without the
+    key, a fingerprint says nothing testable about the arguments.
+    ``ValueError`` for a key that is not hex text."""
+    return hmac.new(
+        bytes.fromhex(key), arguments_digest.encode("utf-8", "surrogatepass"), "sha256"
+    ).hexdigest()
 
 
 class ClaimOutcome(str, enum.Enum):
@@ -142,7 +182,8 @@ class Claim:
 
 @dataclass(frozen=True, slots=True)
 class StoredKey:
-    """An idempotency key as a store holds it."""
+    """An idempotency key as a store holds it. ``arguments_hash`` is the
+    claim's ``arguments_fingerprint`` (the column keeps its old name)."""
 
     key: str
     tool_name: str
@@ -152,12 +193,13 @@ class StoredKey:
     result: dict[str, Any] | None = None
 
 
-def resolve_claim(stored: StoredKey, tool_name: str, arguments_hash: str) -> Claim:
-    """What a call to ``tool_name`` with ``arguments_hash`` gets when
-    ``stored`` already holds its key. Another tool or other arguments win
-    over status: reusing a key for another action is a conflict even while
-    the first call runs."""
-    if stored.arguments_hash != arguments_hash or stored.tool_name != tool_name:
+def resolve_claim(stored: StoredKey, tool_name: str, fingerprint: str) -> Claim:
+    """What a call to ``tool_name`` whose arguments have ``fingerprint``
+    (``arguments_fingerprint`` under the store's key) gets when ``stored``
+    already holds its key. Another tool or other arguments win over status:
+    reusing a key for another action is a conflict even while the first
+    call runs."""
+    if stored.arguments_hash != fingerprint or stored.tool_name != tool_name:
         return Claim(ClaimOutcome.CONFLICT, stored.key, stored.call_id, None)
     if stored.status == "running":
         return Claim(ClaimOutcome.RUNNING, stored.key, stored.call_id, None)

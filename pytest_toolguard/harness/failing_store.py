@@ -78,9 +78,15 @@ class FailingStore:
         *,
         claim_key: str | None = None,
         lease_seconds: float | None = None,
+        arguments_digest: str | None = None,
     ) -> tuple[int | None, Claim | None]:
         self._check("start")
-        return self.store.start(rec, claim_key=claim_key, lease_seconds=lease_seconds)
+        return self.store.start(
+            rec,
+            claim_key=claim_key,
+            lease_seconds=lease_seconds,
+            arguments_digest=arguments_digest,
+        )
 
     def finish(
         self,

@@ -34,8 +34,18 @@ from ..replay.approvals import approval_hooks
 from ..replay.cassette import Cassette
 from ..replay.http import HttpPlayback
 from ..runtime import ToolRuntime
+from .known_secrets import MIN_SECRET_LENGTH, KnownSecrets
 
 _PLACEHOLDER = re.compile(r"<redacted:([a-z0-9_]+)>")
+
+__all__ = [
+    "MIN_SECRET_LENGTH",
+    "RuntimeClass",
+    "recorded_hooks",
+    "secrets_redactor",
+    "session_runtime",
+    "with_secrets",
+]
 
 RuntimeClass = Callable[..., ToolRuntime]
 """What makes the runtime: ``ToolRuntime`` or a subclass (taking its arguments)."""
@@ -88,26 +98,14 @@ def session_runtime(
     )
 
 
-MIN_SECRET_LENGTH = 4
-"""Secret values shorter than this are not redacted as literals (they
-would match inside ordinary words)."""
-
-
 def secrets_redactor(secrets: Mapping[str, str] | None) -> Redactor | None:
     """A redactor that replaces each value of ``secrets`` (at least
-    ``MIN_SECRET_LENGTH`` long) by ``<redacted:keyword>`` wherever it
-    occurs, on top of the default rules; None (the runtime's default) when
-    there is nothing to add. A keyword that is not ``[a-z0-9_]+`` is
-    redacted as ``secret``."""
-    literal = {
-        (keyword if re.fullmatch(r"[a-z0-9_]+", keyword) else "secret"): value
-        for keyword, value in (secrets or {}).items()
-        if isinstance(value, str) and len(value) >= MIN_SECRET_LENGTH
-    }
-    if not literal:
-        return None
-    patterns = [(keyword, re.escape(value)) for keyword, value in literal.items()]
-    return Redactor(extra_patterns=patterns)
+    ``MIN_SECRET_LENGTH`` long), in every form ``KnownSecrets`` knows, by
+    ``<redacted:keyword>`` wherever it occurs, on top of the default rules;
+    None (the runtime's default) when there is nothing to add. A keyword
+    that is not ``[a-z0-9_]+`` is redacted as ``secret``."""
+    known = KnownSecrets(secrets)
+    return Redactor(extra_patterns=known.patterns) if known else None
 
 
 def with_secrets(call: ToolCall, secrets: Mapping[str, str] | None) -> ToolCall:

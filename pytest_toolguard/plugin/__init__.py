@@ -184,11 +184,14 @@ def pytest_make_collect_report(
 # -- reports, with or without xdist ---------------------------------------------------
 
 
-@pytest.hookimpl(wrapper=True)
+@pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """The outermost wrapper: the report is scrubbed of the item's secrets
+    after every other plugin made its part, before any logs it."""
     report = yield
     record_phase(item, report)
     outcomes.attach(item, report)
+    outcomes.scrub(item, report)
     return report

@@ -82,7 +82,10 @@ def toolguard_secrets(pytestconfig: pytest.Config) -> Mapping[str, str]:
 
 @pytest.fixture
 def toolguard(
-    request: pytest.FixtureRequest, tmp_path: Path, toolguard_registry: ToolRegistry
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    toolguard_registry: ToolRegistry,
+    toolguard_secrets: Mapping[str, str],
 ) -> Iterator[ToolRuntime]:
     """A ``ToolRuntime`` bound to this test's cassette
     (``<toolguard_cassette_dir>/<module path>/<test name>.yaml``, or the
@@ -96,6 +99,9 @@ def toolguard(
     cassette): the test runs in the cassette's world (fake filesystem,
     frozen clock); each call must be the cassette's next one, and
     differences or interactions never replayed fail the test.
+
+    The values of ``toolguard_secrets`` are redacted like any secret, when
+    recording and playing back, and never shown in a report.
     """
     from ..replay.naming import cassette_name, explicit_cassette_name
     from ..replay.record_mode import Action, RecordMode, action, choose
@@ -121,9 +127,13 @@ def toolguard(
         pytest.fail(format_missing_cassette(shown, node.nodeid), pytrace=False)
     rerecord = record_command(node.nodeid)
     if todo is Action.REPLAY:
-        yield from _play_back(request, path, shown, rerecord, toolguard_registry, options)
+        yield from _play_back(
+            request, path, shown, rerecord, toolguard_registry, options, toolguard_secrets
+        )
     else:
-        yield from _record(request, path, tmp_path, rerecord, toolguard_registry, options)
+        yield from _record(
+            request, path, tmp_path, rerecord, toolguard_registry, options, toolguard_secrets
+        )
 
 
 def _play_back(
@@ -133,6 +143,7 @@ def _play_back(
     rerecord: str,
     registry: ToolRegistry,
     options: TapeOptions,
+    secrets: Mapping[str, str],
 ) -> Iterator[ToolRuntime]:
     from ..replay.cassette import CassetteError, load
     from ..replay.report import format_report
@@ -156,6 +167,7 @@ def _play_back(
         capabilities=options.capabilities,
         variables=options.variables or None,
         fake_world=run_of(request.config).fake_world(),
+        secrets=secrets,
     )
     try:
         yield tape.start()
@@ -172,6 +184,7 @@ def _record(
     rerecord: str,
     registry: ToolRegistry,
     options: TapeOptions,
+    secrets: Mapping[str, str],
 ) -> Iterator[ToolRuntime]:
     from ..audit import SQLiteAuditStore
     from ..replay.tape import RecordingTape
@@ -188,6 +201,7 @@ def _record(
         capabilities=options.capabilities,
         variables=options.variables,
         hooks=options.hooks,
+        secrets=secrets,
     )
     runtime = tape.runtime
     try:

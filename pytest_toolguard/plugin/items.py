@@ -389,9 +389,14 @@ class FuzzItem(ToolguardItem):
         return self.path, None, self.nodeid
 
 
-def fuzz_one_tool(request: pytest.FixtureRequest, toolguard_registry: ToolRegistry) -> None:
+def fuzz_one_tool(
+    request: pytest.FixtureRequest,
+    toolguard_registry: ToolRegistry,
+    toolguard_secrets: Mapping[str, str],
+) -> None:
     """The body of every per-tool FuzzItem: the fixture's registry at run
-    time is the truth; the item's name only says which tool."""
+    time is the truth; the item's name only says which tool. (It asks for
+    ``toolguard_secrets`` so its report is scrubbed of them.)"""
     item, config = request.node, request.config
     registry = _checked_registry(toolguard_registry)
     spec = registry.get(item.name)
@@ -410,7 +415,11 @@ def fuzz_one_tool(request: pytest.FixtureRequest, toolguard_registry: ToolRegist
         raise FuzzFailed(f"{report.format()}\n{_rerun_fuzz(config, spec.name)}")
 
 
-def fuzz_every_tool(request: pytest.FixtureRequest, toolguard_registry: ToolRegistry) -> None:
+def fuzz_every_tool(
+    request: pytest.FixtureRequest,
+    toolguard_registry: ToolRegistry,
+    toolguard_secrets: Mapping[str, str],
+) -> None:
     """The body of the single ``every-tool`` FuzzItem: each tool in name
     order, one report per tool."""
     item, config = request.node, request.config

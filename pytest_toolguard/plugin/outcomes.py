@@ -9,6 +9,14 @@ the run (``found_on``). One code path with or without xdist, and nothing
 waits for a worker's end: a worker that crashes loses only the item it was
 running, and that item, when it is a fault cell, is reported as a failed
 cell (``crashed_cell``).
+
+Every report of an item that was given ``toolguard_secrets`` (replay,
+fault cells, fuzzing, amplify, a test using the ``toolguard`` fixture)
+passes ``scrub`` before anything reads it: its failure text, captured
+output, user properties (junit XML) and what it found (the summary lines,
+the fault matrix's report files) hold a placeholder where a real secret
+was. What the item itself printed to the terminal while it ran (``-s``)
+and what other plugins write outside the report are not covered.
 """
 
 from __future__ import annotations
@@ -25,6 +33,11 @@ YAML_SUFFIXES = (".yaml", ".yml")
 
 FOUND: pytest.StashKey[dict[str, Any]] = pytest.StashKey()
 
+SECRETS_FIXTURE = "toolguard_secrets"
+"""The fixture whose values an item's reports never show."""
+
+_KNOWN: pytest.StashKey[Any] = pytest.StashKey()
+
 
 def leave(item: pytest.Item, **found: Any) -> None:
     """Keep what ``item`` found for its report: ``replay=`` totals as a
@@ -39,6 +52,50 @@ def attach(item: pytest.Item, report: pytest.TestReport) -> None:
         found = item.stash.get(FOUND, None)
         if found:
             setattr(report, ATTRIBUTE, found)
+
+
+def scrub(item: pytest.Item, report: pytest.TestReport) -> None:
+    """Replace, in ``report``, every real secret the item was given
+    (``toolguard_secrets``) by its placeholder: failure text, captured
+    output, user properties and what the item found (``KnownSecrets``
+    says which forms of a value are found). A report of an item without
+    that fixture is left alone."""
+    known = _known_secrets(item)
+    if known is None:
+        return
+    longrepr = report.longrepr
+    if isinstance(longrepr, str):
+        report.longrepr = known.text(longrepr)
+    elif isinstance(longrepr, tuple):  # a skip: (path, line, reason)
+        report.longrepr = known.scrub(longrepr)
+    elif longrepr is not None:
+        # A traceback: its text is what every consumer shows. Replaced by
+        # that text scrubbed, and only when it held a secret.
+        text = report.longreprtext
+        scrubbed = known.text(text)
+        if scrubbed != text:
+            report.longrepr = scrubbed
+    report.sections = [(known.text(title), known.text(body)) for title, body in report.sections]
+    report.user_properties = [
+        (known.scrub(name), known.scrub(value)) for name, value in report.user_properties
+    ]
+    found = getattr(report, ATTRIBUTE, None)
+    if found is not None:
+        setattr(report, ATTRIBUTE, known.scrub(found))
+
+
+def _known_secrets(item: pytest.Item) -> Any:
+    """The item's ``KnownSecrets`` (None when it has none), made once."""
+    known = item.stash.get(_KNOWN, None)
+    if known is None:
+        funcargs = getattr(item, "funcargs", None)
+        secrets = funcargs.get(SECRETS_FIXTURE) if isinstance(funcargs, Mapping) else None
+        if not isinstance(secrets, Mapping) or not secrets:
+            return None
+        from ..harness.known_secrets import KnownSecrets
+
+        known = item.stash[_KNOWN] = KnownSecrets(secrets)
+    return known if known else None
 
 
 def found_on(report: pytest.TestReport) -> Mapping[str, Any] | None:

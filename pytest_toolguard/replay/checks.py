@@ -8,6 +8,12 @@ decision, rule, result code, idempotency outcome); after the last call every
 file under the workspace and every recorded file outside it; the handlers
 still running; the HTTP requests no recorded exchange answered. ``replay()``
 and fixture playback (``tape``) both report through it.
+
+Every ``Difference`` is made here, and holds no known secret: its where,
+field, values and diff pass ``KnownSecrets.scrub`` (the real values replay
+sent for placeholders) before anything is diffed, cut or shown, and a
+file's size and hash are those of its scrubbed bytes (a hash of a file
+holding a secret would let a guess of the secret be checked).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Any
 
 from ..audit import AuditRecord
 from ..contract import ToolResult
+from ..harness.known_secrets import KnownSecrets
 from ..redaction import Redactor
 from ..registry import ToolRegistry
 from .cassette import AuditExpectation, Cassette, Expectation, FileState, Interaction
@@ -56,19 +63,57 @@ class ReplayReport:
 
 
 class ReplayChecks:
-    """Collects differences and counts the checks made."""
+    """Collects differences and counts the checks made. ``secrets`` are
+    scrubbed from every difference (see the module docstring)."""
 
     def __init__(
-        self, redactor: Redactor, volatile: tuple[str, ...], registry: ToolRegistry | None = None
+        self,
+        redactor: Redactor,
+        volatile: tuple[str, ...],
+        registry: ToolRegistry | None = None,
+        secrets: KnownSecrets | None = None,
     ) -> None:
         self.redactor = redactor
         self.volatile = volatile
         self.registry = registry
+        self.secrets = secrets or KnownSecrets()
         self.differences: list[Difference] = []
         self.checks = 0
 
     def add(self, where: str, name: str, recorded: Any, replayed: Any, diff: str = "") -> None:
-        self.differences.append(Difference(where, name, recorded, replayed, diff))
+        """Keep a difference, every part of it scrubbed of the known secrets."""
+        self.differences.append(self.scrubbed(Difference(where, name, recorded, replayed, diff)))
+
+    def scrubbed(self, difference: Difference) -> Difference:
+        """``difference`` scrubbed as ``add`` scrubs (one made elsewhere)."""
+        scrub = self.secrets.scrub
+        return Difference(
+            scrub(difference.where),
+            scrub(difference.field),
+            scrub(difference.recorded),
+            scrub(difference.replayed),
+            scrub(difference.diff),
+        )
+
+    def add_diffed(
+        self,
+        where: str,
+        name: str,
+        recorded: Any,
+        replayed: Any,
+        path: str = "",
+        min_lines: int = 2,
+    ) -> None:
+        """``add`` with a unified diff of the two values (see ``_text_diff``),
+        made from the scrubbed values: a secret is never cut across lines."""
+        scrub = self.secrets.scrub
+        recorded, replayed = scrub(recorded), scrub(replayed)
+        diff = _text_diff(recorded, replayed, scrub(path), min_lines=min_lines)
+        self.add(where, name, recorded, replayed, diff)
+
+    def describe(self, content: bytes | None) -> str:
+        """``describe_content`` of ``content`` scrubbed of the known secrets."""
+        return describe_content(None if content is None else self.secrets.data(content))
 
     def http_playback(self, cassette: Cassette, registry: ToolRegistry) -> HttpPlayback | None:
         """The HTTP playback ``cassette`` needs (see ``HttpPlayback.for_cassette``);
@@ -103,7 +148,7 @@ class ReplayChecks:
     def compare(self, where: str, name: str, recorded: Any, replayed: Any) -> None:
         self.checks += 1
         if recorded != replayed:
-            self.add(where, name, recorded, replayed, _text_diff(recorded, replayed))
+            self.add_diffed(where, name, recorded, replayed)
 
     def result(
         self, index: int, interaction: Interaction, result: ToolResult, stored_data: Any
@@ -127,9 +172,8 @@ class ReplayChecks:
         if expected.code is not None and expected.code != result.code.value:
             # The code alone does not say why: show both messages with it.
             code = self.differences[-1]
-            self.differences[-1] = replace(
-                code, diff=_messages(expected.message, result.message) + code.diff
-            )
+            messages = self.secrets.scrub(_messages(expected.message, result.message))
+            self.differences[-1] = replace(code, diff=messages + code.diff)
         if expected.check_data:
             volatile = self.volatile + interaction.volatile
             recorded_data = _without(expected.data, volatile)
@@ -178,28 +222,36 @@ class ReplayChecks:
             have = actual.get(path)
             if want is None and path in expected:  # recorded as absent
                 if have is not None:
-                    self.add("files", path, "absent", describe_content(have))
+                    self.add("files", path, "absent", self.describe(have))
             elif want is None:
-                self.add("files", path, "absent (not in the cassette)", describe_content(have))
+                self.add("files", path, "absent (not in the cassette)", self.describe(have))
             elif have is None:
                 self.add("files", path, _describe_state(want), "missing")
             else:
-                have = redact_file(self.redactor, have)
+                # Compared as a cassette would keep it: redacted, and holding
+                # a placeholder where replay wrote a secret it sent.
+                have = self.secrets.data(redact_file(self.redactor, have))
                 if FileState.of(have).sha256 != want.sha256:
-                    diff = (
-                        _text_diff(want.content, have, path, min_lines=1)
-                        if want.content is not None
-                        else ""
-                    )
-                    self.add("files", path, _describe_state(want), describe_content(have), diff)
+                    if want.content is None:
+                        self.add("files", path, _describe_state(want), describe_content(have))
+                    else:
+                        self.add(
+                            "files",
+                            path,
+                            _describe_state(want),
+                            describe_content(have),
+                            self._file_diff(want.content, have, path),
+                        )
+
+    def _file_diff(self, want: bytes, have: bytes, path: str) -> str:
+        scrub = self.secrets.scrub
+        return _text_diff(scrub(want), scrub(have), scrub(path), min_lines=1)
 
     def outside(self, before: Mapping[str, bytes], after: Mapping[str, bytes | None]) -> None:
         for path, content in sorted(before.items()):
             self.checks += 1
             if after.get(path) != content:
-                self.add(
-                    "outside the workspace", path, "unchanged", describe_content(after.get(path))
-                )
+                self.add("outside the workspace", path, "unchanged", self.describe(after.get(path)))
 
 
 def _without(value: Any, paths: Sequence[str]) -> Any:

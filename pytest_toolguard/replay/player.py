@@ -10,7 +10,10 @@ the files after the last call, the files outside, the handlers still
 running, the HTTP requests nothing recorded answered.
 
 It never raises for a difference: every one is collected in the returned
-``ReplayReport``.
+``ReplayReport``. With ``secrets``, the runtime redacts their real values as
+it redacts any secret (unless a ``redactor`` of the caller's is given), and
+no difference holds one in any form ``KnownSecrets`` knows: a hostile case
+cannot make a report print what replay sent for its placeholders.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ from ..audit import SQLiteAuditStore
 from ..contract import ToolResult
 from ..harness.fake_filesystem import FakeWorld
 from ..harness.files import read_files
+from ..harness.known_secrets import KnownSecrets
 from ..harness.probes import probing
-from ..harness.session import session_runtime, with_secrets
+from ..harness.session import secrets_redactor, session_runtime, with_secrets
 from ..harness.world import World
 from ..redaction import Redactor
 from ..registry import ToolRegistry
@@ -51,9 +55,12 @@ def replay(
     without one are sent as they are. ``volatile`` adds field paths (such as
     ``data.files_searched``) that are not compared in any interaction.
     ``fake_world`` is the ``FakeWorld`` to run in (default: the process's).
+    Without a ``redactor``, the runtime's also redacts the ``secrets``.
     """
-    redactor = redactor or Redactor()
-    checks = ReplayChecks(redactor, tuple(cassette.volatile) + tuple(volatile), registry)
+    redactor = redactor or secrets_redactor(secrets) or Redactor()
+    checks = ReplayChecks(
+        redactor, tuple(cassette.volatile) + tuple(volatile), registry, KnownSecrets(secrets)
+    )
     http = checks.http_playback(cassette, registry)  # imports vcrpy outside the fake world
     with World.of(cassette, fake_world=fake_world) as world:
         outside_before = dict(cassette.workspace.outside_files)

@@ -59,7 +59,8 @@ from ..capabilities import Capabilities
 from ..contract import ToolCall, ToolResult
 from ..harness.fake_filesystem import FakeWorld
 from ..harness.files import read_tree
-from ..harness.session import session_runtime
+from ..harness.known_secrets import KnownSecrets
+from ..harness.session import secrets_redactor, session_runtime
 from ..harness.world import World
 from ..hooks import PostToolUse, PreToolUse
 from ..redaction import Redactor
@@ -68,7 +69,6 @@ from ..runtime import ToolRuntime
 from .cassette import (
     Cassette,
     CassetteError,
-    FileState,
     capabilities_dict,
     dump,
     dumps,
@@ -196,9 +196,20 @@ class RecordingTape:
         capabilities: Capabilities | None = None,
         variables: Mapping[str, str] | None = None,
         hooks: Sequence[PreToolUse | PostToolUse] = (),
+        secrets: Mapping[str, str] | None = None,
     ) -> None:
+        """``secrets`` (``toolguard_secrets``) are redacted as any secret
+        is, so the cassette holds their placeholders and playback, which
+        redacts them too, matches."""
         self.runtime = RecordingRuntime(
-            self, registry, root, capabilities, audit, variables=variables, hooks=hooks
+            self,
+            registry,
+            root,
+            capabilities,
+            audit,
+            variables=variables,
+            hooks=hooks,
+            redactor=secrets_redactor(secrets),
         )
         self.recorder = Recorder(self.runtime, name=name, recorded_by=recorded_by)
         self._started = False
@@ -262,21 +273,24 @@ class PlaybackTape:
         capabilities: Capabilities | None = None,
         variables: Mapping[str, str] | None = None,
         fake_world: FakeWorld | None = None,
+        secrets: Mapping[str, str] | None = None,
     ) -> None:
         """``capabilities`` and ``variables``, when given, are what the test
         asks for now: a difference from the recorded session is reported.
         ``fake_world`` is the ``FakeWorld`` to play in (default: the
-        process's)."""
+        process's). ``secrets`` (``toolguard_secrets``) are redacted by the
+        runtime, in matching, and from every difference and message."""
         self.cassette = cassette
         self.registry = registry
         self.cassette_path = cassette_path
         self.rerecord = rerecord
-        self.redactor = Redactor()
+        self.redactor = secrets_redactor(secrets) or Redactor()
+        self.secrets = KnownSecrets(secrets)
         self.asked_capabilities = capabilities
         self.asked_variables = variables
         self._refused: list[Difference] = []
         self._checks = ReplayChecks(
-            self.redactor, tuple(cassette.volatile) + tuple(volatile), registry
+            self.redactor, tuple(cassette.volatile) + tuple(volatile), registry, self.secrets
         )
         self._stack = ExitStack()
         self._lock = threading.Lock()
@@ -327,10 +341,10 @@ class PlaybackTape:
                 tool_name = str(getattr(call, "tool_name", "?"))
                 self._refused.append(
                     Difference(
-                        f"call {number} ({tool_name})",
+                        self.secrets.scrub(f"call {number} ({tool_name})"),
                         "not in the cassette",
                         "absent",
-                        {"call_id": getattr(call, "call_id", None)},
+                        self.secrets.scrub({"call_id": getattr(call, "call_id", None)}),
                     )
                 )
                 raise CallNotInCassette(self._mismatch(number, index, call))
@@ -347,16 +361,23 @@ class PlaybackTape:
     def _mismatch(self, number: int, index: int, call: ToolCall) -> str:
         interactions = self.cassette.interactions
         near = closest(interactions, index, call, self.redactor)
-        return format_call_mismatch(
-            cassette_path=self.cassette_path,
-            number=number,
-            tool_name=str(getattr(call, "tool_name", "?")),
-            expected_index=index + 1,
-            total=len(interactions),
-            closest=None
-            if near is None
-            else (near[0] + 1, interactions[near[0]].call.tool_name, near[1]),
-            rerecord=self.rerecord,
+        # The test's call is shown: its fields may hold a real secret.
+        return self.secrets.text(
+            format_call_mismatch(
+                cassette_path=self.cassette_path,
+                number=number,
+                tool_name=str(getattr(call, "tool_name", "?")),
+                expected_index=index + 1,
+                total=len(interactions),
+                closest=None
+                if near is None
+                else (
+                    near[0] + 1,
+                    interactions[near[0]].call.tool_name,
+                    [self._checks.scrubbed(difference) for difference in near[1]],
+                ),
+                rerecord=self.rerecord,
+            )
         )
 
     def finish(self, *, test_completed: bool = True) -> ReplayReport:
@@ -416,7 +437,7 @@ class PlaybackTape:
                 where,
                 path,
                 describe_content(content),
-                None if have is None else describe_content(redact_file(self.redactor, have)),
+                None if have is None else self._checks.describe(redact_file(self.redactor, have)),
             )
         for link, target in sorted(recorded.symlinks.items()):
             full = posixpath.join(root, link)
@@ -457,12 +478,11 @@ class PlaybackTape:
         for path in sorted(after):
             if path not in expected and after[path] != before.get(path):
                 self._checks.checks += 1
-                state = FileState.of(after[path])
                 self._checks.add(
                     "files",
                     path,
                     "absent (not in the cassette)",
-                    f"{len(after[path])} bytes, sha256 {state.sha256[:12]}",
+                    self._checks.describe(after[path]),
                 )
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from ..contract import ToolCall
 from ..harness.branching import Branch, SessionWalk
 from ..harness.fake_filesystem import FakeWorld
+from ..harness.known_secrets import KnownSecrets
 from ..jsondata import canonical_json
 from ..redaction import Redactor
 from ..registry import ToolRegistry
@@ -105,6 +106,7 @@ def replay_variants(
     """Replay every variant of ``cassette`` through fresh branches of its
     recorded session over ``registry`` (see the module docstring)."""
     redactor = redactor or Redactor()
+    known = KnownSecrets(secrets)  # never shown in a difference
     differences: list[Difference] = []
     checks_made = replayed = refused = 0
     try:
@@ -119,7 +121,7 @@ def replay_variants(
                         files=variant_files(variant),
                         approved=approved_twin(interaction, call),
                     )
-                    checks = ReplayChecks(redactor, cassette.volatile, registry)
+                    checks = ReplayChecks(redactor, cassette.volatile, registry, known)
                     compare_variant(checks, index, interaction, variant, call, branch)
                     label = variant_label(index, interaction, variant)
                     differences += [replace(d, where=label) for d in checks.differences]

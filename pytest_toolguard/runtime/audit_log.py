@@ -29,7 +29,7 @@ from typing import Any
 from ..audit import AuditRecord, AuditUnavailable, storable_text
 from ..contract import CallState, ErrorCode, ToolCall, ToolResult
 from ..idempotency import Claim, ClaimOutcome, scope_client_key
-from ..jsondata import canonical_json, sha256_text
+from ..jsondata import canonical_json, json_hash, sha256_text
 from ..lease import call_tag
 from ..registry import ToolSpec
 from .attempt import Attempt, Refusal, Running
@@ -112,9 +112,20 @@ class AuditLog:
         try:
             # The lease outlasts the deadline by the store's grace: a live
             # call's row is finished before another worker may take it over.
-            audit_id, claim = self.settings.audit.start(
-                record, claim_key=claim_key, lease_seconds=self.settings.deadline(spec)
-            )
+            if claim_key is None:
+                audit_id, claim = self.settings.audit.start(
+                    record, lease_seconds=self.settings.deadline(spec)
+                )
+            else:
+                # The raw arguments decide a conflict (two calls differing only
+                # in a secret are two actions); the store keeps only a keyed
+                # fingerprint of this digest.
+                audit_id, claim = self.settings.audit.start(
+                    record,
+                    claim_key=claim_key,
+                    lease_seconds=self.settings.deadline(spec),
+                    arguments_digest=json_hash(arguments),
+                )
         except AuditUnavailable as exc:
             return self._audit_down(attempt, exc)
         if audit_id is None:
@@ -359,16 +370,19 @@ class AuditLog:
         duration_ms: int | None = None,
     ) -> AuditRecord:
         """The row of ``attempt`` as it stands: arguments redacted and
-        bounded (the hash covers them all), every text storable."""
+        bounded, every text storable; ``arguments_hash`` is the SHA-256 of
+        the redacted arguments' canonical JSON before it is cut (equal to
+        the raw arguments' when nothing was redacted)."""
         redactor = self.settings.redactor_for(attempt.spec)
         arguments = attempt.arguments
         if arguments is not None:
-            whole = canonical_json(arguments)
-            digest = sha256_text(whole)
             redacted = redactor.redact(arguments)
             # Arguments with no secret redact to equal data: the same text
             # (redaction keeps every number and boolean as it was).
-            shown = whole if redacted == arguments else canonical_json(redacted)
+            shown = canonical_json(arguments if redacted == arguments else redacted)
+            # The hash of what the row shows, whole: a hash of the raw
+            # arguments would let a guess of a redacted secret be checked.
+            digest = sha256_text(shown)
         else:
             shown, digest = "null", ""
         if len(shown) > ARGUMENTS_LIMIT:
