@@ -17,7 +17,6 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, NoReturn
 
 from . import options as options_names
@@ -248,8 +247,12 @@ def _load_registry(spec: str) -> Any:
 
 
 def _read(path: str) -> str:
+    from .documents import DocumentRefused, read_text
+
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return read_text(path)
+    except DocumentRefused as exc:
+        raise UsageError(f"cannot read {path}: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(
             f"cannot read {path}: {exc.strerror if isinstance(exc, OSError) else exc}"
@@ -472,11 +475,14 @@ def _cassette(options: argparse.Namespace, _: list[str]) -> int:
 def _migrated(file: str, text: str) -> str:
     import yaml
 
+    from .documents import DocumentRefused, parse_yaml
     from .replay.cassette import FORMAT_VERSION
 
     try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+        raw = parse_yaml(text)
+    except DocumentRefused as exc:
+        raise UsageError(f"{file}: {exc}") from None
+    except (yaml.YAMLError, ValueError) as exc:
         raise UsageError(f"{file}: not valid YAML: {exc}") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("format_version"), int):
         return text  # loads() says what is wrong
