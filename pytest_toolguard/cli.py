@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from . import options as options_names
+from .documents import DocumentRefused, parse_yaml, read_text
 from .errors import ToolguardError
 
 USAGE_ERROR = 2
@@ -247,13 +248,9 @@ def _load_registry(spec: str) -> Any:
 
 
 def _read(path: str) -> str:
-    from .documents import DocumentRefused, read_text
-
     try:
         return read_text(path)
-    except DocumentRefused as exc:
-        raise UsageError(f"cannot read {path}: {exc}") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (DocumentRefused, OSError, UnicodeDecodeError) as exc:
         raise UsageError(
             f"cannot read {path}: {exc.strerror if isinstance(exc, OSError) else exc}"
         ) from None
@@ -475,7 +472,6 @@ def _cassette(options: argparse.Namespace, _: list[str]) -> int:
 def _migrated(file: str, text: str) -> str:
     import yaml
 
-    from .documents import DocumentRefused, parse_yaml
     from .replay.cassette import FORMAT_VERSION
 
     try:
