@@ -144,7 +144,7 @@ def check_depth(value: Any, limit: int | None = None) -> None:
 
 def _too_deep(limit: int | None = None, line: int | None = None) -> DocumentRefused:
     limit = MAX_DEPTH if limit is None else limit
-    return DocumentRefused("MAX_DEPTH", f"nested deeper than {limit} levels", line=line)
+    return DocumentRefused("MAX_DEPTH", f"nested too deeply (over {limit} levels)", line=line)
 
 
 # -- YAML -----------------------------------------------------------------------
