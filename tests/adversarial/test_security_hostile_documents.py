@@ -66,10 +66,16 @@ def with_recipes(*recipes: str) -> str:
 
 
 def billion_laughs() -> str:
+    """Nine levels of nine aliases inside a call's arguments: 9**9 strings."""
     levels = ['l0: &l0 "lol"'] + [
         f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 10)
     ]
-    return HEAD + "laughs:\n" + "".join(f"  {line}\n" for line in levels) + case()[len(HEAD) :]
+    return (
+        HEAD
+        + "interactions:\n- call:\n    tool_name: read_text\n    arguments:\n"
+        + "      path: notes.txt\n"
+        + "".join(f"      {line}\n" for line in levels)
+    )
 
 
 def alias_to_a_large_string() -> str:
