@@ -81,6 +81,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pytest_toolguard.contract import CallState, ErrorCode
 from pytest_toolguard.errors import ToolguardError
+from pytest_toolguard.file_writes import create_private
 from pytest_toolguard.forking import FORK_GATE
 from pytest_toolguard.idempotency import (
     Claim,
@@ -724,6 +725,10 @@ class SQLiteAuditStore:
     # --- connections and transactions ---------------------------------------
 
     def _open(self) -> sqlite3.Connection:
+        if not self._memory and not self._uri:
+            # SQLite would create the file 0644, and its -wal and -shm with
+            # the database's mode: created 0600 first, all three are private.
+            create_private(self._target)
         conn = sqlite3.connect(
             self._target,
             timeout=self._busy_timeout_ms / 1000,

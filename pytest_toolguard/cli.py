@@ -16,10 +16,10 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, NoReturn
 
 from . import options as options_names
+from .documents import DocumentRefused, parse_yaml, read_text
 from .errors import ToolguardError
 
 USAGE_ERROR = 2
@@ -268,8 +268,8 @@ def _load_registry(spec: str) -> Any:
 
 def _read(path: str) -> str:
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        return read_text(path)
+    except (DocumentRefused, OSError, UnicodeDecodeError) as exc:
         raise UsageError(
             f"cannot read {path}: {exc.strerror if isinstance(exc, OSError) else exc}"
         ) from None
@@ -497,8 +497,10 @@ def _migrated(file: str, text: str) -> str:
     from .replay.cassette import FORMAT_VERSION
 
     try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+        raw = parse_yaml(text)
+    except DocumentRefused as exc:
+        raise UsageError(f"{file}: {exc}") from None
+    except (yaml.YAMLError, ValueError) as exc:
         raise UsageError(f"{file}: not valid YAML: {exc}") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("format_version"), int):
         return text  # loads() says what is wrong

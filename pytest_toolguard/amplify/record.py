@@ -47,7 +47,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from .. import documents
 from ..contract import CallState, ErrorCode
+from ..file_writes import write_atomically
 from ..harness.branching import Branch, SessionWalk
 from ..harness.clock import DEFAULT_TIME
 from ..harness.fake_filesystem import FakeWorld
@@ -251,8 +253,8 @@ def amplify_file(
     place (atomically; only when its text changes). ``CassetteError`` for
     a file that cannot be loaded."""
     target = Path(path)
-    original = target.read_text(encoding="utf-8")
     cassette = load(target, source=source)
+    original = documents.read_text(target)  # within its limits: load read it
     amplified, report = amplify(
         cassette, registry, caps=caps, redactor=redactor, secrets=secrets, fake_world=fake_world
     )
@@ -263,12 +265,7 @@ def amplify_file(
     )
     if text == original:
         return report
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.amplify.tmp")
-    try:
-        temporary.write_text(text, encoding="utf-8")
-        os.replace(temporary, target)
-    finally:
-        temporary.unlink(missing_ok=True)
+    write_atomically(target, text)
     return replace(report, written=True)
 
 

@@ -36,9 +36,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .. import documents
 from ..audit import storable_data, storable_text
 from ..capabilities import Capabilities, Risk
 from ..contract import ToolCall, ToolResult
+from ..documents import DocumentRefused
 from ..redaction import Redactor
 from ..registry import ToolRegistry
 from ..replay.cassette import Cassette, Interaction, dump
@@ -226,7 +228,14 @@ def json_records(
     """The records of a transcript file with where each is: a JSON array
     (``item 3``), a JSON object holding the array under one of
     ``containers`` (``{"messages": [...]}``), or JSON lines (``line 3``).
-    A line that is not JSON is a problem naming it; the others still come."""
+    A line that is not JSON is a problem naming it; the others still come.
+    So is a record nested deeper than ``documents.MAX_DEPTH``, or a text
+    over ``documents.MAX_DOCUMENT_BYTES`` (then nothing comes)."""
+    try:
+        documents.check_length(text)
+    except DocumentRefused as exc:
+        collector.problem("file", str(exc))
+        return
     stripped = text.lstrip()
     if stripped.startswith(("[", "{")):
         try:
@@ -242,18 +251,26 @@ def json_records(
                 document = [document]
         if isinstance(document, list):
             for index, item in enumerate(document, start=1):
+                try:
+                    documents.check_depth(item)
+                except DocumentRefused as exc:
+                    collector.problem(f"{noun} {index}", f"{exc}: skipped")
+                    continue
                 yield f"{noun} {index}", item
             return
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = documents.parse_json(line)
+        except DocumentRefused as exc:
+            collector.problem(f"line {number}", f"{exc}: skipped")
+            continue
         except json.JSONDecodeError as exc:
             collector.problem(f"line {number}", f"not valid JSON ({exc.msg}; truncated?)")
             continue
-        except RecursionError:
-            collector.problem(f"line {number}", "JSON nested too deeply")
+        except ValueError as exc:  # an integer of more digits than Python reads
+            collector.problem(f"line {number}", f"not valid JSON ({exc})")
             continue
         yield f"line {number}", record
 
@@ -266,11 +283,13 @@ def parse_arguments(arguments: Any) -> dict[str, Any] | str:
         if not arguments.strip():
             return {}
         try:
-            arguments = json.loads(arguments)
+            arguments = documents.parse_json(arguments)
+        except DocumentRefused as exc:
+            return f"arguments refused: {exc}"
         except json.JSONDecodeError as exc:
             return f"arguments are not valid JSON ({exc.msg} at character {exc.pos})"
-        except RecursionError:
-            return "arguments are JSON nested too deeply"
+        except ValueError as exc:  # an integer of more digits than Python reads
+            return f"arguments are not valid JSON ({exc})"
     if not isinstance(arguments, Mapping):
         return f"arguments are a JSON {type(arguments).__name__}, not an object"
     return dict(arguments)

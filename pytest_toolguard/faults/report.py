@@ -35,6 +35,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from ..file_writes import SHARED_MODE, write_atomically
 from ..options import FAULTS, REPLAY
 from .outcome import STATUSES, CellOutcome, CellStatus, MatrixReport, Row
 
@@ -390,7 +391,8 @@ def write_report(report: MatrixReport, path: str | os.PathLike[str]) -> None:
     """Write the matrix to ``path`` in the format its extension names (see
     ``RENDERERS``; case does not matter), creating missing directories.
     Atomic: a temporary file beside it, then a rename, so a reader never
-    sees half a report. Raises ``ValueError`` for any other extension,
+    sees half a report; a link at ``path`` is replaced, never written
+    through (``file_writes.write_atomically``). Raises ``ValueError`` for any other extension,
     before touching the file system."""
     target = Path(path)
     render = RENDERERS.get(target.suffix.lower())
@@ -399,14 +401,9 @@ def write_report(report: MatrixReport, path: str | os.PathLike[str]) -> None:
             f"cannot write a fault matrix report to {str(target)!r}: the file name must end "
             f"in one of {', '.join(RENDERERS)}"
         )
-    text = render(report)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        temporary.write_text(text, encoding="utf-8", newline="\n")
-        os.replace(temporary, target)
-    finally:
-        temporary.unlink(missing_ok=True)
+    # Readable by others, as the umask allows: a report is for CI to publish
+    # and holds only what a fault run printed, its values redacted.
+    write_atomically(target, render(report), new_mode=SHARED_MODE)
 
 
 # -- terminal ---------------------------------------------------------------

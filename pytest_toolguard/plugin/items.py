@@ -74,7 +74,7 @@ class CassetteFile(pytest.File):
             yield AmplifyItem.from_parent(self, name="amplify", callobj=amplify_one_file)
             return
         yield ReplayItem.from_parent(self, name="replay", callobj=replay_file)
-        if _VARIANTS_KEY.search(self.path.read_bytes()):
+        if _mentions_variants(self.path):
             yield VariantsItem.from_parent(self, name="variants", callobj=replay_file_variants)
         faults = run_of(self.config).faults
         if not faults:
@@ -135,6 +135,17 @@ class AmplifyItem(ToolguardItem):
 
 _VARIANTS_KEY = re.compile(rb"^[ \t]*variants:", re.MULTILINE)
 """A file that may hold variants (loading tells for sure)."""
+
+
+def _mentions_variants(path: Path) -> bool:
+    """Whether the file may hold variants: read within the limits of
+    ``documents`` (the replay item says why a file cannot be used)."""
+    from ..documents import DocumentRefused, read_bytes
+
+    try:
+        return _VARIANTS_KEY.search(read_bytes(path)) is not None
+    except (DocumentRefused, OSError):
+        return False
 
 
 class InteractionCells(pytest.Collector):

@@ -42,9 +42,12 @@ from typing import Any, Literal
 import yaml
 from jsonschema import Draft202012Validator
 
+from .. import documents
 from ..capabilities import Capabilities, Risk
 from ..contract import ToolCall
+from ..documents import DocumentRefused
 from ..errors import ToolguardError
+from ..file_writes import write_atomically
 from ..hooks import Approval
 from ..plan import Artifact, PlanStep
 from ..schema import SchemaValidator, format_path
@@ -61,6 +64,17 @@ JSON_ABOVE = 1000
 (indented, one value a line, so it still diffs). Below it, where people read
 and review cassettes, YAML: a 1,000-interaction YAML file parses in about
 0.6 s on an idle machine, a tenth of a second being what its set-up may cost."""
+
+MAX_GENERATED_BYTES = 64 * 1024 * 1024
+"""The largest file a recipe (``GeneratedContent``, ``repeat`` ``times``
+times) may make, in UTF-8 bytes: recipes are how a small file names a large
+one, so the file's own size bounds nothing. The schema's ``times`` has this
+maximum too. A tool's read limit (``max_read_bytes``, 5,000,000 by default)
+and one more byte fit well within it."""
+
+MAX_GENERATED_TOTAL = 1024 * 1024 * 1024
+"""The bytes all the recipes of one file make together (replay makes them
+one variant at a time, but makes every one)."""
 
 Syntax = Literal["yaml", "json"]
 
@@ -304,7 +318,9 @@ def load(path: str | os.PathLike[str], *, source: str | None = None) -> Cassette
     the schema. ``source`` names the file in errors (default: ``path``)."""
     source = os.fspath(path) if source is None else source
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = documents.read_text(path)
+    except DocumentRefused as exc:
+        raise CassetteError(source, "file", str(exc)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise CassetteError(source, "file", f"cannot be read: {exc}") from None
     return loads(text, source=source)
@@ -329,6 +345,7 @@ def loads(text: str, *, source: str = "<string>") -> Cassette:
             "format_version",
             f"is {version}; this pytest-toolguard reads {FORMAT_VERSION}: {hint}",
         )
+    _check_recipes(raw, source)
     errors = (
         []
         if _quick_check().is_valid(raw)
@@ -345,25 +362,75 @@ def loads(text: str, *, source: str = "<string>") -> Cassette:
         raise CassetteError(source, "document", str(exc)) from None
 
 
+def _check_recipes(raw: Mapping[str, Any], source: str) -> None:
+    """``CassetteError`` for a recipe over ``MAX_GENERATED_BYTES``, or
+    recipes over ``MAX_GENERATED_TOTAL`` together, judged from their sizes
+    before any is made. Before the schema, which would say only that
+    ``times`` is over its maximum: a value of the wrong type is left to it."""
+    total = 0
+    for where, recipe in _recipes(raw):
+        texts = [recipe.get("head", ""), recipe.get("tail", ""), recipe["repeat"]]
+        times = recipe["times"]
+        if not all(isinstance(text, str) for text in texts) or type(times) is not int:
+            continue
+        size = _utf8_length(texts[0]) + _utf8_length(texts[1]) + _utf8_length(texts[2]) * times
+        total += size
+        if size > MAX_GENERATED_BYTES:
+            raise CassetteError(
+                source,
+                format_path("$", where),
+                f"makes a file of {size:,} bytes, more than {MAX_GENERATED_BYTES:,} "
+                "(limit: pytest_toolguard.replay.cassette.MAX_GENERATED_BYTES)",
+            )
+        if total > MAX_GENERATED_TOTAL:
+            raise CassetteError(
+                source,
+                format_path("$", where),
+                f"the recipes so far make {total:,} bytes, more than {MAX_GENERATED_TOTAL:,} "
+                "(limit: pytest_toolguard.replay.cassette.MAX_GENERATED_TOTAL)",
+            )
+
+
+def _recipes(raw: Mapping[str, Any]) -> Iterator[tuple[list[str | int], Mapping[str, Any]]]:
+    """Every recipe of a document not yet validated, with where it is."""
+    interactions = raw.get("interactions")
+    for index, interaction in enumerate(interactions if isinstance(interactions, list) else ()):
+        variants = interaction.get("variants") if isinstance(interaction, Mapping) else None
+        for number, variant in enumerate(variants if isinstance(variants, list) else ()):
+            files = variant.get("files") if isinstance(variant, Mapping) else None
+            for path, value in (files if isinstance(files, Mapping) else {}).items():
+                if isinstance(value, Mapping) and "repeat" in value and "times" in value:
+                    yield ["interactions", index, "variants", number, "files", str(path)], value
+
+
+def _utf8_length(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
 def _parse(text: str, source: str) -> Any:
     """The document: ``json`` for a JSON object's text, the YAML loader for
-    any other."""
+    any other, each within the limits of ``pytest_toolguard.documents``."""
     with _collector_paused():
-        if _looks_like_json(text):
-            try:
-                return json.loads(text)
-            except RecursionError:
-                raise CassetteError(source, "document", "nested too deeply") from None
-            except ValueError:
-                pass  # not strict JSON: a YAML flow mapping, or an error YAML names
         try:
-            return yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader
+            if _looks_like_json(text):
+                try:
+                    return documents.parse_json(text)
+                except DocumentRefused:
+                    raise
+                except ValueError:
+                    pass  # not strict JSON: a YAML flow mapping, or an error YAML names
+            return documents.parse_yaml(text, _Loader)
+        except DocumentRefused as exc:
+            where = "document" if exc.line is None else f"line {exc.line}"
+            raise CassetteError(source, where, str(exc)) from None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f"line {mark.line + 1}" if mark is not None else "yaml"
             raise CassetteError(
                 source, where, f"not valid YAML: {getattr(exc, 'problem', exc)}"
             ) from None
+        except ValueError as exc:  # a value the loader cannot build (an int out of range)
+            raise CassetteError(source, "yaml", f"not valid YAML: {exc}") from None
 
 
 def _looks_like_json(text: str) -> bool:
@@ -587,15 +654,10 @@ def dumps(cassette: Cassette, *, syntax: Syntax | None = None) -> str:
 
 def dump(cassette: Cassette, path: str | os.PathLike[str]) -> None:
     """Write a cassette atomically: a temporary file beside it, then a
-    rename, so a crash never leaves half a cassette (vcrpy's lesson)."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        temporary.write_text(dumps(cassette), encoding="utf-8")
-        os.replace(temporary, target)
-    finally:
-        temporary.unlink(missing_ok=True)
+    rename, so a crash never leaves half a cassette (vcrpy's lesson).
+    ``file_writes.write_atomically``: a link at ``path`` is replaced, never
+    written through; a new cassette is 0600, a rewritten one keeps its mode."""
+    write_atomically(path, dumps(cassette))
 
 
 def variants_text(variants: tuple[Variant, ...] | list[Variant]) -> str:
