@@ -411,7 +411,7 @@ class Allowlist:
     def allows(self, secret: str, match: str, line: str) -> bool:
         """True when this allowlist keeps the finding visible."""
         target = {"match": match, "line": line}.get(self.target, secret)
-        regex_found = any(_compiled(regex).search(target) for regex in self.regexes)
+        regex_found = bool(self.regexes) and _any_of(self.regexes).search(target) is not None
         # One automaton pass, not one search per stopword (gitleaks' generic
         # rule has about 1,500 of them).
         stopword_found = bool(self.stopwords) and bool(
@@ -605,6 +605,18 @@ def _gap_matches(
 
 
 _LINE_BREAK = re.compile(r"[\r\n]")
+
+
+@functools.cache
+def _any_of(regexes: tuple[str, ...]) -> re.Pattern[str]:
+    """One regex that finds what any of ``regexes`` finds (one search per
+    finding, not one per regex); each one's leading flags scoped to it."""
+    parts = []
+    for regex in regexes:
+        flags = _LEADING_FLAGS.match(regex)
+        head = flags.group(0)[2:-1] if flags else ""
+        parts.append(f"(?{head}:{regex[flags.end():] if flags else regex})")
+    return _compiled("|".join(parts))
 
 
 @functools.cache
@@ -995,6 +1007,35 @@ def _is_base64_of_text(value: str) -> bool:
     return False
 
 
+_LONGEST_VALUE = 1024
+"""The longest value ``_SEPARATED_VALUE`` takes (its ``{20,1024}``)."""
+_OVERLONG_RUN = re.compile(rf"[{_TOKEN_CHARS}]{{{_LONGEST_VALUE + 2},}}{_POSSESSIVE}", re.ASCII)
+
+
+def _separated_values(text: str) -> Iterator[re.Match[str]]:
+    """``_SEPARATED_VALUE.finditer(text)``, without trying the separators
+    that cannot start a match: a value is a whole run of token characters,
+    so an ``=`` inside a run, farther than ``_LONGEST_VALUE`` from its end,
+    starts none. Tried there (a long line of ``=``, ``a=a=a=...``), each
+    would scan ``_LONGEST_VALUE`` characters before failing."""
+    position = 0
+    for run in _OVERLONG_RUN.finditer(text):
+        # Up to the run's start, where a match found may only look complete
+        # because the search stopped there: each is checked on the whole text.
+        while True:
+            match = _SEPARATED_VALUE.search(text, position, run.start())
+            if match is None:
+                break
+            real = _SEPARATED_VALUE.match(text, match.start())
+            if real is not None and real.end() <= run.start():
+                yield real
+                position = max(real.end(), real.start() + 1)
+            else:
+                position = match.start() + 1
+        position = max(position, run.end() - _LONGEST_VALUE - 1)
+    yield from _SEPARATED_VALUE.finditer(text, position)
+
+
 def high_entropy_assignments(text: str, everywhere: bool = False) -> list[Finding]:
     """Long (``ENTROPY_MIN_LENGTH``+) high-entropy values given to a key-like
     name in config syntax (``KEY=value``, ``key: value``, ``"key": "value"``,
@@ -1015,7 +1056,7 @@ def high_entropy_assignments(text: str, everywhere: bool = False) -> list[Findin
         return findings
     if "=" not in text and ":" not in text:
         return findings
-    for match in _SEPARATED_VALUE.finditer(text):
+    for match in _separated_values(text):
         if not _looks_random(match["value"]):
             continue
         separator = match.start()
