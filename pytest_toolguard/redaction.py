@@ -760,9 +760,7 @@ class Redactor:
         after = self._redact_text(text[end : match.end()], exhaustive)
         return before + placeholder(family.keyword) + after, match.end()
 
-    def _replace_assignment(
-        self, match: re.Match[str], exhaustive: bool
-    ) -> tuple[str, int] | None:
+    def _replace_assignment(self, match: re.Match[str], exhaustive: bool) -> tuple[str, int] | None:
         label: str = match["assign_label"]
         separator: str = match["assign_sep"]
         keyword = self.sensitive_keyword(label)
@@ -782,9 +780,7 @@ class Redactor:
         return label + separator + placeholder(keyword), end
 
 
-def _widened(
-    kept: list[tuple[int, int]], position: int, edge: Callable[[int, int], int]
-) -> int:
+def _widened(kept: list[tuple[int, int]], position: int, edge: Callable[[int, int], int]) -> int:
     """``position``, or ``edge`` of the placeholder span in ``kept`` it falls
     strictly inside."""
     index = bisect.bisect_left(kept, (position,)) - 1

@@ -366,9 +366,7 @@ def _compiled(pattern: str) -> re.Pattern[str]:
 # ``(?:.*?|.*?(?:[\r\n]{1,2}.*?){1,n})`` (or greedy). Tried from every place
 # of its head, it costs the square of the line; such a rule is run the
 # other way (see ``SecretRule.matches``).
-_LINE_GAP = re.compile(
-    r"\(\?:\.\*(\??)\|\.\*\1\(\?:\[\\r\\n\]\{1,2\}\.\*\1\)\{1,(\d+)\}\)"
-)
+_LINE_GAP = re.compile(r"\(\?:\.\*(\??)\|\.\*\1\(\?:\[\\r\\n\]\{1,2\}\.\*\1\)\{1,(\d+)\}\)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -594,7 +592,9 @@ def _gap_matches(
         if barrier is not None:
             position = barrier
             continue
-        position = match.end() if match.end() > start else start + 1
+        # On from the end of what the tail holds, not of what it checks after
+        # (the space that separates the next option).
+        position = max([start + 1, *(match.end(group) for group in range(1, tail.groups + 1))])
         # The nearest head before the tail has the fewest breaks between.
         nearest = bisect.bisect_right(ends, start) - 1
         if nearest < 0:
@@ -615,7 +615,7 @@ def _any_of(regexes: tuple[str, ...]) -> re.Pattern[str]:
     for regex in regexes:
         flags = _LEADING_FLAGS.match(regex)
         head = flags.group(0)[2:-1] if flags else ""
-        parts.append(f"(?{head}:{regex[flags.end():] if flags else regex})")
+        parts.append(f"(?{head}:{regex[flags.end() :] if flags else regex})")
     return _compiled("|".join(parts))
 
 
