@@ -119,6 +119,7 @@ _PHRASES: tuple[tuple[str, ...], ...] = (
     ("refresh", "token"),
     ("set", "cookie"),
 )
+_PHRASE_SETS = tuple((phrase, frozenset(phrase)) for phrase in _PHRASES)
 # The same phrases written as one word (``apikey``, ``clientSecret`` is split anyway).
 _JOINED_PHRASES: Mapping[str, str] = {"".join(p): "_".join(p) for p in _PHRASES}
 
@@ -572,8 +573,10 @@ class Redactor:
         for phrase in self._extra_phrases:
             if _contains_phrase(words, phrase) or "".join(words) == "".join(phrase):
                 return "_".join(phrase)
-        for phrase in _PHRASES:
-            if _contains_phrase(words, phrase):
+        # Most keys hold no phrase's every word: set lookups rule them out.
+        present = set(words)
+        for phrase, phrase_words in _PHRASE_SETS:
+            if phrase_words <= present and _contains_phrase(words, phrase):
                 return "_".join(phrase)
         for word in words:
             keyword = _JOINED_PHRASES.get(word) or _ANYWHERE_WORDS.get(word)
