@@ -20,16 +20,31 @@ arguments), 1 KB and 20 KB of the notes ``variants.py`` reads (dates,
 colons, numbers; no keyword of any rule), and 20 KB of config text full of
 the rules' keywords (``api_key``, ``token``, ``password``...) but no
 secret: there the rules run, and that is what they cost.
+
+Then the adversarial corpus (``tests/adversarial_texts.py``: for every rule,
+texts built to make a backtracking engine scan far from many starts, and
+generic ones for the value patterns, the entropy pass and JSON): each text
+is screened once at 10 KB, the slowest ``--worst`` are timed at 100 KB
+against the plain 100 KB text (the config text above: every rule's keywords,
+no secret), in alternating rounds of CPU time. The summary row "worst
+adversarial 100 KB / plain 100 KB" is the slowest text's median ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
+import time
 from collections.abc import Callable
+from pathlib import Path
 
+from summary import record
 from timing import Samples, machine, measure, package_version, ratio
 from variants import ARGUMENTS, BenchmarkSetupError, sample_text
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from adversarial_texts import corpus  # noqa: E402
 
 from pytest_toolguard.redaction import Redactor
 from pytest_toolguard.secret_rules import SecretRuleSet, default_rule_set
@@ -91,7 +106,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--blocks", type=int, default=10, help="alternating blocks (default 10)")
     parser.add_argument("--per-block", type=int, default=60, help="calls per block and variant")
     parser.add_argument("--warmup", type=int, default=30, help="warm-up calls per variant")
+    parser.add_argument("--worst", type=int, default=8, help="adversarial texts timed at 100 KB")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of the adversarial texts")
+    parser.add_argument(
+        "--adversarial-only", action="store_true", help="time the adversarial corpus only"
+    )
     options = parser.parse_args(argv)
+    if options.adversarial_only:
+        adversarial(options.worst, options.rounds)
+        return 0
 
     variants = redactors()
     try:
@@ -124,7 +147,59 @@ def main(argv: list[str] | None = None) -> int:
         "\nafter/before: median of the per-block ratios (lowest - highest); "
         "absolute times are this machine's only."
     )
+    adversarial(options.worst, options.rounds)
     return 0
+
+
+SCREEN_SIZE = 10 * 1024
+SIZE = 100 * 1024
+
+
+def _cpu_seconds(redactor: Redactor, text: str) -> float:
+    start = time.process_time()
+    redactor.redact_text(text)
+    return time.process_time() - start
+
+
+def adversarial(worst: int, rounds: int) -> None:
+    """Screen the corpus at 10 KB, then time the slowest texts at 100 KB
+    against the plain 100 KB text, in alternating rounds; record the row."""
+    redactor = Redactor()
+    screened = sorted(
+        ((_cpu_seconds(redactor, text), name) for name, text in corpus(SCREEN_SIZE).items()),
+        reverse=True,
+    )
+    names = [name for _, name in screened[:worst]]
+    full = corpus(SIZE)
+    plain = config_text(SIZE)
+    notes = sample_text(SIZE)
+    texts = {"plain (config)": plain, "plain (notes)": notes, **{n: full[n] for n in names}}
+    times: dict[str, list[float]] = {name: [] for name in texts}
+    for round_ in range(rounds):
+        order = list(texts)
+        shift = round_ % len(order)
+        for name in order[shift:] + order[:shift]:
+            times[name].append(_cpu_seconds(redactor, texts[name]))
+    base = times["plain (config)"]
+    print(
+        f"\nAdversarial corpus: {len(screened)} texts screened at {SCREEN_SIZE // 1024} KB "
+        f"(slowest {screened[0][0] * 1000:.1f} ms); the {worst} slowest at {SIZE // 1024} KB, "
+        f"{rounds} rounds of CPU time\n"
+    )
+    header = f"{'text':<58} {'median ms':>10} {'/ plain':>8} {'range':>15}"
+    print(header)
+    print("-" * len(header))
+    rows = []
+    for name, samples in times.items():
+        ratios = [value / plain_time for value, plain_time in zip(samples, base, strict=True)]
+        rows.append((statistics.median(ratios), min(ratios), max(ratios), name, samples))
+        print(
+            f"{name[:58]:<58} {statistics.median(samples) * 1000:>10.1f} "
+            f"{statistics.median(ratios):>8.2f} {min(ratios):>6.2f} - {max(ratios):<6.2f}"
+        )
+    value, low, high, name, _ = max(row for row in rows if not row[3].startswith("plain"))
+    print(f"\nworst adversarial 100 KB / plain 100 KB: {value:.2f} ({name})")
+    record("redaction_adversarial", value, low, high, note=name)
 
 
 def _row(label: str, samples: dict[str, Samples]) -> str:

@@ -47,6 +47,7 @@ ROWS = (
     Row("setup_empty", "per-cassette set-up / empty pytest test", 3.0),
     Row("cell_empty", "fault cell median / empty pytest test", 5.0),
     Row("xdist_speedup", "serial / -n 2 on the fault matrix", 1.7, at_least=True),
+    Row("redaction_adversarial", "worst adversarial 100 KB / plain 100 KB (redaction)", 5.0),
     Row(
         "load_10k",
         "load of a 10,000-interaction cassette (JSON, as recorded; no cache)",

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import functools
 import json
 import re
@@ -66,6 +67,7 @@ from .secret_rules import (
     Finding,
     Keywords,
     SecretRuleSet,
+    bounded_repeats,
     default_rule_set,
     high_entropy_assignments,
 )
@@ -90,7 +92,7 @@ MAX_PASSES = 4
 that changes it only replaces text outside placeholders), at most this often."""
 
 _PLACEHOLDER_PREFIX = "<redacted:"
-_PLACEHOLDER = re.compile(r"<redacted:[a-z0-9_]+>")
+_PLACEHOLDER = re.compile(r"<redacted:[a-z0-9_]{1,64}>")
 
 
 def placeholder(keyword: str) -> str:
@@ -117,6 +119,7 @@ _PHRASES: tuple[tuple[str, ...], ...] = (
     ("refresh", "token"),
     ("set", "cookie"),
 )
+_PHRASE_SETS = tuple((phrase, frozenset(phrase)) for phrase in _PHRASES)
 # The same phrases written as one word (``apikey``, ``clientSecret`` is split anyway).
 _JOINED_PHRASES: Mapping[str, str] = {"".join(p): "_".join(p) for p in _PHRASES}
 
@@ -152,12 +155,43 @@ def _contains_phrase(words: tuple[str, ...], phrase: tuple[str, ...]) -> bool:
 
 # --- value patterns ----------------------------------------------------------
 
-_PEM_BLOCK = re.compile(
-    r"-----BEGIN (?P<kind>[A-Z0-9 ]*)PRIVATE KEY(?: BLOCK)?-----"
-    # Up to the matching END line; a block cut short (a truncated preview) is
-    # redacted to the end of the text rather than leaking its body.
-    r"(?s:.*?)(?:-----END (?P=kind)PRIVATE KEY(?: BLOCK)?-----|\Z)"
-)
+FAMILY_LIMIT = 8192
+"""The most times one repeat of a value pattern runs (see
+``secret_rules.SCAN_LIMIT``, the same for the rules): a token, a JWT part,
+a URL's password is found when it is at most this long."""
+
+_PEM_BEGIN = re.compile(r"-----BEGIN (?P<kind>[A-Z0-9 ]{0,64})PRIVATE KEY(?: BLOCK)?-----")
+
+
+def _redact_pem_blocks(text: str) -> str:
+    """``text`` with each private key block replaced, from its BEGIN line up
+    to the matching END line; a block cut short (a truncated preview) is
+    redacted to the end of the text rather than leaking its body. Found with
+    ``str.find``: a lazy regex run from each BEGIN to a missing END would
+    cost the square of the text."""
+    pieces: list[str] = []
+    copied = 0
+    begin = _PEM_BEGIN.search(text)
+    while begin is not None:
+        close = f"-----END {begin['kind']}PRIVATE KEY"
+        end = len(text)
+        found = text.find(close, begin.end())
+        while found >= 0:
+            after = found + len(close)
+            for suffix in ("-----", " BLOCK-----"):
+                if text.startswith(suffix, after):
+                    end = after + len(suffix)
+                    break
+            else:
+                found = text.find(close, found + 1)
+                continue
+            break
+        pieces.append(text[copied : begin.start()])
+        pieces.append(placeholder("private_key"))
+        copied = end
+        begin = _PEM_BEGIN.search(text, end)
+    pieces.append(text[copied:])
+    return "".join(pieces)
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,12 +267,12 @@ _FAMILIES: tuple[_Family, ...] = (
         r"(?<![A-Za-z0-9_.-])",
         r"(?=[A-Za-z0-9_.-]{0,64}?(?i:" + "|".join(_LABEL_TRIGGERS) + "))"
         r"(?P<assign_label>[A-Za-z0-9_.-]{1,128})"
-        r"(?P<assign_sep>[\"']?\s*(?:=>|[:=])\s*)"
-        r"(?P<assign_value>"
-        r"<redacted:[a-z0-9_]+>"  # a placeholder is a value too, and is kept
-        r"|\"(?:[^\"\\\n]|\\.)+\"|'[^'\n]+'"
-        r"|(?:(?i:bearer|basic|token|digest)\s+)?[^\s,;&\"'<>(){}\[\]]+)",
-        "assign_value",
+        # The value is matched by ``_ASSIGN_VALUE`` once the label is found
+        # sensitive: a harmless label (``max_tokens=...``) never has its value
+        # scanned, and labels declined one after another cost no more than
+        # themselves.
+        r"(?P<assign_sep>[\"']?\s*(?:=>|[:=])\s*)",
+        None,  # the value, matched apart (``Redactor._replace_assignment``)
         # The trigger word lies inside the ASCII label (the separator after the
         # label cannot continue it), then ":" or "=" ("=>" holds "=").
         _Clue(_LABEL_TRIGGERS, folded=True, needs=":="),
@@ -277,7 +311,9 @@ _FAMILIES: tuple[_Family, ...] = (
     _Family(
         "jwt",
         "jwt",
-        r"\b",
+        # Never inside a run of its own characters ("-eyJ" included): a try
+        # from each "eyJ" of one long run would scan the rest of it each time.
+        r"(?<![A-Za-z0-9_-])",
         r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",
         None,
         # Base64 of '{"' as written, and the dots between its three parts.
@@ -397,12 +433,26 @@ def _combined(families: int, after_placeholder: bool, guarded: bool = True) -> r
     first of them in ``_FAMILIES`` order that matches wins. Compiled on first
     use: a text needs few of them."""
     return re.compile(
-        "|".join(
-            family.regex(after_placeholder, guarded)
-            for index, family in enumerate(_FAMILIES)
-            if families >> index & 1
+        bounded_repeats(
+            "|".join(
+                family.regex(after_placeholder, guarded)
+                for index, family in enumerate(_FAMILIES)
+                if families >> index & 1
+            ),
+            FAMILY_LIMIT,
         )
     )
+
+
+_ASSIGN_VALUE = re.compile(
+    bounded_repeats(
+        r"<redacted:[a-z0-9_]+>"  # a placeholder is a value too, and is kept
+        r"|\"(?:[^\"\\\n]|\\.)+\"|'[^'\n]+'"
+        r"|(?:(?i:bearer|basic|token|digest)\s+)?[^\s,;&\"'<>(){}\[\]]+",
+        FAMILY_LIMIT,
+    )
+)
+"""An assignment's value, right after its separator."""
 
 
 def _is_basic_credential(text: str) -> bool:
@@ -523,8 +573,10 @@ class Redactor:
         for phrase in self._extra_phrases:
             if _contains_phrase(words, phrase) or "".join(words) == "".join(phrase):
                 return "_".join(phrase)
-        for phrase in _PHRASES:
-            if _contains_phrase(words, phrase):
+        # Most keys hold no phrase's every word: set lookups rule them out.
+        present = set(words)
+        for phrase, phrase_words in _PHRASE_SETS:
+            if phrase_words <= present and _contains_phrase(words, phrase):
                 return "_".join(phrase)
         for word in words:
             keyword = _JOINED_PHRASES.get(word) or _ANYWHERE_WORDS.get(word)
@@ -642,7 +694,7 @@ class Redactor:
 
     def _redact_text(self, text: str, exhaustive: bool) -> str:
         if "-----BEGIN" in text:
-            text = _PEM_BLOCK.sub(placeholder("private_key"), text)
+            text = _redact_pem_blocks(text)
         # Most text holds no clue of any family and is not scanned at all.
         folded = _fold_case(text)
         families = _EVERY_FAMILY if exhaustive else _families_that_may_match(text, folded)
@@ -675,8 +727,8 @@ class Redactor:
         match = anywhere.search(text)
         while match is not None:
             start = match.start()
-            replacement = self._replacement(match, exhaustive)
-            if replacement is None:
+            replaced = self._replacement(match, exhaustive)
+            if replaced is None:
                 # The families after the one that declined, in ``_FAMILIES`` order.
                 later = families & -(2 << _FAMILY_INDEX[match.lastgroup or ""])
                 match = (
@@ -685,45 +737,59 @@ class Redactor:
                 if match is None:
                     match = anywhere.search(text, start + 1)
                 continue
+            replacement, end = replaced
             pieces.append(text[copied:start])
             pieces.append(replacement)
-            copied = match.end()
+            copied = end
             match = after_replacement.match(text, copied) or anywhere.search(text, copied + 1)
         pieces.append(text[copied:])
         return "".join(pieces)
 
-    def _replacement(self, match: re.Match[str], exhaustive: bool) -> str | None:
-        """The text that replaces ``match``, or None when it holds no secret."""
+    def _replacement(self, match: re.Match[str], exhaustive: bool) -> tuple[str, int] | None:
+        """The text that replaces ``match`` and where what it replaces ends,
+        or None when it holds no secret."""
         family = _FAMILY_BY_NAME[match.lastgroup or ""]
         if family.name == "assign":
             return self._replace_assignment(match, exhaustive)
         if family.name == "basic" and not _is_basic_credential(match["basic_s"]):
             return None
         if family.secret_group is None:
-            return placeholder(family.keyword)
+            return placeholder(family.keyword), match.end()
         start, end = match.span(family.secret_group)
         # What the match keeps around its secret may hold another secret
         # (an AWS key as a URL's user name): overlapping matches merge.
         text, offset = match.string, match.start()
         before = self._redact_text(text[offset:start], exhaustive)
         after = self._redact_text(text[end : match.end()], exhaustive)
-        return before + placeholder(family.keyword) + after
+        return before + placeholder(family.keyword) + after, match.end()
 
-    def _replace_assignment(self, match: re.Match[str], exhaustive: bool) -> str | None:
+    def _replace_assignment(self, match: re.Match[str], exhaustive: bool) -> tuple[str, int] | None:
         label: str = match["assign_label"]
         separator: str = match["assign_sep"]
-        value: str = match["assign_value"]
         keyword = self.sensitive_keyword(label)
         if keyword is None:
             return None
+        found = _ASSIGN_VALUE.match(match.string, match.end())
+        if found is None:
+            return None
+        value, end = found.group(0), found.end()
         # The label may itself hold a secret (a token glued to "password").
         label = self._redact_text(label, exhaustive)
         if _PLACEHOLDER.fullmatch(value.strip("\"'")):
-            return label + separator + value  # redacted already
+            return label + separator + value, end  # redacted already
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
             # Keep the quotes: JSON and YAML text stays parseable.
-            return label + separator + value[0] + placeholder(keyword) + value[0]
-        return label + separator + placeholder(keyword)
+            return label + separator + value[0] + placeholder(keyword) + value[0], end
+        return label + separator + placeholder(keyword), end
+
+
+def _widened(kept: list[tuple[int, int]], position: int, edge: Callable[[int, int], int]) -> int:
+    """``position``, or ``edge`` of the placeholder span in ``kept`` it falls
+    strictly inside."""
+    index = bisect.bisect_left(kept, (position,)) - 1
+    if index >= 0 and position < kept[index][1]:
+        return edge(*kept[index])
+    return position
 
 
 def _replace_findings(text: str, findings: list[Finding]) -> str:
@@ -734,12 +800,9 @@ def _replace_findings(text: str, findings: list[Finding]) -> str:
     kept = [m.span() for m in _PLACEHOLDER.finditer(text)] if _PLACEHOLDER_PREFIX in text else []
     spans: list[list[Any]] = []
     for finding in sorted(findings, key=lambda finding: finding.start):
-        start, end = finding.start, finding.end
-        for begin, finish in kept:  # never cut a placeholder in two
-            if begin < start < finish:
-                start = begin
-            if begin < end < finish:
-                end = finish
+        # Never cut a placeholder in two (placeholders are sorted and apart).
+        start = _widened(kept, finding.start, lambda begin, finish: begin)
+        end = _widened(kept, finding.end, lambda begin, finish: finish)
         if spans and start < spans[-1][1]:
             spans[-1][1] = max(spans[-1][1], end)
         else:
@@ -749,7 +812,10 @@ def _replace_findings(text: str, findings: list[Finding]) -> str:
     for start, end, keyword in spans:
         pieces.append(text[copied:start])
         cursor = start
-        for begin, finish in kept:
+        first = bisect.bisect_left(kept, (start,))
+        for begin, finish in kept[first : bisect.bisect_left(kept, (end,))]:
+            if begin >= end:
+                break
             if begin >= cursor and finish <= end:
                 if begin > cursor:
                     pieces.append(placeholder(keyword))

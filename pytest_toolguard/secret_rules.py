@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import functools
 import json
 import math
@@ -73,7 +74,10 @@ __all__ = [
     "SecretRuleSet",
     "UnsupportedRegex",
     "ENTROPY_MIN_LENGTH",
+    "LINE_WINDOW",
+    "SCAN_LIMIT",
     "ENTROPY_THRESHOLD",
+    "bounded_repeats",
     "default_rule_set",
     "high_entropy_assignments",
     "shannon_entropy",
@@ -281,9 +285,111 @@ def shannon_entropy(text: str) -> float:
 # --- rules -------------------------------------------------------------------------
 
 
+# --- the cost of a scan --------------------------------------------------------------
+
+SCAN_LIMIT = 1024
+"""The most times one repeat of a rule's regex (or an allowlist's) runs:
+``*``, ``+`` and ``{n,}`` are read as ``{0,SCAN_LIMIT}``, ``{1,SCAN_LIMIT}``
+and ``{n,max(n,SCAN_LIMIT)}``. A backtracking engine tried at every place
+of a text, with a repeat that can run to the end of it, costs the square
+of the text's length; bounded, each try looks at a bounded window, so a
+scan is linear. A secret a rule finds is therefore at most about this long
+(longer ones are found in part, or by another rule, or not at all)."""
+
+LINE_WINDOW = 1024
+"""How far around a match its "line" reaches for an allowlist that looks at
+the line: a whole line, looked at again for each match on it, would cost
+the square of its length. A window can only make fewer allowlists hold."""
+
+_OPEN_REPEAT = re.compile(r"\{(\d+),\}")
+_CLOSED_REPEAT = re.compile(r"\{\d*(?:,\d*)?\}")
+
+
+def bounded_repeats(pattern: str, limit: int = SCAN_LIMIT) -> str:
+    """``pattern`` (Python ``re`` syntax) with every open repeat bounded by
+    ``limit`` (see ``SCAN_LIMIT``); lazy and possessive marks are kept, and
+    everything else is copied as it is."""
+    out: list[str] = []
+    i = 0
+    quantifiable = False  # the text just copied can take a repeat
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            out.append(pattern[i : i + 2])
+            i, quantifiable = i + 2, True
+        elif char == "[":
+            end = _class_end(pattern, i)
+            out.append(pattern[i:end])
+            i, quantifiable = end, True
+        elif char in "*+" and quantifiable:
+            out.append(f"{{{0 if char == '*' else 1},{limit}}}")
+            i, quantifiable = i + 1, False
+        elif char == "{" and quantifiable and (found := _OPEN_REPEAT.match(pattern, i)):
+            low = int(found.group(1))
+            out.append(f"{{{low},{max(low, limit)}}}")
+            i, quantifiable = found.end(), False
+        elif char == "{" and quantifiable and (found := _CLOSED_REPEAT.match(pattern, i)):
+            out.append(found.group(0))
+            i, quantifiable = found.end(), False
+        else:
+            out.append(char)
+            # After "(", "|", "^" or a repeat ("?", or a lazy or possessive mark
+            # after one), a "*" or "+" is no repeat of ours to bound.
+            quantifiable = char not in "(|^?*+"
+            i += 1
+    return "".join(out)
+
+
+def _class_end(pattern: str, start: int) -> int:
+    """Where the character class opening at ``start`` ends (after its "]")."""
+    i = start + 1
+    if pattern.startswith("^", i):
+        i += 1
+    if pattern.startswith("]", i):
+        i += 1  # a "]" first is a literal
+    while i < len(pattern):
+        if pattern[i] == "\\":
+            i += 2
+        elif pattern[i] == "]":
+            return i + 1
+        else:
+            i += 1
+    return len(pattern)
+
+
 @functools.cache
 def _compiled(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern, _FLAGS)
+    return re.compile(bounded_repeats(pattern), _FLAGS)
+
+
+# A gap written as gitleaks writes "anything on this line or the next n":
+# ``(?:.*?|.*?(?:[\r\n]{1,2}.*?){1,n})`` (or greedy). Tried from every place
+# of its head, it costs the square of the line; such a rule is run the
+# other way (see ``SecretRule.matches``).
+_LINE_GAP = re.compile(r"\(\?:\.\*(\??)\|\.\*\1\(\?:\[\\r\\n\]\{1,2\}\.\*\1\)\{1,(\d+)\}\)")
+
+
+@dataclass(frozen=True, slots=True)
+class _Gap:
+    """A rule's regex as ``head``, a gap of at most ``breaks`` line-break
+    characters, then ``tail``."""
+
+    head: str
+    tail: str
+    breaks: int
+
+
+@functools.cache
+def _split_gap(pattern: str) -> _Gap | None:
+    found = _LINE_GAP.search(pattern)
+    if found is None:
+        return None
+    head, tail = pattern[: found.start()], pattern[found.end() :]
+    flags = _LEADING_FLAGS.match(head)
+    if flags:
+        tail = flags.group(0) + tail
+    # Up to two per line crossed, and one the tail may start with.
+    return _Gap(head, tail, 2 * int(found.group(2)) + 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,9 +409,12 @@ class Allowlist:
     def allows(self, secret: str, match: str, line: str) -> bool:
         """True when this allowlist keeps the finding visible."""
         target = {"match": match, "line": line}.get(self.target, secret)
-        regex_found = any(_compiled(regex).search(target) for regex in self.regexes)
-        lowered = secret.lower()
-        stopword_found = any(word in lowered for word in self.stopwords)
+        regex_found = bool(self.regexes) and _any_of(self.regexes).search(target) is not None
+        # One automaton pass, not one search per stopword (gitleaks' generic
+        # rule has about 1,500 of them).
+        stopword_found = bool(self.stopwords) and bool(
+            _stopword_finder(self.stopwords).occurrences(secret.lower())
+        )
         if self.condition == "and":
             checks = [not self.scoped] if self.scoped else []
             if self.regexes:
@@ -423,6 +532,10 @@ class SecretRule:
         ``anchored`` rule given the keywords' places (``starts``, sorted), it
         tries the regex there only. The same matches, in the same order.
         ``exhaustive`` searches with the whole regex: the reference."""
+        gap = None if exhaustive else _split_gap(self.pattern)
+        if gap is not None:
+            yield from _gap_matches(text, gap, barriers)
+            return
         rest, prefix, longest = _split_lazy_prefix(self.pattern)
         fast = not exhaustive
         regex = _compiled(rest) if fast and prefix else self.regex()
@@ -451,6 +564,64 @@ class SecretRule:
                 start = run.start() if run else start
             yield match, start
             position = match.end() if match.end() > match.start() else match.start() + 1
+
+
+def _gap_matches(
+    text: str, gap: _Gap, barriers: Sequence[tuple[int, int]]
+) -> Iterator[tuple[re.Match[str], int]]:
+    """The matches of a rule split at a line gap, found tail first: each
+    match of the tail that has a match of the head before it, with at most
+    ``gap.breaks`` line breaks between, with where that head starts. Every
+    tail so placed is found (a backtracking engine tried from the head
+    finds the last or the first one on the line only); and the text is
+    scanned once for heads and once for tails, however many heads share a
+    line."""
+    heads = [(found.start(), found.end()) for found in _compiled(gap.head).finditer(text)]
+    if not heads:
+        return
+    ends = [end for _, end in heads]
+    breaks = [found.start() for found in _LINE_BREAK.finditer(text)]
+    tail = _compiled(gap.tail)
+    position = 0
+    while position <= len(text):
+        match = tail.search(text, position)
+        if match is None:
+            return
+        start = match.start()
+        barrier = _barrier_at(barriers, start)
+        if barrier is not None:
+            position = barrier
+            continue
+        # On from the end of what the tail holds, not of what it checks after
+        # (the space that separates the next option).
+        position = max([start + 1, *(match.end(group) for group in range(1, tail.groups + 1))])
+        # The nearest head before the tail has the fewest breaks between.
+        nearest = bisect.bisect_right(ends, start) - 1
+        if nearest < 0:
+            continue
+        crossed = bisect.bisect_right(breaks, start) - bisect.bisect_left(breaks, ends[nearest])
+        if crossed <= gap.breaks:
+            yield match, heads[nearest][0]
+
+
+_LINE_BREAK = re.compile(r"[\r\n]")
+
+
+@functools.cache
+def _any_of(regexes: tuple[str, ...]) -> re.Pattern[str]:
+    """One regex that finds what any of ``regexes`` finds (one search per
+    finding, not one per regex); each one's leading flags scoped to it."""
+    parts = []
+    for regex in regexes:
+        flags = _LEADING_FLAGS.match(regex)
+        head = flags.group(0)[2:-1] if flags else ""
+        parts.append(f"(?{head}:{regex[flags.end() :] if flags else regex})")
+    return _compiled("|".join(parts))
+
+
+@functools.cache
+def _stopword_finder(stopwords: tuple[str, ...]) -> Keywords:
+    return Keywords.build(sorted(set(stopwords)))
 
 
 _GENERIC = "generic"
@@ -660,15 +831,24 @@ class SecretRuleSet:
         lists = (self.allowlist, *rule.allowlists) if self.allowlist else rule.allowlists
         if lists:
             whole = text[start:end]
-            line = text[text.rfind("\n", 0, start) + 1 : _line_end(text, end)]
+            line = text[_line_start(text, start) : _line_end(text, end)]
             if any(allowlist.allows(secret, whole, line) for allowlist in lists if allowlist):
                 return None
         return Finding(span[0], span[1], rule.keyword, rule.id)
 
 
+def _line_start(text: str, start: int) -> int:
+    """The start of the line ``start`` is on, at most ``LINE_WINDOW`` before it."""
+    floor = max(0, start - LINE_WINDOW)
+    newline = text.rfind("\n", floor, start)
+    return floor if newline < 0 else newline + 1
+
+
 def _line_end(text: str, end: int) -> int:
-    newline = text.find("\n", end)
-    return len(text) if newline < 0 else newline
+    """The end of the line ``end`` is on, at most ``LINE_WINDOW`` after it."""
+    ceiling = min(len(text), end + LINE_WINDOW)
+    newline = text.find("\n", end, ceiling)
+    return ceiling if newline < 0 else newline
 
 
 def _secret_span(rule: SecretRule, match: re.Match[str]) -> tuple[int, int] | None:
@@ -694,10 +874,11 @@ def _placeholder_spans(text: str) -> list[tuple[int, int]]:
 
 
 def _barrier_at(spans: Sequence[tuple[int, int]], position: int) -> int | None:
-    """The end of the span ``position`` is inside (after its first character), if any."""
-    for begin, end in spans:
-        if begin < position < end:
-            return end
+    """The end of the span ``position`` is inside (after its first character),
+    if any. ``spans`` are sorted and do not overlap."""
+    index = bisect.bisect_left(spans, (position,)) - 1
+    if index >= 0 and position < spans[index][1]:
+        return spans[index][1]
     return None
 
 
@@ -826,6 +1007,35 @@ def _is_base64_of_text(value: str) -> bool:
     return False
 
 
+_LONGEST_VALUE = 1024
+"""The longest value ``_SEPARATED_VALUE`` takes (its ``{20,1024}``)."""
+_OVERLONG_RUN = re.compile(rf"[{_TOKEN_CHARS}]{{{_LONGEST_VALUE + 2},}}{_POSSESSIVE}", re.ASCII)
+
+
+def _separated_values(text: str) -> Iterator[re.Match[str]]:
+    """``_SEPARATED_VALUE.finditer(text)``, without trying the separators
+    that cannot start a match: a value is a whole run of token characters,
+    so an ``=`` inside a run, farther than ``_LONGEST_VALUE`` from its end,
+    starts none. Tried there (a long line of ``=``, ``a=a=a=...``), each
+    would scan ``_LONGEST_VALUE`` characters before failing."""
+    position = 0
+    for run in _OVERLONG_RUN.finditer(text):
+        # Up to the run's start, where a match found may only look complete
+        # because the search stopped there: each is checked on the whole text.
+        while True:
+            match = _SEPARATED_VALUE.search(text, position, run.start())
+            if match is None:
+                break
+            real = _SEPARATED_VALUE.match(text, match.start())
+            if real is not None and real.end() <= run.start():
+                yield real
+                position = max(real.end(), real.start() + 1)
+            else:
+                position = match.start() + 1
+        position = max(position, run.end() - _LONGEST_VALUE - 1)
+    yield from _SEPARATED_VALUE.finditer(text, position)
+
+
 def high_entropy_assignments(text: str, everywhere: bool = False) -> list[Finding]:
     """Long (``ENTROPY_MIN_LENGTH``+) high-entropy values given to a key-like
     name in config syntax (``KEY=value``, ``key: value``, ``"key": "value"``,
@@ -846,7 +1056,7 @@ def high_entropy_assignments(text: str, everywhere: bool = False) -> list[Findin
         return findings
     if "=" not in text and ":" not in text:
         return findings
-    for match in _SEPARATED_VALUE.finditer(text):
+    for match in _separated_values(text):
         if not _looks_random(match["value"]):
             continue
         separator = match.start()

@@ -6,15 +6,19 @@ vcrpy's request is its ``vcr.request.Request`` (``method``, ``uri``,
 headers: {name: [values]}, body: {string: bytes}}``. The cassette keeps an
 ``HttpExchange``. Redaction uses the runtime's ``Redactor``: a header whose
 name is sensitive (``Authorization``, ``Cookie``, ``Set-Cookie``,
-``X-Api-Key``, ...) is replaced whole; other header values, the URL (query
-tokens, passwords) and text bodies by the redactor's patterns; binary bodies
-are left as they are (decode compressed ones first). It is idempotent, so
-replay redacts a request the same way before matching it.
+``X-Api-Key``, ...) is replaced whole; other header values and the URL
+(query tokens, passwords) by the redactor's patterns; bodies as
+``redact_body`` says. It is idempotent, so replay redacts a request the
+same way before matching it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import codecs
+import contextlib
+import re
+import zlib
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from ..redaction import Redactor, placeholder
@@ -26,17 +30,34 @@ changes on every request, and re-recording an unchanged session must write
 the same bytes."""
 
 
+DROPPED_BODY = placeholder("body_with_secret").encode("ascii")
+"""What a body is stored as when it held a secret in a form that could not
+be redacted where it stands (compressed in an encoding this module cannot
+undo, or text in UTF-16 inside a body read as another charset)."""
+
+MAX_DECODED_BODY = 64 * 1024 * 1024
+"""A compressed body that inflates past this is not inflated further: it is
+stored as ``DROPPED_BODY`` (a decompression bomb, or too big to check)."""
+
+
 def redact_request(request: Any, redactor: Redactor) -> Any:
     """A vcrpy request (a copy vcrpy made) redacted in place: the URL,
-    header values (whole for a sensitive header name), a text body."""
+    header values (whole for a sensitive header name), its body
+    (``redact_body``)."""
     request.uri = redactor.redact_text(str(request.uri))
-    request.headers = {
+    headers = {
         name: _redact_header(redactor, name, _text(value))
         for name, value in request.headers.items()
     }
     body = _request_body(request)
     if body is not None:
-        request.body = _redact_body(redactor, body)
+        redacted = redact_body(redactor, body, headers)
+        if redacted != body:
+            request.body = redacted
+            _fit_length(headers, redacted)
+        else:
+            request.body = body
+    request.headers = headers
     return request
 
 
@@ -53,13 +74,176 @@ def redact_response(response: dict[str, Any], redactor: Redactor) -> dict[str, A
     if isinstance(body, str):
         body = body.encode("utf-8")
     if isinstance(body, bytes):
-        redacted = _redact_body(redactor, body)
+        headers = {name: values[0] for name, values in response["headers"].items() if values}
+        redacted = redact_body(redactor, body, headers)
         response["body"]["string"] = redacted
+        if redacted != body:
+            for name in list(response["headers"]):
+                if name.lower() == "content-encoding" and name not in headers:
+                    del response["headers"][name]  # stored decoded
         if len(redacted) != len(body):
             for name in response["headers"]:
                 if name.lower() == "content-length":
                     response["headers"][name] = [str(len(redacted))]
     return response
+
+
+def redact_body(redactor: Redactor, body: bytes, headers: MutableMapping[str, str]) -> bytes:
+    """``body`` as a cassette keeps it, given its message's ``headers`` (one
+    value per name; a ``Content-Encoding`` is removed from them when the body
+    is stored decoded).
+
+    * **Compressed** (``Content-Encoding`` gzip, x-gzip, deflate, identity,
+      in any chain): inflated (up to ``MAX_DECODED_BODY``) and checked as
+      below. Holding a secret, it is stored inflated and redacted, without
+      its ``Content-Encoding``; holding none, as it came. An encoding that
+      cannot be undone here (br, zstd, a corrupt stream) is stored as
+      ``DROPPED_BODY``: it cannot be checked, so it is never kept.
+    * **Text**: read in the ``charset`` of its ``Content-Type`` when that
+      decodes it, else by its byte-order mark, else as UTF-8, else as
+      latin-1 (which reads any bytes, so the ASCII and latin-1 runs of a
+      binary body are checked too); redacted like any text, and written
+      back in the same charset, so that what surrounds a secret keeps its
+      bytes. A body with no secret is kept byte for byte.
+    * **UTF-16 inside another reading** (a part of a multipart body, text
+      with no charset given): a body whose UTF-16 readings hold a secret
+      the first reading missed is stored as ``DROPPED_BODY``.
+    """
+    encodings = _content_encodings(headers)
+    if encodings:
+        decoded = _decompressed(body, encodings)
+        if decoded is None:
+            return body if not body else DROPPED_BODY
+        redacted = _redact_payload(redactor, decoded, headers)
+        if redacted == decoded:
+            return body
+        for name in [name for name in headers if name.lower() == "content-encoding"]:
+            del headers[name]
+        return redacted
+    return _redact_payload(redactor, body, headers)
+
+
+_CHARSET = re.compile(r"""charset\s*=\s*["']?([A-Za-z0-9._:+-]{1,40})""", re.IGNORECASE)
+_BOMS = (
+    (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+
+
+def _redact_payload(redactor: Redactor, body: bytes, headers: Mapping[str, str]) -> bytes:
+    """An uncompressed body redacted in the charset it reads in (see ``redact_body``)."""
+    if not body:
+        return body
+    charsets = _charsets(body, _header(headers, "content-type"))
+    for charset in charsets:
+        try:
+            text = body.decode(charset)
+        except (UnicodeDecodeError, LookupError):
+            continue
+        redacted = redactor.redact_text(text)
+        if redacted != text:
+            try:
+                return redacted.encode(charset)
+            except (UnicodeEncodeError, LookupError):
+                return DROPPED_BODY
+        break
+    # Nothing found in the reading the body claims. A wrong claim (ASCII
+    # declared as UTF-16, UTF-16 text with no charset) must not hide a
+    # secret: the latin-1 reading sees every ASCII run, the UTF-16 ones
+    # text with a zero byte in each character.
+    if charset not in ("utf-8", _LATIN_1):
+        text = body.decode(_LATIN_1)
+        redacted = redactor.redact_text(text)
+        if redacted != text:
+            return redacted.encode(_LATIN_1)
+    if _holds_utf16_secret(redactor, body):
+        return DROPPED_BODY
+    return body
+
+
+def _charsets(body: bytes, content_type: str) -> list[str]:
+    """The charsets to read ``body`` in, the first that decodes it wins."""
+    found: list[str] = []
+    declared = _CHARSET.search(content_type)
+    if declared:
+        with contextlib.suppress(LookupError):
+            found.append(codecs.lookup(declared.group(1)).name)
+    for bom, charset in _BOMS:
+        if body.startswith(bom):
+            found.append(charset)
+            break
+    found += ["utf-8", _LATIN_1]
+    return found
+
+
+_LATIN_1 = codecs.lookup("latin-1").name
+
+
+def _holds_utf16_secret(redactor: Redactor, body: bytes) -> bool:
+    """Whether ``body`` read as UTF-16 (either byte order, from either
+    offset) holds a secret: text of a charset that leaves a zero byte in
+    every ASCII character, which no other reading sees."""
+    if body.count(0) < len(body) // 8:
+        return False  # too few zero bytes for UTF-16 text worth the readings
+    for offset in (0, 1):
+        for charset in ("utf-16-le", "utf-16-be"):
+            part = body[offset:]
+            text = part[: len(part) // 2 * 2].decode(charset, "replace")
+            if redactor.redact_text(text) != text:
+                return True
+    return False
+
+
+def _content_encodings(headers: Mapping[str, str]) -> list[str]:
+    """The body's content codings, in the order they were applied."""
+    value = _header(headers, "content-encoding")
+    return [coding.strip().lower() for coding in value.split(",") if coding.strip()]
+
+
+def _decompressed(body: bytes, encodings: list[str]) -> bytes | None:
+    """``body`` with its ``encodings`` undone, last applied first; None when
+    one cannot be (unknown, corrupt, cut short, followed by other bytes, or
+    past ``MAX_DECODED_BODY``)."""
+    for coding in reversed(encodings):
+        if coding == "identity":
+            continue
+        if coding in ("gzip", "x-gzip"):
+            windows = [zlib.MAX_WBITS | 16]
+        elif coding == "deflate":
+            windows = [zlib.MAX_WBITS, -zlib.MAX_WBITS]  # zlib-wrapped, or raw as some send
+        else:
+            return None
+        for window in windows:
+            inflater = zlib.decompressobj(window)
+            try:
+                inflated = inflater.decompress(body, MAX_DECODED_BODY + 1)
+            except zlib.error:
+                continue
+            # Cut short, too big, or with bytes after its end: what was not
+            # inflated was not checked.
+            if len(inflated) > MAX_DECODED_BODY or not inflater.eof or inflater.unused_data:
+                return None
+            body = inflated
+            break
+        else:
+            return None
+    return body
+
+
+def _header(headers: Mapping[str, str], name: str) -> str:
+    for key, value in headers.items():
+        if key.lower() == name:
+            return value
+    return ""
+
+
+def _fit_length(headers: MutableMapping[str, str], body: bytes) -> None:
+    for name in headers:
+        if name.lower() == "content-length":
+            headers[name] = str(len(body))
 
 
 def _request_body(request: Any) -> bytes | None:
@@ -80,14 +264,6 @@ def _request_body(request: Any) -> bytes | None:
 def _redact_header(redactor: Redactor, name: str, value: str) -> str:
     keyword = redactor.sensitive_keyword(name)
     return placeholder(keyword) if keyword else redactor.redact_text(value)
-
-
-def _redact_body(redactor: Redactor, body: bytes) -> bytes:
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError:
-        return body  # binary: patterns cannot be read in it
-    return redactor.redact_text(text).encode("utf-8")
 
 
 def _values(values: Any) -> list[Any]:
