@@ -455,7 +455,7 @@ class _Amplifier:
 def _arguments(value: Any) -> dict[str, Any] | None:
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = documents.parse_json(value)  # a cassette's: bounded
         except ValueError:
             return None
     return dict(value) if isinstance(value, Mapping) else None

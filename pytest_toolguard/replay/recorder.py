@@ -25,7 +25,6 @@ recording, ``runtime.registry`` is a copy whose network tools are wrapped).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -37,6 +36,7 @@ from typing import Any
 from ..audit import AuditRecord, AuditUnavailable
 from ..capabilities import under_root
 from ..contract import ToolCall, ToolResult
+from ..documents import parse_json
 from ..harness.files import read_tree
 from ..hooks import Approval
 from ..plan import PlanProgress
@@ -314,8 +314,8 @@ def _arguments(call: ToolCall) -> Mapping[str, Any] | None:
     arguments: Any = call.arguments
     if isinstance(arguments, (str, bytes, bytearray)):
         try:
-            arguments = json.loads(arguments)
-        except (ValueError, RecursionError):
+            arguments = parse_json(arguments)  # a model's or a cassette's: bounded
+        except ValueError:
             return None
     return arguments if isinstance(arguments, Mapping) else None
 
