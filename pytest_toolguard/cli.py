@@ -309,9 +309,11 @@ def _import(options: argparse.Namespace, _: list[str]) -> int:
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     if not transcript.calls and transcript.problems:
+        from .redaction import Redactor
+
         raise UsageError(
             f"{options.file}: no tool call could be read as {options.format} "
-            f"({transcript.problems[0]})"
+            f"({transcript.problems[0].shown(Redactor())})"
         )
     terminal = sys.stderr.isatty()
     show = terminal if options.progress is None else options.progress
