@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from . import options as options_names
-from .documents import DocumentRefused, parse_yaml, read_text
+from .documents import MAX_DOCUMENT_BYTES, DocumentRefused, parse_yaml, read_text
 from .errors import ToolguardError
 
 USAGE_ERROR = 2
@@ -309,9 +309,11 @@ def _import(options: argparse.Namespace, _: list[str]) -> int:
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     if not transcript.calls and transcript.problems:
+        from .redaction import Redactor
+
         raise UsageError(
             f"{options.file}: no tool call could be read as {options.format} "
-            f"({transcript.problems[0]})"
+            f"({transcript.problems[0].shown(Redactor())})"
         )
     terminal = sys.stderr.isatty()
     show = terminal if options.progress is None else options.progress
@@ -528,9 +530,10 @@ def _hook(options: argparse.Namespace, _: list[str]) -> int:
 
     config = _hook_config(options.config)
     stream = getattr(sys.stdin, "buffer", None)  # bytes: invalid UTF-8 is refused, not escaped
+    most = MAX_DOCUMENT_BYTES + 1  # never more read: read_event refuses what is over
     try:
         event = claude_code_hook.read_event(
-            stream.read() if stream is not None else sys.stdin.read(), options.event
+            stream.read(most) if stream is not None else sys.stdin.read(most), options.event
         )
     except claude_code_hook.HookEventError as exc:
         raise UsageError(str(exc)) from None
@@ -583,8 +586,10 @@ def _hook_config(path: str | None) -> dict[str, Any]:
     from .bridges.claude_code_hook import HookEventError, check_config
 
     try:
-        return check_config(yaml.safe_load(_read(path)))
-    except yaml.YAMLError as exc:
+        return check_config(parse_yaml(_read(path)))
+    except DocumentRefused as exc:
+        raise UsageError(f"{path}: {exc}") from None
+    except (yaml.YAMLError, ValueError) as exc:
         raise UsageError(f"{path}: not valid YAML: {exc}") from None
     except HookEventError as exc:
         raise UsageError(f"{path}: {exc}") from None

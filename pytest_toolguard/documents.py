@@ -97,23 +97,25 @@ def _too_long(size: int, limit: int, *, at_least: bool = False) -> DocumentRefus
     )
 
 
-def check_length(text: str) -> None:
+def check_length(text: str | bytes | bytearray) -> None:
     """``DocumentRefused`` for a text of more than ``MAX_DOCUMENT_BYTES``
-    characters."""
+    characters (bytes, for bytes)."""
     if len(text) > MAX_DOCUMENT_BYTES:
+        unit = "characters" if isinstance(text, str) else "bytes"
         raise DocumentRefused(
             "MAX_DOCUMENT_BYTES",
-            f"the text is {len(text):,} characters, more than {MAX_DOCUMENT_BYTES:,}",
+            f"the text is {len(text):,} {unit}, more than {MAX_DOCUMENT_BYTES:,}",
         )
 
 
 # -- JSON -----------------------------------------------------------------------
 
 
-def parse_json(text: str) -> Any:
+def parse_json(text: str | bytes | bytearray) -> Any:
     """``json.loads(text)`` within the limits: ``DocumentRefused`` for a
-    text too long or nested too deeply; ``ValueError`` (``JSONDecodeError``)
-    for a text that is not JSON."""
+    text too long or nested too deeply; ``ValueError`` (``JSONDecodeError``,
+    ``UnicodeDecodeError``) for a text that is not JSON. Bytes are read as
+    ``json.loads`` reads them (UTF-8, -16 or -32), their length bounded."""
     check_length(text)
     try:
         value = json.loads(text)

@@ -8,13 +8,13 @@ that every step is done and every artifact is there.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .contract import ToolCall
+from .documents import DocumentRefused, parse_json
 from .hooks import HookDecision, PostToolUseEvent, PreToolUseEvent
 from .jsondata import canonical_json
 from .sandbox import SandboxError, Workspace
@@ -189,7 +189,9 @@ def _check_artifact(workspace: Workspace, artifact: Artifact) -> list[str]:
     if artifact.schema is None:
         return []
     try:
-        value = json.loads(text)
+        value = parse_json(text)  # a handler wrote it: bounded before it is validated
+    except DocumentRefused as exc:
+        return [f"artifact {artifact.path} is refused: {exc}"]
     except ValueError as exc:
         return [f"artifact {artifact.path} is not valid JSON: {exc}"]
     validator = SchemaValidator(artifact.schema, root=artifact.path)

@@ -7,10 +7,15 @@ spelt: a read by the file it reaches, a write by the entry it replaces (its
 parent resolved, plus the final name; a symlink there is refused). A tool's
 ``PathAccess`` templates name strings only; each path they expand to (one
 per element for ``[*]``) is judged, and one refused path refuses the call.
+Only a path whose walk finds nothing there (``NOT_THERE_YET``: to be
+created, or ``file.txt/x``) is judged by its spelling; a walk that fails
+for any other reason (out of descriptors, no permission, an I/O error)
+refuses the call (``policy.path_unresolved``).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -213,7 +218,12 @@ def _check_path(
         # stays open: the handler reaches what was judged, not the path again.
         location = workspace.locate(relative, access.mode)
         real, size = location.resolved, location.size
-    except OSError:
+    except OSError as exc:
+        if exc.errno not in NOT_THERE_YET:
+            # The walk could not look (out of descriptors, a directory it may
+            # not search, an I/O error): its spelling says nothing about a
+            # link on the way, so the path is refused, never guessed.
+            return _unresolved(given, exc, redact)
         # `file.txt/x`: judged by its spelling; the handler meets the error.
         size = None
         try:
@@ -228,6 +238,23 @@ def _check_path(
             location.close()
         return verdict
     return ResolvedPath(given=given, resolved=real, mode=access.mode, location=location)
+
+
+NOT_THERE_YET = frozenset({errno.ENOENT, errno.ENOTDIR})
+"""The errors of resolving a path that mean what it names is not there (a
+directory on the way missing, or a file where a directory should be): the
+path is then judged by its spelling, and the handler meets the same error.
+Any other error refuses the call (``policy.path_unresolved``)."""
+
+
+def _unresolved(given: str, exc: OSError, redact: Callable[[str], str]) -> PolicyDecision:
+    name = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+    return PolicyDecision.deny(
+        ErrorCode.PERMISSION_DENIED,
+        "policy.path_unresolved",
+        f"{redact(given)} could not be resolved to be checked ({name}: {exc.strerror}): "
+        "refused rather than judged by its spelling",
+    )
 
 
 def _check_resolved(

@@ -53,6 +53,7 @@ from ..file_writes import write_atomically
 from ..harness.branching import Branch, SessionWalk
 from ..harness.clock import DEFAULT_TIME
 from ..harness.fake_filesystem import FakeWorld
+from ..harness.session import secrets_redactor
 from ..jsondata import canonical_json
 from ..redaction import Redactor
 from ..registry import ToolRegistry, ToolSpec
@@ -67,7 +68,7 @@ from ..replay.cassette import (
 )
 from ..replay.checks import Difference
 from ..replay.player import replay
-from ..replay.redacting import redact_file
+from ..replay.redacting import redact_file, redact_path
 from ..replay.variants import (
     FILES_PREFIX,
     WHOLE_RESULT,
@@ -204,9 +205,14 @@ def amplify(
 ) -> tuple[Cassette, AmplifyReport]:
     """``cassette`` with fresh variants on its calls (its old ones
     replaced), and the report (see the module docstring). When the
-    recording run differs, the cassette comes back as it was."""
+    recording run differs, the cassette comes back as it was. Without a
+    ``redactor``, what is recorded is redacted with the default rules and
+    the ``secrets``' values (``secrets_redactor``): a real secret replay
+    put in a call never reaches a variant."""
     caps = caps or VariantCaps()
-    redactor = redactor or Redactor()
+    # The secrets' values go into the calls replayed: everything recorded
+    # from them is redacted with their patterns, as replay and fault cells do.
+    redactor = redactor or secrets_redactor(secrets) or Redactor()
     plain = replace(
         cassette, interactions=tuple(replace(i, variants=()) for i in cassette.interactions)
     )
@@ -315,6 +321,9 @@ class _Amplifier:
                 approved=approved_twin(interaction, call),
             )
             read, beneath = _files_read(walk, baseline.touched, baseline.stored_data)
+            # Varied files are written into the cassette: kept as the recorder
+            # keeps files (the world holds what replay wrote, real secrets too).
+            read, beneath = self._kept(read), self._kept(beneath)
             facts = CallFacts(
                 arguments=arguments,
                 schema=spec.input_schema,
@@ -354,6 +363,12 @@ class _Amplifier:
             if reason:
                 self.dropped.append(Dropped(index + 1, spec.name, candidate.name, reason))
         return tuple(kept)
+
+    def _kept(self, files: Mapping[str, bytes]) -> dict[str, bytes]:
+        return {
+            redact_path(self.redactor, path): redact_file(self.redactor, data)
+            for path, data in files.items()
+        }
 
     def _why_dropped(
         self,
@@ -455,7 +470,7 @@ class _Amplifier:
 def _arguments(value: Any) -> dict[str, Any] | None:
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = documents.parse_json(value)  # a cassette's: bounded
         except ValueError:
             return None
     return dict(value) if isinstance(value, Mapping) else None

@@ -44,14 +44,15 @@ Stop hook a declined call's row stays RUNNING.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .. import documents
 from ..audit import AuditRecord, SQLiteAuditStore
 from ..capabilities import Capabilities
 from ..contract import CallState, ErrorCode, ToolCall, ToolResult
+from ..documents import DocumentRefused
 from ..hooks import Approval, HookDecision, PreToolUseEvent
 from ..registry import ToolRegistry
 from ..runtime import ToolRuntime
@@ -142,14 +143,17 @@ def check_config(loaded: Any) -> dict[str, Any]:
 
 def read_event(raw: bytes | str, command: str) -> dict[str, Any]:
     """The hook event in ``raw`` (the hook's stdin) for ``command``, checked
-    (``event_problem``); ``HookEventError`` saying what is wrong."""
+    (``event_problem``); ``HookEventError`` saying what is wrong. Read
+    within ``documents``' limits: at most ``MAX_DOCUMENT_BYTES``, nested at
+    most ``MAX_DEPTH`` (deeper is refused, whichever field it is in)."""
     try:
+        documents.check_length(raw)  # before decoding: bytes, then characters
         text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
-        event = json.loads(text)
+        event = documents.parse_json(text)
     except UnicodeDecodeError:
         raise HookEventError("the hook input on stdin is not UTF-8 text") from None
-    except RecursionError:
-        raise HookEventError("the hook input on stdin is JSON nested too deeply to read") from None
+    except DocumentRefused as exc:
+        raise HookEventError(f"the hook input on stdin is refused: {exc}") from None
     except ValueError as exc:
         raise HookEventError(f"the hook input on stdin is not JSON: {exc}") from None
     if not isinstance(event, dict):

@@ -21,9 +21,9 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
-from ..audit import AuditRecord, storable_text
+from ..audit import AuditRecord
 from ..contract import CallState, ErrorCode, ToolCall, ToolResult
-from ..runtime import MAX_ID_LENGTH, MESSAGE_LIMIT, PREVIEW_LIMIT, ToolRuntime
+from ..runtime import MESSAGE_LIMIT, PREVIEW_LIMIT, ToolRuntime, storable_id
 
 
 def stored_id(runtime: ToolRuntime, text: str) -> str:
@@ -31,7 +31,7 @@ def stored_id(runtime: ToolRuntime, text: str) -> str:
     row: redacted whole, a lone surrogate escaped, cut to ``MAX_ID_LENGTH``.
     Idempotent. Ids come from a model or a transcript: a token there never
     reaches a row or a cassette, and the row of a call is found again."""
-    return storable_text(runtime.redactor.redact_text(text))[:MAX_ID_LENGTH]
+    return storable_id(runtime.redactor, text)
 
 
 def admit(runtime: ToolRuntime, call: ToolCall) -> ToolResult | None:

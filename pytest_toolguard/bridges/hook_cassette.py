@@ -23,9 +23,11 @@ in two processes: PreToolUse before the tool runs, PostToolUse after. With
 
 Each change is a read, change and write of the whole cassette under an
 exclusive lock (``.<name>.lock`` beside it: the hooks of parallel tool calls
-queue), written atomically (``cassette.dump``: a temporary file, then a
-rename). So the cassette on disk always replays with
-``pytest --toolguard-replay`` and the hook's registry: each call is checked
+queue; created 0600, never opened through a link planted at its name, and
+anything there but a regular file is a ``HookCassetteError``), written
+atomically (``cassette.dump``: a temporary file, then a rename). So the
+cassette on disk always replays with ``pytest --toolguard-replay`` and the
+hook's registry: each call is checked
 on ok, code and state (not on data: Claude Code's own Read answers in
 another shape than ours), its audit row on state, decision and rule, and
 every known file at the end.
@@ -46,6 +48,7 @@ root: another session's cassette, or another ``cwd``, is a
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import posixpath
@@ -58,6 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from ..contract import ToolCall, ToolResult
+from ..file_writes import PRIVATE_MODE
 from ..hooks import Approval
 from ..replay.cassette import (
     Cassette,
@@ -75,6 +79,11 @@ from ..runtime import ToolRuntime
 from ..sandbox import SandboxError
 from .definitions import BridgeError
 from .transcript import TranscriptResult, kept_interaction, kept_result
+
+LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+"""How the lock file is opened: never through a link at its name, never
+waiting on a FIFO planted there (``O_NONBLOCK`` applies to the open only:
+``flock`` still waits for the lock)."""
 
 SKIPPED_DIRECTORIES = frozenset({".git"})
 """Directory names never expanded beneath a declared directory."""
@@ -233,11 +242,32 @@ class HookCassette:
     @contextlib.contextmanager
     def _editing(self) -> Iterator[_Draft]:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self._lock_path, "a+b") as lock:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # released when the file closes
+        fd = self._open_lock()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # released when the descriptor closes
             draft = _Draft.of(self._load())
             yield draft
             dump(draft.built(), self.path)
+        finally:
+            os.close(fd)
+
+    def _open_lock(self) -> int:
+        """The lock file, opened (created 0600 when missing) without
+        following a link: a link planted at its name would make the hook
+        create a file wherever it points. Nothing is ever written to it."""
+        try:
+            fd = os.open(self._lock_path, LOCK_FLAGS, PRIVATE_MODE)
+        except OSError as exc:
+            raise HookCassetteError(
+                f"cannot open its lock file {self._lock_path} ({_reason(exc)}): "
+                "remove whatever is at that name"
+            ) from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise HookCassetteError(
+                f"its lock file {self._lock_path} is not a regular file: remove it"
+            )
+        return fd
 
     def _load(self) -> Cassette:
         runtime = self.runtime
@@ -359,6 +389,12 @@ class HookCassette:
         return (
             None if content is None else FileState.of(redact_file(self.runtime.redactor, content))
         )
+
+
+def _reason(exc: OSError) -> str:
+    if exc.errno == errno.ELOOP:
+        return "it is a symbolic link"
+    return exc.strerror or type(exc).__name__
 
 
 def _inside(root: str, path: str) -> str | None:

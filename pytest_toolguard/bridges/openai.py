@@ -30,6 +30,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from .. import documents
 from ..capabilities import Risk
 from ..contract import ToolCall
 from ..registry import Handler, ToolSpec
@@ -153,8 +154,8 @@ def output_result(output: Any) -> TranscriptResult:
     parsed = output
     if isinstance(output, str):
         try:
-            parsed = json.loads(output)
-        except ValueError:
+            parsed = documents.parse_json(output)
+        except ValueError:  # not JSON, or over a limit (DocumentRefused): a text
             parsed = None
     failed = isinstance(parsed, Mapping) and (parsed.get("ok") is False or "error" in parsed)
     return TranscriptResult(ok=not failed, content=output)

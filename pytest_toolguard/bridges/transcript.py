@@ -101,6 +101,14 @@ class Problem:
     def __str__(self) -> str:
         return f"{self.where}: {self.message}"
 
+    def shown(self, redactor: Redactor) -> Problem:
+        """The problem as a report may print it: a message that quotes the
+        transcript (a call's id, a tool name) redacted, every text storable."""
+        return Problem(
+            storable_text(redactor.redact_text(self.where)),
+            storable_text(redactor.redact_text(self.message)),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Transcript:
@@ -364,7 +372,9 @@ class Mismatch:
 
 @dataclass(frozen=True, slots=True)
 class ImportReport:
-    """What ``transcript_to_cassette`` did."""
+    """What ``transcript_to_cassette`` did. Its problems are the
+    transcript's, as ``Problem.shown`` prints them (redacted with the
+    import's redactor); its mismatches name calls by their stored ids."""
 
     cassette: Cassette
     path: str
@@ -519,6 +529,6 @@ def transcript_to_cassette(
         cassette=cassette,
         path=os.fspath(output),
         imported=len(interactions),
-        problems=transcript.problems,
+        problems=tuple(problem.shown(runtime.redactor) for problem in transcript.problems),
         mismatches=tuple(mismatches),
     )

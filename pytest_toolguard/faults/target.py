@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..capabilities import Risk
 from ..contract import ErrorCode, ToolCall
+from ..documents import parse_json
 from ..registry import PATH_ARGUMENT, ToolRegistry, ToolSpec
 from ..replay.cassette import Cassette, Interaction
 
@@ -45,7 +45,7 @@ class Target:
         value: Any = self.call.arguments
         if isinstance(value, str):
             try:
-                value = json.loads(value)
+                value = parse_json(value)  # a cassette's: bounded
             except ValueError:
                 return None
         return dict(value) if isinstance(value, Mapping) else None

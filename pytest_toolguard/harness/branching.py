@@ -38,7 +38,7 @@ from ..replay.http import HttpPlayback
 from ..runtime import ToolRuntime
 from .clock import frozen_clock
 from .fake_filesystem import FakeWorld
-from .session import session_runtime, with_secrets
+from .session import secrets_redactor, session_runtime, with_secrets
 from .world import WorkspaceEntry, World
 
 JOIN_SECONDS = 5.0
@@ -78,7 +78,7 @@ class SessionWalk:
     ) -> None:
         self.cassette = cassette
         self.registry = registry
-        self.redactor = redactor or Redactor()
+        self.redactor = redactor or secrets_redactor(secrets) or Redactor()
         self.secrets = secrets
         self.index = 0
         """The recorded call ``step()`` sends next."""

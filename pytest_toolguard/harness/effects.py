@@ -21,12 +21,12 @@ lands elsewhere than the path that was checked. Pure string work but for
 
 from __future__ import annotations
 
-import json
 import posixpath
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..capabilities import Risk
+from ..documents import parse_json
 from ..registry import ToolSpec
 
 
@@ -41,7 +41,7 @@ def call_arguments(arguments: Any) -> dict[str, Any]:
     """A call's arguments as an object ({} when they are not one)."""
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments)
+            arguments = parse_json(arguments)  # a cassette's: bounded
         except ValueError:
             return {}
     return dict(arguments) if isinstance(arguments, Mapping) else {}

@@ -133,8 +133,10 @@ class AmplifyItem(ToolguardItem):
     """Amplifies one cassette or case (``--toolguard-amplify``)."""
 
 
-_VARIANTS_KEY = re.compile(rb"^[ \t]*variants:", re.MULTILINE)
-"""A file that may hold variants (loading tells for sure)."""
+_VARIANTS_KEY = re.compile(rb"""(?:^|[\s{,])["']?variants["']?\s*:""", re.MULTILINE)
+"""A file that may hold variants (loading tells for sure): a ``variants``
+key as YAML writes it (block, ``- variants:``, flow, quoted) or as JSON
+does (``"variants":``, with any spacing, on one line or many)."""
 
 
 def _mentions_variants(path: Path) -> bool:

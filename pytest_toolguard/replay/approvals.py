@@ -22,10 +22,10 @@ not recorded (the call replays as refused by ``policy.approval``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..documents import parse_json
 from ..hooks import Approval, HookDecision, PreToolUse, PreToolUseEvent
 from ..jsondata import canonical_json
 from ..redaction import Redactor
@@ -89,7 +89,7 @@ def _arguments(value: Any) -> Mapping[str, Any] | None:
     they are not one (such a call never reached the hooks)."""
     if isinstance(value, (str, bytes, bytearray)):
         try:
-            value = json.loads(value)
+            value = parse_json(value)  # a cassette's: bounded
         except ValueError:
             return None
     return value if isinstance(value, Mapping) else None

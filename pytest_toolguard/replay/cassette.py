@@ -43,6 +43,7 @@ import yaml
 from jsonschema import Draft202012Validator
 
 from .. import documents
+from ..audit import storable_data
 from ..capabilities import Capabilities, Risk
 from ..contract import ToolCall
 from ..documents import DocumentRefused
@@ -633,13 +634,32 @@ def dumps(cassette: Cassette, *, syntax: Syntax | None = None) -> str:
     """The text of a cassette: stable (same cassette, same bytes). YAML, or
     JSON for more than ``JSON_ABOVE`` interactions (``syntax`` chooses);
     a document JSON cannot hold as it is (a NaN, a date a hand-written YAML
-    case gave) is written as YAML whatever was asked."""
+    case gave) is written as YAML whatever was asked.
+
+    Text that is not valid Unicode (a lone surrogate: a file name that is
+    not UTF-8, as ``os.fsdecode`` gives it, or a model's broken escape)
+    cannot be written to a UTF-8 file: every string is then written as the
+    audit row stores it (``audit.storable_text``: ``\\udcff`` spelt out),
+    and that escaped text is what loading reads back."""
     body = to_dict(cassette)
-    if syntax == "json" or (syntax is None and len(cassette.interactions) > JSON_ABOVE):
+    try:
+        return _text(body, len(cassette.interactions), syntax)
+    except UnicodeEncodeError:
+        return _text(storable_data(body), len(cassette.interactions), syntax)
+
+
+def _text(body: dict[str, Any], interactions: int, syntax: Syntax | None) -> str:
+    """``dumps``' text of ``body``; ``UnicodeEncodeError`` when it holds a
+    lone surrogate."""
+    if syntax == "json" or (syntax is None and interactions > JSON_ABOVE):
         try:
-            return json.dumps(body, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+            text = json.dumps(body, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
         except (TypeError, ValueError):
             pass
+        else:
+            if not text.isascii():
+                text.encode("utf-8")  # json.dumps lets a lone surrogate through
+            return text
     with _collector_paused():
         text = yaml.dump(
             body,
@@ -662,10 +682,19 @@ def dump(cassette: Cassette, path: str | os.PathLike[str]) -> None:
 
 def variants_text(variants: tuple[Variant, ...] | list[Variant]) -> str:
     """The ``variants:`` entry of an interaction as ``dumps`` writes it (its
-    key at column 2, where ``dumps`` puts an interaction's fields)."""
+    key at column 2, where ``dumps`` puts an interaction's fields); a lone
+    surrogate escaped as ``dumps`` escapes it."""
+    body = [{"variants": [_variant_dict(variant) for variant in variants]}]
+    try:
+        return _variants_yaml(body)
+    except UnicodeEncodeError:
+        return _variants_yaml(storable_data(body))
+
+
+def _variants_yaml(body: list[dict[str, Any]]) -> str:
     with _collector_paused():
         text = yaml.dump(
-            [{"variants": [_variant_dict(variant) for variant in variants]}],
+            body,
             Dumper=_BlockDumper,
             sort_keys=False,
             allow_unicode=True,

@@ -1,8 +1,9 @@
 """Matching a call a test makes against the calls a cassette recorded.
 
 Two calls match when their ``tool_name``, ``call_id``, ``idempotency_key``,
-``actor``, ``session_id`` and arguments are equal, the arguments of the new
-call redacted first (the cassette holds them redacted, so a test may send
+``actor``, ``session_id`` and arguments are equal, the new call's ids taken
+as the audit row stores them (``storable_id``) and its arguments redacted
+first (the cassette holds them redacted, so a test may send
 the real secret and still match). Arguments are compared key by key, so a
 mismatch names ``arguments.content`` rather than the whole mapping.
 
@@ -18,6 +19,7 @@ from typing import Any
 
 from ..contract import ToolCall
 from ..redaction import Redactor
+from ..runtime import storable_id
 from .cassette import Interaction
 from .checks import Difference
 
@@ -32,9 +34,11 @@ def call_differences(recorded: ToolCall, made: ToolCall, redactor: Redactor) -> 
     match). ``Difference.where`` is ``call``; recorded then made values.
     ``made`` is untrusted: any object, a missing field read as None."""
     differences = [
-        Difference("call", name, getattr(recorded, name), getattr(made, name, None))
+        Difference(
+            "call", name, getattr(recorded, name), _stored(getattr(made, name, None), redactor)
+        )
         for name in MATCHED_FIELDS
-        if getattr(recorded, name) != getattr(made, name, None)
+        if getattr(recorded, name) != _stored(getattr(made, name, None), redactor)
     ]
     return differences + _argument_differences(
         recorded.arguments, _redacted(getattr(made, "arguments", None), redactor)
@@ -52,6 +56,12 @@ def closest(
         if best is None or len(differences) < len(best[1]):
             best = (index, differences)
     return best
+
+
+def _stored(value: Any, redactor: Redactor) -> Any:
+    """An id of the new call as the cassette holds the recorded one's
+    (``storable_id``): a test may send the real token and still match."""
+    return storable_id(redactor, value) if isinstance(value, str) else value
 
 
 def _redacted(arguments: Any, redactor: Redactor) -> Any:

@@ -13,7 +13,9 @@ checked, written), declared or not; a directory means everything beneath
 it. Arguments sent as JSON text, as model APIs send them, are read the way
 the runtime reads them. Arguments, results and previews are redacted with
 the runtime's redactor before anything is written: a cassette never holds a
-secret the redactor knows.
+secret the redactor knows. The call's ids (call id, tool name, actor,
+session id, idempotency key) are kept as its audit row keeps them
+(``runtime.storable_id``: redacted, a lone surrogate escaped, cut).
 
 Each interaction also keeps the approval that let its call through (the
 PreToolUse hook that answered ``allow``: replay grants it again, see
@@ -25,7 +27,6 @@ recording, ``runtime.registry`` is a copy whose network tools are wrapped).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -37,10 +38,11 @@ from typing import Any
 from ..audit import AuditRecord, AuditUnavailable
 from ..capabilities import under_root
 from ..contract import ToolCall, ToolResult
+from ..documents import parse_json
 from ..harness.files import read_tree
 from ..hooks import Approval
 from ..plan import PlanProgress
-from ..runtime import ToolRuntime
+from ..runtime import ToolRuntime, storable_id
 from ..sandbox import SandboxError
 from .cassette import (
     AuditExpectation,
@@ -182,8 +184,8 @@ class Recorder:
             recorded_at=self._started_at,
             recorded_by=self.recorded_by,
             session=Session(
-                actor=first.actor if first else "agent",
-                session_id=first.session_id if first else "default",
+                actor=self._stored(first.actor) if first else "agent",
+                session_id=self._stored(first.session_id) if first else "default",
                 capabilities=runtime.capabilities,
                 variables=dict(runtime.variables),
                 idempotency_scope=runtime.idempotency_scope,
@@ -238,8 +240,18 @@ class Recorder:
             else redactor.redact(arguments)
         )
         row = self._row(item)
+        stored = self._stored
         return Interaction(
-            call=replace(call, arguments=shown, metadata={}),
+            call=replace(
+                call,
+                call_id=stored(call.call_id),
+                tool_name=stored(call.tool_name),
+                actor=stored(call.actor),
+                session_id=stored(call.session_id),
+                idempotency_key=stored(call.idempotency_key),
+                arguments=shown,
+                metadata={},
+            ),
             result=Expectation(
                 ok=result.ok,
                 code=result.code.value,
@@ -264,6 +276,12 @@ class Recorder:
             approval=item.approval,
             http=tuple(item.http),
         )
+
+    def _stored(self, value: Any) -> Any:
+        """An id of the call as its audit row stores it (``storable_id``):
+        a token a model put in an id is as secret as one in the arguments,
+        and replay then finds the row under the id the cassette holds."""
+        return storable_id(self.runtime.redactor, value) if isinstance(value, str) else value
 
     def _row(self, item: _Recorded) -> AuditRecord | None:
         """The call's audit row as the store holds it now."""
@@ -314,8 +332,8 @@ def _arguments(call: ToolCall) -> Mapping[str, Any] | None:
     arguments: Any = call.arguments
     if isinstance(arguments, (str, bytes, bytearray)):
         try:
-            arguments = json.loads(arguments)
-        except (ValueError, RecursionError):
+            arguments = parse_json(arguments)  # a model's or a cassette's: bounded
+        except ValueError:
             return None
     return arguments if isinstance(arguments, Mapping) else None
 

@@ -25,6 +25,7 @@ from ..contract import ToolCall
 from ..harness.branching import Branch, SessionWalk
 from ..harness.fake_filesystem import FakeWorld
 from ..harness.known_secrets import KnownSecrets
+from ..harness.session import secrets_redactor
 from ..jsondata import canonical_json
 from ..redaction import Redactor
 from ..registry import ToolRegistry
@@ -104,8 +105,10 @@ def replay_variants(
     fake_world: FakeWorld | None = None,
 ) -> VariantsReport:
     """Replay every variant of ``cassette`` through fresh branches of its
-    recorded session over ``registry`` (see the module docstring)."""
-    redactor = redactor or Redactor()
+    recorded session over ``registry`` (see the module docstring). Without
+    a ``redactor``, the ``secrets``' values are redacted too, as amplify
+    redacted them when it recorded the variants."""
+    redactor = redactor or secrets_redactor(secrets) or Redactor()
     known = KnownSecrets(secrets)  # never shown in a difference
     differences: list[Difference] = []
     checks_made = replayed = refused = 0

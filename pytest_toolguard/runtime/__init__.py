@@ -67,7 +67,7 @@ from ..redaction import Redactor
 from ..registry import ToolRegistry
 from ..rollback import ChangeJournal
 from ..sandbox import RollbackConflict, SandboxError, Workspace
-from .admission import Admission
+from .admission import Admission, storable_id
 from .attempt import Attempt, Refusal, Running, bad_request
 from .audit_log import AuditLog
 from .invocation import Invocation
@@ -97,6 +97,7 @@ __all__ = [
     "FileWatcher",
     "Listener",
     "ToolRuntime",
+    "storable_id",
 ]
 
 

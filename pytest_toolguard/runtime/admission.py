@@ -26,12 +26,22 @@ from ..contract import CallState, ErrorCode, ToolCall
 from ..hooks import Approval, HookDecision, PreToolUse, PreToolUseEvent
 from ..jsondata import copy_json, plain, plain_json_problem
 from ..policy import PolicyDecision, authorize
-from ..redaction import strings_in
+from ..redaction import Redactor, strings_in
 from ..registry import ToolSpec
 from .attempt import Attempt, Refusal, bad_request
 from .limits import MAX_ID_LENGTH
 from .messages import first_line, hide_secret_arguments, json_type, text
 from .settings import RuntimeSettings
+
+
+def storable_id(redactor: Redactor, text: str) -> str:
+    """An id (a call's, a session's, a tool name, an actor, an idempotency
+    key) as the audit row stores it: redacted whole (before it is escaped
+    or cut, so a cut cannot hide a token from the patterns), a lone
+    surrogate escaped, cut to ``MAX_ID_LENGTH``. Idempotent: a stored id
+    stores as itself. Ids come from a model: a token there is as secret as
+    one in the arguments, and whatever keeps ids (a cassette) keeps this."""
+    return storable_text(redactor.redact_text(text))[:MAX_ID_LENGTH]
 
 
 class Admission:
@@ -50,9 +60,7 @@ class Admission:
             value = plain(getattr(call, name, None))
             if not isinstance(value, str) or not value:
                 return fallback
-            # Ids come from the model too: a token there must not be stored.
-            # Redacted whole, before it is escaped or cut.
-            return storable_text(redactor.redact_text(value))[:MAX_ID_LENGTH]
+            return storable_id(redactor, value)
 
         call_id = field_text("call_id", "")
         if not call_id:
@@ -65,9 +73,7 @@ class Admission:
             tool_name=field_text("tool_name", "<invalid>"),
             actor=field_text("actor", "<invalid>"),
             session_id=field_text("session_id", "<invalid>"),
-            idempotency_key=storable_text(redactor.redact_text(key))[:MAX_ID_LENGTH]
-            if isinstance(key, str)
-            else None,
+            idempotency_key=storable_id(redactor, key) if isinstance(key, str) else None,
             metadata=metadata if isinstance(metadata, Mapping) else {},
             started_at=self.settings.now(),
             t0=time.perf_counter(),
