@@ -45,15 +45,22 @@ def test_a_deadline_passing_in_a_probes_bookkeeping_lands_in_the_handler(
     assert spy.calls  # the handler ran: the deadline landed there
 
 
+FETCH_DEADLINE = 1.0
+"""The fetching tool's deadline: room for a loopback request on a loaded
+machine (at 0.1 s the request itself sometimes outlasted it, and the
+deadline then landed before any exchange was there to keep)."""
+
+
 class SlowToRedactTheResponse(Redactor):
-    """Redacts as usual, but takes its time over the first response body."""
+    """Redacts as usual, but takes its time over the first response body:
+    twice the fetching tool's deadline, so the deadline passes meanwhile."""
 
     slowed = False
 
     def redact_text(self, text: str) -> str:
         if '"temp"' in text and not self.slowed:
             self.slowed = True
-            threading.Event().wait(OUTLASTS_THE_DEADLINE)
+            threading.Event().wait(2 * FETCH_DEADLINE)
         return super().redact_text(text)
 
 
@@ -74,7 +81,7 @@ def test_a_deadline_passing_while_an_exchange_is_recorded_loses_no_exchange(
     runtime = toolguard_runtime(
         recording.registry(registry_of(spec)),
         CAPABILITIES,
-        timeouts={"fetch": 0.1},
+        timeouts={"fetch": FETCH_DEADLINE},
         hooks=[Approver(lambda event: True)],
         isolation="inline",
     )
