@@ -68,6 +68,7 @@ except ImportError:  # pragma: no cover - the regex stands in (tested with accel
 __all__ = [
     "RULES_FILE",
     "Allowlist",
+    "Verdicts",
     "Finding",
     "Keywords",
     "SecretRule",
@@ -392,6 +393,32 @@ def _split_gap(pattern: str) -> _Gap | None:
     return _Gap(head, tail, 2 * int(found.group(2)) + 1)
 
 
+class Verdicts:
+    """What the checks of the findings of one text answered (an allowlist's
+    regexes or stopwords, a rule's entropy), by check and text checked: a
+    text packed with findings repeats its secrets and matches, and a check
+    costs far more than a look-up. For one text only, whose rules and
+    allowlists outlive it (so their ids stay theirs). Bounded: texts longer
+    than ``TEXT_LIMIT`` and answers beyond ``LIMIT`` are not kept."""
+
+    __slots__ = ("_known",)
+    LIMIT = 4096
+    TEXT_LIMIT = 512
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[str, int, str], bool] = {}
+
+    def get(self, check: str, owner: object, text: str) -> bool | None:
+        """The answer kept for ``check`` of ``owner`` on ``text``, if any."""
+        return self._known.get((check, id(owner), text))
+
+    def keep(self, check: str, owner: object, text: str, answer: bool) -> bool:
+        """Keep ``answer`` (when within the bounds) and return it."""
+        if len(text) <= self.TEXT_LIMIT and len(self._known) < self.LIMIT:
+            self._known[(check, id(owner), text)] = answer
+        return answer
+
+
 @dataclass(frozen=True, slots=True)
 class Allowlist:
     """Texts a rule (or every rule) leaves visible. ``target`` is what the
@@ -406,23 +433,41 @@ class Allowlist:
     condition: str = "or"
     scoped: bool = False
 
-    def allows(self, secret: str, match: str, line: str) -> bool:
-        """True when this allowlist keeps the finding visible."""
+    def allows(self, secret: str, match: str, line: str, memo: Verdicts | None = None) -> bool:
+        """True when this allowlist keeps the finding visible. ``memo``, kept
+        by the caller across the findings of one text, remembers each check's
+        verdict per text checked: a text packed with findings repeats its
+        secrets, matches and lines, and a check costs far more than a look-up."""
+        if self.condition == "and" and self.scoped:
+            return False  # a path or commit check never holds here
         target = {"match": match, "line": line}.get(self.target, secret)
-        regex_found = bool(self.regexes) and _any_of(self.regexes).search(target) is not None
-        # One automaton pass, not one search per stopword (gitleaks' generic
-        # rule has about 1,500 of them).
-        stopword_found = bool(self.stopwords) and bool(
-            _stopword_finder(self.stopwords).occurrences(secret.lower())
-        )
         if self.condition == "and":
-            checks = [not self.scoped] if self.scoped else []
-            if self.regexes:
-                checks.append(regex_found)
-            if self.stopwords:
-                checks.append(stopword_found)
-            return bool(checks) and all(checks)
-        return regex_found or stopword_found
+            if not self.regexes and not self.stopwords:
+                return False
+            return (not self.stopwords or self._stopword_in(secret, memo)) and (
+                not self.regexes or self._regex_in(target, memo)
+            )
+        return (bool(self.stopwords) and self._stopword_in(secret, memo)) or (
+            bool(self.regexes) and self._regex_in(target, memo)
+        )
+
+    def _regex_in(self, target: str, memo: Verdicts | None) -> bool:
+        found = None if memo is None else memo.get("regex", self, target)
+        if found is None:
+            found = _any_of(self.regexes).found_in(target)
+            if memo is not None:
+                memo.keep("regex", self, target, found)
+        return found
+
+    def _stopword_in(self, secret: str, memo: Verdicts | None) -> bool:
+        found = None if memo is None else memo.get("stopword", self, secret)
+        if found is None:
+            # One automaton pass, not one search per stopword (gitleaks'
+            # generic rule has about 1,500 of them).
+            found = bool(_stopword_finder(self.stopwords).occurrences(secret.lower()))
+            if memo is not None:
+                memo.keep("stopword", self, secret, found)
+        return found
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Allowlist:
@@ -481,6 +526,11 @@ class Finding:
     rule: str
 
 
+@functools.lru_cache(maxsize=1024)
+def _placeholder_keyword(rule_id: str) -> str:
+    return re.sub(r"[^a-z0-9_]", "_", rule_id.lower())
+
+
 @dataclass(frozen=True, slots=True)
 class SecretRule:
     """One gitleaks rule: its (translated) regex, its lowercase keywords,
@@ -508,7 +558,7 @@ class SecretRule:
     @property
     def keyword(self) -> str:
         """The placeholder keyword: the rule id with ``_`` for ``-``."""
-        return re.sub(r"[^a-z0-9_]", "_", self.id.lower())
+        return _placeholder_keyword(self.id)
 
     def regex(self) -> re.Pattern[str]:
         """The whole regex, compiled (once)."""
@@ -607,16 +657,150 @@ def _gap_matches(
 _LINE_BREAK = re.compile(r"[\r\n]")
 
 
+@dataclass(frozen=True, slots=True)
+class _AnyOf:
+    """Whether any of some regexes is found in a text, for an allowlist: a
+    yes or no, never where. Each top-level alternative is its own regex,
+    because Python's engine tries one alternation at every place of a text,
+    branch by branch, while a lone alternative that starts with a literal is
+    looked for by a fast literal search; an alternative anchored at the
+    start (``^``, ``\\A``) is tried there only, not at every place."""
+
+    anchored: tuple[re.Pattern[str], ...]
+    floating: tuple[re.Pattern[str], ...]
+
+    def found_in(self, text: str) -> bool:
+        """True when one of the regexes matches somewhere in ``text``."""
+        return any(regex.match(text) for regex in self.anchored) or any(
+            regex.search(text) for regex in self.floating
+        )
+
+    @property
+    def patterns(self) -> tuple[str, ...]:
+        """The compiled patterns, anchored ones first."""
+        return tuple(regex.pattern for regex in (*self.anchored, *self.floating))
+
+
 @functools.cache
-def _any_of(regexes: tuple[str, ...]) -> re.Pattern[str]:
-    """One regex that finds what any of ``regexes`` finds (one search per
-    finding, not one per regex); each one's leading flags scoped to it."""
-    parts = []
+def _any_of(regexes: tuple[str, ...]) -> _AnyOf:
+    """What finds whether any of ``regexes`` is found in a text (see ``_AnyOf``)."""
+    anchored: list[re.Pattern[str]] = []
+    floating: list[re.Pattern[str]] = []
     for regex in regexes:
-        flags = _LEADING_FLAGS.match(regex)
-        head = flags.group(0)[2:-1] if flags else ""
-        parts.append(f"(?{head}:{regex[flags.end() :] if flags else regex})")
-    return _compiled("|".join(parts))
+        for alternative in _alternatives(regex):
+            flags = _LEADING_FLAGS.match(alternative)
+            body = alternative[flags.end() :] if flags else alternative
+            if body.startswith(("^", "\\A")):
+                anchored.append(_compiled(alternative))
+            else:
+                head = flags.group(0) if flags else ""
+                floating.append(_compiled(head + _shortest_lead(body)))
+    return _AnyOf(tuple(anchored), tuple(floating))
+
+
+def _alternatives(pattern: str) -> list[str]:
+    """The top-level alternatives of ``pattern``, each with its leading
+    flags; a plain group around the whole pattern, or around a whole
+    alternative, is opened. Whether a text holds a match of ``a|b`` is
+    whether it holds one of ``a`` or of ``b``. A pattern that refers back to
+    a group is kept whole (opening a group would renumber it)."""
+    flags = _LEADING_FLAGS.match(pattern)
+    head = flags.group(0) if flags else ""
+    body = pattern[len(head) :]
+    if _BACK_REFERENCE.search(body):
+        return [pattern]
+    found: list[str] = []
+    for part in _top_level_split(body):
+        inner = _group_contents(part)
+        if inner is None:
+            found.append(head + part)
+        else:
+            found.extend(_alternatives(head + inner))
+    return found
+
+
+_BACK_REFERENCE = re.compile(r"\\[1-9]|\(\?P=")
+_LEADING_REPEAT = re.compile(
+    r"(?P<atom>\[\^?\]?(?:\\.|[^\]\\])*\]|\\[dDwWsS]|\.|[A-Za-z0-9_ <>=:,;\"'-])"
+    r"(?:(?P<star>\*)|(?P<plus>\+)|(?P<optional>\?)|\{(?P<low>\d*),\d*\})(?P<mode>[?+]?)"
+)
+
+
+def _shortest_lead(body: str) -> str:
+    """``body`` with the repeat of one character it starts with cut to its
+    minimum (``[a-z0-9-]*?api``: ``api``; ``[\\w.]+:``: ``[\\w.]:``): a text
+    holds a match of ``x{m,n}rest`` exactly when it holds one of
+    ``x{m}rest`` (the same text, ``n - m`` characters on), and searched so,
+    the regex is not run through one long run from each of its places. A
+    possessive repeat, which may take what ``rest`` needs, is kept."""
+    while True:
+        lead = _LEADING_REPEAT.match(body)
+        if lead is None or lead["mode"] == "+" or lead.end() == len(body):
+            return body
+        if lead["star"] or lead["optional"]:
+            low = 0
+        elif lead["plus"]:
+            low = 1
+        else:
+            low = int(lead["low"] or 0)
+        rest = body[lead.end() :]
+        if low == 0:
+            body = rest
+            continue
+        atom = lead["atom"]
+        return atom + (f"{{{low}}}" if low > 1 else "") + rest
+
+
+def _top_level_split(body: str) -> list[str]:
+    """``body`` cut at each ``|`` outside groups and classes."""
+    parts: list[str] = []
+    depth, start, i = 0, 0, 0
+    while i < len(body):
+        char = body[i]
+        if char == "\\":
+            i += 2
+            continue
+        if char == "[":
+            i = _class_end(body, i)
+            continue
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "|" and depth == 0:
+            parts.append(body[start:i])
+            start = i + 1
+        i += 1
+    parts.append(body[start:])
+    return parts
+
+
+def _group_contents(part: str) -> str | None:
+    """What a plain group (``(?:...)`` or ``(...)``) around the whole of
+    ``part`` holds, or None when ``part`` is not one such group."""
+    if part.startswith("(?:"):
+        opening = 3
+    elif part.startswith("(") and not part.startswith("(?"):
+        opening = 1
+    else:
+        return None
+    depth, i = 0, 0
+    while i < len(part):
+        char = part[i]
+        if char == "\\":
+            i += 2
+            continue
+        if char == "[":
+            i = _class_end(part, i)
+            continue
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+            if depth == 0:
+                return part[opening:i] if i == len(part) - 1 else None
+        i += 1
+    return None
 
 
 @functools.cache
@@ -796,6 +980,7 @@ class SecretRuleSet:
         seeded = not exhaustive and text.isascii() and len(lowered) == len(text)
         barriers = _placeholder_spans(text)
         findings: list[tuple[int, bool, int, Finding]] = []
+        memo = Verdicts()
         for order, index in enumerate(indexes):
             rule = self.rules[index]
             starts = None
@@ -804,15 +989,18 @@ class SecretRuleSet:
                     {p for word in self._rule_words[index] for p in places.get(word, ())}
                 )
             for match, start in rule.matches(text, exhaustive, barriers, starts):
-                finding = self._judge(rule, match, start)
+                finding = self._judge(rule, match, start, memo)
                 if finding is not None:
                     generic = rule.id.startswith(_GENERIC)
                     findings.append((finding.start, generic, order, finding))
         findings.sort(key=lambda item: item[:3])
         return [item[3] for item in findings]
 
-    def _judge(self, rule: SecretRule, match: re.Match[str], start: int) -> Finding | None:
-        """The finding ``match`` makes, or None when gitleaks would drop it."""
+    def _judge(
+        self, rule: SecretRule, match: re.Match[str], start: int, memo: Verdicts
+    ) -> Finding | None:
+        """The finding ``match`` makes, or None when gitleaks would drop it;
+        ``memo`` holds the allowlists' verdicts for this text so far."""
         text = match.string
         end = match.end()
         span = _secret_span(rule, match)
@@ -826,13 +1014,19 @@ class SecretRuleSet:
         secret = text[span[0] : span[1]]
         if not secret:
             return None
-        if rule.entropy and shannon_entropy(secret) <= rule.entropy:
-            return None
+        if rule.entropy:
+            low = memo.get("entropy", rule, secret)
+            if low is None:
+                low = memo.keep("entropy", rule, secret, shannon_entropy(secret) <= rule.entropy)
+            if low:
+                return None
         lists = (self.allowlist, *rule.allowlists) if self.allowlist else rule.allowlists
         if lists:
             whole = text[start:end]
-            line = text[_line_start(text, start) : _line_end(text, end)]
-            if any(allowlist.allows(secret, whole, line) for allowlist in lists if allowlist):
+            line = ""
+            if any(allowlist.target == "line" for allowlist in lists):
+                line = text[_line_start(text, start) : _line_end(text, end)]
+            if any(allowlist.allows(secret, whole, line, memo) for allowlist in lists):
                 return None
         return Finding(span[0], span[1], rule.keyword, rule.id)
 

@@ -85,9 +85,11 @@ def rule_regexes() -> list[tuple[str, str]]:
             found.append((f"{rule.id} tail", _compiled(gap.tail).pattern))
         for allowlist in rule.allowlists:
             if allowlist.regexes:
-                found.append((f"{rule.id} allowlist", _any_of(allowlist.regexes).pattern))
+                for pattern in _any_of(allowlist.regexes).patterns:
+                    found.append((f"{rule.id} allowlist", pattern))
     if rules.allowlist is not None and rules.allowlist.regexes:
-        found.append(("global allowlist", _any_of(rules.allowlist.regexes).pattern))
+        for pattern in _any_of(rules.allowlist.regexes).patterns:
+            found.append(("global allowlist", pattern))
     return found
 
 
