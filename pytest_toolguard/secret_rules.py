@@ -59,6 +59,13 @@ from typing import Any
 
 from .errors import ToolguardError
 
+try:  # Python 3.11+
+    import re._constants as _sre_constants
+    import re._parser as _sre_parse
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_constants as _sre_constants  # type: ignore[no-redef]
+    import sre_parse as _sre_parse  # type: ignore[no-redef]
+
 _ahocorasick: Any
 try:  # the ``fast`` extra: one automaton pass for every keyword
     import ahocorasick_rs as _ahocorasick
@@ -591,6 +598,9 @@ class SecretRule:
         regex = _compiled(rest) if fast and prefix else self.regex()
         tail = _compiled(f"{prefix}*\\Z") if fast and prefix else None
         seeds = iter(starts) if fast and starts is not None and self.anchored else None
+        gates = _gates(self.pattern) if fast and seeds is None and not prefix else None
+        if gates is not None:
+            seeds = iter(_gated_starts(text, gates))
         position = 0
         while position <= len(text):
             if seeds is None:
@@ -614,6 +624,90 @@ class SecretRule:
                 start = run.start() if run else start
             yield match, start
             position = match.end() if match.end() > match.start() else match.start() + 1
+
+
+# A lazy gap of any characters, as gitleaks writes "then, within n
+# characters": ``(?s:.){0,200}?``.
+_ANY_GAP = re.compile(r"\(\?s:\.\)\{0,(\d+)\}\?|\.\{0,(\d+)\}\?")
+
+
+@dataclass(frozen=True, slots=True)
+class _Gate:
+    """One alternative of a rule's regex read as a head, a lazy gap of at
+    most ``gap`` characters, then the rest: a match of the alternative
+    starts where its head matches, with a match of its rest at most
+    ``reach`` characters on (the head's widest match and the gap)."""
+
+    head: re.Pattern[str]
+    rest: re.Pattern[str]
+    reach: int
+
+
+@functools.cache
+def _gates(pattern: str) -> tuple[_Gate, ...] | None:
+    """The gates of ``pattern``, one per top-level alternative, when each
+    alternative holds a lazy gap (``kubernetes-secret-yaml``); else None.
+    Such a regex, searched, goes through the gap from every place its head
+    matches, and through the gaps after it from each of those: the cost of
+    their product at every head. Gated (``_gated_starts``), it is tried
+    only at the heads that have a match of their rest within reach."""
+    gates: list[_Gate] = []
+    for alternative in _alternatives(pattern):
+        flags = _LEADING_FLAGS.match(alternative)
+        head_flags = flags.group(0) if flags else ""
+        body = alternative[len(head_flags) :]
+        gap = next((g for g in _ANY_GAP.finditer(body) if _depth_at(body, g.start()) == 0), None)
+        if gap is None or gap.start() == 0:
+            return None
+        head = _compiled(f"{head_flags}(?={body[: gap.start()]})")
+        widest = _widest(_compiled(head_flags + body[: gap.start()]).pattern)
+        if widest is None:
+            return None
+        rest = _compiled(f"{head_flags}(?={body[gap.end() :]})")
+        gates.append(_Gate(head, rest, widest + int(gap.group(1) or gap.group(2))))
+    return tuple(gates) or None
+
+
+def _gated_starts(text: str, gates: Sequence[_Gate]) -> list[int]:
+    """Where a regex split into ``gates`` may match in ``text``, in order:
+    each place its head matches with a match of its rest within reach.
+    Every place the regex matches is among them (the rest of a match is a
+    match of the rest); each alternative's heads and rests are found in
+    one scan each."""
+    starts: set[int] = set()
+    for gate in gates:
+        rests = [found.start() for found in gate.rest.finditer(text)]
+        if not rests:
+            continue
+        for head in gate.head.finditer(text):
+            place = head.start()
+            nearest = bisect.bisect_left(rests, place)
+            if nearest < len(rests) and rests[nearest] <= place + gate.reach:
+                starts.add(place)
+    return sorted(starts)
+
+
+def _depth_at(body: str, index: int) -> int:
+    """How many groups are open at ``body[index]``."""
+    depth, i = 0, 0
+    while i < index:
+        char = body[i]
+        if char == "\\":
+            i += 2
+            continue
+        if char == "[":
+            i = _class_end(body, i)
+            continue
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        i += 1
+    return depth
+
+
+def _widest(pattern: str) -> int | None:
+    """The most characters ``pattern`` (Python syntax) can match, or None
+    when there is no bound."""
+    widest = int(_sre_parse.parse(pattern, _FLAGS).getwidth()[1])
+    return None if widest >= _sre_constants.MAXREPEAT else widest
 
 
 def _gap_matches(
