@@ -75,7 +75,6 @@ except ImportError:  # pragma: no cover - the regex stands in (tested with accel
 __all__ = [
     "RULES_FILE",
     "Allowlist",
-    "Verdicts",
     "Finding",
     "Keywords",
     "SecretRule",
@@ -400,30 +399,22 @@ def _split_gap(pattern: str) -> _Gap | None:
     return _Gap(head, tail, 2 * int(found.group(2)) + 1)
 
 
-class Verdicts:
-    """What the checks of the findings of one text answered (an allowlist's
-    regexes or stopwords, a rule's entropy), by check and text checked: a
-    text packed with findings repeats its secrets and matches, and a check
-    costs far more than a look-up. For one text only, whose rules and
-    allowlists outlive it (so their ids stay theirs). Bounded: texts longer
-    than ``TEXT_LIMIT`` and answers beyond ``LIMIT`` are not kept."""
+class _Memo(dict[tuple[object, ...], bool]):
+    """Verdicts on the findings of one text, by what each verdict depends
+    on: a text packed with findings repeats its secrets, matches and lines,
+    and judging one costs far more than a look-up. Bounded: keys holding a
+    text longer than ``TEXT_LIMIT``, and verdicts beyond ``LIMIT``, are not
+    kept."""
 
-    __slots__ = ("_known",)
     LIMIT = 4096
-    TEXT_LIMIT = 512
+    TEXT_LIMIT = 1024
 
-    def __init__(self) -> None:
-        self._known: dict[tuple[str, int, str], bool] = {}
-
-    def get(self, check: str, owner: object, text: str) -> bool | None:
-        """The answer kept for ``check`` of ``owner`` on ``text``, if any."""
-        return self._known.get((check, id(owner), text))
-
-    def keep(self, check: str, owner: object, text: str, answer: bool) -> bool:
-        """Keep ``answer`` (when within the bounds) and return it."""
-        if len(text) <= self.TEXT_LIMIT and len(self._known) < self.LIMIT:
-            self._known[(check, id(owner), text)] = answer
-        return answer
+    def keep(self, key: tuple[object, ...], size: int, verdict: bool) -> bool:
+        """Keep ``verdict`` under ``key`` (whose texts are ``size``
+        characters in all) when within the bounds; return it."""
+        if size <= self.TEXT_LIMIT and len(self) < self.LIMIT:
+            self[key] = verdict
+        return verdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -440,41 +431,25 @@ class Allowlist:
     condition: str = "or"
     scoped: bool = False
 
-    def allows(self, secret: str, match: str, line: str, memo: Verdicts | None = None) -> bool:
-        """True when this allowlist keeps the finding visible. ``memo``, kept
-        by the caller across the findings of one text, remembers each check's
-        verdict per text checked: a text packed with findings repeats its
-        secrets, matches and lines, and a check costs far more than a look-up."""
+    def allows(self, secret: str, match: str, line: str) -> bool:
+        """True when this allowlist keeps the finding visible."""
         if self.condition == "and" and self.scoped:
             return False  # a path or commit check never holds here
-        target = {"match": match, "line": line}.get(self.target, secret)
+        target = line if self.target == "line" else match if self.target == "match" else secret
         if self.condition == "and":
             if not self.regexes and not self.stopwords:
                 return False
-            return (not self.stopwords or self._stopword_in(secret, memo)) and (
-                not self.regexes or self._regex_in(target, memo)
+            return (not self.stopwords or self._stopword_in(secret)) and (
+                not self.regexes or _any_of(self.regexes).found_in(target)
             )
-        return (bool(self.stopwords) and self._stopword_in(secret, memo)) or (
-            bool(self.regexes) and self._regex_in(target, memo)
+        return (bool(self.stopwords) and self._stopword_in(secret)) or (
+            bool(self.regexes) and _any_of(self.regexes).found_in(target)
         )
 
-    def _regex_in(self, target: str, memo: Verdicts | None) -> bool:
-        found = None if memo is None else memo.get("regex", self, target)
-        if found is None:
-            found = _any_of(self.regexes).found_in(target)
-            if memo is not None:
-                memo.keep("regex", self, target, found)
-        return found
-
-    def _stopword_in(self, secret: str, memo: Verdicts | None) -> bool:
-        found = None if memo is None else memo.get("stopword", self, secret)
-        if found is None:
-            # One automaton pass, not one search per stopword (gitleaks'
-            # generic rule has about 1,500 of them).
-            found = bool(_stopword_finder(self.stopwords).occurrences(secret.lower()))
-            if memo is not None:
-                memo.keep("stopword", self, secret, found)
-        return found
+    def _stopword_in(self, secret: str) -> bool:
+        # One automaton pass, not one search per stopword (gitleaks' generic
+        # rule has about 1,500 of them).
+        return bool(_stopword_finder(self.stopwords).occurrences(secret.lower()))
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Allowlist:
@@ -633,14 +608,15 @@ _ANY_GAP = re.compile(r"\(\?s:\.\)\{0,(\d+)\}\?|\.\{0,(\d+)\}\?")
 
 @dataclass(frozen=True, slots=True)
 class _Gate:
-    """One alternative of a rule's regex read as a head, a lazy gap of at
-    most ``gap`` characters, then the rest: a match of the alternative
-    starts where its head matches, with a match of its rest at most
-    ``reach`` characters on (the head's widest match and the gap)."""
+    """A regex read as a head, a lazy gap of at most so many characters,
+    then the rest: a match starts where its head matches, with a match of
+    its rest at most ``reach`` characters on (the head's widest match and
+    the gap). The rest is a regex or, when it
+    holds a gap of its own, another gate."""
 
     head: re.Pattern[str]
-    rest: re.Pattern[str]
     reach: int
+    rest: _Gate | re.Pattern[str]
 
 
 @functools.cache
@@ -655,36 +631,85 @@ def _gates(pattern: str) -> tuple[_Gate, ...] | None:
     for alternative in _alternatives(pattern):
         flags = _LEADING_FLAGS.match(alternative)
         head_flags = flags.group(0) if flags else ""
-        body = alternative[len(head_flags) :]
-        gap = next((g for g in _ANY_GAP.finditer(body) if _depth_at(body, g.start()) == 0), None)
-        if gap is None or gap.start() == 0:
+        gate = _gate(head_flags, alternative[len(head_flags) :])
+        if not isinstance(gate, _Gate):
             return None
-        head = _compiled(f"{head_flags}(?={body[: gap.start()]})")
-        widest = _widest(_compiled(head_flags + body[: gap.start()]).pattern)
-        if widest is None:
-            return None
-        rest = _compiled(f"{head_flags}(?={body[gap.end() :]})")
-        gates.append(_Gate(head, rest, widest + int(gap.group(1) or gap.group(2))))
+        gates.append(gate)
     return tuple(gates) or None
 
 
-def _gated_starts(text: str, gates: Sequence[_Gate]) -> list[int]:
+def _gate(flags: str, body: str) -> _Gate | re.Pattern[str] | None:
+    """``body`` cut at its first lazy gap outside groups, its rest likewise;
+    ``body`` compiled when it has no gap; None when it cannot be cut
+    (a gap first, a head with no widest match)."""
+    gap = next((g for g in _ANY_GAP.finditer(body) if _depth_at(body, g.start()) == 0), None)
+    if gap is None:
+        return _compiled(flags + body)
+    head = body[: gap.start()]
+    widest = _widest(_compiled(flags + head).pattern) if head else None
+    rest = _gate(flags, body[gap.end() :])
+    if widest is None or rest is None:
+        return None
+    return _Gate(_compiled(flags + head), widest + int(gap.group(1) or gap.group(2)), rest)
+
+
+def _gated_starts(text: str, gates: Sequence[_Gate]) -> Iterator[int]:
     """Where a regex split into ``gates`` may match in ``text``, in order:
-    each place its head matches with a match of its rest within reach.
+    the places where one of its heads has a match of its rest within reach.
     Every place the regex matches is among them (the rest of a match is a
-    match of the rest); each alternative's heads and rests are found in
-    one scan each."""
-    starts: set[int] = set()
-    for gate in gates:
-        rests = [found.start() for found in gate.rest.finditer(text)]
-        if not rests:
-            continue
-        for head in gate.head.finditer(text):
-            place = head.start()
-            nearest = bisect.bisect_left(rests, place)
-            if nearest < len(rests) and rests[nearest] <= place + gate.reach:
-                starts.add(place)
-    return sorted(starts)
+    match of the rest, within reach)."""
+    seekers = [_Seeker(gate, text) for gate in gates]
+    place = 0
+    while True:
+        firsts = [first for seeker in seekers if (first := seeker.first(place)) is not None]
+        if not firsts:
+            return
+        place = min(firsts)
+        yield place
+        place += 1
+
+
+class _Seeker:
+    """The first place, at or after a given one, where a gate (or a plain
+    regex) may match in one text. Asked at places that do not go back, as
+    a scan is: each answer holds until the place passes it, and the heads
+    between a head and the nearest rest out of its reach are skipped, so a
+    text is searched about once per head and rest."""
+
+    __slots__ = ("_answer", "_asked", "_gate", "_rest", "_text")
+
+    def __init__(self, gate: _Gate | re.Pattern[str], text: str) -> None:
+        self._gate = gate
+        self._text = text
+        self._rest = _Seeker(gate.rest, text) if isinstance(gate, _Gate) else None
+        self._asked = -1
+        self._answer: int | None = None
+
+    def first(self, place: int) -> int | None:
+        """The first place at or after ``place`` where the gate may match."""
+        if 0 <= self._asked <= place and (self._answer is None or self._answer >= place):
+            return self._answer  # nothing between where it was asked and its answer
+        self._asked, self._answer = place, self._seek(place)
+        return self._answer
+
+    def _seek(self, place: int) -> int | None:
+        gate = self._gate
+        if not isinstance(gate, _Gate):
+            found = gate.search(self._text, place)
+            return None if found is None else found.start()
+        assert self._rest is not None
+        while True:
+            found = gate.head.search(self._text, place)
+            if found is None:
+                return None
+            head = found.start()
+            rest = self._rest.first(head)
+            if rest is None:
+                return None
+            if rest <= head + gate.reach:
+                return head
+            # No head before ``rest - reach`` has a rest within its reach.
+            place = max(head + 1, rest - gate.reach)
 
 
 def _depth_at(body: str, index: int) -> int:
@@ -1074,7 +1099,7 @@ class SecretRuleSet:
         seeded = not exhaustive and text.isascii() and len(lowered) == len(text)
         barriers = _placeholder_spans(text)
         findings: list[tuple[int, bool, int, Finding]] = []
-        memo = Verdicts()
+        memo = _Memo()
         for order, index in enumerate(indexes):
             rule = self.rules[index]
             starts = None
@@ -1091,10 +1116,10 @@ class SecretRuleSet:
         return [item[3] for item in findings]
 
     def _judge(
-        self, rule: SecretRule, match: re.Match[str], start: int, memo: Verdicts
+        self, rule: SecretRule, match: re.Match[str], start: int, memo: _Memo
     ) -> Finding | None:
         """The finding ``match`` makes, or None when gitleaks would drop it;
-        ``memo`` holds the allowlists' verdicts for this text so far."""
+        ``memo`` holds the verdicts on this text's findings so far."""
         text = match.string
         end = match.end()
         span = _secret_span(rule, match)
@@ -1108,19 +1133,35 @@ class SecretRuleSet:
         secret = text[span[0] : span[1]]
         if not secret:
             return None
-        if rule.entropy:
-            low = memo.get("entropy", rule, secret)
-            if low is None:
-                low = memo.keep("entropy", rule, secret, shannon_entropy(secret) <= rule.entropy)
-            if low:
-                return None
         lists = (self.allowlist, *rule.allowlists) if self.allowlist else rule.allowlists
-        if lists:
-            whole = text[start:end]
-            line = ""
-            if any(allowlist.target == "line" for allowlist in lists):
-                line = text[_line_start(text, start) : _line_end(text, end)]
-            if any(allowlist.allows(secret, whole, line, memo) for allowlist in lists):
+        if not rule.entropy and not lists:
+            return Finding(span[0], span[1], rule.keyword, rule.id)
+        whole = text[start:end]
+        # What the entropy and the allowlists that do not look at the line
+        # decide depends on the secret and the match only.
+        key: tuple[object, ...] = (id(rule), secret, whole)
+        dropped = memo.get(key)
+        if dropped is None:
+            dropped = memo.keep(
+                key,
+                len(secret) + len(whole),
+                bool(rule.entropy and shannon_entropy(secret) <= rule.entropy)
+                or any(a.allows(secret, whole, "") for a in lists if a.target != "line"),
+            )
+        if dropped:
+            return None
+        on_line = [allowlist for allowlist in lists if allowlist.target == "line"]
+        if on_line:
+            line = text[_line_start(text, start) : _line_end(text, end)]
+            key = (id(rule), secret, whole, line)
+            dropped = memo.get(key)
+            if dropped is None:
+                dropped = memo.keep(
+                    key,
+                    len(secret) + len(whole) + len(line),
+                    any(allowlist.allows(secret, whole, line) for allowlist in on_line),
+                )
+            if dropped:
                 return None
         return Finding(span[0], span[1], rule.keyword, rule.id)
 
@@ -1337,15 +1378,24 @@ def high_entropy_assignments(text: str, everywhere: bool = False) -> list[Findin
     findings: list[Finding] = []
     if len(text) < ENTROPY_MIN_LENGTH:
         return findings
+    # A text packed with values repeats them: each is judged once.
+    memo = _Memo()
+
+    def looks_random(value: str) -> bool:
+        known = memo.get((value,))
+        if known is None:
+            known = memo.keep((value,), len(value), _looks_random(value))
+        return known
+
     if everywhere:
         for token in _LONG_TOKEN.finditer(text):
-            if _looks_random(token[0]):
+            if looks_random(token[0]):
                 findings.append(Finding(*token.span(), "high_entropy", "high-entropy"))
         return findings
     if "=" not in text and ":" not in text:
         return findings
     for match in _separated_values(text):
-        if not _looks_random(match["value"]):
+        if not looks_random(match["value"]):
             continue
         separator = match.start()
         name = _NAME_BEFORE.search(text, max(0, separator - _LONGEST_NAME), separator)
