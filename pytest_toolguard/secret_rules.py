@@ -573,6 +573,10 @@ class SecretRule:
         regex = _compiled(rest) if fast and prefix else self.regex()
         tail = _compiled(f"{prefix}*\\Z") if fast and prefix else None
         seeds = iter(starts) if fast and starts is not None and self.anchored else None
+        # Where a keyword is not followed by an assignment sign within reach,
+        # the regex cannot match: a cheap look, where the regex would run
+        # through the label's run and back at every keyword.
+        sign_reach = _sign_reach(rest if prefix else self.pattern) if seeds is not None else None
         gates = _gates(self.pattern) if fast and seeds is None and not prefix else None
         if gates is not None:
             seeds = iter(_gated_starts(text, gates))
@@ -583,10 +587,14 @@ class SecretRule:
             else:
                 match = None
                 for seed in seeds:
-                    if seed >= position:
-                        match = regex.match(text, seed)
-                        if match is not None:
-                            break
+                    if seed < position or (
+                        sign_reach is not None
+                        and _ASSIGNMENT_SIGN.search(text, seed, seed + sign_reach) is None
+                    ):
+                        continue
+                    match = regex.match(text, seed)
+                    if match is not None:
+                        break
             if match is None:
                 return
             barrier = _barrier_at(barriers, match.start())
@@ -599,6 +607,26 @@ class SecretRule:
                 start = run.start() if run else start
             yield match, start
             position = match.end() if match.end() > match.start() else match.start() + 1
+
+
+# The label, spaces and quotes between a keyword and its value in the rules
+# gitleaks generates for "KEYWORD ... = value" (its semi-generic template),
+# and the first character of every assignment sign the template allows.
+_ASSIGNMENT = "(?:[ \\t\\w.\\-]{0,20})[\\s'\"]{0,3}(?:=|>|:{1,3}=|\\|\\||:|=>|\\?=|,)"
+_ASSIGNMENT_GAP = 20 + 3
+_ASSIGNMENT_SIGN = re.compile(r"[=>:|?,]")
+
+
+@functools.cache
+def _sign_reach(pattern: str) -> int | None:
+    """For a regex that starts with a keyword then gitleaks' assignment
+    template: how far from where it starts its assignment sign must begin
+    (the widest keyword, the template's run, plus one); None for others."""
+    found = pattern.find(_ASSIGNMENT)
+    if found <= 0 or _depth_at(pattern, found) != 0 or len(_top_level_split(pattern)) > 1:
+        return None  # not there, or not on every way the regex can match
+    widest = _widest(_compiled(pattern[:found]).pattern)
+    return None if widest is None else widest + _ASSIGNMENT_GAP + 1
 
 
 # A lazy gap of any characters, as gitleaks writes "then, within n
