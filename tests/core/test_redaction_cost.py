@@ -389,7 +389,8 @@ def test_kubernetes_secret_heads_without_a_value_in_reach_are_not_tried(text: st
 @pytest.mark.parametrize(
     "text",
     [
-        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: db\ndata:\n  password: cGFzc3dvcmQxMjM0NTY=\n",
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: db\n"
+        "data:\n  password: cGFzc3dvcmQxMjM0NTY=\n",
         "data:\n  token: dG9rZW4xMjM0NTY3ODkw\nkind: Secret\n",
         "kind: secret\ndata:\n" * 40
         + "  key: c2VjcmV0MTIzNDU2Nzg=\n"
