@@ -47,6 +47,7 @@ import base64
 import binascii
 import bisect
 import functools
+import importlib
 import json
 import math
 import re
@@ -59,12 +60,13 @@ from typing import Any
 
 from .errors import ToolguardError
 
-try:  # Python 3.11+
-    import re._constants as _sre_constants
-    import re._parser as _sre_parse
+# The regex parser, for the width of a pattern: ``re._parser`` on Python
+# 3.11+, ``sre_parse`` before (neither has type stubs).
+_sre_parse: Any
+try:
+    _sre_parse = importlib.import_module("re._parser")
 except ImportError:  # pragma: no cover - Python 3.10
-    import sre_constants as _sre_constants  # type: ignore[no-redef]
-    import sre_parse as _sre_parse  # type: ignore[no-redef]
+    _sre_parse = importlib.import_module("sre_parse")
 
 _ahocorasick: Any
 try:  # the ``fast`` extra: one automaton pass for every keyword
@@ -760,7 +762,7 @@ def _widest(pattern: str) -> int | None:
     """The most characters ``pattern`` (Python syntax) can match, or None
     when there is no bound."""
     widest = int(_sre_parse.parse(pattern, _FLAGS).getwidth()[1])
-    return None if widest >= _sre_constants.MAXREPEAT else widest
+    return None if widest >= _sre_parse.MAXREPEAT else widest
 
 
 def _gap_matches(
