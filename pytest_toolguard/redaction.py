@@ -633,11 +633,34 @@ class Redactor:
         if text[:1] in _JSON_STARTS and "\\" in text:
             text = self._redact_json_strings(text)
         text = self._redact_until_stable(text, exhaustive=False)
-        if len(original) <= _CLEAN_TEXT_LENGTH and text == original:
+        if text == original:
+            self._remember_clean(original)
+        return text
+
+    def _remember_clean(self, text: str) -> None:
+        """Remember that ``text`` holds no secret (when it is short)."""
+        if len(text) <= _CLEAN_TEXT_LENGTH:
+            clean = self._clean_texts
             if len(clean) >= _CLEAN_TEXT_LIMIT:
                 clean.clear()  # afresh: the texts of the calls to come are likelier recent ones
-            clean.add(original)
-        return text
+            clean.add(text)
+
+    def _redact_piece(self, text: str, exhaustive: bool) -> str:
+        """A piece of a match (an assignment's label, what a match keeps
+        around its secret) redacted by one pass. A text packed with matches
+        repeats its pieces: those found clean are remembered, as
+        ``redact_text`` remembers short texts (a pass that changes nothing
+        is a fixed point)."""
+        if exhaustive:
+            return self._redact_text(text, exhaustive)
+        if text in self._clean_texts:
+            return text
+        redacted = self._redact_text(text, exhaustive)
+        # Remembered only where ``redact_text`` would do no more than this
+        # pass: not a JSON text whose escaped strings it decodes first.
+        if redacted == text and not (text[:1] in _JSON_STARTS and "\\" in text):
+            self._remember_clean(text)
+        return redacted
 
     def _redact_json_strings(self, text: str) -> str:
         try:
@@ -759,8 +782,8 @@ class Redactor:
         # What the match keeps around its secret may hold another secret
         # (an AWS key as a URL's user name): overlapping matches merge.
         text, offset = match.string, match.start()
-        before = self._redact_text(text[offset:start], exhaustive)
-        after = self._redact_text(text[end : match.end()], exhaustive)
+        before = self._redact_piece(text[offset:start], exhaustive)
+        after = self._redact_piece(text[end : match.end()], exhaustive)
         return before + placeholder(family.keyword) + after, match.end()
 
     def _replace_assignment(self, match: re.Match[str], exhaustive: bool) -> tuple[str, int] | None:
@@ -774,7 +797,7 @@ class Redactor:
             return None
         value, end = found.group(0), found.end()
         # The label may itself hold a secret (a token glued to "password").
-        label = self._redact_text(label, exhaustive)
+        label = self._redact_piece(label, exhaustive)
         if _PLACEHOLDER.fullmatch(value.strip("\"'")):
             return label + separator + value, end  # redacted already
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":

@@ -47,6 +47,7 @@ import base64
 import binascii
 import bisect
 import functools
+import importlib
 import json
 import math
 import re
@@ -58,6 +59,14 @@ from importlib import resources
 from typing import Any
 
 from .errors import ToolguardError
+
+# The regex parser, for the width of a pattern: ``re._parser`` on Python
+# 3.11+, ``sre_parse`` before (neither has type stubs).
+_sre_parse: Any
+try:
+    _sre_parse = importlib.import_module("re._parser")
+except ImportError:  # pragma: no cover - Python 3.10
+    _sre_parse = importlib.import_module("sre_parse")
 
 _ahocorasick: Any
 try:  # the ``fast`` extra: one automaton pass for every keyword
@@ -392,6 +401,24 @@ def _split_gap(pattern: str) -> _Gap | None:
     return _Gap(head, tail, 2 * int(found.group(2)) + 1)
 
 
+class _Memo(dict[tuple[object, ...], bool]):
+    """Verdicts on the findings of one text, by what each verdict depends
+    on: a text packed with findings repeats its secrets, matches and lines,
+    and judging one costs far more than a look-up. Bounded: keys holding a
+    text longer than ``TEXT_LIMIT``, and verdicts beyond ``LIMIT``, are not
+    kept."""
+
+    LIMIT = 4096
+    TEXT_LIMIT = 1024
+
+    def keep(self, key: tuple[object, ...], size: int, verdict: bool) -> bool:
+        """Keep ``verdict`` under ``key`` (whose texts are ``size``
+        characters in all) when within the bounds; return it."""
+        if size <= self.TEXT_LIMIT and len(self) < self.LIMIT:
+            self[key] = verdict
+        return verdict
+
+
 @dataclass(frozen=True, slots=True)
 class Allowlist:
     """Texts a rule (or every rule) leaves visible. ``target`` is what the
@@ -408,21 +435,23 @@ class Allowlist:
 
     def allows(self, secret: str, match: str, line: str) -> bool:
         """True when this allowlist keeps the finding visible."""
-        target = {"match": match, "line": line}.get(self.target, secret)
-        regex_found = bool(self.regexes) and _any_of(self.regexes).search(target) is not None
+        if self.condition == "and" and self.scoped:
+            return False  # a path or commit check never holds here
+        target = line if self.target == "line" else match if self.target == "match" else secret
+        if self.condition == "and":
+            if not self.regexes and not self.stopwords:
+                return False
+            return (not self.stopwords or self._stopword_in(secret)) and (
+                not self.regexes or _any_of(self.regexes).found_in(target)
+            )
+        return (bool(self.stopwords) and self._stopword_in(secret)) or (
+            bool(self.regexes) and _any_of(self.regexes).found_in(target)
+        )
+
+    def _stopword_in(self, secret: str) -> bool:
         # One automaton pass, not one search per stopword (gitleaks' generic
         # rule has about 1,500 of them).
-        stopword_found = bool(self.stopwords) and bool(
-            _stopword_finder(self.stopwords).occurrences(secret.lower())
-        )
-        if self.condition == "and":
-            checks = [not self.scoped] if self.scoped else []
-            if self.regexes:
-                checks.append(regex_found)
-            if self.stopwords:
-                checks.append(stopword_found)
-            return bool(checks) and all(checks)
-        return regex_found or stopword_found
+        return bool(_stopword_finder(self.stopwords).occurrences(secret.lower()))
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Allowlist:
@@ -481,6 +510,11 @@ class Finding:
     rule: str
 
 
+@functools.lru_cache(maxsize=1024)
+def _placeholder_keyword(rule_id: str) -> str:
+    return re.sub(r"[^a-z0-9_]", "_", rule_id.lower())
+
+
 @dataclass(frozen=True, slots=True)
 class SecretRule:
     """One gitleaks rule: its (translated) regex, its lowercase keywords,
@@ -508,7 +542,7 @@ class SecretRule:
     @property
     def keyword(self) -> str:
         """The placeholder keyword: the rule id with ``_`` for ``-``."""
-        return re.sub(r"[^a-z0-9_]", "_", self.id.lower())
+        return _placeholder_keyword(self.id)
 
     def regex(self) -> re.Pattern[str]:
         """The whole regex, compiled (once)."""
@@ -541,6 +575,13 @@ class SecretRule:
         regex = _compiled(rest) if fast and prefix else self.regex()
         tail = _compiled(f"{prefix}*\\Z") if fast and prefix else None
         seeds = iter(starts) if fast and starts is not None and self.anchored else None
+        # Where a keyword is not followed by an assignment sign within reach,
+        # the regex cannot match: a cheap look, where the regex would run
+        # through the label's run and back at every keyword.
+        sign_reach = _sign_reach(rest if prefix else self.pattern) if seeds is not None else None
+        gates = _gates(self.pattern) if fast and seeds is None and not prefix else None
+        if gates is not None:
+            seeds = iter(_gated_starts(text, gates))
         position = 0
         while position <= len(text):
             if seeds is None:
@@ -548,10 +589,14 @@ class SecretRule:
             else:
                 match = None
                 for seed in seeds:
-                    if seed >= position:
-                        match = regex.match(text, seed)
-                        if match is not None:
-                            break
+                    if seed < position or (
+                        sign_reach is not None
+                        and _ASSIGNMENT_SIGN.search(text, seed, seed + sign_reach) is None
+                    ):
+                        continue
+                    match = regex.match(text, seed)
+                    if match is not None:
+                        break
             if match is None:
                 return
             barrier = _barrier_at(barriers, match.start())
@@ -564,6 +609,160 @@ class SecretRule:
                 start = run.start() if run else start
             yield match, start
             position = match.end() if match.end() > match.start() else match.start() + 1
+
+
+# The label, spaces and quotes between a keyword and its value in the rules
+# gitleaks generates for "KEYWORD ... = value" (its semi-generic template),
+# and the first character of every assignment sign the template allows.
+_ASSIGNMENT = "(?:[ \\t\\w.\\-]{0,20})[\\s'\"]{0,3}(?:=|>|:{1,3}=|\\|\\||:|=>|\\?=|,)"
+_ASSIGNMENT_GAP = 20 + 3
+_ASSIGNMENT_SIGN = re.compile(r"[=>:|?,]")
+
+
+@functools.cache
+def _sign_reach(pattern: str) -> int | None:
+    """For a regex that starts with a keyword then gitleaks' assignment
+    template: how far from where it starts its assignment sign must begin
+    (the widest keyword, the template's run, plus one); None for others."""
+    found = pattern.find(_ASSIGNMENT)
+    if found <= 0 or _depth_at(pattern, found) != 0 or len(_top_level_split(pattern)) > 1:
+        return None  # not there, or not on every way the regex can match
+    widest = _widest(_compiled(pattern[:found]).pattern)
+    return None if widest is None else widest + _ASSIGNMENT_GAP + 1
+
+
+# A lazy gap of any characters, as gitleaks writes "then, within n
+# characters": ``(?s:.){0,200}?``.
+_ANY_GAP = re.compile(r"\(\?s:\.\)\{0,(\d+)\}\?|\.\{0,(\d+)\}\?")
+
+
+@dataclass(frozen=True, slots=True)
+class _Gate:
+    """A regex read as a head, a lazy gap of at most so many characters,
+    then the rest: a match starts where its head matches, with a match of
+    its rest at most ``reach`` characters on (the head's widest match and
+    the gap). The rest is a regex or, when it
+    holds a gap of its own, another gate."""
+
+    head: re.Pattern[str]
+    reach: int
+    rest: _Gate | re.Pattern[str]
+
+
+@functools.cache
+def _gates(pattern: str) -> tuple[_Gate, ...] | None:
+    """The gates of ``pattern``, one per top-level alternative, when each
+    alternative holds a lazy gap (``kubernetes-secret-yaml``); else None.
+    Such a regex, searched, goes through the gap from every place its head
+    matches, and through the gaps after it from each of those: the cost of
+    their product at every head. Gated (``_gated_starts``), it is tried
+    only at the heads that have a match of their rest within reach."""
+    gates: list[_Gate] = []
+    for alternative in _alternatives(pattern):
+        flags = _LEADING_FLAGS.match(alternative)
+        head_flags = flags.group(0) if flags else ""
+        gate = _gate(head_flags, alternative[len(head_flags) :])
+        if not isinstance(gate, _Gate):
+            return None
+        gates.append(gate)
+    return tuple(gates) or None
+
+
+def _gate(flags: str, body: str) -> _Gate | re.Pattern[str] | None:
+    """``body`` cut at its first lazy gap outside groups, its rest likewise;
+    ``body`` compiled when it has no gap; None when it cannot be cut
+    (a gap first, a head with no widest match)."""
+    gap = next((g for g in _ANY_GAP.finditer(body) if _depth_at(body, g.start()) == 0), None)
+    if gap is None:
+        return _compiled(flags + body)
+    head = body[: gap.start()]
+    widest = _widest(_compiled(flags + head).pattern) if head else None
+    rest = _gate(flags, body[gap.end() :])
+    if widest is None or rest is None:
+        return None
+    return _Gate(_compiled(flags + head), widest + int(gap.group(1) or gap.group(2)), rest)
+
+
+def _gated_starts(text: str, gates: Sequence[_Gate]) -> Iterator[int]:
+    """Where a regex split into ``gates`` may match in ``text``, in order:
+    the places where one of its heads has a match of its rest within reach.
+    Every place the regex matches is among them (the rest of a match is a
+    match of the rest, within reach)."""
+    seekers = [_Seeker(gate, text) for gate in gates]
+    place = 0
+    while True:
+        firsts = [first for seeker in seekers if (first := seeker.first(place)) is not None]
+        if not firsts:
+            return
+        place = min(firsts)
+        yield place
+        place += 1
+
+
+class _Seeker:
+    """The first place, at or after a given one, where a gate (or a plain
+    regex) may match in one text. Asked at places that do not go back, as
+    a scan is: each answer holds until the place passes it, and the heads
+    between a head and the nearest rest out of its reach are skipped, so a
+    text is searched about once per head and rest."""
+
+    __slots__ = ("_answer", "_asked", "_gate", "_rest", "_text")
+
+    def __init__(self, gate: _Gate | re.Pattern[str], text: str) -> None:
+        self._gate = gate
+        self._text = text
+        self._rest = _Seeker(gate.rest, text) if isinstance(gate, _Gate) else None
+        self._asked = -1
+        self._answer: int | None = None
+
+    def first(self, place: int) -> int | None:
+        """The first place at or after ``place`` where the gate may match."""
+        if 0 <= self._asked <= place and (self._answer is None or self._answer >= place):
+            return self._answer  # nothing between where it was asked and its answer
+        self._asked, self._answer = place, self._seek(place)
+        return self._answer
+
+    def _seek(self, place: int) -> int | None:
+        gate = self._gate
+        if not isinstance(gate, _Gate):
+            found = gate.search(self._text, place)
+            return None if found is None else found.start()
+        assert self._rest is not None
+        while True:
+            found = gate.head.search(self._text, place)
+            if found is None:
+                return None
+            head = found.start()
+            rest = self._rest.first(head)
+            if rest is None:
+                return None
+            if rest <= head + gate.reach:
+                return head
+            # No head before ``rest - reach`` has a rest within its reach.
+            place = max(head + 1, rest - gate.reach)
+
+
+def _depth_at(body: str, index: int) -> int:
+    """How many groups are open at ``body[index]``."""
+    depth, i = 0, 0
+    while i < index:
+        char = body[i]
+        if char == "\\":
+            i += 2
+            continue
+        if char == "[":
+            i = _class_end(body, i)
+            continue
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        i += 1
+    return depth
+
+
+def _widest(pattern: str) -> int | None:
+    """The most characters ``pattern`` (Python syntax) can match, or None
+    when there is no bound."""
+    widest = int(_sre_parse.parse(pattern, _FLAGS).getwidth()[1])
+    return None if widest >= _sre_parse.MAXREPEAT else widest
 
 
 def _gap_matches(
@@ -607,16 +806,150 @@ def _gap_matches(
 _LINE_BREAK = re.compile(r"[\r\n]")
 
 
+@dataclass(frozen=True, slots=True)
+class _AnyOf:
+    """Whether any of some regexes is found in a text, for an allowlist: a
+    yes or no, never where. Each top-level alternative is its own regex,
+    because Python's engine tries one alternation at every place of a text,
+    branch by branch, while a lone alternative that starts with a literal is
+    looked for by a fast literal search; an alternative anchored at the
+    start (``^``, ``\\A``) is tried there only, not at every place."""
+
+    anchored: tuple[re.Pattern[str], ...]
+    floating: tuple[re.Pattern[str], ...]
+
+    def found_in(self, text: str) -> bool:
+        """True when one of the regexes matches somewhere in ``text``."""
+        return any(regex.match(text) for regex in self.anchored) or any(
+            regex.search(text) for regex in self.floating
+        )
+
+    @property
+    def patterns(self) -> tuple[str, ...]:
+        """The compiled patterns, anchored ones first."""
+        return tuple(regex.pattern for regex in (*self.anchored, *self.floating))
+
+
 @functools.cache
-def _any_of(regexes: tuple[str, ...]) -> re.Pattern[str]:
-    """One regex that finds what any of ``regexes`` finds (one search per
-    finding, not one per regex); each one's leading flags scoped to it."""
-    parts = []
+def _any_of(regexes: tuple[str, ...]) -> _AnyOf:
+    """What finds whether any of ``regexes`` is found in a text (see ``_AnyOf``)."""
+    anchored: list[re.Pattern[str]] = []
+    floating: list[re.Pattern[str]] = []
     for regex in regexes:
-        flags = _LEADING_FLAGS.match(regex)
-        head = flags.group(0)[2:-1] if flags else ""
-        parts.append(f"(?{head}:{regex[flags.end() :] if flags else regex})")
-    return _compiled("|".join(parts))
+        for alternative in _alternatives(regex):
+            flags = _LEADING_FLAGS.match(alternative)
+            body = alternative[flags.end() :] if flags else alternative
+            if body.startswith(("^", "\\A")):
+                anchored.append(_compiled(alternative))
+            else:
+                head = flags.group(0) if flags else ""
+                floating.append(_compiled(head + _shortest_lead(body)))
+    return _AnyOf(tuple(anchored), tuple(floating))
+
+
+def _alternatives(pattern: str) -> list[str]:
+    """The top-level alternatives of ``pattern``, each with its leading
+    flags; a plain group around the whole pattern, or around a whole
+    alternative, is opened. Whether a text holds a match of ``a|b`` is
+    whether it holds one of ``a`` or of ``b``. A pattern that refers back to
+    a group is kept whole (opening a group would renumber it)."""
+    flags = _LEADING_FLAGS.match(pattern)
+    head = flags.group(0) if flags else ""
+    body = pattern[len(head) :]
+    if _BACK_REFERENCE.search(body):
+        return [pattern]
+    found: list[str] = []
+    for part in _top_level_split(body):
+        inner = _group_contents(part)
+        if inner is None:
+            found.append(head + part)
+        else:
+            found.extend(_alternatives(head + inner))
+    return found
+
+
+_BACK_REFERENCE = re.compile(r"\\[1-9]|\(\?P=")
+_LEADING_REPEAT = re.compile(
+    r"(?P<atom>\[\^?\]?(?:\\.|[^\]\\])*\]|\\[dDwWsS]|\.|[A-Za-z0-9_ <>=:,;\"'-])"
+    r"(?:(?P<star>\*)|(?P<plus>\+)|(?P<optional>\?)|\{(?P<low>\d*),\d*\})(?P<mode>[?+]?)"
+)
+
+
+def _shortest_lead(body: str) -> str:
+    """``body`` with the repeat of one character it starts with cut to its
+    minimum (``[a-z0-9-]*?api``: ``api``; ``[\\w.]+:``: ``[\\w.]:``): a text
+    holds a match of ``x{m,n}rest`` exactly when it holds one of
+    ``x{m}rest`` (the same text, ``n - m`` characters on), and searched so,
+    the regex is not run through one long run from each of its places. A
+    possessive repeat, which may take what ``rest`` needs, is kept."""
+    while True:
+        lead = _LEADING_REPEAT.match(body)
+        if lead is None or lead["mode"] == "+" or lead.end() == len(body):
+            return body
+        if lead["star"] or lead["optional"]:
+            low = 0
+        elif lead["plus"]:
+            low = 1
+        else:
+            low = int(lead["low"] or 0)
+        rest = body[lead.end() :]
+        if low == 0:
+            body = rest
+            continue
+        atom = lead["atom"]
+        return atom + (f"{{{low}}}" if low > 1 else "") + rest
+
+
+def _top_level_split(body: str) -> list[str]:
+    """``body`` cut at each ``|`` outside groups and classes."""
+    parts: list[str] = []
+    depth, start, i = 0, 0, 0
+    while i < len(body):
+        char = body[i]
+        if char == "\\":
+            i += 2
+            continue
+        if char == "[":
+            i = _class_end(body, i)
+            continue
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "|" and depth == 0:
+            parts.append(body[start:i])
+            start = i + 1
+        i += 1
+    parts.append(body[start:])
+    return parts
+
+
+def _group_contents(part: str) -> str | None:
+    """What a plain group (``(?:...)`` or ``(...)``) around the whole of
+    ``part`` holds, or None when ``part`` is not one such group."""
+    if part.startswith("(?:"):
+        opening = 3
+    elif part.startswith("(") and not part.startswith("(?"):
+        opening = 1
+    else:
+        return None
+    depth, i = 0, 0
+    while i < len(part):
+        char = part[i]
+        if char == "\\":
+            i += 2
+            continue
+        if char == "[":
+            i = _class_end(part, i)
+            continue
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+            if depth == 0:
+                return part[opening:i] if i == len(part) - 1 else None
+        i += 1
+    return None
 
 
 @functools.cache
@@ -796,6 +1129,7 @@ class SecretRuleSet:
         seeded = not exhaustive and text.isascii() and len(lowered) == len(text)
         barriers = _placeholder_spans(text)
         findings: list[tuple[int, bool, int, Finding]] = []
+        memo = _Memo()
         for order, index in enumerate(indexes):
             rule = self.rules[index]
             starts = None
@@ -804,15 +1138,18 @@ class SecretRuleSet:
                     {p for word in self._rule_words[index] for p in places.get(word, ())}
                 )
             for match, start in rule.matches(text, exhaustive, barriers, starts):
-                finding = self._judge(rule, match, start)
+                finding = self._judge(rule, match, start, memo)
                 if finding is not None:
                     generic = rule.id.startswith(_GENERIC)
                     findings.append((finding.start, generic, order, finding))
         findings.sort(key=lambda item: item[:3])
         return [item[3] for item in findings]
 
-    def _judge(self, rule: SecretRule, match: re.Match[str], start: int) -> Finding | None:
-        """The finding ``match`` makes, or None when gitleaks would drop it."""
+    def _judge(
+        self, rule: SecretRule, match: re.Match[str], start: int, memo: _Memo
+    ) -> Finding | None:
+        """The finding ``match`` makes, or None when gitleaks would drop it;
+        ``memo`` holds the verdicts on this text's findings so far."""
         text = match.string
         end = match.end()
         span = _secret_span(rule, match)
@@ -826,13 +1163,35 @@ class SecretRuleSet:
         secret = text[span[0] : span[1]]
         if not secret:
             return None
-        if rule.entropy and shannon_entropy(secret) <= rule.entropy:
-            return None
         lists = (self.allowlist, *rule.allowlists) if self.allowlist else rule.allowlists
-        if lists:
-            whole = text[start:end]
+        if not rule.entropy and not lists:
+            return Finding(span[0], span[1], rule.keyword, rule.id)
+        whole = text[start:end]
+        # What the entropy and the allowlists that do not look at the line
+        # decide depends on the secret and the match only.
+        key: tuple[object, ...] = (id(rule), secret, whole)
+        dropped = memo.get(key)
+        if dropped is None:
+            dropped = memo.keep(
+                key,
+                len(secret) + len(whole),
+                bool(rule.entropy and shannon_entropy(secret) <= rule.entropy)
+                or any(a.allows(secret, whole, "") for a in lists if a.target != "line"),
+            )
+        if dropped:
+            return None
+        on_line = [allowlist for allowlist in lists if allowlist.target == "line"]
+        if on_line:
             line = text[_line_start(text, start) : _line_end(text, end)]
-            if any(allowlist.allows(secret, whole, line) for allowlist in lists if allowlist):
+            key = (id(rule), secret, whole, line)
+            dropped = memo.get(key)
+            if dropped is None:
+                dropped = memo.keep(
+                    key,
+                    len(secret) + len(whole) + len(line),
+                    any(allowlist.allows(secret, whole, line) for allowlist in on_line),
+                )
+            if dropped:
                 return None
         return Finding(span[0], span[1], rule.keyword, rule.id)
 
@@ -1049,15 +1408,24 @@ def high_entropy_assignments(text: str, everywhere: bool = False) -> list[Findin
     findings: list[Finding] = []
     if len(text) < ENTROPY_MIN_LENGTH:
         return findings
+    # A text packed with values repeats them: each is judged once.
+    memo = _Memo()
+
+    def looks_random(value: str) -> bool:
+        known = memo.get((value,))
+        if known is None:
+            known = memo.keep((value,), len(value), _looks_random(value))
+        return known
+
     if everywhere:
         for token in _LONG_TOKEN.finditer(text):
-            if _looks_random(token[0]):
+            if looks_random(token[0]):
                 findings.append(Finding(*token.span(), "high_entropy", "high-entropy"))
         return findings
     if "=" not in text and ":" not in text:
         return findings
     for match in _separated_values(text):
-        if not _looks_random(match["value"]):
+        if not looks_random(match["value"]):
             continue
         separator = match.start()
         name = _NAME_BEFORE.search(text, max(0, separator - _LONGEST_NAME), separator)

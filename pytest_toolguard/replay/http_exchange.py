@@ -14,15 +14,13 @@ same way before matching it.
 
 from __future__ import annotations
 
-import codecs
-import contextlib
-import re
 import zlib
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from ..redaction import Redactor, placeholder
 from .cassette import HttpExchange
+from .redacting import LATIN_1, text_charsets, utf16_readings
 
 UNKEPT_HEADERS = ("date",)
 """Response headers never recorded (lower case): a response's ``Date``
@@ -123,21 +121,11 @@ def redact_body(redactor: Redactor, body: bytes, headers: MutableMapping[str, st
     return _redact_payload(redactor, body, headers)
 
 
-_CHARSET = re.compile(r"""charset\s*=\s*["']?([A-Za-z0-9._:+-]{1,40})""", re.IGNORECASE)
-_BOMS = (
-    (codecs.BOM_UTF8, "utf-8-sig"),
-    (codecs.BOM_UTF32_LE, "utf-32"),
-    (codecs.BOM_UTF32_BE, "utf-32"),
-    (codecs.BOM_UTF16_LE, "utf-16"),
-    (codecs.BOM_UTF16_BE, "utf-16"),
-)
-
-
 def _redact_payload(redactor: Redactor, body: bytes, headers: Mapping[str, str]) -> bytes:
     """An uncompressed body redacted in the charset it reads in (see ``redact_body``)."""
     if not body:
         return body
-    charsets = _charsets(body, _header(headers, "content-type"))
+    charsets = text_charsets(body, _header(headers, "content-type"))
     for charset in charsets:
         try:
             text = body.decode(charset)
@@ -154,46 +142,24 @@ def _redact_payload(redactor: Redactor, body: bytes, headers: Mapping[str, str])
     # declared as UTF-16, UTF-16 text with no charset) must not hide a
     # secret: the latin-1 reading sees every ASCII run, the UTF-16 ones
     # text with a zero byte in each character.
-    if charset not in ("utf-8", _LATIN_1):
-        text = body.decode(_LATIN_1)
+    if charset not in ("utf-8", LATIN_1):
+        text = body.decode(LATIN_1)
         redacted = redactor.redact_text(text)
         if redacted != text:
-            return redacted.encode(_LATIN_1)
+            return redacted.encode(LATIN_1)
     if _holds_utf16_secret(redactor, body):
         return DROPPED_BODY
     return body
 
 
-def _charsets(body: bytes, content_type: str) -> list[str]:
-    """The charsets to read ``body`` in, the first that decodes it wins."""
-    found: list[str] = []
-    declared = _CHARSET.search(content_type)
-    if declared:
-        with contextlib.suppress(LookupError):
-            found.append(codecs.lookup(declared.group(1)).name)
-    for bom, charset in _BOMS:
-        if body.startswith(bom):
-            found.append(charset)
-            break
-    found += ["utf-8", _LATIN_1]
-    return found
-
-
-_LATIN_1 = codecs.lookup("latin-1").name
-
-
 def _holds_utf16_secret(redactor: Redactor, body: bytes) -> bool:
-    """Whether ``body`` read as UTF-16 (either byte order, from either
-    offset) holds a secret: text of a charset that leaves a zero byte in
-    every ASCII character, which no other reading sees."""
-    if body.count(0) < len(body) // 8:
-        return False  # too few zero bytes for UTF-16 text worth the readings
-    for offset in (0, 1):
-        for charset in ("utf-16-le", "utf-16-be"):
-            part = body[offset:]
-            text = part[: len(part) // 2 * 2].decode(charset, "replace")
-            if redactor.redact_text(text) != text:
-                return True
+    """Whether ``body`` read as UTF-16 (``utf16_readings``) holds a secret:
+    text of a charset that leaves a zero byte in every ASCII character,
+    which no other reading sees."""
+    for start, end, charset in utf16_readings(body):
+        text = body[start:end].decode(charset, "replace")
+        if redactor.redact_text(text) != text:
+            return True
     return False
 
 

@@ -1,9 +1,28 @@
-"""How recording and replay redact, the same way the runtime does."""
+"""How recording and replay redact, the same way the runtime does.
+
+Text is redacted by the runtime's ``Redactor``. Bytes (a workspace file, an
+HTTP body) are read as text first, in the charset they declare or their
+byte-order mark names, else as UTF-8, else as latin-1, which reads any bytes
+(``text_charsets``): the ASCII and latin-1 runs of a binary file are text
+to the redactor too. Bytes that are not UTF-8 text are also read as UTF-16
+when enough of them are zero (``utf16_readings``).
+"""
 
 from __future__ import annotations
 
-from ..redaction import Redactor
+import codecs
+import contextlib
+import re
+
+from ..redaction import Redactor, placeholder
 from ..registry import ToolRegistry
+
+FILE_WITH_SECRET = placeholder("file_with_secret").encode("ascii")
+"""What a file is kept as when it held a secret that could not be
+overwritten where it stands (never expected; a safeguard)."""
+
+FILL = "*"
+"""What overwrites a secret in bytes that keep their length."""
 
 
 def tool_redactor(registry: ToolRegistry | None, tool_name: object, default: Redactor) -> Redactor:
@@ -13,13 +32,21 @@ def tool_redactor(registry: ToolRegistry | None, tool_name: object, default: Red
 
 
 def redact_file(redactor: Redactor, content: bytes) -> bytes:
-    """A file's bytes as a cassette keeps them: UTF-8 text redacted like
-    arguments, anything else as it is. Replay redacts what it reads the
-    same way before comparing."""
+    """A file's bytes as a cassette keeps them.
+
+    * **UTF-8 text** is redacted like arguments (``<redacted:...>``).
+    * **Anything else** (latin-1 or UTF-16 text, a database, an image) is
+      redacted in place (``redact_in_place``): each secret its text readings
+      hold is overwritten by as many ``*`` as it took bytes. The file keeps
+      its length and every other byte, so a format that finds its records by
+      offset (an SQLite page, a ZIP directory) still reads; a checksum over
+      the secret's bytes (a PNG chunk's CRC) no longer matches.
+
+    Replay redacts what it reads the same way before comparing."""
     try:
         text = content.decode("utf-8")
     except UnicodeDecodeError:
-        return content
+        return redact_in_place(redactor, content)
     return redactor.redact_text(text).encode("utf-8")
 
 
@@ -27,3 +54,155 @@ def redact_path(redactor: Redactor, path: str) -> str:
     """A workspace path as a cassette keeps it: a token in a file's name is
     as secret as one in its content."""
     return redactor.redact_text(path)
+
+
+# -- bytes read as text ---------------------------------------------------------------
+
+_CHARSET = re.compile(r"""charset\s*=\s*["']?([A-Za-z0-9._:+-]{1,40})""", re.IGNORECASE)
+BOMS: tuple[tuple[bytes, str, str], ...] = (
+    (codecs.BOM_UTF8, "utf-8-sig", "utf-8"),
+    (codecs.BOM_UTF32_LE, "utf-32", "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32", "utf-32-be"),
+    (codecs.BOM_UTF16_LE, "utf-16", "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16", "utf-16-be"),
+)
+"""Byte-order marks: the mark, the codec that reads it with its mark, and
+the codec of what follows it."""
+LATIN_1 = codecs.lookup("latin-1").name
+
+
+def text_charsets(data: bytes, content_type: str = "") -> list[str]:
+    """The charsets to read ``data`` in, the first that decodes it wins:
+    the ``charset`` of ``content_type``, the one its byte-order mark names,
+    UTF-8, and latin-1 (which decodes anything)."""
+    found: list[str] = []
+    declared = _CHARSET.search(content_type)
+    if declared:
+        with contextlib.suppress(LookupError):
+            found.append(codecs.lookup(declared.group(1)).name)
+    for bom, charset, _ in BOMS:
+        if data.startswith(bom):
+            found.append(charset)
+            break
+    found += ["utf-8", LATIN_1]
+    return found
+
+
+def utf16_readings(data: bytes) -> list[tuple[int, int, str]]:
+    """``(start, end, codec)``: the UTF-16 readings of ``data`` (either
+    byte order, from either offset) worth a look, when at least one byte
+    in eight is zero (as in UTF-16 text, whose ASCII characters each hold
+    one); none otherwise."""
+    if data.count(0) < len(data) // 8:
+        return []
+    return [
+        (offset, offset + (len(data) - offset) // 2 * 2, codec)
+        for offset in (0, 1)
+        for codec in ("utf-16-le", "utf-16-be")
+    ]
+
+
+# -- redaction that keeps the length ----------------------------------------------------
+
+_PLACEHOLDER = re.compile(r"<redacted:[a-z0-9_]{1,64}>")
+_IN_PLACE_PASSES = 3
+
+
+def redact_in_place(redactor: Redactor, data: bytes) -> bytes:
+    """``data`` with each secret overwritten by ``FILL`` characters in the
+    reading that found it, so that it keeps its length and every byte
+    around the secrets. The readings: by its byte-order mark, as latin-1,
+    and as UTF-16 (``utf16_readings``); each in turn, over what the ones
+    before left. Repeated until no reading finds more (a secret is never
+    left because the fill changed what surrounds another). A secret that
+    cannot be overwritten where it stands makes the whole ``data``
+    ``FILE_WITH_SECRET``."""
+    for _ in range(_IN_PLACE_PASSES):
+        redacted = _overwritten(redactor, data)
+        if redacted is None:
+            return FILE_WITH_SECRET
+        if redacted == data:
+            return data
+        data = redacted
+    return data if _overwritten(redactor, data) == data else FILE_WITH_SECRET
+
+
+def _readings(data: bytes) -> list[tuple[int, int, str]]:
+    found: list[tuple[int, int, str]] = []
+    for bom, _, codec in BOMS:
+        if data.startswith(bom):
+            unit = 4 if "32" in codec else 2 if "16" in codec else 1
+            found.append((len(bom), len(bom) + (len(data) - len(bom)) // unit * unit, codec))
+            break
+    found.append((0, len(data), LATIN_1))
+    return found + utf16_readings(data)
+
+
+def _overwritten(redactor: Redactor, data: bytes) -> bytes | None:
+    """One pass of ``redact_in_place``; None when a secret could not be
+    overwritten where it stands."""
+    for start, end, codec in _readings(data):
+        try:
+            text = data[start:end].decode(codec, "surrogatepass")
+        except UnicodeDecodeError:
+            continue
+        filled = _filled(text, redactor.redact_text(text))
+        if filled is None:
+            return None
+        if filled is text:
+            continue
+        encoded = filled.encode(codec, "surrogatepass")
+        if len(encoded) != end - start:
+            return None
+        data = data[:start] + encoded + data[end:]
+    return data
+
+
+def _filled(text: str, redacted: str) -> str | None:
+    """``text`` with what ``redacted`` replaced by placeholders overwritten
+    by as many ``FILL`` characters; ``text`` itself when nothing was
+    replaced; None when ``redacted`` is not ``text`` with spans replaced.
+
+    ``redacted`` is ``text`` cut into pieces it kept, in order, between
+    placeholders. Each kept piece is found in ``text`` after the previous
+    one (one character on at least, past what a placeholder replaced): what
+    lies between is filled. Whatever the pieces match, the result holds
+    nothing but pieces of ``redacted`` and the fill."""
+    if redacted == text:
+        return text
+    out: list[str] = []
+    position = 0
+    replacing = False
+
+    def keep(piece: str) -> bool:
+        nonlocal position, replacing
+        if not piece:
+            return True
+        if replacing:
+            found = text.find(piece, position + 1)
+            if found < 0:
+                return False
+            out.append(FILL * (found - position))
+            position, replacing = found, False
+        elif not text.startswith(piece, position):
+            return False
+        out.append(piece)
+        position += len(piece)
+        return True
+
+    cursor = 0
+    for found in _PLACEHOLDER.finditer(redacted):
+        if not keep(redacted[cursor : found.start()]):
+            return None
+        if not replacing and text.startswith(found.group(0), position):
+            out.append(found.group(0))  # a placeholder the text held already
+            position += len(found.group(0))
+        else:
+            replacing = True
+        cursor = found.end()
+    if not keep(redacted[cursor:]):
+        return None
+    if replacing:
+        out.append(FILL * (len(text) - position))
+        position = len(text)
+    return "".join(out) if position == len(text) else None

@@ -13,7 +13,8 @@ import json
 import re
 
 import pytest
-from adversarial_texts import corpus, rule_texts
+from adversarial_texts import generic_texts, rule_texts
+from secret_examples import examples
 
 try:  # Python 3.11+
     import re._constants as sre_constants
@@ -32,8 +33,14 @@ from pytest_toolguard.redaction import (
 )
 from pytest_toolguard.secret_rules import (
     SCAN_LIMIT,
+    Allowlist,
+    SecretRule,
     _any_of,
     _compiled,
+    _gated_starts,
+    _gates,
+    _shortest_lead,
+    _sign_reach,
     _split_gap,
     _split_lazy_prefix,
     bounded_repeats,
@@ -85,9 +92,11 @@ def rule_regexes() -> list[tuple[str, str]]:
             found.append((f"{rule.id} tail", _compiled(gap.tail).pattern))
         for allowlist in rule.allowlists:
             if allowlist.regexes:
-                found.append((f"{rule.id} allowlist", _any_of(allowlist.regexes).pattern))
+                for pattern in _any_of(allowlist.regexes).patterns:
+                    found.append((f"{rule.id} allowlist", pattern))
     if rules.allowlist is not None and rules.allowlist.regexes:
-        found.append(("global allowlist", _any_of(rules.allowlist.regexes).pattern))
+        for pattern in _any_of(rules.allowlist.regexes).patterns:
+            found.append(("global allowlist", pattern))
     return found
 
 
@@ -219,16 +228,191 @@ def test_a_json_output_with_many_keys_keeps_its_content() -> None:
     assert "hunter2" not in text
 
 
-ADVERSARIAL = corpus(2048)
+# The suite redacts a sample of the adversarial corpus (the benchmark
+# screens all of it): for every rule, the texts of the kinds below, and
+# every generic text.
+SAMPLED_KINDS = (
+    "keyword glued",
+    "example 0 cut short",
+    "example 0 open run",
+    "example 0 one line",
+    "example 0 per line",
+)
+SAMPLE_SIZE = 2048
 
 
-@pytest.mark.parametrize("name", sorted(ADVERSARIAL))
-def test_adversarial_texts_are_redacted_to_a_fixed_point(name: str) -> None:
+def sampled_texts(rule: SecretRule, size: int = SAMPLE_SIZE) -> dict[str, str]:
+    return {
+        name: text
+        for name, text in rule_texts(rule, size)
+        if name.split(": ", 1)[1] in SAMPLED_KINDS
+    }
+
+
+def assert_a_fixed_point(name: str, text: str) -> None:
     redactor = Redactor()
-    once = redactor.redact_text(ADVERSARIAL[name])
-    assert redactor.redact_text(once) == once
+    once = redactor.redact_text(text)
+    assert redactor.redact_text(once) == once, name
+
+
+@pytest.mark.parametrize("rule", default_rule_set().rules, ids=lambda rule: rule.id)
+def test_adversarial_texts_of_each_rule_are_redacted_to_a_fixed_point(rule: SecretRule) -> None:
+    texts = sampled_texts(rule)
+    assert texts
+    for name, text in texts.items():
+        assert_a_fixed_point(name, text)
+
+
+@pytest.mark.parametrize(("name", "text"), list(generic_texts(SAMPLE_SIZE)), ids=lambda v: v[:30])
+def test_generic_adversarial_texts_are_redacted_to_a_fixed_point(name: str, text: str) -> None:
+    assert_a_fixed_point(name, text)
 
 
 def test_the_corpus_has_texts_for_every_rule_with_a_repeat() -> None:
     rules = default_rule_set().rules
     assert all(list(rule_texts(rule, 64)) for rule in rules)
+
+
+# --- what the per-finding shortcuts keep ----------------------------------------------
+
+
+@pytest.mark.parametrize("rule", default_rule_set().rules, ids=lambda rule: rule.id)
+def test_the_fast_scan_finds_what_the_whole_regexes_find_in_adversarial_texts(
+    rule: SecretRule,
+) -> None:
+    # The fast scan gates heads, skips keywords with no assignment sign in
+    # reach, searches allowlists by alternative and remembers verdicts; the
+    # exhaustive one runs each whole regex over the text.
+    # The curl rules, searched tail first, find more than their whole
+    # regex: every credential, not only the last one on a line.
+    # Short texts: the whole regexes cost the square of a long one.
+    rules = default_rule_set()
+    for name, text in sampled_texts(rule, 400).items():
+        fast, whole = rules.find(text), rules.find(text, exhaustive=True)
+        if _split_gap(rule.pattern) is None:
+            assert fast == whole, name
+        else:
+            assert set(whole) <= set(fast), name
+
+
+def allowlist_texts() -> list[str]:
+    texts = [
+        "true",
+        "FALSE",
+        "x null",
+        "aaaa",
+        "${SECRET_NAME}",
+        "{{ .Values.key }}",
+        "/usr/local/bin/tool",
+        "my-api-lib:jar:1.0",
+        "api_version = 2",
+        "keyboard_layout: us",
+        "RUN --mount=type=secret,id=npm",
+        "import { token } from 'lib'",
+        'LICENSE = "MIT"',
+        "A_B=\nC_D=\n",
+        "kind: Secret\ndata:\n---\nkind: Other\ndata:",
+        "nothing to allow here: Zq8mK2pLx9vQ7wE4",
+    ]
+    for rule in default_rule_set().rules:
+        for example in examples(rule, 1):
+            texts.append(example.text)
+            texts.append(example.secret)
+    return texts
+
+
+def every_allowlist() -> list[tuple[str, Allowlist]]:
+    rules = default_rule_set()
+    found = [
+        (f"{rule.id} {index}", allowlist)
+        for rule in rules.rules
+        for index, allowlist in enumerate(rule.allowlists)
+    ]
+    if rules.allowlist is not None:
+        found.append(("global", rules.allowlist))
+    return [(where, allowlist) for where, allowlist in found if allowlist.regexes]
+
+
+@pytest.mark.parametrize(("where", "allowlist"), every_allowlist(), ids=lambda v: str(v)[:30])
+def test_allowlist_alternatives_find_what_the_whole_regexes_find(
+    where: str, allowlist: Allowlist
+) -> None:
+    alternatives = _any_of(allowlist.regexes)
+    whole = [_compiled(regex) for regex in allowlist.regexes]
+    for text in allowlist_texts():
+        expected = any(regex.search(text) for regex in whole)
+        assert alternatives.found_in(text) == expected, (where, text)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "shortest"),
+    [
+        (r"[a-z0-9\-]*?api:jar:", "api:jar:"),
+        (r"[\w.\-]+:x", r"[\w.\-]:x"),
+        (r"a{2,5}b", "a{2}b"),
+        (r"a{0,5}?b", "b"),
+        (r"a?b?c", "c"),
+        (r"\w++x", r"\w++x"),  # possessive: may take what follows
+        (r"a*", "a*"),  # nothing would be left
+        (r"\bx*y", r"\bx*y"),  # not a repeat first
+        (r"(?:ab)*c", "(?:ab)*c"),  # not one character
+    ],
+)
+def test_a_leading_repeat_is_cut_to_its_minimum_for_a_yes_or_no_search(
+    pattern: str, shortest: str
+) -> None:
+    assert _shortest_lead(pattern) == shortest
+    texts = ["", "c", "abc", "aab", "xxy", "api:jar:", "my-api:jar:", "k.v:x", "aaaaab", "b", "wx"]
+    for text in texts:
+        assert (re.search(shortest, text) is None) == (re.search(pattern, text) is None), text
+
+
+KUBERNETES = next(rule for rule in default_rule_set().rules if rule.id == "kubernetes-secret-yaml")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "kind: secret\ndata:\n" * 200,
+        "kind: Secret\n" * 100 + "data:\n" * 100,
+        "data:\n  kind: secret\n" * 150,
+        ("kind: secret\ndata:\n" * 30 + "x" * 300) * 5,
+    ],
+)
+def test_kubernetes_secret_heads_without_a_value_in_reach_are_not_tried(text: str) -> None:
+    gates = _gates(KUBERNETES.pattern)
+    assert gates is not None
+    assert list(_gated_starts(text, gates)) == []
+    assert list(KUBERNETES.matches(text)) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: db\n"
+        "data:\n  password: cGFzc3dvcmQxMjM0NTY=\n",
+        "data:\n  token: dG9rZW4xMjM0NTY3ODkw\nkind: Secret\n",
+        "kind: secret\ndata:\n" * 40
+        + "  key: c2VjcmV0MTIzNDU2Nzg=\n"
+        + "kind: secret\ndata:\n" * 40,
+        ("kind: secret\ndata:\n" * 20 + "  a: YWJjZGVmZ2hpams=\n") * 6,
+        'kind: Secret\ndata:\n  a: ""\n---\nkind: Secret\ndata:\n  b: {{ .Values.b }}\n',
+    ],
+)
+def test_kubernetes_secrets_are_found_as_the_whole_regex_finds_them(text: str) -> None:
+    fast = [(match.span(), start) for match, start in KUBERNETES.matches(text)]
+    whole = [(match.span(), start) for match, start in KUBERNETES.matches(text, exhaustive=True)]
+    assert fast == whole
+    assert fast
+
+
+def test_gitleaks_semi_generic_rules_skip_keywords_with_no_assignment_sign_in_reach() -> None:
+    rules = default_rule_set().rules
+    reached = [rule.id for rule in rules if _sign_reach(_split_lazy_prefix(rule.pattern)[0])]
+    assert len(reached) > 80
+    twitter = next(rule for rule in rules if rule.id == "twitter-api-key")
+    text = "twitter" * 300
+    starts = [index for index in range(len(text)) if text.startswith("twitter", index)]
+    assert list(twitter.matches(text, starts=starts)) == []
+    key = "twitter_key = " + "a1b2c3d4e5" * 2 + "abcde"
+    assert [m.group(1) for m, _ in twitter.matches(f"x {key} ", starts=[2])] == [key[-25:]]
