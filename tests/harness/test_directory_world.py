@@ -237,6 +237,21 @@ def test_a_fake_world_tool_forced_into_the_directory_world_replays(tmp_path: Pat
     assert report.results[0].data == {"root": str(workspace)}  # mapped back
 
 
+SHIPPED = sorted(
+    path
+    for folder in ("cases", "cassettes")
+    for path in (Path(__file__).resolve().parents[2] / folder).glob("*.yaml")
+)
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[path.name for path in SHIPPED])
+def test_every_shipped_example_replays_in_the_directory_world_too(path: Path) -> None:
+    from pytest_toolguard.tools import builtin_registry
+
+    report = replay(load(path), builtin_registry(), world="directory")
+    assert report.differences == ()
+
+
 # -- the world is removed, whatever happened in it -------------------------------------
 
 
