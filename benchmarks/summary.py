@@ -47,6 +47,11 @@ ROWS = (
     Row("setup_empty", "per-cassette set-up / empty pytest test", 3.0),
     Row("cell_empty", "fault cell median / empty pytest test", 5.0),
     Row("xdist_speedup", "serial / -n 2 on the fault matrix", 1.7, at_least=True),
+    Row(
+        "directory_fake_replay",
+        "directory-world replay per interaction / fake-world replay per interaction",
+        2.0,
+    ),
     Row("redaction_adversarial", "worst adversarial 100 KB / plain 100 KB (redaction)", 5.0),
     Row(
         "load_10k",

@@ -25,6 +25,8 @@ FUZZ_EXAMPLES = "--toolguard-fuzz-examples"
 """Generated examples per tool and kind."""
 FUZZ_SEED = "--toolguard-fuzz-seed"
 """The fuzzer's seed."""
+WORLD = "--toolguard-world"
+"""Which world replay runs a cassette in: one of ``WORLD_CHOICES``."""
 
 CASSETTE_DIR_INI = "toolguard_cassette_dir"
 CASE_DIR_INI = "toolguard_case_dir"
@@ -33,6 +35,13 @@ SECRETS_INI = "toolguard_secrets"
 RECORD_MODE_INI = "toolguard_record_mode"
 AMPLIFY_MAX_INI = "toolguard_amplify_max_variants"
 """Variants kept per call: ``N`` (every tool) and ``TOOL=N`` lines."""
+WORLD_INI = "toolguard_world"
+"""The default of ``--toolguard-world``."""
+
+WORLD_CHOICES = ("auto", "fake", "directory")
+"""``auto``: the directory world for a cassette that calls a tool declaring
+``world="directory"`` (itself or through its registry), the fake world
+otherwise; ``fake`` or ``directory``: that world for every cassette."""
 
 FUZZ_NODE = "toolguard-fuzz"
 """The collector of the fuzz items (``toolguard-fuzz::<tool>``)."""

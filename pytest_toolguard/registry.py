@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import inspect
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -28,6 +28,24 @@ Handler = Callable[..., Any]
 ``async def`` handler (or any callable returning an awaitable of such data)."""
 
 AccessMode = Literal["read", "write"]
+
+WorldKind = Literal["fake", "directory"]
+"""Which world the harness runs a tool in when it replays or tests it:
+``fake`` (a fake filesystem in this process: tools that reach files only
+through Python's ``os``/``open`` within ``ctx.workspace``) or ``directory``
+(a fresh real directory: tools that reach files through C libraries,
+subprocesses or absolute paths)."""
+
+WORLD_KINDS: tuple[WorldKind, ...] = ("fake", "directory")
+
+
+def checked_world(value: object, where: str) -> WorldKind:
+    """``value`` as a ``WorldKind``; ``ValueError`` naming ``where`` otherwise."""
+    if value == "fake":
+        return "fake"
+    if value == "directory":
+        return "directory"
+    raise ValueError(f"{where}: unknown world {value!r}; choose one of {', '.join(WORLD_KINDS)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +144,9 @@ class ToolSpec:
     sandbox refuses by default (a hard link may share an outside file)."""
     redactor: Redactor | None = None
     """Replaces the runtime's redactor for this tool's arguments and output."""
+    world: WorldKind | None = None
+    """The world the harness replays and tests this tool in (``WorldKind``);
+    None: its registry's default. The runtime itself ignores it."""
     input_validator: SchemaValidator = field(init=False, repr=False, compare=False)
     output_validator: SchemaValidator | None = field(init=False, repr=False, compare=False)
     is_async: bool = field(init=False, repr=False, compare=False)
@@ -143,6 +164,8 @@ class ToolSpec:
                 "result_limit positive"
             )
         object.__setattr__(self, "risk", Risk(self.risk))
+        if self.world is not None:
+            checked_world(self.world, f"tool {self.name}")
         object.__setattr__(self, "input_validator", SchemaValidator(self.input_schema))
         output = SchemaValidator(self.output_schema, root="output") if self.output_schema else None
         object.__setattr__(self, "output_validator", output)
@@ -234,6 +257,7 @@ def tool(
     network_host_argument: str | None = None,
     allow_hardlinks: bool = False,
     redactor: Redactor | None = None,
+    world: WorldKind | None = None,
 ) -> Callable[[Handler], ToolSpec]:
     """Declare a tool from a handler. The name defaults to the function's
     name and the description to its docstring; without ``input_schema`` the
@@ -266,6 +290,7 @@ def tool(
             network_host_argument=network_host_argument,
             allow_hardlinks=allow_hardlinks,
             redactor=redactor,
+            world=world,
         )
 
     return wrap
@@ -273,9 +298,11 @@ def tool(
 
 class ToolRegistry:
     """The tools a runtime can run. Names are unique; registration refuses a
-    second tool of the same name (``ValueError``)."""
+    second tool of the same name (``ValueError``). ``world`` is the world
+    of its tools that declare none (``ToolSpec.world``)."""
 
-    def __init__(self, specs: Sequence[ToolSpec] = ()) -> None:
+    def __init__(self, specs: Sequence[ToolSpec] = (), *, world: WorldKind = "fake") -> None:
+        self.world: WorldKind = checked_world(world, "ToolRegistry(world=...)")
         self._tools: dict[str, ToolSpec] = {}
         for spec in specs:
             self.register(spec)
@@ -302,6 +329,18 @@ class ToolRegistry:
 
     def names(self) -> list[str]:
         return sorted(self._tools)
+
+    def world_for(self, names: Iterable[object]) -> WorldKind:
+        """The world a session calling the tools ``names`` needs:
+        ``directory`` when any of them runs in it (its own ``world``, or
+        the registry's default), else ``fake``. Names of no tool here
+        count as the registry's default."""
+        for name in names:
+            spec = self._tools.get(name) if isinstance(name, str) else None
+            kind = (spec.world if spec is not None else None) or self.world
+            if kind == "directory":
+                return "directory"
+        return "fake"
 
     def specs_for(self, capabilities: Capabilities) -> list[dict[str, Any]]:
         """The tools this session may call, as the model should see them."""

@@ -167,7 +167,7 @@ class Cell:
                 self._probe.on_start = self._handler_starting
                 spec = spec.with_handler(self._probe)
             specs.append(spec)
-        return ToolRegistry(specs)
+        return ToolRegistry(specs, world=registry.world)
 
     @property
     def handler_calls(self) -> int:

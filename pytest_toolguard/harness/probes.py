@@ -216,7 +216,7 @@ def probing(
         probe = HandlerProbe(spec.handler, accesses)
         probes.append(probe)
         specs.append(spec.with_handler(probe))
-    return ToolRegistry(specs), probes
+    return ToolRegistry(specs, world=registry.world), probes
 
 
 class _Settling:

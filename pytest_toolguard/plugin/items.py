@@ -202,7 +202,11 @@ def replay_file(
         outcomes.leave(item, replay=ReplayTotals(unreadable=1).as_dict())
         raise
     report = replay(
-        cassette, toolguard_registry, secrets=toolguard_secrets, fake_world=run.fake_world()
+        cassette,
+        toolguard_registry,
+        secrets=toolguard_secrets,
+        fake_world=run.fake_world(),
+        world=run.world,
     )
     outcomes.leave(item, replay=ReplayTotals.of(report).as_dict())
     if not report.ok:

@@ -19,6 +19,9 @@ from ..options import (
     REPLAY,
     REPORT,
     SECRETS_INI,
+    WORLD,
+    WORLD_CHOICES,
+    WORLD_INI,
     dest,
 )
 from ..replay.record_mode import CHOICES as RECORD_MODES
@@ -100,6 +103,21 @@ def add_options(parser: pytest.Parser) -> None:
         default=0,
         metavar="N",
         help="the fuzzer's seed (default 0: the same examples on every run and xdist worker)",
+    )
+    group.addoption(
+        WORLD,
+        dest=dest(WORLD),
+        choices=WORLD_CHOICES,
+        default=None,
+        help="the world replay runs each cassette and case in: auto (the directory world when "
+        'a tool it calls declares world="directory", the fake world otherwise), fake (a '
+        "fake filesystem in this process) or directory (a fresh real directory, removed "
+        f"afterwards). Default: the ini {WORLD_INI}, else auto",
+    )
+    parser.addini(
+        WORLD_INI,
+        f"the default of {WORLD}: {', '.join(WORLD_CHOICES)} (default: auto)",
+        default="auto",
     )
     parser.addini(
         CASSETTE_DIR_INI,

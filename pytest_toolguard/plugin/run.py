@@ -35,6 +35,9 @@ from ..options import (
     RECORD_MODE_INI,
     REPLAY,
     REPORT,
+    WORLD,
+    WORLD_CHOICES,
+    WORLD_INI,
     dest,
 )
 from ..replay.record_mode import parse as parse_record_mode
@@ -67,6 +70,8 @@ class ToolguardRun:
         self.fuzz_seed: int = config.getoption(dest(FUZZ_SEED))
         self.report_path: str | None = config.getoption(dest(REPORT)) or None
         self.record_mode_ini = self._ini_record_mode()
+        self.world: str = self._world()
+        """The world replay runs cassettes in: one of ``WORLD_CHOICES``."""
         self.faults: tuple[Fault, ...] = self._selected_faults()
         """The columns of the fault matrix (empty without ``--toolguard-faults``)."""
         self._check_report_path()
@@ -245,6 +250,19 @@ class ToolguardRun:
             parse_record_mode(value, f"ini {RECORD_MODE_INI}")
         except ValueError as exc:
             raise pytest.UsageError(str(exc)) from None
+        return value
+
+    def _world(self) -> str:
+        """``--toolguard-world``, else the ini's; a usage error when unknown."""
+        value = self.config.getoption(dest(WORLD))
+        if value is not None:
+            return str(value)  # argparse checked the choice
+        value = str(self.config.getini(WORLD_INI)).strip() or "auto"
+        if value not in WORLD_CHOICES:
+            choices = ", ".join(WORLD_CHOICES)
+            raise pytest.UsageError(
+                f"ini {WORLD_INI}: unknown world {value!r}; choose one of {choices}"
+            )
         return value
 
     def _amplify_caps(self) -> Any:

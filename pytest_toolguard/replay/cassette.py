@@ -77,6 +77,9 @@ MAX_GENERATED_TOTAL = 1024 * 1024 * 1024
 """The bytes all the recipes of one file make together (replay makes them
 one variant at a time, but makes every one)."""
 
+VOLATILE_FILE_PREFIX = "files."
+"""A ``volatile`` entry ``files.<path>``: that file's bytes are not compared."""
+
 Syntax = Literal["yaml", "json"]
 
 Kind = Literal["cassette", "case"]
@@ -248,6 +251,10 @@ class WorkspaceState:
     directories: tuple[str, ...] = ()
     symlinks: Mapping[str, str] = field(default_factory=dict)
     outside_files: Mapping[str, bytes] = field(default_factory=dict)
+    modes: Mapping[str, int] = field(default_factory=dict)
+    """Permission bits (``0o755``) of files and directories whose bits are
+    not the usual ones (0644 for a file, 0755 for a directory), by relative
+    path. The directory world applies them; the fake world does not."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,8 +310,8 @@ def _validator() -> Draft202012Validator:
 def _quick_check() -> SchemaValidator:
     """The answer to "valid?", from jsonschema-rs when installed (about a hundredth of
     jsonschema's time on a large cassette); ``_validator`` still explains an
-    invalid file. The schema's two patterns (``^[0-9a-f]{64}$``,
-    ``^hook\\..+$``) read the same in Rust's regex, or stricter (``$`` does
+    invalid file. The schema's three patterns (``^[0-9a-f]{64}$``,
+    ``^hook\\..+$``, ``^0[0-7]{3}$``) read the same in Rust's regex, or stricter (``$`` does
     not match before a final newline there), so jsonschema decides a doubt.
     The schema is depth-bounded (no ``$ref`` cycle, no ``uniqueItems`` or
     ``const``, ``enum``s of strings; arguments and data are any value), so
@@ -474,6 +481,7 @@ def _build(raw: dict[str, Any], source: str) -> Cassette:
                 path: _content(value)
                 for path, value in (workspace.get("outside_files") or {}).items()
             },
+            modes={path: int(bits, 8) for path, bits in (workspace.get("modes") or {}).items()},
         ),
         interactions=interactions,
         final_files=final,
@@ -787,6 +795,8 @@ def _workspace_dict(state: WorkspaceState) -> dict[str, Any]:
         body["outside_files"] = {
             path: _content_dict(data) for path, data in sorted(state.outside_files.items())
         }
+    if state.modes:
+        body["modes"] = {path: f"{bits:04o}" for path, bits in sorted(state.modes.items())}
     return body
 
 

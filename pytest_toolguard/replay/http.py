@@ -391,7 +391,8 @@ class _Session:
         if not any(reaches_network(spec) for spec in registry):
             return registry
         return ToolRegistry(
-            [self.wrap(spec) if reaches_network(spec) else spec for spec in registry]
+            [self.wrap(spec) if reaches_network(spec) else spec for spec in registry],
+            world=registry.world,
         )
 
     def wrap(self, spec: ToolSpec) -> ToolSpec:

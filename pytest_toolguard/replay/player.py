@@ -9,6 +9,17 @@ compares what ``checks.ReplayChecks`` compares: each result and audit row,
 the files after the last call, the files outside, the handlers still
 running, the HTTP requests nothing recorded answered.
 
+A cassette that calls a tool declaring ``world="directory"`` (or any
+cassette, with ``world="directory"``) is replayed in a
+``harness.DirectoryWorld`` instead: a fresh real directory holding the
+recorded workspace, where C libraries and subprocesses see the same files
+as the handler. The recorded root is mapped to the world's in the calls'
+arguments, and back in what is compared (``root_map.RootMap``); "the files
+outside" are then every entry of the world's own tree outside the
+workspace (its decoys and the cassette's outside files), which must be
+neither created, changed nor removed. A cassette's ``volatile`` may name
+``files.<path>``: that file is checked for being there, not for its bytes.
+
 It never raises for a difference: every one is collected in the returned
 ``ReplayReport``. With ``secrets``, the runtime redacts their real values as
 it redacts any secret (unless a ``redactor`` of the caller's is given), and
@@ -19,21 +30,25 @@ cannot make a report print what replay sent for its placeholders.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-from ..audit import SQLiteAuditStore
+from ..audit import AuditRecord, SQLiteAuditStore
 from ..contract import ToolResult
+from ..harness.directory_world import DirectoryWorld, mapped_files
 from ..harness.fake_filesystem import FakeWorld
 from ..harness.files import read_files
 from ..harness.known_secrets import KnownSecrets
-from ..harness.probes import probing
+from ..harness.probes import outside_changes, probing
 from ..harness.session import secrets_redactor, session_runtime, with_secrets
 from ..harness.world import World
 from ..redaction import Redactor
-from ..registry import ToolRegistry
-from .cassette import Cassette
+from ..registry import ToolRegistry, WorldKind, checked_world
+from .cassette import VOLATILE_FILE_PREFIX, Cassette
 from .checks import ReplayChecks, ReplayReport
+from .http import HttpPlayback
 from .redacting import redact_path
+from .root_map import RootMap
 
 ORPHAN_JOIN_SECONDS = 5.0
 """How long replay waits for a handler that overran its deadline."""
@@ -47,6 +62,7 @@ def replay(
     secrets: Mapping[str, str] | None = None,
     volatile: Sequence[str] = (),
     fake_world: FakeWorld | None = None,
+    world: str = "auto",
 ) -> ReplayReport:
     """Replay ``cassette`` through a fresh runtime over ``registry``.
 
@@ -55,45 +71,186 @@ def replay(
     without one are sent as they are. ``volatile`` adds field paths (such as
     ``data.files_searched``) that are not compared in any interaction.
     ``fake_world`` is the ``FakeWorld`` to run in (default: the process's).
+    ``world`` is ``auto``, ``fake`` or ``directory`` (see ``chosen_world``).
     Without a ``redactor``, the runtime's also redacts the ``secrets``.
+    ``ValueError`` for an unknown ``world``.
     """
     redactor = redactor or secrets_redactor(secrets) or Redactor()
     checks = ReplayChecks(
         redactor, tuple(cassette.volatile) + tuple(volatile), registry, KnownSecrets(secrets)
     )
     http = checks.http_playback(cassette, registry)  # imports vcrpy outside the fake world
-    with World.of(cassette, fake_world=fake_world) as world:
+    if chosen_world(cassette, registry, world) == "directory":
+        results, rows = _replay_in_directory(cassette, registry, checks, http, redactor, secrets)
+        return ReplayReport(cassette, results, tuple(checks.differences), checks.checks, rows)
+    with World.of(cassette, fake_world=fake_world) as fake:
         outside_before = dict(cassette.workspace.outside_files)
-        store = SQLiteAuditStore(":memory:")
-        probed, probes = probing(registry)  # threads a handler leaves running
-        runtime = session_runtime(cassette, probed, store, redactor=redactor, http=http)
-        results: list[ToolResult] = []
-        stored: list[Any] = []
-        runtime.add_listener(lambda call, result, data, approval: stored.append(data))
-        try:
-            for index, interaction in enumerate(cassette.interactions):
-                if http:
-                    http.current = index
-                result = runtime.execute(with_secrets(interaction.call, secrets))
-                results.append(result)
-                checks.result(index, interaction, result, stored[-1])
-        finally:
-            orphans = runtime.close(join_timeout=ORPHAN_JOIN_SECONDS)
-            if http:
-                http.close()
-        if http:
-            checks.http_requests(cassette.interactions, http.unmatched())
-        for orphan in orphans:
-            checks.add("runtime", "handlers", "none still running", orphan)
-        left = sorted({name for probe in probes for name in probe.leftover_threads()})
-        if left:
-            checks.add("runtime", "threads", "none left running by a handler", ", ".join(left))
-        rows = tuple(store.rows())
-        store.close()
-        checks.audit(cassette.interactions, rows)
-        checks.files(cassette, _redacted_paths(redactor, world.tree()))
+        results, rows = _play(cassette, cassette, registry, checks, http, redactor, secrets)
+        checks.files(*_without_volatile_files(cassette, _redacted_paths(redactor, fake.tree())))
         checks.outside(outside_before, read_files(outside_before))
-    return ReplayReport(cassette, tuple(results), tuple(checks.differences), checks.checks, rows)
+    return ReplayReport(cassette, results, tuple(checks.differences), checks.checks, rows)
+
+
+def chosen_world(cassette: Cassette, registry: ToolRegistry, world: str = "auto") -> WorldKind:
+    """The world ``cassette`` replays in: ``world`` when it is ``fake`` or
+    ``directory``; for ``auto``, the directory world when a tool its calls
+    name runs in it (``ToolRegistry.world_for``). ``ValueError`` for any
+    other ``world``."""
+    if world == "auto":
+        return registry.world_for(item.call.tool_name for item in cassette.interactions)
+    return checked_world(world, "world")
+
+
+def _replay_in_directory(
+    cassette: Cassette,
+    registry: ToolRegistry,
+    checks: ReplayChecks,
+    http: HttpPlayback | None,
+    redactor: Redactor,
+    secrets: Mapping[str, str] | None,
+) -> tuple[tuple[ToolResult, ...], tuple[AuditRecord, ...]]:
+    """``replay``'s run in a ``DirectoryWorld``: the calls see the world's
+    root where the recording named its own (``RootMap``), and what they
+    return, the rows and the files are compared spelt as recorded. Outside
+    the workspace, every entry of the world's own tree (decoys, the
+    cassette's outside files) must be as it was before the first call:
+    created, changed or removed ones are differences. Returns the results
+    and the audit rows."""
+    with DirectoryWorld.of(cassette) as place:
+        mapping = place.root_map
+        for path in place.unplaced_outside:
+            checks.add(
+                "outside the workspace",
+                path,
+                "planted",
+                "not planted: a directory world plants only beside the recorded root",
+            )
+        outside_before = place.outside()
+        in_world = replace(
+            cassette,
+            workspace=replace(cassette.workspace, root=place.root),
+            interactions=tuple(
+                replace(
+                    item, call=replace(item.call, arguments=mapping.to_world(item.call.arguments))
+                )
+                for item in cassette.interactions
+            ),
+        )
+        results, rows = _play(
+            cassette, in_world, registry, checks, http, redactor, secrets, mapping
+        )
+        files = _redacted_paths(redactor, mapped_files(mapping, place.tree()))
+        checks.files(*_without_volatile_files(cassette, files))
+        outside_after = place.outside()
+        changes = outside_changes(outside_before, outside_after)
+        for path in (*changes.created, *changes.modified, *changes.removed):
+            before, after = outside_before.get(path), outside_after.get(path)
+            checks.add(
+                "outside the workspace",
+                place.recorded_path(path),
+                "absent" if before is None else "unchanged",
+                "removed" if after is None else _described(checks, after),
+            )
+        checks.checks += len(outside_before) + len(changes.created)
+    return results, rows
+
+
+def _play(
+    cassette: Cassette,
+    in_world: Cassette,
+    registry: ToolRegistry,
+    checks: ReplayChecks,
+    http: HttpPlayback | None,
+    redactor: Redactor,
+    secrets: Mapping[str, str] | None,
+    mapping: RootMap | None = None,
+) -> tuple[tuple[ToolResult, ...], tuple[AuditRecord, ...]]:
+    """Every call of ``in_world`` (``cassette`` as the world spells it)
+    through a fresh runtime, each result and the audit rows compared with
+    ``cassette``'s (after ``mapping`` spelt them as recorded); the handlers
+    and threads still running are differences too."""
+    store = SQLiteAuditStore(":memory:")
+    probed, probes = probing(registry)  # threads a handler leaves running
+    runtime = session_runtime(in_world, probed, store, redactor=redactor, http=http)
+    results: list[ToolResult] = []
+    stored: list[Any] = []
+    runtime.add_listener(lambda call, result, data, approval: stored.append(data))
+    try:
+        for index, interaction in enumerate(cassette.interactions):
+            if http:
+                http.current = index
+            result = runtime.execute(with_secrets(in_world.interactions[index].call, secrets))
+            data = stored[-1]
+            if mapping is not None:
+                result = replace(
+                    result,
+                    message=mapping.to_recorded(result.message),
+                    data=mapping.to_recorded(result.data),
+                )
+                data = mapping.to_recorded(data)
+            results.append(result)
+            checks.result(index, interaction, result, data)
+    finally:
+        orphans = runtime.close(join_timeout=ORPHAN_JOIN_SECONDS)
+        if http:
+            http.close()
+    if http:
+        checks.http_requests(cassette.interactions, http.unmatched())
+    for orphan in orphans:
+        checks.add("runtime", "handlers", "none still running", orphan)
+    left = sorted({name for probe in probes for name in probe.leftover_threads()})
+    if left:
+        checks.add("runtime", "threads", "none left running by a handler", ", ".join(left))
+    rows = tuple(store.rows())
+    store.close()
+    if mapping is not None:
+        rows = tuple(_row_as_recorded(mapping, row) for row in rows)
+    checks.audit(cassette.interactions, rows)
+    return tuple(results), rows
+
+
+def _row_as_recorded(mapping: RootMap, row: AuditRecord) -> AuditRecord:
+    """``row`` with its text fields spelt as the recording spelt the root."""
+    return replace(
+        row,
+        **{
+            name: mapping.to_recorded(getattr(row, name))
+            for name in _ROW_TEXT
+            if isinstance(getattr(row, name), str)
+        },
+    )
+
+
+_ROW_TEXT = ("call_id", "arguments_json", "rule", "reason", "result_preview", "error_message")
+
+
+def _without_volatile_files(
+    cassette: Cassette, files: Mapping[str, bytes]
+) -> tuple[Cassette, dict[str, bytes]]:
+    """``cassette`` and ``files`` without the files its ``volatile`` names
+    (``files.<path>``: a file whose bytes differ on every run, such as git's
+    index, which holds inode numbers) when both hold them: such a file is
+    still checked for being there, never for its bytes."""
+    volatile = {
+        entry[len(VOLATILE_FILE_PREFIX) :]
+        for entry in cassette.volatile
+        if entry.startswith(VOLATILE_FILE_PREFIX)
+    }
+    dropped = {
+        path for path in volatile if path in files and cassette.final_files.get(path) is not None
+    }
+    if not dropped:
+        return cassette, dict(files)
+    final = {path: state for path, state in cassette.final_files.items() if path not in dropped}
+    kept = {path: data for path, data in files.items() if path not in dropped}
+    return replace(cassette, final_files=final), kept
+
+
+def _described(checks: ReplayChecks, entry: tuple[Any, ...]) -> str:
+    """An entry of an outside snapshot as a difference shows it."""
+    if entry[0] == "file":
+        return str(checks.describe(entry[-1]))
+    return str(entry[0])
 
 
 def _redacted_paths(redactor: Redactor, files: Mapping[str, bytes]) -> dict[str, bytes]:

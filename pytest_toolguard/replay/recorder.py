@@ -10,12 +10,17 @@ the calls touched, as they were before the first call, and the same files
 after the last call: the paths their tools declare (``PathAccess``) and
 every path a handler actually asked ``ctx.workspace`` about (read, listed,
 checked, written), declared or not; a directory means everything beneath
-it. Arguments sent as JSON text, as model APIs send them, are read the way
-the runtime reads them. Arguments, results and previews are redacted with
-the runtime's redactor before anything is written: a cassette never holds a
-secret the redactor knows. The call's ids (call id, tool name, actor,
-session id, idempotency key) are kept as its audit row keeps them
-(``runtime.storable_id``: redacted, a lone surrogate escaped, cut).
+it. A session that called a tool running in the directory world
+(``world="directory"``, which may reach any file through C code or another
+process) keeps the whole workspace instead: every file (up to
+``MAX_WORKSPACE_BYTES``), directory, link and unusual permission bits, as
+they were when recording started. Arguments sent as JSON text, as model
+APIs send them, are read the way the runtime reads them. Arguments,
+results and previews are redacted with the runtime's redactor before
+anything is written: a cassette never holds a secret the redactor knows.
+The call's ids (call id, tool name, actor, session id, idempotency key) are
+kept as its audit row keeps them (``runtime.storable_id``: redacted, a lone
+surrogate escaped, cut).
 
 Each interaction also keeps the approval that let its call through (the
 PreToolUse hook that answered ``allow``: replay grants it again, see
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -39,6 +45,7 @@ from ..audit import AuditRecord, AuditUnavailable
 from ..capabilities import under_root
 from ..contract import ToolCall, ToolResult
 from ..documents import parse_json
+from ..errors import ToolguardError
 from ..harness.files import read_tree
 from ..hooks import Approval
 from ..plan import PlanProgress
@@ -57,6 +64,15 @@ from .cassette import (
 )
 from .http import HttpRecording
 from .redacting import redact_file, redact_path, tool_redactor
+
+MAX_WORKSPACE_BYTES = 64 * 1024 * 1024
+"""The most bytes of files a cassette keeps as the starting workspace of
+a session of directory-world tools, which keeps all of it."""
+
+
+class WorkspaceTooLarge(ToolguardError, ValueError):
+    """A session of directory-world tools started in a workspace larger
+    than the recorder keeps; the message says how large and what to do."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +93,9 @@ class _Recorded:
 class Recorder:
     """Records every call a runtime executes, from ``start()`` on.
     ``record_http=False`` leaves the HTTP of network tools unrecorded (a
-    recorder inside a world that already serves it)."""
+    recorder inside a world that already serves it). ``max_workspace_bytes``
+    bounds the whole-workspace snapshot a session of directory-world tools
+    keeps (see ``WorkspaceTooLarge``)."""
 
     def __init__(
         self,
@@ -87,8 +105,10 @@ class Recorder:
         recorded_by: str | None = None,
         description: str = "",
         record_http: bool = True,
+        max_workspace_bytes: int = MAX_WORKSPACE_BYTES,
     ) -> None:
         self.runtime = runtime
+        self.max_workspace_bytes = max_workspace_bytes
         self.name = name
         self.recorded_by = recorded_by
         self.description = description
@@ -98,6 +118,7 @@ class Recorder:
         self._before: dict[str, bytes] = {}
         self._symlinks: dict[str, str] = {}
         self._directories: list[str] = []
+        self._modes: dict[str, int] = {}
         self._started_at = ""
         self._remove_listener: Callable[[], None] | None = None
         self._remove_watcher: Callable[[], None] | None = None
@@ -111,7 +132,7 @@ class Recorder:
         root = self.runtime.workspace.root
         self._started_at = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
         self._before = read_tree(root)
-        self._symlinks, self._directories = _links_and_directories(root)
+        self._symlinks, self._directories, self._modes = _links_and_directories(root)
         if self.record_http:
             self._http = HttpRecording.attach(self.runtime)
         self._remove_watcher = self.runtime.watch_files(self._watch)
@@ -152,10 +173,17 @@ class Recorder:
         runtime = self.runtime
         touched = [path for item in self._calls for path in item.touched]
         after = read_tree(runtime.workspace.root)
+        # A directory-world tool may reach any file through C code or another
+        # process, unseen: its session keeps the whole workspace.
+        whole = runtime.registry.world_for(item.call.tool_name for item in self._calls)
+        if whole == "directory":
+            self._check_size()
 
         def kept(path: str) -> bool:
             # Files no tool may read (.env) never enter a cassette.
-            return any(under_root(path, root) for root in touched) and not _forbidden(runtime, path)
+            return (
+                whole == "directory" or any(under_root(path, root) for root in touched)
+            ) and not _forbidden(runtime, path)
 
         redact = self.runtime.redactor
 
@@ -201,10 +229,23 @@ class Recorder:
                     for link, target in self._symlinks.items()
                     if kept(link)
                 },
+                modes={shown(path): bits for path, bits in self._modes.items() if kept(path)},
             ),
             interactions=tuple(self._interaction(item) for item in self._calls),
             final_files={shown(path): state for path, state in final.items()},
         )
+
+    def _check_size(self) -> None:
+        """``WorkspaceTooLarge`` when the workspace snapshot is over the bound."""
+        size = sum(len(data) for data in self._before.values())
+        if size > self.max_workspace_bytes:
+            raise WorkspaceTooLarge(
+                f"the workspace {self.runtime.workspace.root} held {size:,} bytes in "
+                f"{len(self._before):,} files when recording started, over the "
+                f"{self.max_workspace_bytes:,} bytes a cassette keeps for tools that run in "
+                'the directory world (world="directory" keeps the whole workspace): record '
+                "in a smaller workspace, or pass a larger max_workspace_bytes to the recorder"
+            )
 
     def interaction(
         self,
@@ -346,19 +387,30 @@ def _forbidden(runtime: ToolRuntime, path: str) -> bool:
     return False
 
 
-def _links_and_directories(root: str) -> tuple[dict[str, str], list[str]]:
+def _links_and_directories(root: str) -> tuple[dict[str, str], list[str], dict[str, int]]:
+    """The links, the directories and the unusual permission bits (see
+    ``WorkspaceState.modes``) beneath ``root``."""
     links: dict[str, str] = {}
     directories: list[str] = []
+    modes: dict[str, int] = {}
     for directory, subdirs, names in os.walk(root):
         subdirs.sort()
         for name in sorted(subdirs + names):
             path = os.path.join(directory, name)
             relative = os.path.relpath(path, root).replace(os.sep, "/")
-            if os.path.islink(path):
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:
+                continue
+            if stat.S_ISLNK(mode):
                 links[relative] = os.readlink(path)
-            elif os.path.isdir(path):
+                continue
+            if stat.S_ISDIR(mode):
                 directories.append(relative)
-    return links, directories
+            usual = 0o755 if stat.S_ISDIR(mode) else 0o644
+            if (stat.S_ISDIR(mode) or stat.S_ISREG(mode)) and stat.S_IMODE(mode) != usual:
+                modes[relative] = stat.S_IMODE(mode)
+    return links, directories, modes
 
 
 @contextmanager
@@ -369,14 +421,19 @@ def record_session(
     name: str | None = None,
     recorded_by: str | None = None,
     description: str = "",
+    max_workspace_bytes: int = MAX_WORKSPACE_BYTES,
 ) -> Iterator[Recorder]:
     """Record every call ``runtime`` executes in the block into the cassette
-    at ``path``, written (atomically) only when the block ends normally."""
+    at ``path``, written (atomically) only when the block ends normally.
+    ``WorkspaceTooLarge`` (nothing written) when a session of
+    directory-world tools started in a workspace larger than
+    ``max_workspace_bytes``."""
     recorder = Recorder(
         runtime,
         name=name or os.path.splitext(os.path.basename(os.fspath(path)))[0],
         recorded_by=recorded_by,
         description=description,
+        max_workspace_bytes=max_workspace_bytes,
     )
     recorder.start()
     try:

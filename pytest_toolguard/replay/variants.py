@@ -29,14 +29,21 @@ from ..harness.session import secrets_redactor
 from ..jsondata import canonical_json
 from ..redaction import Redactor
 from ..registry import ToolRegistry
-from .cassette import Cassette, FileState, GeneratedContent, Interaction, Variant
+from .cassette import (
+    VOLATILE_FILE_PREFIX,
+    Cassette,
+    FileState,
+    GeneratedContent,
+    Interaction,
+    Variant,
+)
 from .checks import Difference, ReplayChecks, describe_content
 from .http import HttpUnavailable
 from .redacting import redact_file
 
 WHOLE_RESULT = "result"
 """A variant's volatile entry meaning: its result is not compared at all."""
-FILES_PREFIX = "files."
+FILES_PREFIX = VOLATILE_FILE_PREFIX
 """A variant's volatile entry ``files.<path>``: that file's content is not compared."""
 
 
