@@ -7,7 +7,8 @@ recorded session's runtime (``harness.session_runtime``: its plan, its
 approvals granted again, its HTTP exchanges served with no network), and
 compares what ``checks.ReplayChecks`` compares: each result and audit row,
 the files after the last call, the files outside, the handlers still
-running, the HTTP requests nothing recorded answered.
+running, the HTTP requests nothing recorded answered, and what a handler
+reached of the real disk (refused: ``World.escapes()``).
 
 It never raises for a difference: every one is collected in the returned
 ``ReplayReport``. With ``secrets``, the runtime redacts their real values as
@@ -69,20 +70,26 @@ def replay(
         runtime = session_runtime(cassette, probed, store, redactor=redactor, http=http)
         results: list[ToolResult] = []
         stored: list[Any] = []
+        reported = 0
         runtime.add_listener(lambda call, result, data, approval: stored.append(data))
         try:
             for index, interaction in enumerate(cassette.interactions):
                 if http:
                     http.current = index
+                seen = len(world.escapes())
                 result = runtime.execute(with_secrets(interaction.call, secrets))
                 results.append(result)
                 checks.result(index, interaction, result, stored[-1])
+                where = f"interaction {index + 1} ({interaction.call.tool_name})"
+                checks.escapes(where, world.escapes()[seen:])
+                reported = len(world.escapes())
         finally:
             orphans = runtime.close(join_timeout=ORPHAN_JOIN_SECONDS)
             if http:
                 http.close()
         if http:
             checks.http_requests(cassette.interactions, http.unmatched())
+        checks.escapes("runtime", world.escapes()[reported:])  # a thread's, late
         for orphan in orphans:
             checks.add("runtime", "handlers", "none still running", orphan)
         left = sorted({name for probe in probes for name in probe.leftover_threads()})
