@@ -33,6 +33,9 @@ SECRETS_INI = "toolguard_secrets"
 RECORD_MODE_INI = "toolguard_record_mode"
 AMPLIFY_MAX_INI = "toolguard_amplify_max_variants"
 """Variants kept per call: ``N`` (every tool) and ``TOOL=N`` lines."""
+REAL_PATHS_INI = "toolguard_real_paths"
+"""Real directories the fake world maps in read-only, one a line (beside
+the time-zone database and installed packages, always mapped)."""
 
 FUZZ_NODE = "toolguard-fuzz"
 """The collector of the fuzz items (``toolguard-fuzz::<tool>``)."""

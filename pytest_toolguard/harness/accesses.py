@@ -45,10 +45,10 @@ or write) that reached a path outside, or any operation *given* a path
 outside (``stat``, ``exists``, ``realpath``, ``listdir`` of
 ``/root/.ssh``), except beneath the ``exempt`` directories (the real ones
 a world maps in read-only: the time-zone database, installed packages;
-a write there is refused and reported by ``harness.escapes``). A ``stat`` or ``realpath`` of a path inside that a link
-carries outside is the link's doing (the check that looks refuses it):
-what it resolves on the way, and a later look at where it led, are
-recorded, not judged.
+a write there is refused and reported by ``harness.escapes``). A
+``stat`` or ``realpath`` of a path inside that a link carries outside is
+the link's doing (the check that looks refuses it): what it resolves on
+the way, and a later look at where it led, are recorded, not judged.
 
 ``os.open(path, O_NOFOLLOW)`` of a symbolic link is one access of
 the link itself, as the kernel refuses it (ELOOP) without looking at the

@@ -63,6 +63,7 @@ from __future__ import annotations
 import errno
 import os
 import posixpath
+import subprocess
 import sys
 import threading
 import weakref
@@ -203,6 +204,8 @@ class _Guard:
         """Threads a handler run started (and threads they started)."""
         self.start: Callable[[threading.Thread], None] | None = None
         """``threading.Thread.start`` as it was before the guard wrapped it."""
+        self.popen_init: Callable[..., None] | None = None
+        """``subprocess.Popen.__init__`` as it was before the guard wrapped it."""
 
 
 _GUARD = _Guard()
@@ -219,14 +222,30 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         detail = describe(args)
     except Exception:  # noqa: BLE001 - arguments of an unexpected shape
         detail = "?"
-    if detail is None or not in_handler_run() or _owned_caller():
-        return
-    done = what.format(detail)
-    escape = Escape(event, detail, f"{event} {done} outside the fake filesystem; {DECLARE}")
+    if detail is not None and in_handler_run() and not _owned_caller(sys._getframe(1)):
+        _refuse(event, what, detail)
+
+
+def _refuse(event: str, what: str, detail: str) -> None:
+    """Keep the escape in the innermost guard's log, and raise it."""
+    message = f"{event} {what.format(detail)} outside the fake filesystem; {DECLARE}"
+    escape = Escape(event, detail, message)
     logs = _GUARD.logs
     if logs:
         logs[-1].add(escape)
-    raise RealDiskRefused(errno.EACCES, escape.message)
+    raise RealDiskRefused(errno.EACCES, message)
+
+
+def _popen_init(popen: Any, args: Any, *more: Any, **options: Any) -> None:
+    """``subprocess.Popen.__init__``, refusing a handler run's process
+    before the pipes it asks for are made: under pyfakefs they fail (or
+    recurse) before the ``subprocess.Popen`` event, with an error that does
+    not say why."""
+    if _GUARD.logs and in_handler_run() and not _owned_caller(sys._getframe(1)):
+        _refuse("subprocess.Popen", "ran {}", _command(args))
+    init = _GUARD.popen_init
+    assert init is not None  # set while this wrapper is installed
+    init(popen, args, *more, **options)
 
 
 def in_handler_run() -> bool:
@@ -242,12 +261,11 @@ def in_handler_run() -> bool:
     return False
 
 
-def _owned_caller() -> bool:
-    """Whether the nearest frame outside the standard library and this
-    module (what called ``sqlite3.connect``, ``subprocess.run``, ...) is
-    toolguard-owned."""
+def _owned_caller(frame: FrameType | None) -> bool:
+    """Whether the nearest frame from ``frame`` down that is outside the
+    standard library and this module (what called ``sqlite3.connect``,
+    ``subprocess.run``, ...) is toolguard-owned."""
     stdlib = sys.stdlib_module_names
-    frame: FrameType | None = sys._getframe(2)
     while frame is not None:
         name = frame.f_globals.get("__name__")
         if not isinstance(name, str):
@@ -279,7 +297,9 @@ def guarding(log: EscapeLog) -> Iterator[EscapeLog]:
             _GUARD.hooked = True
         if not _GUARD.logs:
             _GUARD.start = threading.Thread.start
-            threading.Thread.start = _starting  # type: ignore[method-assign]
+            setattr(threading.Thread, "start", _starting)  # noqa: B010 (a method replaced)
+            _GUARD.popen_init = subprocess.Popen.__init__
+            setattr(subprocess.Popen, "__init__", _popen_init)  # noqa: B010
         _GUARD.logs.append(log)
     try:
         yield log
@@ -287,9 +307,13 @@ def guarding(log: EscapeLog) -> Iterator[EscapeLog]:
         with _GUARD.lock:
             _GUARD.logs.remove(log)
             if not _GUARD.logs and _GUARD.start is not None:
-                if threading.Thread.start is _starting:  # type: ignore[comparison-overlap]
-                    threading.Thread.start = _GUARD.start  # type: ignore[method-assign]
+                if vars(threading.Thread)["start"] is _starting:  # not replaced since
+                    setattr(threading.Thread, "start", _GUARD.start)  # noqa: B010
                 _GUARD.start = None
+            if not _GUARD.logs and _GUARD.popen_init is not None:
+                if vars(subprocess.Popen)["__init__"] is _popen_init:
+                    setattr(subprocess.Popen, "__init__", _GUARD.popen_init)  # noqa: B010
+                _GUARD.popen_init = None
 
 
 # -- read-only real directories ------------------------------------------------------
@@ -354,7 +378,12 @@ class ReadOnlyPaths:
         fake_open: Any = FakeOsModule.open
 
         def opening(
-            fake_os: Any, path: Any, flags: int, mode: int | None = None, *, dir_fd: int | None = None
+            fake_os: Any,
+            path: Any,
+            flags: int,
+            mode: int | None = None,
+            *,
+            dir_fd: int | None = None,
         ) -> Any:
             if fake_os.filesystem is fs and flags & _WRITING:
                 path = guard._absolute(path, dir_fd)

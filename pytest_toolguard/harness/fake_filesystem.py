@@ -175,7 +175,7 @@ def real_path_list(paths: Iterable[str | os.PathLike[str]]) -> tuple[str, ...]:
 def real_directories(paths: Iterable[str]) -> tuple[str, ...]:
     """Those of ``paths`` that are directories on the real disk, even inside
     a world: asked through pyfakefs's own ``os``, which it never patches."""
-    real_os: Any = fake_filesystem_module.os
+    real_os: Any = vars(fake_filesystem_module)["os"]
     return tuple(path for path in paths if real_os.path.isdir(path))
 
 
