@@ -183,29 +183,48 @@ def map_real_paths(fs: FakeFilesystem, directories: Sequence[str], root: str) ->
     """Map each real directory of ``directories`` (``real_directories``)
     into ``fs`` read-only (``add_real_directory``: contents read when first
     looked at); one that overlaps ``root`` (inside it, or holding it), or
-    whose place ``fs`` already holds (or a file on the way), is left out.
+    whose place ``fs`` already holds (or a file on the way), is left out,
+    and so is one inside another (mapped with it).
     Returns those mapped."""
     root = root.rstrip("/") or "/"
     mapped = []
     for path in directories:
         if path == root or path.startswith(root + "/") or root.startswith(path + "/"):
             continue
+        if any(path.startswith(other + "/") for other in directories):
+            continue  # mapped with the directory holding it (tzdata in site-packages)
         names = plain_components(path)
         if names is None:
             continue
-        current: Any = fs.root
-        for part in names:
-            current = current.entries.get(part)
-            if current is None or not stat.S_ISDIR(current.st_mode):
-                break
-        if current is not None:  # taken already, or a file or link on the way
+        if _entry(fs, names) is not None:  # taken already, or a file or link on the way
             continue
+        parent = _entry(fs, names[:-1])
+        if parent is None and _Builder(fs).make(posixpath.dirname(path), None):
+            parent = _entry(fs, names[:-1])
         try:
-            fs.add_real_directory(path, read_only=True)
+            if parent is not None and stat.S_ISDIR(parent.st_mode) and _plain_posix(fs):
+                # What add_real_directory does once its path functions are done.
+                parent.add_entry(FakeDirectoryFromRealDirectory(path, fs, True, path))
+            else:
+                fs.add_real_directory(path, read_only=True)
         except OSError:
             continue
         mapped.append(path)
     return tuple(mapped)
+
+
+def _entry(fs: FakeFilesystem, names: Sequence[str]) -> Any:
+    """The object at the plain path of ``names``, walking directory objects
+    (no link followed, no lazy real directory read); None when a component
+    is missing; the file or link met on the way when one is."""
+    current: Any = fs.root
+    for part in names:
+        if not stat.S_ISDIR(current.st_mode) or is_real_directory(current):
+            return current
+        current = current.entries.get(part)
+        if current is None:
+            return None
+    return current
 
 
 def is_real_directory(entry: Any) -> bool:
