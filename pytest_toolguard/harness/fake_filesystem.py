@@ -20,8 +20,8 @@ it: the same value for every argument, and about 12% of a fault cell).
 Real directories a tool reads but a cassette does not own are mapped in
 read-only (``FakeWorld.real_paths``: ``default_real_paths()``, the
 time-zone database and installed packages, plus any the caller names):
-each world gets them as pyfakefs's lazily read ``add_real_directory``
-(about 0.1 ms each), unless one overlaps the workspace root or an entry
+each ``World`` gets them as pyfakefs's lazily read real directories
+(``map_real_paths``), unless one overlaps the workspace root or an entry
 the world already holds. pyfakefs's ``read_only`` does not hold for root:
 ``harness.escapes.ReadOnlyPaths`` refuses the writes.
 
@@ -409,9 +409,10 @@ class FakeWorld:
     ``close()`` drops the paused patcher (nothing is patched while paused,
     so closing late is harmless); the next world starts a new one.
 
-    Every world maps ``real_paths`` in read-only (``map_real_paths``):
-    ``default_real_paths()`` and the ``real_paths`` given (made absolute
-    now, against the current directory).
+    ``real_paths``: the real directories a ``World`` maps in read-only
+    (``map_real_paths``): ``default_real_paths()`` and the ``real_paths``
+    given (made absolute now, against the current directory).
+    ``filesystem(state)`` itself holds ``state`` only.
     """
 
     def __init__(self, real_paths: Iterable[str | os.PathLike[str]] = ()) -> None:
@@ -445,10 +446,13 @@ class FakeWorld:
             self._real_paths = tuple(dict.fromkeys([*default_real_paths(), *self._given]))
         return self._real_paths
 
-    def _map_real_paths(self, fs: FakeFilesystem, root: str) -> None:
-        if self._real_directories is None:  # the real disk asked once
+    def map_real_paths(self, fs: FakeFilesystem, root: str) -> tuple[str, ...]:
+        """Map ``real_paths`` into a running world's ``fs`` read-only
+        (``map_real_paths``; which of them exist is asked of the real disk
+        once); returns those mapped."""
+        if self._real_directories is None:
             self._real_directories = real_directories(self.real_paths)
-        map_real_paths(fs, self._real_directories, root)
+        return map_real_paths(fs, self._real_directories, root)
 
     @contextmanager
     def filesystem(self, state: WorkspaceState) -> Iterator[FakeFilesystem]:
@@ -459,13 +463,11 @@ class FakeWorld:
             with Patcher() as joined:
                 assert joined.fs is not None  # set by Patcher.__enter__
                 fill_workspace(joined.fs, state)
-                self._map_real_paths(joined.fs, state.root)
                 yield joined.fs
             return
         try:
             assert patcher.fs is not None
             fill_workspace(patcher.fs, state)
-            self._map_real_paths(patcher.fs, state.root)
             yield patcher.fs
         finally:
             self._leave(patcher)

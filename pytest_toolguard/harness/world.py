@@ -163,6 +163,7 @@ class World:
             if self.frozen_at is not None:
                 stack.enter_context(frozen_clock(self.frozen_at))
             self._fs = stack.enter_context(self._fake_world.filesystem(self.state))
+            self._fake_world.map_real_paths(self._fs, self.root)
             stack.enter_context(guarding(self._escapes))
             read_only = ReadOnlyPaths(self._fs, real_paths, self._escapes)
             read_only.install()  # before the access log, which wraps what it finds
