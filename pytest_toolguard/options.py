@@ -42,6 +42,9 @@ WORLD_CHOICES = ("auto", "fake", "directory")
 """``auto``: the directory world for a cassette that calls a tool declaring
 ``world="directory"`` (itself or through its registry), the fake world
 otherwise; ``fake`` or ``directory``: that world for every cassette."""
+REAL_PATHS_INI = "toolguard_real_paths"
+"""Real directories the fake world maps in read-only, one a line (beside
+the time-zone database and installed packages, always mapped)."""
 
 FUZZ_NODE = "toolguard-fuzz"
 """The collector of the fuzz items (``toolguard-fuzz::<tool>``)."""

@@ -24,7 +24,11 @@ invariants every cell shares:
   test gave (``toolguard_secrets``);
 - each call of the target tool changed only what its declarations allow
   (``harness.effects``: a READ tool nothing; others only beneath their
-  declared write paths, inside the write roots).
+  declared write paths, inside the write roots);
+- no handler run reached the real disk (``World.escapes()``: SQLite on a
+  file, a process started, a real file opened for writing, a write beneath
+  a read-only real directory; each refused, and a problem even when the
+  handler swallowed the refusal).
 
 Like replay, a cell grants the recorded approvals again (they follow the
 hooks a fault gives ``make_runtime``, so a plan still blocks first) and
@@ -496,6 +500,8 @@ class Cell:
         left = self._threads.leftover(THREAD_JOIN_SECONDS)
         self.check(not left, f"threads started during the cell still running: {', '.join(left)}")
         self._check_accesses()
+        for escape in self.world.escapes():
+            self.problems.append(f"the handler reached the real disk: {escape.message}")
         needles = self._needles()
         for result in self._results:
             shown = json.dumps([result.data, result.message], default=str)

@@ -20,6 +20,9 @@ What every call must show (a ``Problem`` names each way of failing):
   filesystem is compared before and after;
 - no result or output holds the content of a decoy outside the workspace
   (``harness.world.DECOY_MARKER``): the tool did not read outside;
+- the handler never reaches the real disk from the fake world (SQLite on
+  a file, a process, a real file opened for writing: ``harness.escapes``
+  refuses it, and it is the ``real-disk`` problem);
 - exactly one audit row, finished, with the result's code;
 - the handler returns JSON data that matches the tool's output schema
   (``OUTPUT_INVALID`` from the runtime is the tool's bug; an ``OK`` result

@@ -167,6 +167,7 @@ class CallChecker:
                 self._probe.accesses = None
                 changed = outside_changes(before, world.outside()).describe(LISTED)
                 outside_paths = sorted({a.path for a in world.accesses.outside(WORKSPACE_ROOT)})
+                escapes = [escape.message for escape in world.escapes()]
                 undeclared = (
                     undeclared_changes(
                         self.spec,
@@ -205,6 +206,9 @@ class CallChecker:
         if outside_paths:
             shown = ", ".join(outside_paths[:LISTED])
             problems.append((Problem.OUTSIDE_ACCESS, f"the handler accessed {shown}"))
+        if escapes:
+            more = f" and {len(escapes) - LISTED} more" if len(escapes) > LISTED else ""
+            problems.append((Problem.REAL_DISK, "; ".join(escapes[:LISTED]) + more))
         if undeclared:
             problems.append((Problem.UNDECLARED_CHANGE, "; ".join(undeclared[:LISTED])))
         left = runs.leftover_threads()

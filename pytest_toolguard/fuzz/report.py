@@ -31,6 +31,11 @@ class Problem(str, enum.Enum):
     """The handler resolved a path outside the workspace (``open``, ``stat``,
     ``listdir``, ``readlink``, ``realpath``: ``harness.accesses``), whatever
     it found there."""
+    REAL_DISK = "real-disk"
+    """The handler reached the real disk from the fake world (SQLite on a
+    file, a process started, a real file opened for writing, a write
+    beneath a read-only real directory: ``harness.escapes``), refused; the
+    tool needs ``world="directory"``."""
     FORBIDDEN_READ = "forbidden-read"
     """The result or the handler's output holds a forbidden ``.env`` file's
     content (``harness.world.FORBIDDEN_MARKER``)."""

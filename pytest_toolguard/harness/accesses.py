@@ -20,6 +20,9 @@ truncate upwards): ``before_growth(index, path)`` is called before the
 k-th growth of a handler run and may raise an ``OSError`` (``ENOSPC``),
 which the write that caused it raises.
 
+pyfakefs reading a real directory mapped in (``add_real_directory`` and
+its kin, the first time the directory is looked at) is not recorded.
+
 A change of the directory tree (``rename``, ``remove``, ``rmdir``,
 ``makedir``, ``makedirs``, a symlink or hard link made, ``chmod``,
 ``utime``) is one access, counted before it starts, with each path it
@@ -40,10 +43,12 @@ back.
 Outside the workspace means: an ``open`` (of a file or directory, read
 or write) that reached a path outside, or any operation *given* a path
 outside (``stat``, ``exists``, ``realpath``, ``listdir`` of
-``/root/.ssh``). A ``stat`` or ``realpath`` of a path inside that a link
-carries outside is the link's doing (the check that looks refuses it):
-what it resolves on the way, and a later look at where it led, are
-recorded, not judged.
+``/root/.ssh``), except beneath the ``exempt`` directories (the real ones
+a world maps in read-only: the time-zone database, installed packages;
+a write there is refused and reported by ``harness.escapes``). A
+``stat`` or ``realpath`` of a path inside that a link carries outside is
+the link's doing (the check that looks refuses it): what it resolves on
+the way, and a later look at where it led, are recorded, not judged.
 
 ``os.open(path, O_NOFOLLOW)`` of a symbolic link is one access of
 the link itself, as the kernel refuses it (ELOOP) without looking at the
@@ -102,8 +107,10 @@ class AccessLog:
     """The accesses of handler runs in one fake filesystem (see the module
     docstring). Thread-safe; one per world."""
 
-    def __init__(self, fs: FakeFilesystem) -> None:
+    def __init__(self, fs: FakeFilesystem, exempt: tuple[str, ...] = ()) -> None:
         self.fs = fs
+        self.exempt = exempt
+        """Directories whose accesses are never outside (see the module docstring)."""
         self.accesses: list[Access] = []
         self.before_access: Callable[[int, str], None] | None = None
         """Called before the k-th access resolves; may raise ``OSError``."""
@@ -160,8 +167,15 @@ class AccessLog:
         led there first (``Path.resolve()`` stats where ``realpath`` led).
         Directories above the root are not outside."""
 
+        exempt = self.exempt
+
         def out(path: str) -> bool:
-            return bool(path) and not is_within(path, root) and not is_ancestor(path, root)
+            return (
+                bool(path)
+                and not is_within(path, root)
+                and not is_ancestor(path, root)
+                and not any(is_within(path, directory) for directory in exempt)
+            )
 
         carried: set[str] = set()  # where links from inside led (a stat there is theirs)
         found = []
@@ -255,6 +269,8 @@ class AccessLog:
         }
         for name in _ATOMIC:
             wrappers[name] = self._atomic(getattr(fs, name))
+        for name in _REAL_LOADERS:
+            wrappers[name] = self._quiet(getattr(fs, name))
         for name, wrapper in wrappers.items():
             self._installed[name] = getattr(fs, name)
             setattr(fs, name, wrapper)
@@ -294,6 +310,15 @@ class AccessLog:
             return self._counted(args[0] if args else "?", False, run)
 
         return operation
+
+    def _quiet(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        """``method`` with recording paused on its thread."""
+
+        def quietly(*args: Any, **kwargs: Any) -> Any:
+            with self.quiet():
+                return method(*args, **kwargs)
+
+        return quietly
 
     def _state(self) -> str:
         """ "off" (no run open, or quiet), "inner" (inside a counted access)
@@ -415,6 +440,12 @@ _ATOMIC = (
     "utime",
 )
 """FakeFilesystem methods that change the tree: one access each."""
+
+_REAL_LOADERS = ("add_real_directory", "add_real_file", "add_real_symlink")
+"""FakeFilesystem methods that read a real directory mapped in the first
+time it is looked at: pyfakefs's doing, never counted (a fault failing the
+k-th access must not break it halfway, nor count it in one run and not in
+the next)."""
 
 
 def _text(value: Any) -> str:

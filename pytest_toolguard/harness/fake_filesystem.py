@@ -17,26 +17,39 @@ Importing this module makes pyfakefs's modules call ``_make_string_path``
 (pyfakefs's ``make_string_path``, answering ``str`` and ``bytes`` without
 it: the same value for every argument, and about 12% of a fault cell).
 
+Real directories a tool reads but a cassette does not own are mapped in
+read-only (``FakeWorld.real_paths``: ``default_real_paths()``, the
+time-zone database and installed packages, plus any the caller names):
+each ``World`` gets them as pyfakefs's lazily read real directories
+(``map_real_paths``), unless one overlaps the workspace root or an entry
+the world already holds. pyfakefs's ``read_only`` does not hold for root:
+``harness.escapes.ReadOnlyPaths`` refuses the writes.
+
 sqlite3 never sees pyfakefs: an audit store used in a world is in memory,
 or made before the world starts. Handlers run in thread isolation only; a
-forked process would not share the fake filesystem.
+forked process would not share the fake filesystem
+(``harness.escapes`` refuses what a handler does of either).
 """
 
 from __future__ import annotations
 
 import atexit
+import importlib.util
+import os
+import posixpath
 import stat
 import sys
+import sysconfig
 import threading
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from pyfakefs import fake_filesystem as fake_filesystem_module
 from pyfakefs import fake_os, fake_path, fake_scandir
 from pyfakefs import helpers as fake_helpers
-from pyfakefs.fake_file import FakeDirectory, FakeFile
+from pyfakefs.fake_file import FakeDirectory, FakeDirectoryFromRealDirectory, FakeFile
 from pyfakefs.fake_filesystem import FakeFilesystem
 from pyfakefs.fake_filesystem_unittest import Patcher
 
@@ -119,6 +132,105 @@ def fill_workspace(fs: FakeFilesystem, state: WorkspaceState) -> None:
         builder.file(path, content)
     for link, target in state.symlinks.items():
         fs.create_symlink(join_path(state.root, link), target)
+
+
+def default_real_paths() -> tuple[str, ...]:
+    """The real directories every world maps in read-only: the time-zone
+    database's (``zoneinfo.TZPATH``, existing or not: a lookup there is
+    never an access outside), the ``tzdata`` package's, and the installed
+    packages' (``sysconfig``'s ``purelib`` and ``platlib``: their data
+    through ``importlib.resources`` and ``importlib.metadata``)."""
+    paths: list[str] = []
+    try:
+        import zoneinfo
+
+        paths.extend(zoneinfo.TZPATH)
+    except ImportError:  # pragma: no cover - CPython always has it
+        pass
+    try:
+        spec = importlib.util.find_spec("tzdata")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        paths.extend(spec.submodule_search_locations)
+    for name in ("purelib", "platlib"):
+        path = sysconfig.get_paths().get(name)
+        if path:
+            paths.append(path)
+    return real_path_list(paths)
+
+
+def real_path_list(paths: Iterable[str | os.PathLike[str]]) -> tuple[str, ...]:
+    """``paths`` normalised (a relative one made absolute against the
+    current directory: call it outside a world), each once, in order; ``/``
+    dropped (the whole disk mapped in would hide every decoy)."""
+    seen: dict[str, None] = {}
+    for path in paths:
+        text = posixpath.normpath(os.path.abspath(os.fspath(path)))
+        if text != "/":
+            seen.setdefault(text, None)
+    return tuple(seen)
+
+
+def real_directories(paths: Iterable[str]) -> tuple[str, ...]:
+    """Those of ``paths`` that are directories on the real disk, even inside
+    a world: asked through pyfakefs's own ``os``, which it never patches."""
+    real_os: Any = vars(fake_filesystem_module)["os"]
+    return tuple(path for path in paths if real_os.path.isdir(path))
+
+
+def map_real_paths(fs: FakeFilesystem, directories: Sequence[str], root: str) -> tuple[str, ...]:
+    """Map each real directory of ``directories`` (``real_directories``)
+    into ``fs`` read-only (``add_real_directory``: contents read when first
+    looked at); one that overlaps ``root`` (inside it, or holding it), or
+    whose place ``fs`` already holds (or a file on the way), is left out,
+    and so is one inside another (mapped with it).
+    Returns those mapped."""
+    root = root.rstrip("/") or "/"
+    mapped = []
+    for path in directories:
+        if path == root or path.startswith(root + "/") or root.startswith(path + "/"):
+            continue
+        if any(path.startswith(other + "/") for other in directories):
+            continue  # mapped with the directory holding it (tzdata in site-packages)
+        names = plain_components(path)
+        if names is None:
+            continue
+        if _entry(fs, names) is not None:  # taken already, or a file or link on the way
+            continue
+        parent = _entry(fs, names[:-1])
+        if parent is None and _Builder(fs).make(posixpath.dirname(path), None):
+            parent = _entry(fs, names[:-1])
+        try:
+            if parent is not None and stat.S_ISDIR(parent.st_mode) and _plain_posix(fs):
+                # What add_real_directory does once its path functions are done.
+                parent.add_entry(FakeDirectoryFromRealDirectory(path, fs, True, path))
+            else:
+                fs.add_real_directory(path, read_only=True)
+        except OSError:
+            continue
+        mapped.append(path)
+    return tuple(mapped)
+
+
+def _entry(fs: FakeFilesystem, names: Sequence[str]) -> Any:
+    """The object at the plain path of ``names``, walking directory objects
+    (no link followed, no lazy real directory read); None when a component
+    is missing; the file or link met on the way when one is."""
+    current: Any = fs.root
+    for part in names:
+        if not stat.S_ISDIR(current.st_mode) or is_real_directory(current):
+            return current
+        current = current.entries.get(part)
+        if current is None:
+            return None
+    return current
+
+
+def is_real_directory(entry: Any) -> bool:
+    """Whether a pyfakefs object is a real directory mapped in (its
+    entries are read from the real disk when first looked at)."""
+    return isinstance(entry, FakeDirectoryFromRealDirectory)
 
 
 def fill_entries(fs: FakeFilesystem, root: str, entries: Iterable[tuple[str, int, bytes]]) -> None:
@@ -296,9 +408,17 @@ class FakeWorld:
 
     ``close()`` drops the paused patcher (nothing is patched while paused,
     so closing late is harmless); the next world starts a new one.
+
+    ``real_paths``: the real directories a ``World`` maps in read-only
+    (``map_real_paths``): ``default_real_paths()`` and the ``real_paths``
+    given (made absolute now, against the current directory).
+    ``filesystem(state)`` itself holds ``state`` only.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, real_paths: Iterable[str | os.PathLike[str]] = ()) -> None:
+        self._given = real_path_list(real_paths)
+        self._real_paths: tuple[str, ...] | None = None
+        self._real_directories: tuple[str, ...] | None = None
         self._lock = threading.Lock()
         self._patcher: Patcher | None = None
         self._settings: tuple[Any, ...] = ()
@@ -316,6 +436,23 @@ class FakeWorld:
     def active(self) -> bool:
         """A world is running now."""
         return self._active
+
+    @property
+    def real_paths(self) -> tuple[str, ...]:
+        """The real directories its worlds map in read-only (those that
+        exist; the others are looked up in vain, harmlessly): the defaults,
+        then the ones given."""
+        if self._real_paths is None:
+            self._real_paths = tuple(dict.fromkeys([*default_real_paths(), *self._given]))
+        return self._real_paths
+
+    def map_real_paths(self, fs: FakeFilesystem, root: str) -> tuple[str, ...]:
+        """Map ``real_paths`` into a running world's ``fs`` read-only
+        (``map_real_paths``; which of them exist is asked of the real disk
+        once); returns those mapped."""
+        if self._real_directories is None:
+            self._real_directories = real_directories(self.real_paths)
+        return map_real_paths(fs, self._real_directories, root)
 
     @contextmanager
     def filesystem(self, state: WorkspaceState) -> Iterator[FakeFilesystem]:

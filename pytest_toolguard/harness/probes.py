@@ -34,6 +34,7 @@ from ..contract import ToolResult
 from ..registry import ToolRegistry
 from ..runtime.inline import call_tool_code
 from .accesses import AccessLog
+from .fake_filesystem import is_real_directory
 
 # -- handler runs ------------------------------------------------------------------
 
@@ -272,7 +273,9 @@ OutsideSnapshot = dict[str, tuple[Any, ...]]
 def snapshot_outside(fs: Any, root: str) -> OutsideSnapshot:
     """Every entry of the fake filesystem ``fs`` outside the workspace
     ``root``, read from pyfakefs's objects (a walk through ``os`` costs ten
-    times more and changes access times)."""
+    times more and changes access times). A real directory mapped in
+    read-only is one entry, not walked (its contents would be read from
+    the real disk; ``harness.escapes`` refuses every write there)."""
     entries: OutsideSnapshot = {}
     pending: list[tuple[str, Any]] = [("", fs.root)]
     while pending:
@@ -284,7 +287,8 @@ def snapshot_outside(fs: Any, root: str) -> OutsideSnapshot:
             mode = item.st_mode
             if stat.S_ISDIR(mode):
                 entries[path] = ("directory", mode)
-                pending.append((path, item))
+                if not is_real_directory(item):
+                    pending.append((path, item))
             elif stat.S_ISLNK(mode):
                 entries[path] = ("symlink", item.byte_contents)
             else:

@@ -12,7 +12,13 @@ is imported first). Inside it:
   ``.env`` files (several spellings and depths, each holding
   ``FORBIDDEN_MARKER``) inside it, for a call that must never read them;
 - ``world.accesses`` is the ``AccessLog`` of the paths handlers resolve
-  (``harness.accesses``), installed while the world runs;
+  (``harness.accesses``), installed while the world runs; reads beneath
+  the real directories mapped in read-only (``FakeWorld.real_paths``: the
+  time-zone database, installed packages) are not outside;
+- ``world.escapes()`` lists what handler runs reached of the real disk,
+  refused (``harness.escapes``: SQLite on a file, a process started, a
+  real file opened for writing) and every write beneath a mapped real
+  directory, refused too;
 - ``world.outside()`` snapshots everything outside the workspace
   (``probes.snapshot_outside``), ``world.tree()`` every file inside;
 - ``world.save_workspace()`` / ``restore_workspace(entries)`` copy the
@@ -20,9 +26,12 @@ is imported first). Inside it:
   before a target).
 
 Guarantees: each world starts from an empty filesystem holding only its
-state; the real ``os``, ``open`` and ``pathlib`` are back once the block
-ends, even when it raised. Not guaranteed: anything done outside this
-process (sqlite3, a subprocess, the network) sees the real world.
+state (and the real directories mapped in); the real ``os``, ``open`` and
+``pathlib`` are back once the block ends, even when it raised; a handler
+run's reach of the real disk that Python audits is refused and listed in
+``escapes()``. Not guaranteed: what raises no audit event (C code opening
+files itself, ``multiprocessing``'s spawn start method) sees the real
+world, and so does the network (replay serves recorded HTTP instead).
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ from pyfakefs.fake_filesystem import FakeFilesystem
 from ..replay.cassette import Cassette, WorkspaceState
 from .accesses import AccessLog
 from .clock import DEFAULT_TIME, frozen_clock
+from .escapes import Escape, EscapeLog, ReadOnlyPaths, guarding
 from .fake_filesystem import FakeWorld, fill_entries, plant_files, process_fake_world
 from .files import read_tree
 from .probes import OutsideSnapshot, snapshot_outside
@@ -134,6 +144,7 @@ class World:
         self._stack = ExitStack()
         self._fs: FakeFilesystem | None = None
         self._accesses: AccessLog | None = None
+        self._escapes = EscapeLog()
 
     @classmethod
     def of(
@@ -147,11 +158,17 @@ class World:
         return cls(state, frozen_at=cassette.recorded_at or DEFAULT_TIME, fake_world=fake_world)
 
     def __enter__(self) -> World:
+        real_paths = self._fake_world.real_paths  # known before the fake filesystem runs
         with ExitStack() as stack:
             if self.frozen_at is not None:
                 stack.enter_context(frozen_clock(self.frozen_at))
             self._fs = stack.enter_context(self._fake_world.filesystem(self.state))
-            self._accesses = AccessLog(self._fs)
+            self._fake_world.map_real_paths(self._fs, self.root)
+            stack.enter_context(guarding(self._escapes))
+            read_only = ReadOnlyPaths(self._fs, real_paths, self._escapes)
+            read_only.install()  # before the access log, which wraps what it finds
+            stack.callback(read_only.uninstall)
+            self._accesses = AccessLog(self._fs, exempt=real_paths)
             self._accesses.install()
             stack.callback(self._accesses.uninstall)
             self._stack = stack.pop_all()
@@ -175,6 +192,12 @@ class World:
         if self._accesses is None:
             raise RuntimeError("the world is not running: use it inside its with block")
         return self._accesses
+
+    def escapes(self) -> tuple[Escape, ...]:
+        """What handler runs reached of the real disk, and the writes beneath
+        a read-only real directory: each refused, in order (kept after the
+        block ends)."""
+        return self._escapes.escapes()
 
     def plant_forbidden(self) -> tuple[str, ...]:
         """Put a forbidden ``.env`` file, holding ``FORBIDDEN_MARKER``, at the

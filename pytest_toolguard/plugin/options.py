@@ -13,6 +13,7 @@ from ..options import (
     FUZZ,
     FUZZ_EXAMPLES,
     FUZZ_SEED,
+    REAL_PATHS_INI,
     RECORD_MODE,
     RECORD_MODE_INI,
     REGISTRY_INI,
@@ -145,6 +146,14 @@ def add_options(parser: pytest.Parser) -> None:
         AMPLIFY_MAX_INI,
         f"variants {AMPLIFY} keeps per call: a line N (default 12) and lines TOOL=N",
         type="linelist",
+        default=[],
+    )
+    parser.addini(
+        REAL_PATHS_INI,
+        "real directories the fake world maps in read-only, one a line, relative to the "
+        "ini file (the time-zone database and installed packages are always mapped): a tool "
+        "reads them, a write there is refused and reported",
+        type="paths",
         default=[],
     )
     parser.addini(

@@ -32,6 +32,7 @@ from ..options import (
     FUZZ,
     FUZZ_EXAMPLES,
     FUZZ_SEED,
+    REAL_PATHS_INI,
     RECORD_MODE_INI,
     REPLAY,
     REPORT,
@@ -109,7 +110,7 @@ class ToolguardRun:
         if self._fake_world is None:
             from ..harness.fake_filesystem import FakeWorld
 
-            self._fake_world = FakeWorld()
+            self._fake_world = FakeWorld(real_paths=self.config.getini(REAL_PATHS_INI))
         return self._fake_world
 
     def cassette(self, path: Path, source: str) -> Cassette:

@@ -6,7 +6,9 @@ and its replay, and counts the checks made: per interaction its result
 volatile fields; for cases a message fragment) and its audit row (state,
 decision, rule, result code, idempotency outcome); after the last call every
 file under the workspace and every recorded file outside it; the handlers
-still running; the HTTP requests no recorded exchange answered. ``replay()``
+still running; the HTTP requests no recorded exchange answered; each reach
+of the real disk the fake world refused (``harness.escapes``: a
+difference even when the handler swallowed the refusal). ``replay()``
 and fixture playback (``tape``) both report through it.
 
 Every ``Difference`` is made here, and holds no known secret: its where,
@@ -26,6 +28,7 @@ from typing import Any
 
 from ..audit import AuditRecord
 from ..contract import ToolResult
+from ..harness.escapes import Escape
 from ..harness.known_secrets import KnownSecrets
 from ..redaction import Redactor
 from ..registry import ToolRegistry
@@ -144,6 +147,13 @@ class ReplayChecks:
                 "none recorded",
                 f"{request.method} {request.uri} ({request.why})",
             )
+
+    def escapes(self, where: str, escapes: Sequence[Escape]) -> None:
+        """A difference per reach of the real disk the world refused, with
+        its message (what was reached, and ``declare world="directory"``)."""
+        self.checks += 1
+        for escape in escapes:
+            self.add(where, "real disk", "not reached", escape.message)
 
     def compare(self, where: str, name: str, recorded: Any, replayed: Any) -> None:
         self.checks += 1

@@ -7,7 +7,8 @@ recorded session's runtime (``harness.session_runtime``: its plan, its
 approvals granted again, its HTTP exchanges served with no network), and
 compares what ``checks.ReplayChecks`` compares: each result and audit row,
 the files after the last call, the files outside, the handlers still
-running, the HTTP requests nothing recorded answered.
+running, the HTTP requests nothing recorded answered, and what a handler
+reached of the real disk (refused: ``World.escapes()``).
 
 A cassette that calls a tool declaring ``world="directory"`` (or any
 cassette, with ``world="directory"``) is replayed in a
@@ -29,13 +30,14 @@ cannot make a report print what replay sent for its placeholders.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from ..audit import AuditRecord, SQLiteAuditStore
 from ..contract import ToolResult
 from ..harness.directory_world import DirectoryWorld, mapped_files
+from ..harness.escapes import Escape
 from ..harness.fake_filesystem import FakeWorld
 from ..harness.files import read_files
 from ..harness.known_secrets import KnownSecrets
@@ -85,7 +87,9 @@ def replay(
         return ReplayReport(cassette, results, tuple(checks.differences), checks.checks, rows)
     with World.of(cassette, fake_world=fake_world) as fake:
         outside_before = dict(cassette.workspace.outside_files)
-        results, rows = _play(cassette, cassette, registry, checks, http, redactor, secrets)
+        results, rows = _play(
+            cassette, cassette, registry, checks, http, redactor, secrets, escapes=fake.escapes
+        )
         checks.files(*_without_volatile_files(cassette, _redacted_paths(redactor, fake.tree())))
         checks.outside(outside_before, read_files(outside_before))
     return ReplayReport(cassette, results, tuple(checks.differences), checks.checks, rows)
@@ -164,22 +168,31 @@ def _play(
     redactor: Redactor,
     secrets: Mapping[str, str] | None,
     mapping: RootMap | None = None,
+    escapes: Callable[[], Sequence[Escape]] | None = None,
 ) -> tuple[tuple[ToolResult, ...], tuple[AuditRecord, ...]]:
     """Every call of ``in_world`` (``cassette`` as the world spells it)
     through a fresh runtime, each result and the audit rows compared with
     ``cassette``'s (after ``mapping`` spelt them as recorded); the handlers
-    and threads still running are differences too."""
+    and threads still running are differences too, and so is each reach of
+    the real disk ``escapes`` lists (the fake world's refusals), named by
+    the interaction it happened in."""
     store = SQLiteAuditStore(":memory:")
     probed, probes = probing(registry)  # threads a handler leaves running
     runtime = session_runtime(in_world, probed, store, redactor=redactor, http=http)
     results: list[ToolResult] = []
     stored: list[Any] = []
     runtime.add_listener(lambda call, result, data, approval: stored.append(data))
+    reported = 0
     try:
         for index, interaction in enumerate(cassette.interactions):
             if http:
                 http.current = index
             result = runtime.execute(with_secrets(in_world.interactions[index].call, secrets))
+            if escapes is not None:
+                seen = escapes()
+                where = f"interaction {index + 1} ({interaction.call.tool_name})"
+                checks.escapes(where, seen[reported:])
+                reported = len(seen)
             data = stored[-1]
             if mapping is not None:
                 result = replace(
@@ -196,6 +209,8 @@ def _play(
             http.close()
     if http:
         checks.http_requests(cassette.interactions, http.unmatched())
+    if escapes is not None:
+        checks.escapes("runtime", escapes()[reported:])  # a thread's, late
     for orphan in orphans:
         checks.add("runtime", "handlers", "none still running", orphan)
     left = sorted({name for probe in probes for name in probe.leftover_threads()})

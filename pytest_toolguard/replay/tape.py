@@ -302,6 +302,7 @@ class PlaybackTape:
         self._runtime: ToolRuntime | None = None
         self._store: SQLiteAuditStore | None = None
         self._fake_world = fake_world
+        self._world: World | None = None
         self._http = self._checks.http_playback(cassette, registry)  # before the fake world
 
     def start(self) -> ToolRuntime:
@@ -309,7 +310,9 @@ class PlaybackTape:
         root: the test makes its own set-up) and give the runtime the test
         calls through."""
         cassette = self.cassette
-        self._stack.enter_context(World.of(cassette, empty=True, fake_world=self._fake_world))
+        self._world = self._stack.enter_context(
+            World.of(cassette, empty=True, fake_world=self._fake_world)
+        )
         self._store = SQLiteAuditStore(":memory:")
         runtime = session_runtime(
             cassette,
@@ -400,6 +403,8 @@ class PlaybackTape:
             if self._store is not None:
                 rows = tuple(self._store.rows())
                 self._store.close()
+            if self._world is not None:
+                checks.escapes("runtime", self._world.escapes())
             replayed = cassette.interactions[: self._next]
             checks.audit(replayed, rows)
             self._check_session()
