@@ -88,6 +88,7 @@ from pytest_toolguard.idempotency import (
     ClaimOutcome,
     StoredKey,
     arguments_fingerprint,
+    claim_fingerprint,
     new_fingerprint_key,
     resolve_claim,
 )
@@ -121,8 +122,13 @@ __all__ = [
     "takes_over",
 ]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Kept in ``PRAGMA user_version``; a database from a newer version is refused.
+
+Version 4 keeps each claim under ``claim_fingerprint`` of its key (an HMAC
+under the database's fingerprint key) instead of the key itself, a plain
+hash of the raw session id and client key; migrating renames the existing
+claims so, so retries of those keys still find them.
 
 Version 3 added ``toolguard_meta`` and its ``fingerprint_key`` (see
 ``pytest_toolguard.idempotency``). Migrating to it keys the fingerprints of
@@ -400,6 +406,7 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )
         """,
     ),
+    (),  # claims renamed by their keyed fingerprint: ``_key_claim_names``
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
@@ -591,6 +598,24 @@ def _key_claims(conn: sqlite3.Connection) -> None:
     conn.executemany(
         "UPDATE tool_call_audit SET arguments_hash = ? WHERE audit_id = ?",
         ((sha256_text(str(text)), audit_id) for audit_id, text in shown),
+    )
+    conn.execute("PRAGMA secure_delete = OFF")
+
+
+def _key_claim_names(conn: sqlite3.Connection) -> None:
+    """The data part of the migration to version 4, in its transaction:
+    each claim renamed from its key to ``claim_fingerprint`` of it, under
+    the database's fingerprint key."""
+    conn.execute("PRAGMA secure_delete = ON")
+    key = str(
+        conn.execute(
+            "SELECT value FROM toolguard_meta WHERE name = ?", (FINGERPRINT_KEY,)
+        ).fetchone()[0]
+    )
+    names = [str(row[0]) for row in conn.execute("SELECT key FROM idempotency_keys")]
+    conn.executemany(
+        "UPDATE idempotency_keys SET key = ? WHERE key = ?",
+        ((claim_fingerprint(key, name), name) for name in names),
     )
     conn.execute("PRAGMA secure_delete = OFF")
 
@@ -899,8 +924,10 @@ class SQLiteAuditStore:
             for step in _MIGRATIONS[version:]:
                 for statement in step:
                     conn.execute(statement)
-            if version < SCHEMA_VERSION:
+            if version < 3:
                 _key_claims(conn)
+            if version < 4:
+                _key_claim_names(conn)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION:d}")
 
     def _load_fingerprint_key(self) -> str:
@@ -999,6 +1026,7 @@ class SQLiteAuditStore:
             self._fingerprint_key,
             rec.arguments_hash if arguments_digest is None else arguments_digest,
         )
+        name = claim_fingerprint(self._fingerprint_key, claim_key)
         with self._transaction("start") as conn:
             # The row first, so that the claim carries its audit_id in one
             # statement; when the key is held, both are rolled back.
@@ -1008,7 +1036,7 @@ class SQLiteAuditStore:
                 " (key, tool_name, arguments_hash, call_id, audit_id, status, created_at)"
                 " VALUES (?, ?, ?, ?, ?, 'running', ?) ON CONFLICT (key) DO NOTHING",
                 (
-                    claim_key,
+                    name,
                     rec.tool_name,
                     fingerprint,
                     rec.call_id,
@@ -1018,16 +1046,16 @@ class SQLiteAuditStore:
             ).rowcount
             if claimed == 1:
                 return audit_id, Claim(ClaimOutcome.CLAIMED, claim_key)
-            stored = self._stored_key(conn, claim_key)
+            stored = self._stored_key(conn, claim_key, name)
             conn.execute("ROLLBACK")
         return None, resolve_claim(stored, rec.tool_name, fingerprint)
 
     @staticmethod
-    def _stored_key(conn: sqlite3.Connection, key: str) -> StoredKey:
+    def _stored_key(conn: sqlite3.Connection, key: str, name: str) -> StoredKey:
         row = conn.execute(
             "SELECT tool_name, arguments_hash, call_id, status, result_json"
             " FROM idempotency_keys WHERE key = ?",
-            (key,),
+            (name,),
         ).fetchone()
         tool_name, args_hash, call_id, status, result_json = row
         result = json.loads(result_json) if result_json is not None else None
@@ -1081,7 +1109,7 @@ class SQLiteAuditStore:
             conn.execute(
                 "UPDATE idempotency_keys SET status = 'done', result_json = ?,"
                 " finished_at = ? WHERE key = ? AND status = 'running'",
-                (stored_json, finished_at, claim_key),
+                (stored_json, finished_at, claim_fingerprint(self._fingerprint_key, claim_key)),
             )
 
     def release(self, claim_key: str) -> None:
@@ -1092,7 +1120,7 @@ class SQLiteAuditStore:
         self._write_one(
             "release",
             "DELETE FROM idempotency_keys WHERE key = ? AND status = 'running'",
-            (claim_key,),
+            (claim_fingerprint(self._fingerprint_key, claim_key),),
         )
 
     def recover(self, now: str) -> int:

@@ -90,6 +90,7 @@ from pytest_toolguard.idempotency import (
     ClaimOutcome,
     StoredKey,
     arguments_fingerprint,
+    claim_fingerprint,
     new_fingerprint_key,
     resolve_claim,
 )
@@ -103,12 +104,13 @@ __all__ = ["POSTGRES_SCHEMA_VERSION", "PostgresAuditStore", "is_postgres_url"]
 
 INSTALL_HINT = "pip install 'pytest-toolguard[postgres]'"
 
-POSTGRES_SCHEMA_VERSION = 2
+POSTGRES_SCHEMA_VERSION = 3
 """The newest migration this version of the store knows; a database that
 has applied a newer one is refused. Version 2 is SQLite's version 3: the
 ``toolguard_meta`` table and its fingerprint key, the claims' plain
 argument hashes keyed, the rows that show a placeholder rehashed from what
-they show (see ``pytest_toolguard.idempotency``)."""
+they show (see ``pytest_toolguard.idempotency``). Version 3 is SQLite's
+version 4: each claim kept under ``claim_fingerprint`` of its key."""
 
 _MIGRATION_LOCK = 0x746F6F6C67756172  # "toolguar": pg_advisory_xact_lock's key
 
@@ -174,11 +176,15 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )
         """,
     ),
+    (),  # claims renamed by their keyed fingerprint: ``_key_claim_names``
 )
 assert len(_MIGRATIONS) == POSTGRES_SCHEMA_VERSION
 
 _KEYED_CLAIMS_VERSION = 2
 """The migration after whose statements ``_key_claims`` runs."""
+
+_KEYED_NAMES_VERSION = 3
+"""The migration after whose statements ``_key_claim_names`` runs."""
 
 _CREATE_MIGRATIONS = """
 CREATE TABLE IF NOT EXISTS toolguard_schema_migrations (
@@ -305,6 +311,18 @@ def _key_claims(conn: psycopg.Connection[Any]) -> None:
         " WHERE arguments_json LIKE %s",
         (PLACEHOLDER_LIKE,),
     )
+
+
+def _key_claim_names(conn: psycopg.Connection[Any]) -> None:
+    """The data part of migration 3, in its transaction: each claim renamed
+    from its key to ``claim_fingerprint`` of it, under the database's key."""
+    key = _fingerprint_key(conn)
+    names = [str(row[0]) for row in conn.execute("SELECT key FROM idempotency_keys").fetchall()]
+    with conn.cursor() as cursor:
+        cursor.executemany(
+            "UPDATE idempotency_keys SET key = %s WHERE key = %s",
+            [(claim_fingerprint(key, name), name) for name in names],
+        )
 
 
 class PostgresAuditStore:
@@ -469,6 +487,8 @@ class PostgresAuditStore:
                         conn.execute(statement)
                     if number + 1 == _KEYED_CLAIMS_VERSION:
                         _key_claims(conn)
+                    if number + 1 == _KEYED_NAMES_VERSION:
+                        _key_claim_names(conn)
                     conn.execute(
                         "INSERT INTO toolguard_schema_migrations (version) VALUES (%s)",
                         (number + 1,),
@@ -539,7 +559,6 @@ class PostgresAuditStore:
                 row = conn.execute(_INSERT_RUNNING, [*values, owner, lease]).fetchone()
             assert row is not None
             return int(row[0]), None
-        key = _text(storable_text(claim_key))
         values = _texts(
             row_values(
                 rec,
@@ -551,6 +570,7 @@ class PostgresAuditStore:
         digest = rec.arguments_hash if arguments_digest is None else arguments_digest
         with self._connection("start") as conn:
             fingerprint = arguments_fingerprint(self._key(conn), digest)
+            key = claim_fingerprint(self._key(conn), claim_key)
             head = [
                 key,
                 *(
@@ -626,7 +646,8 @@ class PostgresAuditStore:
             if claim_key is None:
                 changed = conn.execute(_SET_FINISHED, parameters).rowcount
             else:
-                settle = _texts((result_json(stored_result), finished_at, storable_text(claim_key)))
+                name = claim_fingerprint(self._key(conn), claim_key)
+                settle = _texts((result_json(stored_result), finished_at, name))
                 row = conn.execute(_FINISH_WITH_KEY, [*parameters, *settle]).fetchone()
                 changed = int(row[0]) if row is not None else 0
             if changed == 1:
@@ -643,7 +664,7 @@ class PostgresAuditStore:
         with self._connection("release") as conn:
             conn.execute(
                 "DELETE FROM idempotency_keys WHERE key = %s AND status = 'running'",
-                (_text(storable_text(claim_key)),),
+                (claim_fingerprint(self._key(conn), claim_key),),
             )
 
     def recover(self, now: str) -> int:

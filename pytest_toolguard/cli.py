@@ -48,12 +48,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not hasattr(options, "run"):
         parser.print_help(sys.stderr)
         return USAGE_ERROR
-    # A registry module beside the user's project, as `python -m` would find it.
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
     # Claude Code reads any status of a hook but 2 as "go ahead": whatever
     # goes wrong in the hook is exit 2, which blocks the call.
     hook = options.run is _hook
+    if not hook and os.getcwd() not in sys.path:
+        # A registry beside the project, never ahead of installed modules (hook: _hook)
+        sys.path.append(os.getcwd())
     try:
         status: int = options.run(options, passthrough)
         return status
@@ -370,9 +370,9 @@ def _pytest(arguments: list[str], registry: str | None, passthrough: list[str]) 
         _load_registry(registry)  # a bad spec is one line here, not a pytest error
         command += ["-o", f"{options_names.REGISTRY_INI}={registry}"]
     environment = dict(os.environ)
-    environment["PYTHONPATH"] = os.pathsep.join(
-        [os.getcwd(), *filter(None, [environment.get("PYTHONPATH")])]
-    )
+    # Last: (`python -m pytest` puts it first anyway: tests run the project's code)
+    paths = [environment.get("PYTHONPATH"), os.getcwd()]
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
     return subprocess.call(command + passthrough, env=environment)
 
 
@@ -527,6 +527,7 @@ def _hook(options: argparse.Namespace, _: list[str]) -> int:
     from .bridges import claude_code, claude_code_hook
     from .bridges.hook_cassette import HookCassetteError, session_cassette
     from .capabilities import Capabilities
+    from .replay.registry_loading import IMPORTED_FROM_CWD_FIRST, importable_from
 
     config = _hook_config(options.config)
     stream = getattr(sys.stdin, "buffer", None)  # bytes: invalid UTF-8 is refused, not escaped
@@ -542,10 +543,9 @@ def _hook(options: argparse.Namespace, _: list[str]) -> int:
     cwd: str = given if isinstance(given, str) and given else os.getcwd()
     if not os.path.isdir(cwd):
         raise UsageError(f"the event's cwd {cwd!r} is not a directory")
-    registry_spec = config.get("registry")
-    registry = (
-        _load_registry(registry_spec) if registry_spec else claude_code.claude_code_registry()
-    )
+    spec = config.get("registry")
+    with importable_from(os.getcwd()) as finder:  # the project's code is its own (run_hook)
+        registry = _load_registry(spec) if spec else claude_code.claude_code_registry()
     try:
         capabilities = Capabilities(**(config.get("capabilities") or {}))
     except (TypeError, ValueError) as exc:
@@ -568,6 +568,7 @@ def _hook(options: argparse.Namespace, _: list[str]) -> int:
             config_file=options.config,
             cassette=cassette,
             unknown_tools=unknown,
+            imported=(finder.directory, (*finder.asked, *IMPORTED_FROM_CWD_FIRST)),
         )
     except AuditUnavailable as exc:
         raise UsageError(f"audit database {database}: {exc}") from None

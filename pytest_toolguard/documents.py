@@ -14,8 +14,10 @@ What is bounded, and how:
   a number of more than ``MAX_NUMBER_CHARS`` characters is refused (Python's
   ``int`` of a long text is quadratic, and YAML 1.1's base-60 integers,
   ``1:30:00``, are built by multiplication);
-- JSON: at most ``MAX_DEPTH`` nested collections (an integer of more than
-  4300 digits is refused by Python itself, ``sys.int_max_str_digits``).
+- JSON: at most ``MAX_DEPTH`` nested collections, and no integer of more
+  than ``MAX_NUMBER_CHARS`` characters (its sign included), as in YAML: a
+  JSON document and the YAML one written from it are held to the same
+  limit (Python itself refuses more than 4300 digits, after parsing them).
 
 A string is never longer than its file, and without aliases nothing is
 shared: what a parsed document holds is bounded by the text's length. A
@@ -51,7 +53,17 @@ used; a cassette of 1,000 interactions holds under a million, and
 ``replay.cassette.dumps`` writes larger ones as JSON."""
 
 MAX_NUMBER_CHARS = 1000
-"""The longest number (integer or float) a YAML document may write."""
+"""The longest number (integer or float) a YAML document may write; the
+longest integer a JSON document may (a JSON float becomes a float, whose
+text is short however long the document wrote it)."""
+
+_TOO_LONG = (10**MAX_NUMBER_CHARS, 10 ** (MAX_NUMBER_CHARS - 1))
+"""The smallest magnitude of an integer written with more than
+``MAX_NUMBER_CHARS`` characters: positive, then negative (its ``-``)."""
+
+_FEW_BITS = _TOO_LONG[1].bit_length() - 1
+"""An integer of at most this many bits is within the limit whatever its
+sign: only longer ones are compared."""
 
 _NUMBER_TAGS = frozenset({"tag:yaml.org,2002:int", "tag:yaml.org,2002:float"})
 
@@ -113,7 +125,8 @@ def check_length(text: str | bytes | bytearray) -> None:
 
 def parse_json(text: str | bytes | bytearray) -> Any:
     """``json.loads(text)`` within the limits: ``DocumentRefused`` for a
-    text too long or nested too deeply; ``ValueError`` (``JSONDecodeError``,
+    text too long, nested too deeply or holding an integer longer than
+    ``MAX_NUMBER_CHARS``; ``ValueError`` (``JSONDecodeError``,
     ``UnicodeDecodeError``) for a text that is not JSON. Bytes are read as
     ``json.loads`` reads them (UTF-8, -16 or -32), their length bounded."""
     check_length(text)
@@ -121,7 +134,7 @@ def parse_json(text: str | bytes | bytearray) -> Any:
         value = json.loads(text)
     except RecursionError:
         raise _too_deep() from None
-    check_depth(value)
+    _check_tree(value, MAX_DEPTH, numbers=True)
     return value
 
 
@@ -129,8 +142,16 @@ def check_depth(value: Any, limit: int | None = None) -> None:
     """``DocumentRefused`` when ``value`` (plain JSON data) nests more than
     ``limit`` (default ``MAX_DEPTH``) mappings and lists. One pass over its
     collections, level by level, with no recursion."""
-    limit = MAX_DEPTH if limit is None else limit
+    _check_tree(value, MAX_DEPTH if limit is None else limit, numbers=False)
+
+
+def _check_tree(value: Any, limit: int, *, numbers: bool) -> None:
+    """``check_depth``; with ``numbers``, also ``DocumentRefused`` for an
+    integer (not a bool) longer than ``MAX_NUMBER_CHARS``, judged by its
+    bits first, so the common case costs one comparison."""
     containers = (dict, list)
+    if numbers:
+        _check_number(value)
     level = [value] if type(value) in containers else []
     depth = 0
     while level:
@@ -141,7 +162,20 @@ def check_depth(value: Any, limit: int | None = None) -> None:
         for item in level:
             children = item.values() if type(item) is dict else item
             below += [child for child in children if type(child) in containers]
+            if numbers:
+                for child in children:
+                    if type(child) is int and child.bit_length() > _FEW_BITS:
+                        _check_number(child)
         level = below
+
+
+def _check_number(value: Any) -> None:
+    if type(value) is not int or value.bit_length() <= _FEW_BITS:
+        return
+    if abs(value) >= _TOO_LONG[value < 0]:
+        raise DocumentRefused(
+            "MAX_NUMBER_CHARS", f"an integer of more than {MAX_NUMBER_CHARS} characters"
+        )
 
 
 def _too_deep(limit: int | None = None, line: int | None = None) -> DocumentRefused:

@@ -50,7 +50,10 @@ stops: whoever holds the whole database holds the key too, and can test
 guesses against the rows of calls that carried an idempotency key (only
 those have a fingerprint); a copy of the audit rows alone, without the
 key, cannot. The audit row's own ``arguments_hash`` covers the *redacted*
-arguments it shows, and so fingerprints no secret.
+arguments it shows, and so fingerprints no secret. The claim's own name is
+keyed the same way (``claim_fingerprint`` of ``scope_client_key``): the raw
+session id and client key it is scoped on are no more testable than the
+arguments.
 
 ``make_idempotency_key`` derives a key from the arguments a caller gives
 it: give it arguments without secrets (or a secret scope), since the key is
@@ -74,6 +77,7 @@ __all__ = [
     "ClaimOutcome",
     "StoredKey",
     "arguments_fingerprint",
+    "claim_fingerprint",
     "make_idempotency_key",
     "new_fingerprint_key",
     "resolve_claim",
@@ -135,6 +139,19 @@ def arguments_fingerprint(key: str, arguments_digest: str) -> str:
     return hmac.new(
         bytes.fromhex(key), arguments_digest.encode("utf-8", "surrogatepass"), "sha256"
     ).hexdigest()
+
+
+def claim_fingerprint(key: str, claim_key: str) -> str:
+    """The name a store keeps a claim under: HMAC-SHA256, keyed by the
+    store's ``key``, of the claim's key (``scope_client_key``, a hash of
+    the raw session id or scope and the raw client key, either of which
+    may be a secret the audit row shows redacted). Set apart from
+    ``arguments_fingerprint`` by its own prefix. A store looks a claim up
+    by it, so the same key under one store finds the same claim; without
+    the store's key it confirms no guess of a session id or client key.
+    ``ValueError`` for a key that is not hex text."""
+    message = f"claim\n{claim_key}".encode("utf-8", "surrogatepass")
+    return hmac.new(bytes.fromhex(key), message, "sha256").hexdigest()
 
 
 class ClaimOutcome(str, enum.Enum):

@@ -52,6 +52,23 @@ class PathValueError(ToolguardError, ValueError):
         )
 
 
+class PathKeyMisread(PathValueError):
+    """A template field whose key is absent from an object that holds a key
+    with ``.``, ``[`` or ``]``: the field may have been meant for that key
+    (``{file.path}`` reads ``{"file.path": ...}`` as ``file``, then
+    ``path``), so the access is refused, never taken for an absent
+    optional field. The message names no key and no value."""
+
+    def __init__(self, selector: str, where: str) -> None:
+        ValueError.__init__(
+            self,
+            f"path template field {{{selector}}}: {where} is absent while its object "
+            "holds a key with '.', '[' or ']', which a template cannot name: refused, "
+            "not taken for an absent optional field",
+        )
+        self.selector, self.where, self.found = selector, where, "absent"
+
+
 WILDCARD = "[*]"
 """The template step that takes each element of an array: ``{paths[*]}``,
 ``{files[*].file_path}``."""
@@ -158,7 +175,10 @@ def _select(selector: Field, root: object) -> list[Any]:
                     raise PathValueError(selector.text, where, _json_type(value), "an array")
                 following += [(f"{where}[{i}]", item) for i, item in enumerate(value)]
             elif isinstance(value, Mapping):
-                following.append((f"{where}.{step}", value.get(step, _ABSENT)))
+                found = value.get(step, _ABSENT)
+                if found is _ABSENT and _holds_unreadable(value):
+                    raise PathKeyMisread(selector.text, f"{where}.{step}")
+                following.append((f"{where}.{step}", found))
             else:
                 raise PathValueError(selector.text, where, _json_type(value), "an object")
         reached = following
@@ -166,6 +186,14 @@ def _select(selector: Field, root: object) -> list[Any]:
         if value is not _ABSENT and not isinstance(value, str):
             raise PathValueError(selector.text, where, _json_type(value), "a string")
     return [value for _, value in reached]
+
+
+def _holds_unreadable(value: Mapping[Any, Any]) -> bool:
+    """Whether an object holds a key with ``.``, ``[`` or ``]``: a field
+    that finds its own key absent there may have been meant for it (the
+    template ``{file.path}`` reads ``{"file.path": ...}`` as ``file``, then
+    ``path``), so it is refused, never taken for an absent optional one."""
+    return any(isinstance(key, str) and _UNREADABLE.intersection(key) for key in value)
 
 
 def expand_template(
@@ -180,7 +208,8 @@ def expand_template(
     object lacks) gives ``default``, or no path when it is the template's
     only field. Raises KeyError naming an absent field of a template of
     several fields (it has no path without it), and PathValueError for a
-    field on anything but a string."""
+    field on anything but a string, or absent from an object that holds a
+    key with ``.``, ``[`` or ``]`` (``_holds_unreadable``)."""
     parts = parse_template(template)
     chosen: dict[str, list[object]] = {}
     for _, field in parts:
@@ -190,6 +219,8 @@ def expand_template(
             root: object = str(variables[field.name])
         else:
             root = arguments.get(field.name, _ABSENT)
+            if root is _ABSENT and _holds_unreadable(arguments):
+                raise PathKeyMisread(field.text, field.name)
         chosen[field.text] = _select(field, root)
     if any(not values for values in chosen.values()):
         return []  # an empty array: the access names no path
@@ -231,8 +262,10 @@ def template_schema_problem(template: str, input_schema: Mapping[str, Any]) -> s
     None. The schema is followed where it speaks plainly (``type``,
     ``properties``, ``items``, ``additionalProperties: false``, local
     ``$ref``s); what it leaves open (``anyOf``, ...) is checked at the call.
-    A top-level name the schema does not list is taken for a runtime
-    variable."""
+    A top-level name the schema does not list, with no steps, is taken for
+    a runtime variable. Any other name an object's declared ``properties``
+    do not list is refused, open schema or not: a key that holds a step
+    (``"file.path"``) reads as other steps, and the field would name nothing."""
     for selector in (s for _, s in parse_template(template) if s is not None):
         node = _deref(input_schema, input_schema)
         steps: tuple[str | None, ...] = (selector.name, *selector.steps)
@@ -248,10 +281,20 @@ def template_schema_problem(template: str, input_schema: Mapping[str, Any]) -> s
             properties = node.get("properties")
             if isinstance(properties, Mapping) and isinstance(properties.get(step), Mapping):
                 node = _deref(properties[step], input_schema)
+            elif depth == 0 and not selector.steps and step not in (properties or {}):
+                break  # a variable the runtime fills (a variable is a string: no steps)
             elif node.get("additionalProperties") is False:
-                if depth == 0 and not selector.steps:
-                    break  # a variable the runtime fills
                 return f"{{{selector.text}}} names {step!r}, which the schema does not allow"
+            elif isinstance(properties, Mapping) and properties:
+                # An object whose keys are declared: a key it does not list is
+                # a name the template misreads (a key "file.path" is no steps).
+                unreadable = _unreadable_keys(properties)
+                return f"{{{selector.text}}} names {step!r}, which the schema does not declare" + (
+                    f" (a key holding '.', '[' or ']', such as {unreadable[0]!r}, cannot be "
+                    "named by a template)"
+                    if unreadable
+                    else ""
+                )
             else:
                 node = {}
         else:
@@ -262,6 +305,14 @@ def template_schema_problem(template: str, input_schema: Mapping[str, Any]) -> s
                     f"{{{selector.text}}} names a value typed {sorted(types)}, not a string{hint}"
                 )
     return None
+
+
+def _unreadable_keys(properties: Mapping[str, Any]) -> list[str]:
+    """The declared keys a template field cannot spell (they hold a step)."""
+    return [key for key in properties if isinstance(key, str) and _UNREADABLE.intersection(key)]
+
+
+_UNREADABLE = frozenset(".[]")
 
 
 def _deref(node: Any, document: Mapping[str, Any]) -> Mapping[str, Any]:

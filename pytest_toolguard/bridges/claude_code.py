@@ -24,6 +24,7 @@ in ``claude_code_hook``.
 from __future__ import annotations
 
 import fnmatch
+import os
 import posixpath
 import re
 from collections.abc import Mapping
@@ -117,15 +118,27 @@ def relative_arguments(arguments: Mapping[str, Any], cwd: str) -> dict[str, Any]
     and empty components dropped); every ``..`` after it is kept, for the
     sandbox to apply to the directory it actually reaches. Collapsing
     ``ln/../secret`` as text would judge ``secret`` when ``ln`` is a link
-    elsewhere, and the kernel goes to ``ln``'s target's parent."""
+    elsewhere, and the kernel goes to ``ln``'s target's parent.
+
+    A path beginning with ``~`` is a home directory to Claude Code (and to
+    a shell), never a folder of the project: ``~`` and ``~user`` are
+    expanded first (``os.path.expanduser``), so the result is judged as the
+    absolute path it is (outside the project: refused). One that cannot be
+    expanded (no such user) is left as it is, and the hook's workspace
+    refuses it (``own_files.GuardedWorkspace``). A path inside ``cwd``
+    whose relative form would begin with ``~`` is written ``./~...``, the
+    project's own folder of that name."""
     root = _components(posixpath.normpath(cwd))  # as the workspace's root is spelt
     changed = dict(arguments)
     for name in PATH_ARGUMENTS:
         value = changed.get(name)
+        if isinstance(value, str) and value.startswith("~"):
+            value = changed[name] = os.path.expanduser(value)
         if isinstance(value, str) and value.startswith("/"):
             parts = _components(value)
             if parts[: len(root)] == root:
-                changed[name] = "/".join(parts[len(root) :]) or "."
+                relative = "/".join(parts[len(root) :]) or "."
+                changed[name] = f"./{relative}" if relative.startswith("~") else relative
     return changed
 
 

@@ -44,7 +44,7 @@ Stop hook a declined call's row stays RUNNING.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -61,7 +61,14 @@ from .claude_code import PATH_ARGUMENTS, relative_arguments, runs_here
 from .definitions import BridgeError
 from .gate import admit, close_admitted, stored_id
 from .hook_cassette import HookCassette
-from .own_files import GuardedWorkspace, OwnFileRefused, OwnFiles
+from .own_files import (
+    GuardedWorkspace,
+    OwnFileRefused,
+    OwnFiles,
+    claude_settings,
+    loaded_code,
+    module_names,
+)
 from .transcript import registry_name
 
 ACTOR = "claude-code"
@@ -427,14 +434,30 @@ def run_hook(
     config_file: str | None = None,
     cassette: str | None = None,
     unknown_tools: HookAnswer = "ask",
+    imported: tuple[str, Sequence[str]] | None = None,
 ) -> dict[str, Any] | None:
     """Answer one event as ``toolguard hook`` does (``answer``): through a
     runtime in ``cwd`` auditing into the SQLite ``database``, recording
     into ``cassette`` when one is given. The hook's own files (the
     configuration ``config_file``, the database, the cassette) are
-    forbidden to the call whatever ``capabilities`` say (``own_files``).
-    Raises ``AuditUnavailable`` and ``HookCassetteError``."""
-    own = OwnFiles.of(config=config_file, database=database, cassette=cassette)
+    forbidden to the call whatever ``capabilities`` say (``own_files``),
+    and so are Claude Code's settings files, which register the hook, and
+    every Python file this process loaded from ``cwd`` (the registry's
+    module and what it imports: the code the next event runs). ``imported``
+    is a directory modules were looked for in, with the names looked for
+    (``registry_loading.DirectoryFinder``): a file of such a name there is
+    forbidden too, existing or not. Raises ``AuditUnavailable`` and
+    ``HookCassetteError``."""
+    own = OwnFiles.of(
+        config=config_file,
+        database=database,
+        cassette=cassette,
+        extra=(
+            *claude_settings(cwd),
+            *loaded_code(cwd),
+            *(module_names(*imported) if imported is not None else ()),
+        ),
+    )
     prompt = ClaudeCodePrompt()
     with (
         SQLiteAuditStore(database) as store,

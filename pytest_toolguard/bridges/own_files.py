@@ -5,9 +5,21 @@ refuses every call naming them.
 directory as the hook's own state: its configuration (``toolguard.yaml``),
 its audit database (with SQLite's ``-wal``, ``-shm`` and ``-journal``
 beside it) and the session's cassette (with its lock and temporary
-files). A call that may change one of them could erase the audit trail,
-or grant itself what the configuration refuses; so they are forbidden to
-every call the hook judges, whatever the session's roots say.
+files); Claude Code's settings files, which register the hook
+(``.claude/settings.json``, ``.claude/settings.local.json``); and the
+Python code the hook loaded from the project (its registry's module and
+what that imports, with the names such a module could be shadowed by). A
+call that may change one of them could erase the audit trail, grant
+itself what the configuration refuses, turn the hook off or run its own
+code in the next hook process; so they are forbidden to every call the
+hook judges, whatever the session's roots say.
+
+A path whose first component begins with ``~`` is refused too
+(PATH_OUTSIDE_WORKSPACE): Claude Code and the programs an MCP server runs
+may read it as a home directory, never as a folder of the project. The
+Claude Code bridge expands ``~`` and ``~user`` first (``relative_arguments``),
+so this refusal meets only what could not be expanded, or a path argument
+of another tool.
 
 What is guaranteed: ``GuardedWorkspace.locate`` (what the policy judges a
 declared path by) answers ``ForbiddenPath`` (FORBIDDEN_PATH) for a path
@@ -30,12 +42,21 @@ process is not seen.
 
 from __future__ import annotations
 
+import _imp
 import os
 import posixpath
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..sandbox import AccessMode, ForbiddenPath, Location, Workspace, show_path
+from ..sandbox import (
+    AccessMode,
+    ForbiddenPath,
+    Location,
+    PathOutsideWorkspace,
+    Workspace,
+    show_path,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,12 +88,15 @@ class OwnFiles:
         config: str | os.PathLike[str] | None = None,
         database: str | os.PathLike[str] | None = None,
         cassette: str | os.PathLike[str] | None = None,
+        extra: Iterable[OwnEntry] = (),
     ) -> OwnFiles:
         """The hook's own files: its configuration file, its SQLite audit
         database (and the files SQLite keeps beside it), and its cassette
-        (with the lock and temporary files written beside it). Each path
-        is made absolute and resolved now (links followed)."""
-        entries: list[OwnEntry] = []
+        (with the lock and temporary files written beside it), then the
+        ``extra`` entries (``claude_settings``, ``loaded_code``,
+        ``module_names``). Each path is made absolute and resolved now
+        (links followed)."""
+        entries: list[OwnEntry] = list(extra)
         if config is not None:
             entries.append(_entry(config))
         if database is not None:
@@ -87,13 +111,111 @@ class OwnFiles:
     def existing(self) -> list[str]:
         """The absolute path of every file that is one of the entries now."""
         found: list[str] = []
+        by_directory: dict[str, list[OwnEntry]] = {}
         for entry in self.entries:
+            by_directory.setdefault(entry.directory, []).append(entry)
+        for directory, entries in by_directory.items():  # each listed once
             try:
-                names = os.listdir(entry.directory)
+                names = os.listdir(directory)
             except OSError:
                 continue
-            found += [os.path.join(entry.directory, n) for n in names if entry.matches(n)]
+            found += [
+                os.path.join(directory, n) for n in names if any(e.matches(n) for e in entries)
+            ]
         return found
+
+
+SETTINGS_FILES = ("settings.json", "settings.local.json")
+"""Claude Code's settings files in a ``.claude`` directory: they register
+the hook, and one line of them (``disableAllHooks``) turns it off."""
+
+
+def claude_settings(project: str | os.PathLike[str]) -> list[OwnEntry]:
+    """Entries for the settings files that register the hook: the
+    project's (``project/.claude``, and ``$CLAUDE_PROJECT_DIR/.claude``
+    when set) and the user's (``$CLAUDE_CONFIG_DIR``, else
+    ``~/.claude``). An entry outside a workspace's root guards nothing
+    there: such a path is outside anyway."""
+    directories = [os.path.join(os.fspath(project), ".claude")]
+    if os.environ.get("CLAUDE_PROJECT_DIR"):
+        directories.append(os.path.join(os.environ["CLAUDE_PROJECT_DIR"], ".claude"))
+    directories.append(
+        os.environ.get("CLAUDE_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".claude")
+    )
+    return [
+        _entry(os.path.join(directory, name))
+        for directory in dict.fromkeys(directories)
+        for name in SETTINGS_FILES
+    ]
+
+
+def loaded_code(root: str | os.PathLike[str]) -> list[OwnEntry]:
+    """Entries for every Python file this process loaded from beneath
+    ``root`` (each ``sys.modules`` entry whose file, or package
+    directory, resolves there): the file by any suffix (``name.py``,
+    ``name.pyc``, an extension module), a directory of its name (a
+    package there would be imported in its place), the ``__pycache__``
+    beside it, and for a package its ``__init__`` and a module of its
+    name beside it (which would win over a namespace package); the rest
+    of a package's directory stays writable. These are the code the
+    hook's next process runs."""
+    real_root = os.path.realpath(os.fspath(root))
+    resolved: dict[str, str] = {}  # each directory resolved once: modules share them
+
+    def real(path: str) -> list[str]:
+        """The directory and name ``path`` is spelt in, and the ones it resolves to."""
+        directory, name = os.path.split(os.path.abspath(path))
+        if directory not in resolved:
+            resolved[directory] = os.path.realpath(directory)
+        found = [os.path.join(resolved[directory], name)]
+        if os.path.islink(path):
+            found.append(os.path.realpath(path))
+        return found
+
+    # (directory, module name, whether a directory of that name would win)
+    places: set[tuple[str, str, bool]] = set()
+    for module in list(sys.modules.values()):
+        spec = getattr(module, "__spec__", None)
+        for file in {getattr(module, "__file__", None), getattr(spec, "origin", None)}:
+            if isinstance(file, str) and os.path.isabs(file):
+                for path in real(file):
+                    directory, name = os.path.split(path)
+                    places.add((directory, name.partition(".")[0], True))
+        search = getattr(module, "__path__", None)  # a package: its directories
+        for directory in list(search) if search is not None else []:
+            if isinstance(directory, str) and os.path.isabs(directory):
+                for path in real(directory):
+                    places.add((path, "__init__", True))
+                    places.add((*os.path.split(path), False))
+    entries: list[OwnEntry] = []
+    for directory, name, exact in sorted(places):
+        if not name or _inside(real_root, directory) is None:
+            continue
+        entries += [
+            OwnEntry(directory, f"{name}.", prefix=True),
+            OwnEntry(directory, "__pycache__"),
+        ]
+        if exact:
+            entries.append(OwnEntry(directory, name))
+    return entries
+
+
+def module_names(directory: str | os.PathLike[str], names: Iterable[str]) -> list[OwnEntry]:
+    """Entries for the top-level modules ``names`` in ``directory``, found
+    there or not (a file written there later under such a name would be
+    imported by the next process that looks for it): a file of the name
+    by any suffix, a directory of the name unless one is there (a package
+    found: ``loaded_code`` keeps its ``__init__``, the rest of it stays
+    writable), and ``__pycache__``."""
+    real = os.path.realpath(os.fspath(directory))
+    entries = [OwnEntry(real, "__pycache__")] if names else []
+    for name in dict.fromkeys(names):
+        if name in sys.builtin_module_names or _imp.is_frozen(name):
+            continue  # found before any directory is searched: no file stands in
+        entries.append(OwnEntry(real, f"{name}.", prefix=True))
+        if not os.path.isdir(os.path.join(real, name)):  # a package there: ``loaded_code``
+            entries.append(OwnEntry(real, name))
+    return entries
 
 
 def _entry(path: str | os.PathLike[str], *, prefix: bool = False) -> OwnEntry:
@@ -130,7 +252,14 @@ class GuardedWorkspace(Workspace):
 
     def locate(self, path: str, mode: AccessMode = "read") -> Location:
         """``Workspace.locate``, then ``ForbiddenPath`` when what ``path``
-        resolves to is one of the hook's own files (see the module)."""
+        resolves to is one of the hook's own files (see the module);
+        ``PathOutsideWorkspace`` for a path beginning with ``~``."""
+        if path.startswith("~"):
+            raise PathOutsideWorkspace(
+                f"path {show_path(path)} begins with '~', which a tool may read as a home "
+                "directory: never judged as a path in the project",
+                path,
+            )
         try:
             location = super().locate(path, mode)
         except OSError:
@@ -172,7 +301,8 @@ class GuardedWorkspace(Workspace):
     def _refusal(path: str) -> OwnFileRefused:
         return OwnFileRefused(
             f"path {show_path(path)} is one of toolguard's own files (its configuration, "
-            "audit log or cassette): no call it judges may use it",
+            "audit log, cassette, code or Claude Code's settings that run it): no call it "
+            "judges may use it",
             path,
         )
 

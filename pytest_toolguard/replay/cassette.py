@@ -373,13 +373,22 @@ def loads(text: str, *, source: str = "<string>") -> Cassette:
 def _check_recipes(raw: Mapping[str, Any], source: str) -> None:
     """``CassetteError`` for a recipe over ``MAX_GENERATED_BYTES``, or
     recipes over ``MAX_GENERATED_TOTAL`` together, judged from their sizes
-    before any is made. Before the schema, which would say only that
-    ``times`` is over its maximum: a value of the wrong type is left to it."""
+    before any is made, or whose ``times`` is not an integer. Before the
+    schema, which would say only that ``times`` is over its maximum, and
+    takes ``10.0`` for an integer (JSON Schema's integers are numbers
+    without a fraction): a float, a bool or any other type is refused
+    here. A text of the wrong type is left to the schema."""
     total = 0
     for where, recipe in _recipes(raw):
         texts = [recipe.get("head", ""), recipe.get("tail", ""), recipe["repeat"]]
         times = recipe["times"]
-        if not all(isinstance(text, str) for text in texts) or type(times) is not int:
+        if type(times) is not int:
+            raise CassetteError(
+                source,
+                format_path("$", [*where, "times"]),
+                f"must be an integer written without a fraction, not {type(times).__name__}",
+            )
+        if not all(isinstance(text, str) for text in texts):
             continue
         size = _utf8_length(texts[0]) + _utf8_length(texts[1]) + _utf8_length(texts[2]) * times
         total += size

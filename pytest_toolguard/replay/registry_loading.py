@@ -15,7 +15,12 @@ in the pytest ini file for a module beside the tests).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+import importlib.machinery
+import os
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ToolguardError
@@ -81,6 +86,47 @@ def load_secrets(spec: str) -> Mapping[str, str]:
             f"got {type(target).__name__}"
         )
     return dict(target)
+
+
+IMPORTED_FROM_CWD_FIRST: list[str] = []
+"""Modules imported while ``python -m`` had the current directory first on
+``sys.path`` (``pytest_toolguard.__main__`` sets it): a file of such a name
+there would have been imported instead; the hook forbids those names."""
+
+
+class DirectoryFinder:
+    """A finder of top-level modules in one ``directory``, asked after
+    every other one (``sys.meta_path``'s last): the standard library and
+    installed packages always win, and a name none of them has is looked
+    for there. Each name it was asked for is kept in ``asked``, found or
+    not: a file written there later under that name would be imported."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = os.path.abspath(directory)
+        self.asked: list[str] = []
+
+    def find_spec(
+        self, name: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        """The spec of the top-level module ``name`` in ``directory`` (None
+        for a submodule: its package finds it)."""
+        if path is not None:
+            return None
+        self.asked.append(name)
+        return importlib.machinery.PathFinder.find_spec(name, [self.directory])
+
+
+@contextmanager
+def importable_from(directory: str) -> Iterator[DirectoryFinder]:
+    """While inside, a module no other finder has is imported from
+    ``directory`` (``DirectoryFinder``), never ahead of the standard
+    library or an installed package, as ``sys.path.insert(0, ...)`` would."""
+    finder = DirectoryFinder(directory)
+    sys.meta_path.append(finder)
+    try:
+        yield finder
+    finally:
+        sys.meta_path.remove(finder)
 
 
 def _call(spec: str, function: Any) -> Any:

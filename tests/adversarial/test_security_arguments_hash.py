@@ -258,7 +258,7 @@ def test_an_old_sqlite_database_migrates_and_keeps_its_claims(tmp_path):
     old_sqlite_database(path, scope_client_key("order-7", "submit", "task-1"))
     store = open_store(("sqlite", str(path)))
     try:
-        assert store.settings().schema_version == SCHEMA_VERSION == 3
+        assert store.settings().schema_version == SCHEMA_VERSION == 4
         rt = runtime(tmp_path / "ws", store)
         assert rt.execute(call("c1", OLD_ARGUMENTS, "order-7")).code is (
             ErrorCode.IDEMPOTENT_REPLAY

@@ -358,7 +358,7 @@ def test_sqlite_database_of_schema_version_1_gains_leases_and_keeps_its_rows(
     finally:
         raw.close()
     with SQLiteAuditStore(db_path) as store:
-        assert store.settings().schema_version == SCHEMA_VERSION == 3
+        assert store.settings().schema_version == SCHEMA_VERSION == 4
         old = store.get("old")
         assert old is not None and (old.lease_owner, old.lease_expires_at) == (None, None)
         assert store.recover(T1) == 1  # a RUNNING row without a lease counts as expired
