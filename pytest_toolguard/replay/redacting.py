@@ -42,12 +42,24 @@ def redact_file(redactor: Redactor, content: bytes) -> bytes:
       offset (an SQLite page, a ZIP directory) still reads; a checksum over
       the secret's bytes (a PNG chunk's CRC) no longer matches.
 
-    Replay redacts what it reads the same way before comparing."""
-    try:
-        text = content.decode("utf-8")
-    except UnicodeDecodeError:
-        return redact_in_place(redactor, content)
-    return redactor.redact_text(text).encode("utf-8")
+    UTF-8 text that holds zero bytes (UTF-16 or UTF-32 of ASCII text is
+    UTF-8 too) also has its wide stretches (``wide_readings``) overwritten
+    in place. Replay redacts what it reads the same way before comparing."""
+    for _ in range(_IN_PLACE_PASSES + 1):
+        try:
+            text = content.decode("utf-8")
+        except UnicodeDecodeError:
+            return redact_in_place(redactor, content)
+        narrow = redactor.redact_text(text).encode("utf-8")
+        if 0 not in narrow:
+            return narrow  # the redactor's text is already its own fixed point
+        redacted = overwritten(redactor, narrow, wide_readings(narrow))
+        if redacted is None:
+            return FILE_WITH_SECRET
+        if redacted == content:
+            return content
+        content = redacted
+    return FILE_WITH_SECRET
 
 
 def redact_path(redactor: Redactor, path: str) -> str:
