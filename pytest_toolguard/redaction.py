@@ -436,8 +436,8 @@ def _families_that_may_match(text: str, folded: str) -> tuple[int, dict[int, lis
 # is at most ``reach`` characters before the clue. Checked against a search
 # at every place by ``tests/core/test_redaction.py``'s exhaustive scan.
 _RUN_BACK: Mapping[str, tuple[re.Pattern[str], int]] = {
-    "assign": (re.compile(r"[A-Za-z0-9_.-]*"), 64),
-    "url": (re.compile(r"[A-Za-z0-9+.-]*"), 32),
+    "assign": (re.compile(r"[A-Za-z0-9_.-]{0,65}"), 64),
+    "url": (re.compile(r"[A-Za-z0-9+.-]{0,33}"), 32),
 }
 _OFFSETS: Mapping[str, tuple[int, ...]] = {
     "aws_secret": (0, len("aws"), len("aws_")),  # "secret" in aws_secret_... or secret_access_key
@@ -459,6 +459,7 @@ def _starts(text: str, families: int, places: Mapping[int, list[int]]) -> list[i
     a family holds one of its clue words at a known distance from its start
     (``_OFFSETS``, ``_RUN_BACK``), so a search need not try the others."""
     found: set[int] = set()
+    backwards = ""  # ``text`` reversed, made when a run is first looked for
     for word, positions in places.items():
         for bit, name in _STARTS_OF_WORD[word]:
             if not bit & families:
@@ -469,9 +470,12 @@ def _starts(text: str, families: int, places: Mapping[int, list[int]]) -> list[i
                     found.update(position - offset for position in positions if position >= offset)
                 continue
             back, reach = run
+            backwards = backwards or text[::-1]
+            size = len(text)
             for position in positions:
-                before = text[max(0, position - reach - 1) : position][::-1]
-                length = back.match(before).end()  # type: ignore[union-attr]
+                # The length of the run that ends at ``position``, read backwards.
+                found_run = back.match(backwards, size - position)
+                length = found_run.end() - (size - position) if found_run else 0
                 if length <= reach:
                     found.add(position - length)
     return sorted(found)

@@ -298,7 +298,11 @@ class Keywords:
                 pass
             else:
                 for word, start, _ in matches:
-                    places.setdefault(word, []).append(start)
+                    found = places.get(word)
+                    if found is None:
+                        places[word] = [start]
+                    else:
+                        found.append(start)
                 return places
         first = self.any_word.search(folded)
         if first is None:

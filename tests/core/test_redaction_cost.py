@@ -413,3 +413,35 @@ def test_gitleaks_semi_generic_rules_skip_keywords_with_no_assignment_sign_in_re
     assert list(twitter.matches(text, starts=starts)) == []
     key = "twitter_key = " + "a1b2c3d4e5" * 2 + "abcde"
     assert [m.group(1) for m, _ in twitter.matches(f"x {key} ", starts=[2])] == [key[-25:]]
+
+
+_SECRET_VALUE = "Zx9!Qw7#Rt5$Yu3%"
+_AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # A label whose trigger word lies at the edge of its reach, or past it.
+        *(f"{'a' * size}_password = {_SECRET_VALUE}\n" for size in (0, 55, 56, 63, 64, 65, 70)),
+        *(f"x.{'b' * size}token: {_SECRET_VALUE} y" for size in (61, 62, 63)),
+        "api_key: " * 50,
+        f"tokens=1 max_tokens=2 token_count: 3 password: {_SECRET_VALUE}",
+        # A URL's scheme of every length around its limit.
+        *(f"see {'s' * size}://user:{_SECRET_VALUE}@host/ ok" for size in (1, 31, 32, 33, 40)),
+        f"+x.a-b://u:{_SECRET_VALUE}@h and 9ab://u:{_SECRET_VALUE}@h",
+        # Both spellings of the AWS secret's label, glued or spaced.
+        f"aws_secret_access_key = {_AWS_SECRET}",
+        f"AWSSECRETKEY={_AWS_SECRET} secret_access_key: '{_AWS_SECRET}'",
+        f"xaws_secret_key={_AWS_SECRET}",
+        "https://hooks.slack.com/services/T000/B000/XXXXXXXXXXXXXXXX",
+        f"K\u212aey: {_SECRET_VALUE} and pa\u017f\u017fword: {_SECRET_VALUE}",
+        f"Bearer abcdef123456 basic dXNlcjpwYXNzd29yZA== eyJhbGciOi.eyJzdWIiOiIx.sig "
+        f"AKIAZ7QW3RT5YU9IO2PA ghp_{'a' * 36} xoxb-1234567890-abc",
+    ],
+)
+def test_the_value_families_tried_at_clue_starts_find_what_a_search_everywhere_finds(
+    text: str,
+) -> None:
+    redactor = Redactor()
+    assert redactor.redact_text(text) == redactor._redact_text_exhaustive(text)
