@@ -443,6 +443,9 @@ _OFFSETS: Mapping[str, tuple[int, ...]] = {
     "aws_secret": (0, len("aws"), len("aws_")),  # "secret" in aws_secret_... or secret_access_key
     "slack_webhook": (len("https://"),),  # "hooks.slack.com/"
 }
+_SPARSE_CLUES = 32
+"""The places a match may start are listed (``_starts``) only when the clue
+words are fewer than one per this many characters of the text."""
 _STARTS_OF_WORD: tuple[tuple[tuple[int, str], ...], ...] = tuple(
     tuple(
         (bit, _FAMILIES[index].name)
@@ -774,13 +777,18 @@ class Redactor:
             text = _redact_pem_blocks(text)
         # Most text holds no clue of any family and is not scanned at all.
         folded = _fold_case(text)
+        starts: list[int] | None = None
         if exhaustive:
-            families, starts = _EVERY_FAMILY, None
+            families = _EVERY_FAMILY
         else:
             families, places = _families_that_may_match(text, folded)
-            starts = _starts(text, families, places) if families else None
+            # Clue words close together (a text packed with labels): the
+            # regex's own search finds the next match sooner than the places
+            # a match may start are listed.
+            if families and sum(map(len, places.values())) * _SPARSE_CLUES < len(text):
+                starts = _starts(text, families, places)
         if families:
-            redacted = self._redact_patterns(text, families, starts)
+            redacted = self._redact_patterns(text, families, exhaustive, starts)
             if redacted != text:
                 text, folded = redacted, _fold_case(redacted)
         findings = self._rules.find(text, folded, exhaustive) if self._rules.rules else []
@@ -792,7 +800,9 @@ class Redactor:
             text = extra.regex.sub(extra.replace, text)
         return text
 
-    def _redact_patterns(self, text: str, families: int, starts: list[int] | None) -> str:
+    def _redact_patterns(
+        self, text: str, families: int, exhaustive: bool, starts: list[int] | None
+    ) -> str:
         # Like ``_combined(families, False).sub``, with two differences that
         # keep the result stable under a second pass. A match found harmless (a
         # label such as ``token_count``, "Basic" and a plain word) consumes
@@ -800,11 +810,10 @@ class Redactor:
         # scanning goes on one character later, so a secret that starts inside
         # it or runs past its end is still found. Right after a replacement,
         # the text is matched as if it followed the placeholder.
-        # ``starts``: the only places a match may start (``_starts``); None
-        # for the exhaustive reference, which searches at every place.
+        # ``starts``: the only places a match may start (``_starts``), or None
+        # to search at every place.
         pieces: list[str] = []
         copied = 0  # text[:copied] is in pieces, redacted
-        exhaustive = starts is None
         guarded = not exhaustive
         anywhere = _combined(families, False, guarded)
         after_replacement = _combined(families, True, guarded)
