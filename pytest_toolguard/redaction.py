@@ -401,14 +401,16 @@ _FAMILIES_OF_WORD: tuple[int, ...] = tuple(
 )
 
 
-def _families_that_may_match(text: str, folded: str) -> int:
+def _families_that_may_match(text: str, folded: str) -> tuple[int, dict[int, list[int]]]:
     """The families whose clue is in ``text`` (``folded``: ``_fold_case(text)``):
-    the others cannot match it."""
+    the others cannot match it; and where each clue word starts in
+    ``folded``, by its index in ``_CLUE_WORDS``."""
+    places = _CLUE_FINDER.occurrences(folded)
     candidates = 0
-    for word in _CLUE_FINDER.occurrences(folded):
+    for word in places:
         candidates |= _FAMILIES_OF_WORD[word]
     if not candidates:
-        return 0
+        return 0, places
     families = 0
     for bit, literals, in_folded, needs in _CLUES:
         if not candidates & bit:
@@ -424,7 +426,62 @@ def _families_that_may_match(text: str, folded: str) -> int:
             if literal in haystack:
                 families |= bit
                 break
-    return families
+    return families, places
+
+
+# Where a family's match may start, from where one of its clue words starts
+# (``_starts``): at that place minus each of the offsets, or, for a family
+# whose match starts at the start of a run of characters that holds its clue
+# (an assignment's label, a URL's scheme), at the start of that run when it
+# is at most ``reach`` characters before the clue. Checked against a search
+# at every place by ``tests/core/test_redaction.py``'s exhaustive scan.
+_RUN_BACK: Mapping[str, tuple[re.Pattern[str], int]] = {
+    "assign": (re.compile(r"[A-Za-z0-9_.-]{0,65}"), 64),
+    "url": (re.compile(r"[A-Za-z0-9+.-]{0,33}"), 32),
+}
+_OFFSETS: Mapping[str, tuple[int, ...]] = {
+    "aws_secret": (0, len("aws"), len("aws_")),  # "secret" in aws_secret_... or secret_access_key
+    "slack_webhook": (len("https://"),),  # "hooks.slack.com/"
+}
+_SPARSE_CLUES = 32
+"""The places a match may start are listed (``_starts``) only when the clue
+words are fewer than one per this many characters of the text."""
+_STARTS_OF_WORD: tuple[tuple[tuple[int, str], ...], ...] = tuple(
+    tuple(
+        (bit, _FAMILIES[index].name)
+        for index in range(len(_FAMILIES))
+        if (bit := 1 << index) & families
+    )
+    for families in _FAMILIES_OF_WORD
+)
+
+
+def _starts(text: str, families: int, places: Mapping[int, list[int]]) -> list[int]:
+    """The places, sorted, where a match of ``families`` may start in
+    ``text``, given where the clue words start (``places``): every match of
+    a family holds one of its clue words at a known distance from its start
+    (``_OFFSETS``, ``_RUN_BACK``), so a search need not try the others."""
+    found: set[int] = set()
+    backwards = ""  # ``text`` reversed, made when a run is first looked for
+    for word, positions in places.items():
+        for bit, name in _STARTS_OF_WORD[word]:
+            if not bit & families:
+                continue
+            run = _RUN_BACK.get(name)
+            if run is None:
+                for offset in _OFFSETS.get(name, (0,)):
+                    found.update(position - offset for position in positions if position >= offset)
+                continue
+            back, reach = run
+            backwards = backwards or text[::-1]
+            size = len(text)
+            for position in positions:
+                # The length of the run that ends at ``position``, read backwards.
+                found_run = back.match(backwards, size - position)
+                length = found_run.end() - (size - position) if found_run else 0
+                if length <= reach:
+                    found.add(position - length)
+    return sorted(found)
 
 
 @functools.lru_cache(maxsize=256)
@@ -720,9 +777,18 @@ class Redactor:
             text = _redact_pem_blocks(text)
         # Most text holds no clue of any family and is not scanned at all.
         folded = _fold_case(text)
-        families = _EVERY_FAMILY if exhaustive else _families_that_may_match(text, folded)
+        starts: list[int] | None = None
+        if exhaustive:
+            families = _EVERY_FAMILY
+        else:
+            families, places = _families_that_may_match(text, folded)
+            # Clue words close together (a text packed with labels): the
+            # regex's own search finds the next match sooner than the places
+            # a match may start are listed.
+            if families and sum(map(len, places.values())) * _SPARSE_CLUES < len(text):
+                starts = _starts(text, families, places)
         if families:
-            redacted = self._redact_patterns(text, families, exhaustive)
+            redacted = self._redact_patterns(text, families, exhaustive, starts)
             if redacted != text:
                 text, folded = redacted, _fold_case(redacted)
         findings = self._rules.find(text, folded, exhaustive) if self._rules.rules else []
@@ -734,7 +800,9 @@ class Redactor:
             text = extra.regex.sub(extra.replace, text)
         return text
 
-    def _redact_patterns(self, text: str, families: int, exhaustive: bool) -> str:
+    def _redact_patterns(
+        self, text: str, families: int, exhaustive: bool, starts: list[int] | None
+    ) -> str:
         # Like ``_combined(families, False).sub``, with two differences that
         # keep the result stable under a second pass. A match found harmless (a
         # label such as ``token_count``, "Basic" and a plain word) consumes
@@ -742,12 +810,24 @@ class Redactor:
         # scanning goes on one character later, so a secret that starts inside
         # it or runs past its end is still found. Right after a replacement,
         # the text is matched as if it followed the placeholder.
+        # ``starts``: the only places a match may start (``_starts``), or None
+        # to search at every place.
         pieces: list[str] = []
         copied = 0  # text[:copied] is in pieces, redacted
         guarded = not exhaustive
         anywhere = _combined(families, False, guarded)
         after_replacement = _combined(families, True, guarded)
-        match = anywhere.search(text)
+
+        def search(position: int) -> re.Match[str] | None:
+            if starts is None:
+                return anywhere.search(text, position)
+            for index in range(bisect.bisect_left(starts, position), len(starts)):
+                found = anywhere.match(text, starts[index])
+                if found is not None:
+                    return found
+            return None
+
+        match = search(0)
         while match is not None:
             start = match.start()
             replaced = self._replacement(match, exhaustive)
@@ -758,13 +838,13 @@ class Redactor:
                     _combined(later, start == copied, guarded).match(text, start) if later else None
                 )
                 if match is None:
-                    match = anywhere.search(text, start + 1)
+                    match = search(start + 1)
                 continue
             replacement, end = replaced
             pieces.append(text[copied:start])
             pieces.append(replacement)
             copied = end
-            match = after_replacement.match(text, copied) or anywhere.search(text, copied + 1)
+            match = after_replacement.match(text, copied) or search(copied + 1)
         pieces.append(text[copied:])
         return "".join(pieces)
 

@@ -34,10 +34,10 @@ import tomllib
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from pytest_toolguard.secret_regex import split_lazy_prefix  # noqa: E402
 from pytest_toolguard.secret_rules import (  # noqa: E402
     RULES_FILE,
     UnsupportedRegex,
-    _split_lazy_prefix,
     translate_go_regex,
 )
 
@@ -233,7 +233,7 @@ def convert(config: dict[str, Any], source: dict[str, str]) -> dict[str, Any]:
             "keywords": keywords,
         }
         entry["min_length"] = _shortest_match(entry["regex"])
-        trimmed, _, _ = _split_lazy_prefix(entry["regex"])
+        trimmed, _, _ = split_lazy_prefix(entry["regex"])
         if _anchored(trimmed, keywords):
             entry["anchored"] = True
         if rule.get("secretGroup"):

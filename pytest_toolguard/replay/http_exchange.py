@@ -20,7 +20,7 @@ from typing import Any
 
 from ..redaction import Redactor, placeholder
 from .cassette import HttpExchange
-from .redacting import LATIN_1, text_charsets, utf16_readings
+from .redacting import BOMS, LATIN_1, overwritten, text_charsets, whole_readings, wide_readings
 
 UNKEPT_HEADERS = ("date",)
 """Response headers never recorded (lower case): a response's ``Date``
@@ -72,7 +72,9 @@ def redact_response(response: dict[str, Any], redactor: Redactor) -> dict[str, A
     if isinstance(body, str):
         body = body.encode("utf-8")
     if isinstance(body, bytes):
-        headers = {name: values[0] for name, values in response["headers"].items() if values}
+        headers = {
+            name: ", ".join(values) for name, values in response["headers"].items() if values
+        }
         redacted = redact_body(redactor, body, headers)
         response["body"]["string"] = redacted
         if redacted != body:
@@ -88,24 +90,31 @@ def redact_response(response: dict[str, Any], redactor: Redactor) -> dict[str, A
 
 def redact_body(redactor: Redactor, body: bytes, headers: MutableMapping[str, str]) -> bytes:
     """``body`` as a cassette keeps it, given its message's ``headers`` (one
-    value per name; a ``Content-Encoding`` is removed from them when the body
-    is stored decoded).
+    value per name, the values of a repeated header joined by commas; every
+    ``Content-Encoding`` is removed from them when the body is stored
+    decoded).
 
-    * **Compressed** (``Content-Encoding`` gzip, x-gzip, deflate, identity,
-      in any chain): inflated (up to ``MAX_DECODED_BODY``) and checked as
-      below. Holding a secret, it is stored inflated and redacted, without
-      its ``Content-Encoding``; holding none, as it came. An encoding that
-      cannot be undone here (br, zstd, a corrupt stream) is stored as
+    * **Compressed**: the values of every ``Content-Encoding`` header, in
+      order and in any case, are one chain (gzip, x-gzip, deflate,
+      identity), undone last first, up to ``MAX_DECODED_BODY``; a gzip
+      stream of several members is read to its end. The result is checked
+      as below. Holding a secret, it is stored inflated and redacted,
+      without its ``Content-Encoding``; holding none, as it came. A chain
+      that cannot be undone in full here (br, zstd, an unknown coding, a
+      corrupt or cut stream, bytes after its end) is stored as
       ``DROPPED_BODY``: it cannot be checked, so it is never kept.
     * **Text**: read in the ``charset`` of its ``Content-Type`` when that
       decodes it, else by its byte-order mark, else as UTF-8, else as
-      latin-1 (which reads any bytes, so the ASCII and latin-1 runs of a
-      binary body are checked too); redacted like any text, and written
-      back in the same charset, so that what surrounds a secret keeps its
-      bytes. A body with no secret is kept byte for byte.
-    * **UTF-16 inside another reading** (a part of a multipart body, text
-      with no charset given): a body whose UTF-16 readings hold a secret
-      the first reading missed is stored as ``DROPPED_BODY``.
+      latin-1 (``text_charsets``); redacted like any text, and written back
+      in the same charset (and byte order), so that what surrounds a secret
+      keeps its bytes. A body with no secret is kept byte for byte.
+    * **Every other reading** runs too, whatever the first found: latin-1
+      (the ASCII runs of a body declared in another charset), and every
+      stretch that reads as UTF-16 or UTF-32 (``wide_readings``: a part of a
+      multipart body, text with no charset given). What they find is
+      overwritten by ``*`` where it stands. All readings run again until
+      none finds anything; a body that does not settle is stored as
+      ``DROPPED_BODY``.
     """
     encodings = _content_encodings(headers)
     if encodings:
@@ -121,51 +130,74 @@ def redact_body(redactor: Redactor, body: bytes, headers: MutableMapping[str, st
     return _redact_payload(redactor, body, headers)
 
 
+_PAYLOAD_PASSES = 4
+
+
 def _redact_payload(redactor: Redactor, body: bytes, headers: Mapping[str, str]) -> bytes:
-    """An uncompressed body redacted in the charset it reads in (see ``redact_body``)."""
+    """An uncompressed body redacted in every reading, to a fixed point
+    (see ``redact_body``)."""
     if not body:
         return body
-    charsets = text_charsets(body, _header(headers, "content-type"))
-    for charset in charsets:
+    content_type = _header(headers, "content-type")
+    for _ in range(_PAYLOAD_PASSES):
+        redacted = _redacted_once(redactor, body, content_type)
+        if redacted is None:
+            return DROPPED_BODY
+        if redacted == body:
+            return body
+        body = redacted
+    return DROPPED_BODY
+
+
+def _redacted_once(redactor: Redactor, body: bytes, content_type: str) -> bytes | None:
+    """One pass: the reading the body claims, with placeholders, then every
+    other reading, overwritten in place; None when a secret cannot be
+    redacted where it stands."""
+    for charset in text_charsets(body, content_type):
+        prefix, codec = _explicit(body, charset)
         try:
-            text = body.decode(charset)
+            text = body[len(prefix) :].decode(codec)
         except (UnicodeDecodeError, LookupError):
             continue
         redacted = redactor.redact_text(text)
         if redacted != text:
             try:
-                return redacted.encode(charset)
+                body = prefix + redacted.encode(codec)
             except (UnicodeEncodeError, LookupError):
-                return DROPPED_BODY
+                return None
         break
-    # Nothing found in the reading the body claims. A wrong claim (ASCII
-    # declared as UTF-16, UTF-16 text with no charset) must not hide a
-    # secret: the latin-1 reading sees every ASCII run, the UTF-16 ones
-    # text with a zero byte in each character.
-    if charset not in ("utf-8", LATIN_1):
-        text = body.decode(LATIN_1)
-        redacted = redactor.redact_text(text)
-        if redacted != text:
-            return redacted.encode(LATIN_1)
-    if _holds_utf16_secret(redactor, body):
-        return DROPPED_BODY
-    return body
+    # What the reading above saw whole is not read again: the same codec
+    # at the same alignment, or latin-1 for ASCII read as UTF-8.
+    seen = {codec, LATIN_1} if codec == "utf-8" and body.isascii() else {codec}
+    readings = [
+        reading
+        for reading in whole_readings(body) + wide_readings(body)
+        if reading[0] not in seen or any(start % 2 != len(prefix) % 2 for start, _ in reading[1])
+    ]
+    return overwritten(redactor, body, readings)
 
 
-def _holds_utf16_secret(redactor: Redactor, body: bytes) -> bool:
-    """Whether ``body`` read as UTF-16 (``utf16_readings``) holds a secret:
-    text of a charset that leaves a zero byte in every ASCII character,
-    which no other reading sees."""
-    for start, end, charset in utf16_readings(body):
-        text = body[start:end].decode(charset, "replace")
-        if redactor.redact_text(text) != text:
-            return True
-    return False
+def _explicit(body: bytes, charset: str) -> tuple[bytes, str]:
+    """The byte-order mark ``body`` starts with and the codec with an
+    explicit byte order that reads the rest, for a charset that leaves the
+    order to a mark (``utf-16``, ``utf-32``; little-endian without one);
+    ``(b"", charset)`` for any other. Written back the same way, a
+    big-endian body stays big-endian."""
+    if charset not in ("utf-16", "utf-32"):
+        return b"", charset
+    for bom, _, codec in BOMS:
+        if codec.startswith(charset) and body.startswith(bom):
+            return bom, codec
+    return b"", f"{charset}-le"
 
 
 def _content_encodings(headers: Mapping[str, str]) -> list[str]:
-    """The body's content codings, in the order they were applied."""
-    value = _header(headers, "content-encoding")
+    """The body's content codings, in the order they were applied: the
+    values of every ``Content-Encoding`` header, in order, whatever the
+    case of its name."""
+    value = ", ".join(
+        value for name, value in headers.items() if name.lower() == "content-encoding"
+    )
     return [coding.strip().lower() for coding in value.split(",") if coding.strip()]
 
 
@@ -177,26 +209,46 @@ def _decompressed(body: bytes, encodings: list[str]) -> bytes | None:
         if coding == "identity":
             continue
         if coding in ("gzip", "x-gzip"):
-            windows = [zlib.MAX_WBITS | 16]
+            inflated = _inflated(body, [zlib.MAX_WBITS | 16], members=True)
         elif coding == "deflate":
-            windows = [zlib.MAX_WBITS, -zlib.MAX_WBITS]  # zlib-wrapped, or raw as some send
+            # zlib-wrapped, or raw as some servers send
+            inflated = _inflated(body, [zlib.MAX_WBITS, -zlib.MAX_WBITS], members=False)
         else:
             return None
-        for window in windows:
+        if inflated is None:
+            return None
+        body = inflated
+    return body
+
+
+def _inflated(body: bytes, windows: list[int], *, members: bool) -> bytes | None:
+    """``body`` inflated with the first of ``windows`` that reads it whole;
+    with ``members``, a stream of several gzip members is read member after
+    member, as HTTP clients do. None when cut short, followed by other
+    bytes, corrupt, or past ``MAX_DECODED_BODY``: what was not inflated was
+    not checked."""
+    for window in windows:
+        out: list[bytes] = []
+        size = 0
+        rest = body
+        while True:
             inflater = zlib.decompressobj(window)
             try:
-                inflated = inflater.decompress(body, MAX_DECODED_BODY + 1)
+                chunk = inflater.decompress(rest, MAX_DECODED_BODY + 1 - size)
             except zlib.error:
-                continue
-            # Cut short, too big, or with bytes after its end: what was not
-            # inflated was not checked.
-            if len(inflated) > MAX_DECODED_BODY or not inflater.eof or inflater.unused_data:
+                break
+            out.append(chunk)
+            size += len(chunk)
+            if size > MAX_DECODED_BODY or not inflater.eof:
                 return None
-            body = inflated
-            break
-        else:
-            return None
-    return body
+            rest = inflater.unused_data
+            if not rest:
+                return b"".join(out)
+            if not members:
+                return None
+        if out:
+            return None  # a member after the first that does not read
+    return None
 
 
 def _header(headers: Mapping[str, str], name: str) -> str:

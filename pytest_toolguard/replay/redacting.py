@@ -4,8 +4,8 @@ Text is redacted by the runtime's ``Redactor``. Bytes (a workspace file, an
 HTTP body) are read as text first, in the charset they declare or their
 byte-order mark names, else as UTF-8, else as latin-1, which reads any bytes
 (``text_charsets``): the ASCII and latin-1 runs of a binary file are text
-to the redactor too. Bytes that are not UTF-8 text are also read as UTF-16
-when enough of them are zero (``utf16_readings``).
+to the redactor too. Every stretch of bytes that looks like UTF-16 or UTF-32 text
+is read in that charset too, wherever it stands (``wide_readings``).
 """
 
 from __future__ import annotations
@@ -42,12 +42,24 @@ def redact_file(redactor: Redactor, content: bytes) -> bytes:
       offset (an SQLite page, a ZIP directory) still reads; a checksum over
       the secret's bytes (a PNG chunk's CRC) no longer matches.
 
-    Replay redacts what it reads the same way before comparing."""
-    try:
-        text = content.decode("utf-8")
-    except UnicodeDecodeError:
-        return redact_in_place(redactor, content)
-    return redactor.redact_text(text).encode("utf-8")
+    UTF-8 text that holds zero bytes (UTF-16 or UTF-32 of ASCII text is
+    UTF-8 too) also has its wide stretches (``wide_readings``) overwritten
+    in place. Replay redacts what it reads the same way before comparing."""
+    for _ in range(_IN_PLACE_PASSES + 1):
+        try:
+            text = content.decode("utf-8")
+        except UnicodeDecodeError:
+            return redact_in_place(redactor, content)
+        narrow = redactor.redact_text(text).encode("utf-8")
+        if 0 not in narrow:
+            return narrow  # the redactor's text is already its own fixed point
+        redacted = overwritten(redactor, narrow, wide_readings(narrow))
+        if redacted is None:
+            return FILE_WITH_SECRET
+        if redacted == content:
+            return content
+        content = redacted
+    return FILE_WITH_SECRET
 
 
 def redact_path(redactor: Redactor, path: str) -> str:
@@ -88,18 +100,69 @@ def text_charsets(data: bytes, content_type: str = "") -> list[str]:
     return found
 
 
-def utf16_readings(data: bytes) -> list[tuple[int, int, str]]:
-    """``(start, end, codec)``: the UTF-16 readings of ``data`` (either
-    byte order, from either offset) worth a look, when at least one byte
-    in eight is zero (as in UTF-16 text, whose ASCII characters each hold
-    one); none otherwise."""
-    if data.count(0) < len(data) // 8:
+_WIDE_RUNS: tuple[tuple[str, int, re.Pattern[bytes]], ...] = (
+    ("utf-16-le", 2, re.compile(rb"(?:[^\x00]\x00){4,}")),
+    ("utf-16-be", 2, re.compile(rb"(?:\x00[^\x00]){4,}")),
+    ("utf-32-le", 4, re.compile(rb"(?:[^\x00]\x00\x00\x00){4,}")),
+    ("utf-32-be", 4, re.compile(rb"(?:\x00\x00\x00[^\x00]){4,}")),
+)
+"""Runs of at least four latin-1 characters as each wide charset writes
+them: a zero byte beside every ASCII character."""
+_WIDE_GAP = 4
+"""Characters of any other kind (past latin-1: a CJK label, a euro sign)
+that two runs of one wide reading may have between them and still be read
+as one text, so that a label and its value stay together."""
+
+Reading = tuple[str, tuple[tuple[int, int], ...]]
+"""A codec and the ``(start, end)`` spans of the bytes it reads."""
+
+
+def wide_readings(data: bytes) -> list[Reading]:
+    """The UTF-16 and UTF-32 readings of ``data``, either byte order, at any
+    alignment: every stretch of the bytes that looks like text of that
+    charset (``_WIDE_RUNS``), wherever it stands. A small UTF-16 part of a
+    mostly-ASCII body is found as surely as a whole UTF-16 file."""
+    if 0 not in data:
         return []
-    return [
-        (offset, offset + (len(data) - offset) // 2 * 2, codec)
-        for offset in (0, 1)
-        for codec in ("utf-16-le", "utf-16-be")
-    ]
+    found: list[Reading] = []
+    for codec, unit, run in _WIDE_RUNS:
+        spans: dict[int, list[list[int]]] = {}
+        for match in run.finditer(data):
+            start, end = match.span()
+            aligned = spans.setdefault(start % unit, [])
+            if aligned and _joins(data, aligned[-1][1], start, codec, unit):
+                aligned[-1][1] = end
+            else:
+                aligned.append([start, end])
+        for aligned in spans.values():
+            found.append((codec, tuple((start, end) for start, end in aligned)))
+    return found
+
+
+def _joins(data: bytes, end: int, start: int, codec: str, unit: int) -> bool:
+    """Whether a run ending at ``end`` and one starting at ``start`` are
+    close enough to be read as one text, and what lies between decodes."""
+    if start - end > _WIDE_GAP * unit:
+        return False
+    try:
+        data[end:start].decode(codec, "surrogatepass")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def whole_readings(data: bytes) -> list[Reading]:
+    """The readings of all of ``data``: by its byte-order mark (the explicit
+    byte order, so that what is written back keeps it), and as latin-1,
+    which reads any bytes."""
+    found: list[Reading] = []
+    for bom, _, codec in BOMS:
+        if data.startswith(bom):
+            unit = 4 if "32" in codec else 2 if "16" in codec else 1
+            found.append((codec, ((len(bom), len(bom) + (len(data) - len(bom)) // unit * unit),)))
+            break
+    found.append((LATIN_1, ((0, len(data)),)))
+    return found
 
 
 # -- redaction that keeps the length ----------------------------------------------------
@@ -111,51 +174,55 @@ _IN_PLACE_PASSES = 3
 def redact_in_place(redactor: Redactor, data: bytes) -> bytes:
     """``data`` with each secret overwritten by ``FILL`` characters in the
     reading that found it, so that it keeps its length and every byte
-    around the secrets. The readings: by its byte-order mark, as latin-1,
-    and as UTF-16 (``utf16_readings``); each in turn, over what the ones
-    before left. Repeated until no reading finds more (a secret is never
-    left because the fill changed what surrounds another). A secret that
-    cannot be overwritten where it stands makes the whole ``data``
+    around the secrets. The readings: by its byte-order mark, as latin-1
+    (``whole_readings``), and each stretch that reads as UTF-16 or UTF-32
+    (``wide_readings``); each in turn, over what the ones before left.
+    Repeated until no reading finds more (a secret is never left because
+    the fill changed what surrounds another). A secret that cannot be
+    overwritten where it stands makes the whole ``data``
     ``FILE_WITH_SECRET``."""
     for _ in range(_IN_PLACE_PASSES):
-        redacted = _overwritten(redactor, data)
+        redacted = overwritten(redactor, data, whole_readings(data) + wide_readings(data))
         if redacted is None:
             return FILE_WITH_SECRET
         if redacted == data:
             return data
         data = redacted
-    return data if _overwritten(redactor, data) == data else FILE_WITH_SECRET
+    last = overwritten(redactor, data, whole_readings(data) + wide_readings(data))
+    return data if last == data else FILE_WITH_SECRET
 
 
-def _readings(data: bytes) -> list[tuple[int, int, str]]:
-    found: list[tuple[int, int, str]] = []
-    for bom, _, codec in BOMS:
-        if data.startswith(bom):
-            unit = 4 if "32" in codec else 2 if "16" in codec else 1
-            found.append((len(bom), len(bom) + (len(data) - len(bom)) // unit * unit, codec))
-            break
-    found.append((0, len(data), LATIN_1))
-    return found + utf16_readings(data)
-
-
-def _overwritten(redactor: Redactor, data: bytes) -> bytes | None:
-    """One pass of ``redact_in_place``; None when a secret could not be
-    overwritten where it stands."""
-    for start, end, codec in _readings(data):
-        try:
-            text = data[start:end].decode(codec, "surrogatepass")
-        except UnicodeDecodeError:
+def overwritten(redactor: Redactor, data: bytes, readings: list[Reading]) -> bytes | None:
+    """``data`` with what each of ``readings`` finds overwritten by
+    ``FILL`` where it stands (one pass of ``redact_in_place``); None when a
+    secret could not be. The spans of one reading are redacted as one text,
+    a line break between them."""
+    out = bytearray(data)
+    for codec, spans in readings:
+        pieces: list[str] = []
+        kept: list[tuple[int, int]] = []
+        for start, end in spans:
+            try:
+                pieces.append(bytes(out[start:end]).decode(codec, "surrogatepass"))
+            except UnicodeDecodeError:
+                continue
+            kept.append((start, end))
+        if not pieces:
             continue
+        text = "\n".join(pieces)
         filled = _filled(text, redactor.redact_text(text))
         if filled is None:
             return None
         if filled is text:
             continue
-        encoded = filled.encode(codec, "surrogatepass")
-        if len(encoded) != end - start:
-            return None
-        data = data[:start] + encoded + data[end:]
-    return data
+        offset = 0
+        for piece, (start, end) in zip(pieces, kept, strict=True):
+            encoded = filled[offset : offset + len(piece)].encode(codec, "surrogatepass")
+            offset += len(piece) + 1
+            if len(encoded) != end - start:
+                return None
+            out[start:end] = encoded
+    return bytes(out)
 
 
 def _filled(text: str, redacted: str) -> str | None:

@@ -31,21 +31,16 @@ from pytest_toolguard.redaction import (
     Redactor,
     _combined,
 )
+from pytest_toolguard.secret_allowlists import _any_of, _shortest_lead
+from pytest_toolguard.secret_regex import compile_bounded, split_gap, split_lazy_prefix
 from pytest_toolguard.secret_rules import (
     SCAN_LIMIT,
     Allowlist,
     SecretRule,
-    _any_of,
-    _compiled,
-    _gated_starts,
-    _gates,
-    _shortest_lead,
-    _sign_reach,
-    _split_gap,
-    _split_lazy_prefix,
     bounded_repeats,
     default_rule_set,
 )
+from pytest_toolguard.secret_scan import assignment_sign_reach, gated_starts, gates_of
 
 _C = sre_constants
 _REPEATS = {_C.MAX_REPEAT, _C.MIN_REPEAT, getattr(_C, "POSSESSIVE_REPEAT", _C.MAX_REPEAT)}
@@ -82,14 +77,14 @@ def rule_regexes() -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
     for rule in rules.rules:
         found.append((rule.id, rule.regex().pattern))
-        rest, prefix, _ = _split_lazy_prefix(rule.pattern)
+        rest, prefix, _ = split_lazy_prefix(rule.pattern)
         if prefix:
-            found.append((f"{rule.id} without its lazy run", _compiled(rest).pattern))
-            found.append((f"{rule.id} lazy run", _compiled(f"{prefix}*\\Z").pattern))
-        gap = _split_gap(rule.pattern)
+            found.append((f"{rule.id} without its lazy run", compile_bounded(rest).pattern))
+            found.append((f"{rule.id} lazy run", compile_bounded(f"{prefix}*\\Z").pattern))
+        gap = split_gap(rule.pattern)
         if gap is not None:
-            found.append((f"{rule.id} head", _compiled(gap.head).pattern))
-            found.append((f"{rule.id} tail", _compiled(gap.tail).pattern))
+            found.append((f"{rule.id} head", compile_bounded(gap.head).pattern))
+            found.append((f"{rule.id} tail", compile_bounded(gap.tail).pattern))
         for allowlist in rule.allowlists:
             if allowlist.regexes:
                 for pattern in _any_of(allowlist.regexes).patterns:
@@ -289,7 +284,7 @@ def test_the_fast_scan_finds_what_the_whole_regexes_find_in_adversarial_texts(
     rules = default_rule_set()
     for name, text in sampled_texts(rule, 400).items():
         fast, whole = rules.find(text), rules.find(text, exhaustive=True)
-        if _split_gap(rule.pattern) is None:
+        if split_gap(rule.pattern) is None:
             assert fast == whole, name
         else:
             assert set(whole) <= set(fast), name
@@ -338,7 +333,7 @@ def test_allowlist_alternatives_find_what_the_whole_regexes_find(
     where: str, allowlist: Allowlist
 ) -> None:
     alternatives = _any_of(allowlist.regexes)
-    whole = [_compiled(regex) for regex in allowlist.regexes]
+    whole = [compile_bounded(regex) for regex in allowlist.regexes]
     for text in allowlist_texts():
         expected = any(regex.search(text) for regex in whole)
         assert alternatives.found_in(text) == expected, (where, text)
@@ -380,9 +375,9 @@ KUBERNETES = next(rule for rule in default_rule_set().rules if rule.id == "kuber
     ],
 )
 def test_kubernetes_secret_heads_without_a_value_in_reach_are_not_tried(text: str) -> None:
-    gates = _gates(KUBERNETES.pattern)
+    gates = gates_of(KUBERNETES.pattern)
     assert gates is not None
-    assert list(_gated_starts(text, gates)) == []
+    assert list(gated_starts(text, gates)) == []
     assert list(KUBERNETES.matches(text)) == []
 
 
@@ -408,7 +403,9 @@ def test_kubernetes_secrets_are_found_as_the_whole_regex_finds_them(text: str) -
 
 def test_gitleaks_semi_generic_rules_skip_keywords_with_no_assignment_sign_in_reach() -> None:
     rules = default_rule_set().rules
-    reached = [rule.id for rule in rules if _sign_reach(_split_lazy_prefix(rule.pattern)[0])]
+    reached = [
+        rule.id for rule in rules if assignment_sign_reach(split_lazy_prefix(rule.pattern)[0])
+    ]
     assert len(reached) > 80
     twitter = next(rule for rule in rules if rule.id == "twitter-api-key")
     text = "twitter" * 300
@@ -416,3 +413,35 @@ def test_gitleaks_semi_generic_rules_skip_keywords_with_no_assignment_sign_in_re
     assert list(twitter.matches(text, starts=starts)) == []
     key = "twitter_key = " + "a1b2c3d4e5" * 2 + "abcde"
     assert [m.group(1) for m, _ in twitter.matches(f"x {key} ", starts=[2])] == [key[-25:]]
+
+
+_SECRET_VALUE = "Zx9!Qw7#Rt5$Yu3%"
+_AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # A label whose trigger word lies at the edge of its reach, or past it.
+        *(f"{'a' * size}_password = {_SECRET_VALUE}\n" for size in (0, 55, 56, 63, 64, 65, 70)),
+        *(f"x.{'b' * size}token: {_SECRET_VALUE} y" for size in (61, 62, 63)),
+        "api_key: " * 50,
+        f"tokens=1 max_tokens=2 token_count: 3 password: {_SECRET_VALUE}",
+        # A URL's scheme of every length around its limit.
+        *(f"see {'s' * size}://user:{_SECRET_VALUE}@host/ ok" for size in (1, 31, 32, 33, 40)),
+        f"+x.a-b://u:{_SECRET_VALUE}@h and 9ab://u:{_SECRET_VALUE}@h",
+        # Both spellings of the AWS secret's label, glued or spaced.
+        f"aws_secret_access_key = {_AWS_SECRET}",
+        f"AWSSECRETKEY={_AWS_SECRET} secret_access_key: '{_AWS_SECRET}'",
+        f"xaws_secret_key={_AWS_SECRET}",
+        "https://hooks.slack.com/services/T000/B000/XXXXXXXXXXXXXXXX",
+        f"K\u212aey: {_SECRET_VALUE} and pa\u017f\u017fword: {_SECRET_VALUE}",
+        f"Bearer abcdef123456 basic dXNlcjpwYXNzd29yZA== eyJhbGciOi.eyJzdWIiOiIx.sig "
+        f"AKIAZ7QW3RT5YU9IO2PA ghp_{'a' * 36} xoxb-1234567890-abc",
+    ],
+)
+def test_the_value_families_tried_at_clue_starts_find_what_a_search_everywhere_finds(
+    text: str,
+) -> None:
+    redactor = Redactor()
+    assert redactor.redact_text(text) == redactor._redact_text_exhaustive(text)

@@ -21,12 +21,12 @@ from hypothesis import strategies as st
 from secret_examples import all_examples, examples
 
 from pytest_toolguard.redaction import Redactor, placeholder
+from pytest_toolguard.secret_regex import split_lazy_prefix
 from pytest_toolguard.secret_rules import (
     RULES_FILE,
     SecretRule,
     SecretRuleSet,
     UnsupportedRegex,
-    _split_lazy_prefix,
     default_rule_set,
     translate_go_regex,
 )
@@ -73,7 +73,7 @@ def test_every_rule_compiles_without_warnings(rule: SecretRule) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # "Possible nested set" means a class was misread
         re.compile(rule.pattern, re.ASCII)
-        rest, _, _ = _split_lazy_prefix(rule.pattern)
+        rest, _, _ = split_lazy_prefix(rule.pattern)
         re.compile(rest, re.ASCII)
         for allowlist in rule.allowlists:
             for regex in allowlist.regexes:
@@ -233,7 +233,7 @@ def test_the_regex_keyword_pass_finds_what_the_automaton_finds() -> None:
 
 
 def test_a_rule_trimmed_of_its_lazy_run_gives_the_same_matches_and_starts() -> None:
-    trimmed = [rule for rule in RULES if _split_lazy_prefix(rule.pattern)[1]]
+    trimmed = [rule for rule in RULES if split_lazy_prefix(rule.pattern)[1]]
     assert len(trimmed) >= 90
     for rule in trimmed:
         for example in examples(rule):
@@ -417,7 +417,7 @@ def test_an_anchored_rule_matches_only_where_one_of_its_keywords_starts() -> Non
     anchored = [rule for rule in RULES if rule.anchored]
     assert len(anchored) >= 150
     for rule in anchored:
-        trimmed = re.compile(_split_lazy_prefix(rule.pattern)[0], re.ASCII)
+        trimmed = re.compile(split_lazy_prefix(rule.pattern)[0], re.ASCII)
         for example in examples(rule):
             for match in trimmed.finditer(example.text):
                 start = example.text[match.start() :].lower()

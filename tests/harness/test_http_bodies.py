@@ -42,6 +42,7 @@ from pytest_toolguard.replay.http_exchange import (
     redact_request,
     redact_response,
 )
+from pytest_toolguard.replay.redacting import FILL
 
 vcr_request = pytest.importorskip("vcr.request")
 
@@ -170,7 +171,8 @@ def test_a_body_in_any_charset_is_stored_without_its_secret(
     stored, _ = _stored(direction, body, headers)
 
     assert given_away(stored, SECRETS[secret]) == []
-    assert stored == DROPPED_BODY or b"<redacted:" in stored.replace(b"\x00", b"")
+    narrow = stored.replace(b"\x00", b"")
+    assert stored == DROPPED_BODY or b"<redacted:" in narrow or FILL.encode() * 16 in narrow
 
 
 @pytest.mark.parametrize("direction", ["request", "response"])
