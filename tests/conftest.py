@@ -65,6 +65,15 @@ CONDITION_BOUND = 30.0
 bound, not a guess at how long it takes)."""
 
 
+def python_path(*directories: object) -> str:
+    """A ``PYTHONPATH`` for a child process: ``directories`` before the
+    inherited one, with no empty entry (an empty entry puts the child's
+    working directory on its import path, where a test may have planted
+    modules on purpose)."""
+    inherited = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    return os.pathsep.join(str(entry) for entry in (*directories, *inherited) if str(entry))
+
+
 def wait_for(condition: Callable[[], bool]) -> None:
     """Poll ``condition`` until it holds; fail after ``CONDITION_BOUND``."""
     end = time.monotonic() + CONDITION_BOUND

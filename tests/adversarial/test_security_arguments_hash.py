@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 from audit_backends import open_store
-from conftest import WRITE_ANYWHERE
+from conftest import WRITE_ANYWHERE, python_path
 
 from pytest_toolguard import ErrorCode, Risk, ToolCall, ToolRegistry, ToolRuntime, tool
 from pytest_toolguard.audit import _MIGRATIONS, SCHEMA_VERSION
@@ -192,7 +192,7 @@ rt.close()
 def run_child(audit_backend: Any, workspace: Path, secret: str, call_id: str) -> str:
     """The code a runtime in a new process answers one keyed call with."""
     here = Path(__file__).resolve().parent
-    path = os.pathsep.join([str(here), str(here.parent), os.environ.get("PYTHONPATH", "")])
+    path = python_path(here, here.parent)
     done = subprocess.run(
         [sys.executable, "-c", CHILD, *audit_backend.spec, str(workspace), secret, call_id],
         capture_output=True,

@@ -96,13 +96,19 @@ def everything(backend: Any) -> str:
 def test_no_stored_name_confirms_a_guess_of_the_session_and_key(
     audit_backend: Any, tmp_path: Path, pair: str
 ) -> None:
+    # Every key this test sends or guesses carries the test's own tag: a
+    # PostgreSQL backend's bytes at rest are the whole cluster's, where other
+    # tests (the migrations') leave plain names of the same pairs on purpose.
+    tag = f"-{tmp_path.name}"
     session, key, scope = PAIRS[pair]
+    key += tag
     store = audit_backend.open()
     rt = runtime(tmp_path / "ws", store, scope)
     assert rt.execute(call("c1", session, key)).ok
     rt.close()
     stored = everything(audit_backend)
-    guesses = [(s, k) for s, k, _ in PAIRS.values()] + [(session, key + "x"), ("other", key)]
+    guesses = [(s, k + tag) for s, k, _ in PAIRS.values()]
+    guesses += [(session, key + "x"), ("other", key)]
     assert [g for g in guesses if plain_name(*g, scope) in stored] == []
     [(name,)] = query(audit_backend, "SELECT key FROM idempotency_keys")
     [(secret,)] = query(audit_backend, "SELECT value FROM toolguard_meta")

@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import python_path
 
 from pytest_toolguard.bridges.claude_code import relative_arguments
 from pytest_toolguard.cli import main
@@ -246,7 +247,7 @@ ENTRIES = {
 def run_hook(project: Path, entry: str, body: str) -> subprocess.CompletedProcess[str]:
     environment = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": python_path(ROOT),
     }
     return subprocess.run(
         [sys.executable, *ENTRIES[entry], "hook", "pre-tool-use", "--config", "toolguard.yaml"],

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import python_path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -353,7 +354,7 @@ def test_generated_hostile_events_are_answered_or_blocked(
 def test_the_hook_process_exits_0_or_2_without_a_traceback(project: Path, name: str) -> None:
     environment = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": python_path(ROOT),
     }
     for command in ("pre-tool-use", "post-tool-use"):
         run = subprocess.run(

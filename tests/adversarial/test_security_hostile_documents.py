@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import python_path
 
 from pytest_toolguard import documents
 from pytest_toolguard.bridges.claude_code import read_session
@@ -242,7 +243,7 @@ def load_in_a_bounded_child(path: Path, overrides: dict[str, int] | None = None)
         text=True,
         env={
             **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+            "PYTHONPATH": python_path(ROOT),
         },
         check=False,
     )
@@ -430,7 +431,7 @@ def toolguard_bounded(*arguments: str) -> subprocess.CompletedProcess[str]:
         text=True,
         env={
             **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+            "PYTHONPATH": python_path(ROOT),
         },
         preexec_fn=_bounded,
         check=False,

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import python_path
 
 from pytest_toolguard import (
     Capabilities,
@@ -213,7 +214,7 @@ def test_out_of_descriptors_the_link_out_is_refused(
     _, _, workspace = world
     environment = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": python_path(ROOT),
     }
     done = subprocess.run(
         [sys.executable, "-c", CHILD, str(workspace), tool],

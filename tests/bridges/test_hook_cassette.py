@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import python_path
 
 from pytest_toolguard.bridges.claude_code import claude_code_registry
 from pytest_toolguard.cli import main
@@ -47,7 +48,7 @@ def piped(project: Path, command: str, body: dict[str, Any]) -> subprocess.Compl
     """``toolguard hook COMMAND`` as a process, the event on its stdin."""
     environment = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": python_path(ROOT),
     }
     return subprocess.run(
         [sys.executable, "-m", "pytest_toolguard", "hook", command, "--config", "toolguard.yaml"],

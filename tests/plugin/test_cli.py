@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import python_path
 
 from pytest_toolguard import CallState, ErrorCode, SQLiteAuditStore, ToolCall, ToolRuntime
 from pytest_toolguard.cli import main
@@ -35,7 +36,7 @@ def toolguard(
 ) -> subprocess.CompletedProcess[str]:
     environment = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": python_path(ROOT),
     }
     return subprocess.run(
         [sys.executable, "-m", "pytest_toolguard", *arguments],
