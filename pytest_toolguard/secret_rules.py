@@ -225,7 +225,15 @@ class SecretRuleSet:
     looks for keywords with the trie regex even when ``ahocorasick_rs`` is
     installed (the two find the same)."""
 
-    __slots__ = ("_by_keyword", "_keywords", "_rule_words", "_shortest", "allowlist", "rules")
+    __slots__ = (
+        "_by_keyword",
+        "_keywords",
+        "_maskable",
+        "_rule_words",
+        "_shortest",
+        "allowlist",
+        "rules",
+    )
 
     def __init__(
         self,
@@ -238,6 +246,10 @@ class SecretRuleSet:
         self._shortest = min((rule.min_length for rule in self.rules), default=0)
         words = sorted({word for rule in self.rules for word in rule.keywords})
         self._keywords = Keywords.build(words, accelerated)
+        # A keyword place strictly inside a placeholder can only seed a match
+        # the placeholder bars: such places are masked before the keyword
+        # pass, unless a keyword could run into a placeholder from outside.
+        self._maskable = not any("<r" in word for word in words)
         index_of = {word: index for index, word in enumerate(words)}
         by_keyword: dict[int, list[int]] = {}
         for index, rule in enumerate(self.rules):
@@ -277,10 +289,29 @@ class SecretRuleSet:
         lowercase), in rule order."""
         return [self.rules[index] for index in self._candidates(self._keywords.occurrences(folded))]
 
-    def _candidates(self, places: Mapping[int, list[int]]) -> list[int]:
-        if not places:
-            return []
-        return sorted({rule for word in places for rule in self._by_keyword[word]})
+    def _candidates(self, words: Iterable[int]) -> list[int]:
+        """The rules one of whose keywords is among ``words`` (indexes)."""
+        return sorted({rule for word in words for rule in self._by_keyword[word]})
+
+    def _keywords_outside(
+        self, lowered: str, barriers: Sequence[tuple[int, int]]
+    ) -> tuple[dict[int, list[int]], set[int]]:
+        """Where each keyword starts in ``lowered`` outside the placeholders
+        (``barriers``), and the keywords found inside them. A rule whose
+        keyword is only inside a placeholder is still a candidate (a keyword
+        gates a rule, wherever the rule's match lies), but an anchored rule
+        is not tried where a placeholder bars its match."""
+        pieces: list[str] = []
+        copied = 0
+        for start, end in barriers:
+            # The placeholder's ``<`` stays: a match may start there.
+            pieces.append(lowered[copied : start + 1])
+            pieces.append("\0" * (end - start - 1))
+            copied = end
+        pieces.append(lowered[copied:])
+        inner = {lowered[start + 1 : end] for start, end in barriers}
+        inside = set(self._keywords.occurrences("\0".join(inner)))
+        return self._keywords.occurrences("".join(pieces)), inside
 
     def find(self, text: str, folded: str | None = None, exhaustive: bool = False) -> list[Finding]:
         """Every secret the rules find in ``text``, by start (see the module
@@ -296,14 +327,18 @@ class SecretRuleSet:
             indexes = [
                 i for i, rule in enumerate(self.rules) if any(w in lowered for w in rule.keywords)
             ]
-        else:
-            places = self._keywords.occurrences(lowered)
-            indexes = [i for i in self._candidates(places) if len(text) >= self.rules[i].min_length]
-        if not indexes:
-            return []
         # Keyword places are places in ``text`` when lowering kept every offset.
         seeded = not exhaustive and text.isascii() and len(lowered) == len(text)
         barriers = _placeholder_spans(text)
+        if not exhaustive:
+            if seeded and barriers and self._maskable:
+                places, inside = self._keywords_outside(lowered, barriers)
+            else:
+                places, inside = self._keywords.occurrences(lowered), set()
+            candidates = self._candidates(places.keys() | inside)
+            indexes = [i for i in candidates if len(text) >= self.rules[i].min_length]
+        if not indexes:
+            return []
         findings: list[tuple[int, bool, int, Finding]] = []
         memo = VerdictMemo()
         for order, index in enumerate(indexes):

@@ -37,6 +37,7 @@ from pytest_toolguard.secret_rules import (
     SCAN_LIMIT,
     Allowlist,
     SecretRule,
+    SecretRuleSet,
     bounded_repeats,
     default_rule_set,
 )
@@ -445,3 +446,39 @@ def test_the_value_families_tried_at_clue_starts_find_what_a_search_everywhere_f
 ) -> None:
     redactor = Redactor()
     assert redactor.redact_text(text) == redactor._redact_text_exhaustive(text)
+
+
+# --- what the shortcuts over placeholders keep ---------------------------------------
+
+
+def placeholder_texts(rule: SecretRule) -> dict[str, str]:
+    """Texts that hold placeholders where a rule's keywords and matches are:
+    the rule's adversarial texts and examples redacted once (their matches
+    become placeholders, which may hold the rule's keywords), and examples
+    glued right after and before placeholders that hold keywords."""
+    redactor = Redactor()
+    texts: dict[str, str] = {}
+    for name, text in sampled_texts(rule, 600).items():
+        texts[f"{name}, redacted once"] = redactor.redact_text(text)
+    for index, example in enumerate(examples(rule, 2)):
+        texts[f"example {index} redacted once"] = redactor.redact_text(example.text)
+        for holder in ("<redacted:api_key>", f"<redacted:{rule.keyword}>", "<redacted:x>"):
+            texts[f"example {index} after {holder}"] = f"{holder}{example.text}"
+            texts[f"example {index} before {holder}"] = f"{example.text}{holder} {holder}"
+            texts[f"example {index} secret after {holder}"] = f"{holder}{example.secret} x"
+    return texts
+
+
+@pytest.mark.parametrize("rule", default_rule_set().rules, ids=lambda rule: rule.id)
+def test_keyword_places_inside_placeholders_are_skipped_without_changing_a_finding(
+    rule: SecretRule,
+) -> None:
+    # A keyword inside a placeholder can only seed a match the placeholder
+    # bars; the rule set that still looks for keywords there finds the same.
+    rules = default_rule_set()
+    unmasked = SecretRuleSet(rules.rules, rules.allowlist)
+    unmasked._maskable = False
+    texts = placeholder_texts(rule)
+    assert sum("<redacted:" in text for text in texts.values()) >= 6
+    for name, text in texts.items():
+        assert rules.find(text) == unmasked.find(text), name
