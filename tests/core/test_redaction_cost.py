@@ -482,3 +482,40 @@ def test_keyword_places_inside_placeholders_are_skipped_without_changing_a_findi
     assert sum("<redacted:" in text for text in texts.values()) >= 6
     for name, text in texts.items():
         assert rules.find(text) == unmasked.find(text), name
+
+
+ASSIGNMENTS = (
+    "password: hunter2hunter2",
+    "password: 'hunter2hunter2'",
+    'password: "hunter2hunter2"',
+    "password=hunter2hunter2",
+    "password: <redacted:password>",
+    "PASSWORD: hunter2hunter2",
+    "api_key: api_key:",
+    "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB_password: x1",
+    "token_count: 12",
+    "max_tokens=300",
+    "secret: Bearer abc.def.ghi",
+)
+
+
+@pytest.mark.parametrize("order", ["as listed", "reversed", "interleaved"])
+@pytest.mark.parametrize("separator", ["\n", "  ", "; "])
+def test_an_assignment_repeated_in_a_text_is_redacted_as_when_alone(
+    order: str, separator: str
+) -> None:
+    # A pass remembers what each (label, separator, value) became; every
+    # repeat must come out as the assignment alone does, and nothing else.
+    lines = list(ASSIGNMENTS) * 3
+    if order == "reversed":
+        lines.reverse()
+    elif order == "interleaved":
+        lines = [line for pair in zip(lines, reversed(lines), strict=True) for line in pair]
+    redactor = Redactor(secret_rules=SecretRuleSet([]), entropy="off")
+    alone = {
+        line: Redactor(secret_rules=SecretRuleSet([]), entropy="off").redact_text(line)
+        for line in ASSIGNMENTS
+    }
+    assert redactor.redact_text(separator.join(lines)) == separator.join(
+        alone[line] for line in lines
+    )
