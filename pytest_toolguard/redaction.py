@@ -456,6 +456,39 @@ _STARTS_OF_WORD: tuple[tuple[tuple[int, str], ...], ...] = tuple(
 )
 
 
+_LABELLED = sum(1 << _FAMILY_INDEX[name] for name in ("assign", "aws_secret"))
+"""The families whose match starts with a label run (``[A-Za-z0-9_.-]``)
+followed by ``:`` or ``=``: none starts inside a placeholder, whose only
+such run, ``redacted``, holds none of their clue words."""
+_LABEL_WORDS: frozenset[int] = frozenset(
+    word for word, families in enumerate(_FAMILIES_OF_WORD) if not families & ~_LABELLED
+)
+
+
+def _outside_placeholders(
+    text: str, folded: str, places: dict[int, list[int]]
+) -> dict[int, list[int]]:
+    """``places`` without the places, strictly inside a placeholder, of the
+    clue words only the labelled families have: no match starts there
+    (``_LABELLED``), and a text a pass redacted holds one per label (its
+    placeholder's keyword), which would double the starts to try. The
+    places of other families' words are kept: their matches may start
+    anywhere."""
+    pieces: list[str] = []
+    copied = 0
+    for found in _PLACEHOLDER.finditer(text):
+        start, end = found.span()
+        pieces.append(folded[copied : start + 1])
+        pieces.append("\0" * (end - start - 1))
+        copied = end
+    pieces.append(folded[copied:])
+    outside = _CLUE_FINDER.occurrences("".join(pieces))
+    return {
+        word: outside.get(word, []) if word in _LABEL_WORDS else positions
+        for word, positions in places.items()
+    }
+
+
 def _starts(text: str, families: int, places: Mapping[int, list[int]]) -> list[int]:
     """The places, sorted, where a match of ``families`` may start in
     ``text``, given where the clue words start (``places``): every match of
@@ -787,6 +820,8 @@ class Redactor:
             # Clue words close together (a text packed with labels): the
             # regex's own search finds the next match sooner than the places
             # a match may start are listed.
+            if families & _LABELLED and _PLACEHOLDER_PREFIX in text:
+                places = _outside_placeholders(text, folded, places)
             if families and sum(map(len, places.values())) * _SPARSE_CLUES < len(text):
                 starts = _starts(text, families, places)
         if families:

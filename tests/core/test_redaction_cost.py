@@ -519,3 +519,51 @@ def test_an_assignment_repeated_in_a_text_is_redacted_as_when_alone(
     assert redactor.redact_text(separator.join(lines)) == separator.join(
         alone[line] for line in lines
     )
+
+
+_HOLDERS = (
+    "<redacted:password>",
+    "<redacted:aws_secret_key>",
+    "<redacted:kubernetes_secret_yaml>",
+    "<redacted:api_key_token_auth_pwd_cookie_credential_jwt>",
+    "<redacted:github_token>",
+    f"<redacted:ghp_{'a' * 36}>",
+    f"<redacted:xoxb_{'a' * 20}>",
+)
+
+
+@pytest.mark.parametrize("holder", _HOLDERS)
+@pytest.mark.parametrize(
+    "around",
+    [
+        "{h}",
+        "x{h}: {v}",
+        "{h}={v} and {h}: {v}",
+        "password{h}: {v}",
+        "{h}password: {v}",
+        "secret_{h}_key = {v}",
+        "aws_secret_access_key={h}{a}",
+        "{h}aws_secret_access_key={a}",
+        "token: {h} token: {h}\npassword: {v}",
+        "{h} https://u:{v}@host/ {h}",
+    ],
+)
+@pytest.mark.parametrize("padding", [0, 40, 400])
+def test_labelled_families_skip_clue_words_inside_placeholders_and_find_the_same(
+    holder: str, around: str, padding: int
+) -> None:
+    # Clue words inside a placeholder list no place a label may start (the
+    # sparse path); with padding, the places are sparse, and the value
+    # families find what a search at every place finds.
+    text = ("n " * padding) + around.format(h=holder, v=_SECRET_VALUE, a=_AWS_SECRET) + " end"
+    redactor = Redactor()
+    assert redactor.redact_text(text) == redactor._redact_text_exhaustive(text)
+
+
+@pytest.mark.parametrize("rule", default_rule_set().rules, ids=lambda rule: rule.id)
+def test_texts_redacted_once_are_redacted_again_as_a_search_everywhere_does(
+    rule: SecretRule,
+) -> None:
+    redactor = Redactor()
+    for name, text in placeholder_texts(rule).items():
+        assert redactor.redact_text(text) == redactor._redact_text_exhaustive(text), name
