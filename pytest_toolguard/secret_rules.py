@@ -348,8 +348,10 @@ class SecretRuleSet:
                 starts = sorted(
                     {p for word in self._rule_words[index] for p in places.get(word, ())}
                 )
+            lists = (self.allowlist, *rule.allowlists) if self.allowlist else rule.allowlists
+            on_line = tuple(allowlist for allowlist in lists if allowlist.target == "line")
             for match, start in rule.matches(text, exhaustive, barriers, starts):
-                finding = self._judge(rule, match, start, memo)
+                finding = self._judge(rule, match, start, memo, lists, on_line)
                 if finding is not None:
                     generic = rule.id.startswith(GENERIC_RULE)
                     findings.append((finding.start, generic, order, finding))
@@ -357,10 +359,18 @@ class SecretRuleSet:
         return [item[3] for item in findings]
 
     def _judge(
-        self, rule: SecretRule, match: re.Match[str], start: int, memo: VerdictMemo
+        self,
+        rule: SecretRule,
+        match: re.Match[str],
+        start: int,
+        memo: VerdictMemo,
+        lists: tuple[Allowlist, ...],
+        on_line: tuple[Allowlist, ...],
     ) -> Finding | None:
         """The finding ``match`` makes, or None when gitleaks would drop it;
-        ``memo`` holds the verdicts on this text's findings so far."""
+        ``memo`` holds the verdicts on this text's findings so far; ``lists``
+        are the allowlists that apply to the rule, ``on_line`` those of them
+        that look at the line."""
         text = match.string
         end = match.end()
         span = _secret_span(rule, match)
@@ -374,7 +384,6 @@ class SecretRuleSet:
         secret = text[span[0] : span[1]]
         if not secret:
             return None
-        lists = (self.allowlist, *rule.allowlists) if self.allowlist else rule.allowlists
         if not rule.entropy and not lists:
             return Finding(span[0], span[1], rule.keyword, rule.id)
         whole = text[start:end]
@@ -391,7 +400,6 @@ class SecretRuleSet:
             )
         if dropped:
             return None
-        on_line = [allowlist for allowlist in lists if allowlist.target == "line"]
         if on_line:
             line = text[_line_start(text, start) : _line_end(text, end)]
             key = (id(rule), secret, whole, line)
@@ -428,13 +436,23 @@ def _secret_span(rule: SecretRule, match: re.Match[str]) -> tuple[int, int] | No
     if rule.secret_group:
         start, end = match.span(rule.secret_group)
         return (start, end) if start >= 0 else None
-    for group in range(1, (match.re.groups or 0) + 1):
-        if group in rule.repeated_groups or group in match.re.groupindex.values():
-            continue
+    for group in _secret_groups(match.re, rule.repeated_groups):
         start, end = match.span(group)
         if end > start:
             return start, end
     return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _secret_groups(regex: re.Pattern[str], repeated: tuple[int, ...]) -> tuple[int, ...]:
+    """The groups of ``regex`` that may hold a secret, in order: neither
+    named nor ``repeated``."""
+    named = set(regex.groupindex.values())
+    return tuple(
+        group
+        for group in range(1, regex.groups + 1)
+        if group not in repeated and group not in named
+    )
 
 
 def _placeholder_spans(text: str) -> list[tuple[int, int]]:
