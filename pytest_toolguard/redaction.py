@@ -272,7 +272,7 @@ _FAMILIES: tuple[_Family, ...] = (
         # scanned, and labels declined one after another cost no more than
         # themselves.
         r"(?P<assign_sep>[\"']?\s*(?:=>|[:=])\s*)",
-        None,  # the value, matched apart (``Redactor._replace_assignment``)
+        None,  # the value, matched apart (``Redactor._assigned``)
         # The trigger word lies inside the ASCII label (the separator after the
         # label cannot continue it), then ":" or "=" ("=>" holds "=").
         _Clue(_LABEL_TRIGGERS, folded=True, needs=":="),
@@ -456,6 +456,39 @@ _STARTS_OF_WORD: tuple[tuple[tuple[int, str], ...], ...] = tuple(
 )
 
 
+_LABELLED = sum(1 << _FAMILY_INDEX[name] for name in ("assign", "aws_secret"))
+"""The families whose match starts with a label run (``[A-Za-z0-9_.-]``)
+followed by ``:`` or ``=``: none starts inside a placeholder, whose only
+such run, ``redacted``, holds none of their clue words."""
+_LABEL_WORDS: frozenset[int] = frozenset(
+    word for word, families in enumerate(_FAMILIES_OF_WORD) if not families & ~_LABELLED
+)
+
+
+def _outside_placeholders(
+    text: str, folded: str, places: dict[int, list[int]]
+) -> dict[int, list[int]]:
+    """``places`` without the places, strictly inside a placeholder, of the
+    clue words only the labelled families have: no match starts there
+    (``_LABELLED``), and a text a pass redacted holds one per label (its
+    placeholder's keyword), which would double the starts to try. The
+    places of other families' words are kept: their matches may start
+    anywhere."""
+    pieces: list[str] = []
+    copied = 0
+    for found in _PLACEHOLDER.finditer(text):
+        start, end = found.span()
+        pieces.append(folded[copied : start + 1])
+        pieces.append("\0" * (end - start - 1))
+        copied = end
+    pieces.append(folded[copied:])
+    outside = _CLUE_FINDER.occurrences("".join(pieces))
+    return {
+        word: outside.get(word, []) if word in _LABEL_WORDS else positions
+        for word, positions in places.items()
+    }
+
+
 def _starts(text: str, families: int, places: Mapping[int, list[int]]) -> list[int]:
     """The places, sorted, where a match of ``families`` may start in
     ``text``, given where the clue words start (``places``): every match of
@@ -546,6 +579,8 @@ def _compile_extra(spec: ExtraPattern) -> _ExtraPattern:
 
 
 _KEY_CACHE_LIMIT = 4096
+_ASSIGNMENTS_KEPT = 4096
+"""At most this many assignments' outcomes are remembered per text and pass."""
 _CLEAN_TEXT_LIMIT = 4096
 _CLEAN_TEXT_LENGTH = 128
 """Texts up to this long that hold no secret are remembered as such."""
@@ -785,6 +820,8 @@ class Redactor:
             # Clue words close together (a text packed with labels): the
             # regex's own search finds the next match sooner than the places
             # a match may start are listed.
+            if families & _LABELLED and _PLACEHOLDER_PREFIX in text:
+                places = _outside_placeholders(text, folded, places)
             if families and sum(map(len, places.values())) * _SPARSE_CLUES < len(text):
                 starts = _starts(text, families, places)
         if families:
@@ -817,6 +854,7 @@ class Redactor:
         guarded = not exhaustive
         anywhere = _combined(families, False, guarded)
         after_replacement = _combined(families, True, guarded)
+        assignments: dict[tuple[str, str, str], str] = {}
 
         def search(position: int) -> re.Match[str] | None:
             if starts is None:
@@ -830,7 +868,7 @@ class Redactor:
         match = search(0)
         while match is not None:
             start = match.start()
-            replaced = self._replacement(match, exhaustive)
+            replaced = self._replacement(match, exhaustive, assignments)
             if replaced is None:
                 # The families after the one that declined, in ``_FAMILIES`` order.
                 later = families & -(2 << _FAMILY_INDEX[match.lastgroup or ""])
@@ -848,12 +886,31 @@ class Redactor:
         pieces.append(text[copied:])
         return "".join(pieces)
 
-    def _replacement(self, match: re.Match[str], exhaustive: bool) -> tuple[str, int] | None:
+    def _replacement(
+        self,
+        match: re.Match[str],
+        exhaustive: bool,
+        assignments: dict[tuple[str, str, str], str],
+    ) -> tuple[str, int] | None:
         """The text that replaces ``match`` and where what it replaces ends,
-        or None when it holds no secret."""
+        or None when it holds no secret. ``assignments``: what each
+        assignment seen so far in this text became (see ``_assigned``)."""
         family = _FAMILY_BY_NAME[match.lastgroup or ""]
         if family.name == "assign":
-            return self._replace_assignment(match, exhaustive)
+            label: str = match["assign_label"]
+            keyword = self.sensitive_keyword(label)
+            if keyword is None:
+                return None  # and its value is never scanned
+            found = _ASSIGN_VALUE.match(match.string, match.end())
+            if found is None:
+                return None
+            key = (label, match["assign_sep"], found.group(0))
+            replacement = assignments.get(key)
+            if replacement is None:
+                replacement = self._assigned(*key, keyword, exhaustive)
+                if len(assignments) < _ASSIGNMENTS_KEPT and len(key[2]) <= _CACHED_KEY_LENGTH:
+                    assignments[key] = replacement
+            return replacement, found.end()
         if family.name == "basic" and not _is_basic_credential(match["basic_s"]):
             return None
         if family.secret_group is None:
@@ -866,24 +923,20 @@ class Redactor:
         after = self._redact_piece(text[end : match.end()], exhaustive)
         return before + placeholder(family.keyword) + after, match.end()
 
-    def _replace_assignment(self, match: re.Match[str], exhaustive: bool) -> tuple[str, int] | None:
-        label: str = match["assign_label"]
-        separator: str = match["assign_sep"]
-        keyword = self.sensitive_keyword(label)
-        if keyword is None:
-            return None
-        found = _ASSIGN_VALUE.match(match.string, match.end())
-        if found is None:
-            return None
-        value, end = found.group(0), found.end()
+    def _assigned(
+        self, label: str, separator: str, value: str, keyword: str, exhaustive: bool
+    ) -> str:
+        """What the assignment ``label separator value`` becomes, ``keyword``
+        being its label's. It depends on these alone, so a text packed with
+        one assignment works it out once (``_redact_patterns`` remembers it)."""
         # The label may itself hold a secret (a token glued to "password").
         label = self._redact_piece(label, exhaustive)
         if _PLACEHOLDER.fullmatch(value.strip("\"'")):
-            return label + separator + value, end  # redacted already
+            return label + separator + value  # redacted already
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
             # Keep the quotes: JSON and YAML text stays parseable.
-            return label + separator + value[0] + placeholder(keyword) + value[0], end
-        return label + separator + placeholder(keyword), end
+            return label + separator + value[0] + placeholder(keyword) + value[0]
+        return label + separator + placeholder(keyword)
 
 
 def _widened(kept: list[tuple[int, int]], position: int, edge: Callable[[int, int], int]) -> int:

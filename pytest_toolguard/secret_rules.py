@@ -225,7 +225,15 @@ class SecretRuleSet:
     looks for keywords with the trie regex even when ``ahocorasick_rs`` is
     installed (the two find the same)."""
 
-    __slots__ = ("_by_keyword", "_keywords", "_rule_words", "_shortest", "allowlist", "rules")
+    __slots__ = (
+        "_by_keyword",
+        "_keywords",
+        "_maskable",
+        "_rule_words",
+        "_shortest",
+        "allowlist",
+        "rules",
+    )
 
     def __init__(
         self,
@@ -238,6 +246,10 @@ class SecretRuleSet:
         self._shortest = min((rule.min_length for rule in self.rules), default=0)
         words = sorted({word for rule in self.rules for word in rule.keywords})
         self._keywords = Keywords.build(words, accelerated)
+        # A keyword place strictly inside a placeholder can only seed a match
+        # the placeholder bars: such places are masked before the keyword
+        # pass, unless a keyword could run into a placeholder from outside.
+        self._maskable = not any("<r" in word for word in words)
         index_of = {word: index for index, word in enumerate(words)}
         by_keyword: dict[int, list[int]] = {}
         for index, rule in enumerate(self.rules):
@@ -277,10 +289,29 @@ class SecretRuleSet:
         lowercase), in rule order."""
         return [self.rules[index] for index in self._candidates(self._keywords.occurrences(folded))]
 
-    def _candidates(self, places: Mapping[int, list[int]]) -> list[int]:
-        if not places:
-            return []
-        return sorted({rule for word in places for rule in self._by_keyword[word]})
+    def _candidates(self, words: Iterable[int]) -> list[int]:
+        """The rules one of whose keywords is among ``words`` (indexes)."""
+        return sorted({rule for word in words for rule in self._by_keyword[word]})
+
+    def _keywords_outside(
+        self, lowered: str, barriers: Sequence[tuple[int, int]]
+    ) -> tuple[dict[int, list[int]], set[int]]:
+        """Where each keyword starts in ``lowered`` outside the placeholders
+        (``barriers``), and the keywords found inside them. A rule whose
+        keyword is only inside a placeholder is still a candidate (a keyword
+        gates a rule, wherever the rule's match lies), but an anchored rule
+        is not tried where a placeholder bars its match."""
+        pieces: list[str] = []
+        copied = 0
+        for start, end in barriers:
+            # The placeholder's ``<`` stays: a match may start there.
+            pieces.append(lowered[copied : start + 1])
+            pieces.append("\0" * (end - start - 1))
+            copied = end
+        pieces.append(lowered[copied:])
+        inner = {lowered[start + 1 : end] for start, end in barriers}
+        inside = set(self._keywords.occurrences("\0".join(inner)))
+        return self._keywords.occurrences("".join(pieces)), inside
 
     def find(self, text: str, folded: str | None = None, exhaustive: bool = False) -> list[Finding]:
         """Every secret the rules find in ``text``, by start (see the module
@@ -296,14 +327,18 @@ class SecretRuleSet:
             indexes = [
                 i for i, rule in enumerate(self.rules) if any(w in lowered for w in rule.keywords)
             ]
-        else:
-            places = self._keywords.occurrences(lowered)
-            indexes = [i for i in self._candidates(places) if len(text) >= self.rules[i].min_length]
-        if not indexes:
-            return []
         # Keyword places are places in ``text`` when lowering kept every offset.
         seeded = not exhaustive and text.isascii() and len(lowered) == len(text)
         barriers = _placeholder_spans(text)
+        if not exhaustive:
+            if seeded and barriers and self._maskable:
+                places, inside = self._keywords_outside(lowered, barriers)
+            else:
+                places, inside = self._keywords.occurrences(lowered), set()
+            candidates = self._candidates(places.keys() | inside)
+            indexes = [i for i in candidates if len(text) >= self.rules[i].min_length]
+        if not indexes:
+            return []
         findings: list[tuple[int, bool, int, Finding]] = []
         memo = VerdictMemo()
         for order, index in enumerate(indexes):
@@ -313,8 +348,10 @@ class SecretRuleSet:
                 starts = sorted(
                     {p for word in self._rule_words[index] for p in places.get(word, ())}
                 )
+            lists = (self.allowlist, *rule.allowlists) if self.allowlist else rule.allowlists
+            on_line = tuple(allowlist for allowlist in lists if allowlist.target == "line")
             for match, start in rule.matches(text, exhaustive, barriers, starts):
-                finding = self._judge(rule, match, start, memo)
+                finding = self._judge(rule, match, start, memo, lists, on_line)
                 if finding is not None:
                     generic = rule.id.startswith(GENERIC_RULE)
                     findings.append((finding.start, generic, order, finding))
@@ -322,10 +359,18 @@ class SecretRuleSet:
         return [item[3] for item in findings]
 
     def _judge(
-        self, rule: SecretRule, match: re.Match[str], start: int, memo: VerdictMemo
+        self,
+        rule: SecretRule,
+        match: re.Match[str],
+        start: int,
+        memo: VerdictMemo,
+        lists: tuple[Allowlist, ...],
+        on_line: tuple[Allowlist, ...],
     ) -> Finding | None:
         """The finding ``match`` makes, or None when gitleaks would drop it;
-        ``memo`` holds the verdicts on this text's findings so far."""
+        ``memo`` holds the verdicts on this text's findings so far; ``lists``
+        are the allowlists that apply to the rule, ``on_line`` those of them
+        that look at the line."""
         text = match.string
         end = match.end()
         span = _secret_span(rule, match)
@@ -339,7 +384,6 @@ class SecretRuleSet:
         secret = text[span[0] : span[1]]
         if not secret:
             return None
-        lists = (self.allowlist, *rule.allowlists) if self.allowlist else rule.allowlists
         if not rule.entropy and not lists:
             return Finding(span[0], span[1], rule.keyword, rule.id)
         whole = text[start:end]
@@ -356,7 +400,6 @@ class SecretRuleSet:
             )
         if dropped:
             return None
-        on_line = [allowlist for allowlist in lists if allowlist.target == "line"]
         if on_line:
             line = text[_line_start(text, start) : _line_end(text, end)]
             key = (id(rule), secret, whole, line)
@@ -393,13 +436,23 @@ def _secret_span(rule: SecretRule, match: re.Match[str]) -> tuple[int, int] | No
     if rule.secret_group:
         start, end = match.span(rule.secret_group)
         return (start, end) if start >= 0 else None
-    for group in range(1, (match.re.groups or 0) + 1):
-        if group in rule.repeated_groups or group in match.re.groupindex.values():
-            continue
+    for group in _secret_groups(match.re, rule.repeated_groups):
         start, end = match.span(group)
         if end > start:
             return start, end
     return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _secret_groups(regex: re.Pattern[str], repeated: tuple[int, ...]) -> tuple[int, ...]:
+    """The groups of ``regex`` that may hold a secret, in order: neither
+    named nor ``repeated``."""
+    named = set(regex.groupindex.values())
+    return tuple(
+        group
+        for group in range(1, regex.groups + 1)
+        if group not in repeated and group not in named
+    )
 
 
 def _placeholder_spans(text: str) -> list[tuple[int, int]]:

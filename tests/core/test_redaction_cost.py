@@ -37,6 +37,7 @@ from pytest_toolguard.secret_rules import (
     SCAN_LIMIT,
     Allowlist,
     SecretRule,
+    SecretRuleSet,
     bounded_repeats,
     default_rule_set,
 )
@@ -445,3 +446,124 @@ def test_the_value_families_tried_at_clue_starts_find_what_a_search_everywhere_f
 ) -> None:
     redactor = Redactor()
     assert redactor.redact_text(text) == redactor._redact_text_exhaustive(text)
+
+
+# --- what the shortcuts over placeholders keep ---------------------------------------
+
+
+def placeholder_texts(rule: SecretRule) -> dict[str, str]:
+    """Texts that hold placeholders where a rule's keywords and matches are:
+    the rule's adversarial texts and examples redacted once (their matches
+    become placeholders, which may hold the rule's keywords), and examples
+    glued right after and before placeholders that hold keywords."""
+    redactor = Redactor()
+    texts: dict[str, str] = {}
+    for name, text in sampled_texts(rule, 600).items():
+        texts[f"{name}, redacted once"] = redactor.redact_text(text)
+    for index, example in enumerate(examples(rule, 2)):
+        texts[f"example {index} redacted once"] = redactor.redact_text(example.text)
+        for holder in ("<redacted:api_key>", f"<redacted:{rule.keyword}>", "<redacted:x>"):
+            texts[f"example {index} after {holder}"] = f"{holder}{example.text}"
+            texts[f"example {index} before {holder}"] = f"{example.text}{holder} {holder}"
+            texts[f"example {index} secret after {holder}"] = f"{holder}{example.secret} x"
+    return texts
+
+
+@pytest.mark.parametrize("rule", default_rule_set().rules, ids=lambda rule: rule.id)
+def test_keyword_places_inside_placeholders_are_skipped_without_changing_a_finding(
+    rule: SecretRule,
+) -> None:
+    # A keyword inside a placeholder can only seed a match the placeholder
+    # bars; the rule set that still looks for keywords there finds the same.
+    rules = default_rule_set()
+    unmasked = SecretRuleSet(rules.rules, rules.allowlist)
+    unmasked._maskable = False
+    texts = placeholder_texts(rule)
+    assert sum("<redacted:" in text for text in texts.values()) >= 6
+    for name, text in texts.items():
+        assert rules.find(text) == unmasked.find(text), name
+
+
+ASSIGNMENTS = (
+    "password: hunter2hunter2",
+    "password: 'hunter2hunter2'",
+    'password: "hunter2hunter2"',
+    "password=hunter2hunter2",
+    "password: <redacted:password>",
+    "PASSWORD: hunter2hunter2",
+    "api_key: api_key:",
+    "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB_password: x1",
+    "token_count: 12",
+    "max_tokens=300",
+    "secret: Bearer abc.def.ghi",
+)
+
+
+@pytest.mark.parametrize("order", ["as listed", "reversed", "interleaved"])
+@pytest.mark.parametrize("separator", ["\n", "  ", "; "])
+def test_an_assignment_repeated_in_a_text_is_redacted_as_when_alone(
+    order: str, separator: str
+) -> None:
+    # A pass remembers what each (label, separator, value) became; every
+    # repeat must come out as the assignment alone does, and nothing else.
+    lines = list(ASSIGNMENTS) * 3
+    if order == "reversed":
+        lines.reverse()
+    elif order == "interleaved":
+        lines = [line for pair in zip(lines, reversed(lines), strict=True) for line in pair]
+    redactor = Redactor(secret_rules=SecretRuleSet([]), entropy="off")
+    alone = {
+        line: Redactor(secret_rules=SecretRuleSet([]), entropy="off").redact_text(line)
+        for line in ASSIGNMENTS
+    }
+    assert redactor.redact_text(separator.join(lines)) == separator.join(
+        alone[line] for line in lines
+    )
+
+
+_HOLDERS = (
+    "<redacted:password>",
+    "<redacted:aws_secret_key>",
+    "<redacted:kubernetes_secret_yaml>",
+    "<redacted:api_key_token_auth_pwd_cookie_credential_jwt>",
+    "<redacted:github_token>",
+    f"<redacted:ghp_{'a' * 36}>",
+    f"<redacted:xoxb_{'a' * 20}>",
+)
+
+
+@pytest.mark.parametrize("holder", _HOLDERS)
+@pytest.mark.parametrize(
+    "around",
+    [
+        "{h}",
+        "x{h}: {v}",
+        "{h}={v} and {h}: {v}",
+        "password{h}: {v}",
+        "{h}password: {v}",
+        "secret_{h}_key = {v}",
+        "aws_secret_access_key={h}{a}",
+        "{h}aws_secret_access_key={a}",
+        "token: {h} token: {h}\npassword: {v}",
+        "{h} https://u:{v}@host/ {h}",
+    ],
+)
+@pytest.mark.parametrize("padding", [0, 40, 400])
+def test_labelled_families_skip_clue_words_inside_placeholders_and_find_the_same(
+    holder: str, around: str, padding: int
+) -> None:
+    # Clue words inside a placeholder list no place a label may start (the
+    # sparse path); with padding, the places are sparse, and the value
+    # families find what a search at every place finds.
+    text = ("n " * padding) + around.format(h=holder, v=_SECRET_VALUE, a=_AWS_SECRET) + " end"
+    redactor = Redactor()
+    assert redactor.redact_text(text) == redactor._redact_text_exhaustive(text)
+
+
+@pytest.mark.parametrize("rule", default_rule_set().rules, ids=lambda rule: rule.id)
+def test_texts_redacted_once_are_redacted_again_as_a_search_everywhere_does(
+    rule: SecretRule,
+) -> None:
+    redactor = Redactor()
+    for name, text in placeholder_texts(rule).items():
+        assert redactor.redact_text(text) == redactor._redact_text_exhaustive(text), name
