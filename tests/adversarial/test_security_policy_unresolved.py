@@ -214,7 +214,8 @@ def test_out_of_descriptors_the_link_out_is_refused(
     _, _, workspace = world
     environment = {
         **os.environ,
-        "PYTHONPATH": python_path(ROOT),
+        # The child imports this module, which imports tests/conftest.py.
+        "PYTHONPATH": python_path(ROOT, ROOT / "tests"),
     }
     done = subprocess.run(
         [sys.executable, "-c", CHILD, str(workspace), tool],
