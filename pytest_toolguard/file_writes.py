@@ -59,10 +59,7 @@ def write_atomically(
         try:
             if kept is not None:
                 os.fchmod(fd, kept)
-            view = memoryview(content)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
+            write_all(fd, content)
         finally:
             os.close(fd)
         os.replace(temporary, target)
@@ -71,6 +68,16 @@ def write_atomically(
         if not renamed:
             with contextlib.suppress(OSError):  # the first error is the one to report
                 os.unlink(temporary)
+
+
+def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
+    """Write all of ``data`` to ``fd`` and flush it to the disk: ``os.write``
+    may write less than it is given (a signal, a pipe, a full disk that
+    frees up)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.fsync(fd)
 
 
 def create_private(path: str | os.PathLike[str]) -> None:

@@ -159,6 +159,7 @@ from typing import Any, ClassVar, Literal, NoReturn, TypeAlias
 
 from .contract import ErrorCode
 from .errors import ToolguardError
+from .file_writes import write_all
 
 __all__ = [
     "DEFAULT_FORBIDDEN_NAMES",
@@ -1843,11 +1844,7 @@ def _replace_atomically(
         try:
             if mode is not None:
                 os.fchmod(fd, mode)
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            os.fsync(fd)
+            write_all(fd, data)
         finally:
             os.close(fd)
         os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
