@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import importlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -364,17 +364,11 @@ def split_lazy_prefix(pattern: str) -> tuple[str, str, int]:
 
 def group_depth_at(body: str, index: int) -> int:
     """How many groups are open at ``body[index]``."""
-    depth, i = 0, 0
-    while i < index:
-        char = body[i]
-        if char == "\\":
-            i += 2
-            continue
-        if char == "[":
-            i = _class_end(body, i)
-            continue
-        depth += {"(": 1, ")": -1}.get(char, 0)
-        i += 1
+    depth = 0
+    for i, _, after in _parentheses(body):
+        if i >= index:
+            break
+        depth = after
     return depth
 
 
@@ -409,26 +403,32 @@ def alternatives_of(pattern: str) -> list[str]:
 _BACK_REFERENCE = re.compile(r"\\[1-9]|\(\?P=")
 
 
-def top_level_split(body: str) -> list[str]:
-    """``body`` cut at each ``|`` outside groups and classes."""
-    parts: list[str] = []
-    depth, start, i = 0, 0, 0
-    while i < len(body):
-        char = body[i]
+def _parentheses(pattern: str) -> Iterator[tuple[int, str, int]]:
+    """Each ``(``, ``)`` and ``|`` of ``pattern`` outside escapes and
+    character classes: its index, itself, and the group depth after it."""
+    depth, i = 0, 0
+    while i < len(pattern):
+        char = pattern[i]
         if char == "\\":
             i += 2
             continue
         if char == "[":
-            i = _class_end(body, i)
+            i = _class_end(pattern, i)
             continue
-        if char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-        elif char == "|" and depth == 0:
+        if char in "()|":
+            depth += {"(": 1, ")": -1, "|": 0}[char]
+            yield i, char, depth
+        i += 1
+
+
+def top_level_split(body: str) -> list[str]:
+    """``body`` cut at each ``|`` outside groups and classes."""
+    parts: list[str] = []
+    start = 0
+    for i, char, depth in _parentheses(body):
+        if char == "|" and depth == 0:
             parts.append(body[start:i])
             start = i + 1
-        i += 1
     parts.append(body[start:])
     return parts
 
@@ -442,20 +442,7 @@ def group_contents(part: str) -> str | None:
         opening = 1
     else:
         return None
-    depth, i = 0, 0
-    while i < len(part):
-        char = part[i]
-        if char == "\\":
-            i += 2
-            continue
-        if char == "[":
-            i = _class_end(part, i)
-            continue
-        if char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-            if depth == 0:
-                return part[opening:i] if i == len(part) - 1 else None
-        i += 1
+    for i, char, depth in _parentheses(part):
+        if char == ")" and depth == 0:
+            return part[opening:i] if i == len(part) - 1 else None
     return None
