@@ -8,7 +8,9 @@ explores as usual; ``HYPOTHESIS_PROFILE=ci`` reproduces CI's examples.
 
 from __future__ import annotations
 
+import io
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -19,7 +21,7 @@ import pytest
 from hypothesis import settings
 
 from pytest_toolguard.capabilities import Capabilities, Risk
-from pytest_toolguard.registry import PathAccess, ToolRegistry, ToolSpec
+from pytest_toolguard.registry import PathAccess, ToolRegistry, ToolSpec, tool
 
 pytest_plugins = ["pytester"]
 
@@ -197,3 +199,37 @@ def audit_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     )
     yield backend
     backend.close()
+
+
+@tool(
+    input_schema={
+        "type": "object",
+        "properties": {"path": {"type": "string"}},
+        "required": ["path"],
+    },
+    risk=Risk.WRITE,
+    paths=[PathAccess.write("{path}")],
+)
+def delete_file(ctx: Any, path: str) -> dict[str, Any]:
+    """Delete one file."""
+    ctx.workspace.delete(path)
+    return {}
+
+
+def hook_in_process(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    project: Path,
+    command: str,
+    stdin: bytes,
+) -> tuple[int, str, str]:
+    """``toolguard hook COMMAND`` run in process in ``project`` (its
+    ``toolguard.yaml``), ``stdin`` as the bytes it reads: (status, stdout,
+    stderr)."""
+    from pytest_toolguard.cli import main
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8"))
+    monkeypatch.chdir(project)
+    status = main(["hook", command, "--config", str(project / "toolguard.yaml")])
+    out, err = capsys.readouterr()
+    return status, out, err

@@ -7,18 +7,17 @@ the value is optional, the value is taken as not JSON), never a
 
 from __future__ import annotations
 
-import io
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from conftest import hook_in_process
 
 from pytest_toolguard import documents
 from pytest_toolguard.bridges.openai import output_result, read_chat
-from pytest_toolguard.cli import USAGE_ERROR, main
+from pytest_toolguard.cli import USAGE_ERROR
 from pytest_toolguard.contract import ToolCall
 from pytest_toolguard.faults import Target
 from pytest_toolguard.harness.effects import call_arguments
@@ -90,20 +89,6 @@ def event(project: Path, **fields: Any) -> dict[str, Any]:
     return body
 
 
-def run_hook(
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    project: Path,
-    command: str,
-    stdin: bytes,
-) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8"))
-    monkeypatch.chdir(project)
-    status = main(["hook", command, "--config", str(project / "toolguard.yaml")])
-    out, err = capsys.readouterr()
-    return status, out, err
-
-
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     root = tmp_path / "project"
@@ -137,7 +122,7 @@ def test_a_hostile_hook_configuration_is_refused_naming_its_limit(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     (project / "toolguard.yaml").write_text(text)
-    status, out, err = run_hook(
+    status, out, err = hook_in_process(
         monkeypatch, capsys, project, "pre-tool-use", json.dumps(event(project)).encode()
     )
     assert_blocked_naming(status, out, err, limit)
@@ -150,7 +135,7 @@ def test_a_hook_configuration_within_the_limits_still_loads(
     (project / "toolguard.yaml").write_text(
         "capabilities:\n  allowed_risks: [read]\n  write_roots: [src]\naudit: a.db  # comment\n"
     )
-    status, out, err = run_hook(
+    status, out, err = hook_in_process(
         monkeypatch, capsys, project, "pre-tool-use", json.dumps(event(project)).encode()
     )
     assert status == 0, err
@@ -179,7 +164,7 @@ def test_an_event_nested_past_the_limit_blocks_naming_it(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     stdin = json.dumps(event(project, **fields)).encode()
-    status, out, err = run_hook(monkeypatch, capsys, project, command, stdin)
+    status, out, err = hook_in_process(monkeypatch, capsys, project, command, stdin)
     assert_blocked_naming(status, out, err, "MAX_DEPTH")
 
 
@@ -192,7 +177,7 @@ def test_an_event_over_the_size_limit_blocks_naming_it(
 ) -> None:
     stdin = json.dumps(event(project, padding="p" * 5000)).encode()
     monkeypatch.setattr(documents, "MAX_DOCUMENT_BYTES", 4096)
-    status, out, err = run_hook(monkeypatch, capsys, project, command, stdin)
+    status, out, err = hook_in_process(monkeypatch, capsys, project, command, stdin)
     assert_blocked_naming(status, out, err, "MAX_DOCUMENT_BYTES")
 
 
@@ -201,7 +186,7 @@ def test_an_event_at_the_depth_limit_is_still_answered(
 ) -> None:
     fields = {"extra": json.loads(deep_json(documents.MAX_DEPTH - 1))}
     stdin = json.dumps(event(project, **fields)).encode()
-    status, out, err = run_hook(monkeypatch, capsys, project, "pre-tool-use", stdin)
+    status, out, err = hook_in_process(monkeypatch, capsys, project, "pre-tool-use", stdin)
     assert status == 0, err
     assert json.loads(out)["hookSpecificOutput"]["permissionDecision"] == "allow"
 

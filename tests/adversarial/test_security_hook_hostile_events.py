@@ -13,7 +13,6 @@ cassette configured, as the one that crashed did); a few go through the
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
@@ -23,12 +22,12 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import python_path
+from conftest import hook_in_process, python_path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_toolguard import CallState, SQLiteAuditStore
-from pytest_toolguard.cli import USAGE_ERROR, main
+from pytest_toolguard.cli import USAGE_ERROR
 
 ROOT = Path(__file__).parents[2]
 SESSION = "hostile-session"
@@ -78,21 +77,6 @@ def nested(depth: int, leaf: Any = "x") -> str:
     """JSON text of an object nested ``depth`` deep (built as text: a
     Python value that deep could not even be dumped)."""
     return '{"a":' * depth + json.dumps(leaf) + "}" * depth
-
-
-def send(
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    project: Path,
-    command: str,
-    stdin: bytes,
-) -> tuple[int, str, str]:
-    """``toolguard hook COMMAND`` in process, ``stdin`` as the bytes it reads."""
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8"))
-    monkeypatch.chdir(project)
-    status = main(["hook", command, "--config", str(project / "toolguard.yaml")])
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def assert_answered_or_blocked(command: str, status: int, out: str, err: str) -> None:
@@ -192,7 +176,7 @@ def test_a_hostile_event_is_answered_or_blocked_never_a_traceback(
     stdin = table(project)[name]
     for command in COMMANDS:
         # The pre event first, so a post event finds the call's row waiting.
-        status, out, err = send(monkeypatch, capsys, project, command, stdin)
+        status, out, err = hook_in_process(monkeypatch, capsys, project, command, stdin)
         assert_answered_or_blocked(command, status, out, err)
 
 
@@ -215,7 +199,7 @@ def test_an_event_the_hook_cannot_read_blocks_with_exit_2(
 ) -> None:
     stdin = table(project)[name]
     for command in ("pre-tool-use", "post-tool-use"):
-        status, out, err = send(monkeypatch, capsys, project, command, stdin)
+        status, out, err = hook_in_process(monkeypatch, capsys, project, command, stdin)
         assert (status, out) == (USAGE_ERROR, "")
         assert err.startswith("toolguard: ") and err.count("\n") == 1
 
@@ -230,11 +214,13 @@ def test_a_surrogate_in_an_id_still_joins_the_call_to_its_row(
     surrogate: str,
 ) -> None:
     odd = {field: f"{event(project)[field]}{surrogate}"}
-    pre = send(monkeypatch, capsys, project, "pre-tool-use", encoded(event(project, **odd)))
+    pre = hook_in_process(
+        monkeypatch, capsys, project, "pre-tool-use", encoded(event(project, **odd))
+    )
     assert pre[0] == 0 and json.loads(pre[1])["hookSpecificOutput"]["permissionDecision"] == "allow"
     (project / "src" / "new.py").write_text("y = 2\n")  # Claude Code's Write
     post = event(project, hook_event_name="PostToolUse", tool_response={"ok": True}, **odd)
-    status, _, err = send(monkeypatch, capsys, project, "post-tool-use", encoded(post))
+    status, _, err = hook_in_process(monkeypatch, capsys, project, "post-tool-use", encoded(post))
     assert status == 0, err
     with SQLiteAuditStore(project / ".toolguard" / "audit.db") as store:
         rows = [row for row in store.rows() if row.tool_name == "Write"]
@@ -256,7 +242,7 @@ def test_a_call_needing_approval_whose_row_is_not_found_is_asked_never_allowed(
     config = yaml.safe_load((project / "toolguard.yaml").read_text())
     config["capabilities"]["allowed_risks"].append("dangerous")
     (project / "toolguard.yaml").write_text(yaml.safe_dump(config))
-    status, out, _ = send(monkeypatch, capsys, project, "pre-tool-use", encoded(bash))
+    status, out, _ = hook_in_process(monkeypatch, capsys, project, "pre-tool-use", encoded(bash))
     assert status == 0 and json.loads(out)["hookSpecificOutput"]["permissionDecision"] == "ask"
 
 
@@ -333,7 +319,7 @@ def test_generated_hostile_events_are_answered_or_blocked(
     changes: dict[str, Any],
 ) -> None:
     stdin = hostile_stdin(project, tool, changes)
-    status, out, err = send(monkeypatch, capsys, project, command, stdin)
+    status, out, err = hook_in_process(monkeypatch, capsys, project, command, stdin)
     assert_answered_or_blocked(command, status, out, err)
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import delete_file
 
 from pytest_toolguard import Capabilities, ErrorCode, Risk, ToolCall, ToolRuntime
 from pytest_toolguard.registry import PathAccess, ToolRegistry, tool
@@ -31,21 +32,6 @@ PATH = "docs/c.md"
 BEFORE = "before A\n"
 BY_A = "written by A\n"
 BY_B = "B's later work\n"
-
-
-@tool(
-    input_schema={
-        "type": "object",
-        "properties": {"path": {"type": "string"}},
-        "required": ["path"],
-    },
-    risk=Risk.WRITE,
-    paths=[PathAccess.write("{path}")],
-)
-def delete_file(ctx: Any, path: str) -> dict[str, Any]:
-    """Delete one file."""
-    ctx.workspace.delete(path)
-    return {}
 
 
 @tool(input_schema={"type": "object"}, risk=Risk.WRITE, paths=[PathAccess.write("docs/a.md")])

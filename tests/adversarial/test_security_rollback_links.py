@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import delete_file
 
 from pytest_toolguard import Capabilities, ErrorCode, Risk, ToolCall
 from pytest_toolguard.registry import PathAccess, ToolRegistry, tool
@@ -27,21 +28,6 @@ from pytest_toolguard.tools import BUILTIN_TOOLS
 
 NOTES_ONLY = Capabilities(allowed_risks=frozenset({Risk.READ, Risk.WRITE}), write_roots=("notes",))
 PRECIOUS = "precious, outside the write roots\n"
-
-
-@tool(
-    input_schema={
-        "type": "object",
-        "properties": {"path": {"type": "string"}},
-        "required": ["path"],
-    },
-    risk=Risk.WRITE,
-    paths=[PathAccess.write("{path}")],
-)
-def delete_file(ctx: Any, path: str) -> dict[str, Any]:
-    """Delete one file."""
-    ctx.workspace.delete(path)
-    return {}
 
 
 def registry() -> ToolRegistry:
