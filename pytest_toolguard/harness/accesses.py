@@ -88,6 +88,10 @@ class Access:
     """Part of an ``open``: the content is reached, not only looked at."""
     given: str = ""
     """The path the operation was given, normalised, no link followed."""
+    event: str = ""
+    """What the kernel reported (``kernel_watch``: ``open``, ``read``,
+    ``write``, ``create``, ``delete``, ``move``, ``attrib``); empty in the
+    fake world, where the operation is not told apart."""
 
 
 def is_within(path: str, root: str) -> bool:

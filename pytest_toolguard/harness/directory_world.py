@@ -34,8 +34,10 @@ even when the block raised, even when a tool made directories read-only
 or left a FIFO, a socket or links in it; nothing is planted or written by
 the world itself outside it. Not guaranteed: what a tool does on its own
 outside the world (an absolute path it was never given, ``$HOME``, the
-network) happens on the real machine; the oracle of accesses is not
-implemented here yet (``accesses_observed`` is False); processes the tool
+network) happens on the real machine; accesses are observed through the
+kernel's notifications (``kernel_watch``: ``accesses``, with the limits
+it states) only when ``inotify-simple`` is installed
+(``accesses_observed``; otherwise said once); processes the tool
 starts see the real clock; a file made immutable (``chattr +i``) or a
 mount made under the world cannot be removed, and ``__exit__`` raises
 ``OSError`` naming the directory left behind.
@@ -55,8 +57,10 @@ from datetime import datetime
 
 from ..replay.cassette import Cassette, WorkspaceState
 from ..replay.root_map import RootMap
+from ..runtime.messages import warn
 from .clock import DEFAULT_TIME, frozen_clock
 from .files import read_tree_through_os
+from .kernel_watch import UNKNOWN, KernelAccessLog
 from .probes import OutsideSnapshot
 from .world import (
     DECOY_MARKER,
@@ -87,10 +91,6 @@ class DirectoryWorld:
     around directory is made (default: ``tempfile.gettempdir()``);
     ``decoys=False`` plants none of the default decoys."""
 
-    accesses_observed = False
-    """No oracle of accesses watches this world yet: ``accesses`` is None,
-    which says "not observed", never "nothing happened"."""
-
     def __init__(
         self,
         state: WorkspaceState,
@@ -112,6 +112,7 @@ class DirectoryWorld:
         """The world's paths of the ``outside_files`` it planted."""
         self.unplaced_outside: tuple[str, ...] = ()
         """The recorded paths of ``outside_files`` it could not plant (not beside the root)."""
+        self._accesses: KernelAccessLog | None = None
 
     @classmethod
     def of(
@@ -135,6 +136,9 @@ class DirectoryWorld:
             self._build()
             if self._decoys:
                 self.plant(self.default_decoys())
+            self._accesses = _watching(around)
+            if self._accesses is not None:  # closed first: the removal is never read
+                stack.callback(self._accesses.close)
             if self.frozen_at is not None:
                 stack.enter_context(frozen_clock(self.frozen_at))
             self._stack = stack.pop_all()
@@ -146,6 +150,7 @@ class DirectoryWorld:
         finally:
             self._around = self._root = None
             self._map = None
+            self._accesses = None
 
     @property
     def around(self) -> str:
@@ -169,9 +174,50 @@ class DirectoryWorld:
         return self._map
 
     @property
-    def accesses(self) -> None:
-        """Not observed in this world yet (see ``accesses_observed``)."""
-        return None
+    def accesses(self) -> KernelAccessLog | None:
+        """What any process did to the world's files while a handler run
+        was open (``kernel_watch.KernelAccessLog``: the fake world's
+        ``AccessLog`` interface); None when nothing watches them (see
+        ``accesses_observed``)."""
+        return self._accesses
+
+    @property
+    def accesses_observed(self) -> bool:
+        """Whether the kernel's notifications watch this world. False
+        (``inotify-simple`` not installed, or the kernel refused) says
+        "not observed", never "nothing happened"."""
+        return self._accesses is not None
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        """The block is one handler run for ``accesses`` (a window the
+        harness opens itself, as replay does around its calls); nothing
+        when accesses are not observed."""
+        log = self._accesses
+        if log is None:
+            yield
+            return
+        with log.window():
+            yield
+
+    def accessed_outside(self) -> dict[str, tuple[str, ...]]:
+        """What the kept accesses did outside the workspace, by path as
+        the recording would spell it (``recorded_path``): the events, such
+        as ``("open", "read")``. The cassette's own outside files planted
+        beside the root are left out (the recording had them; their
+        changes are judged by ``outside()``); ``kernel_watch.UNKNOWN``
+        is a key when events were lost. Empty when not observed."""
+        log = self._accesses
+        if log is None:
+            return {}
+        planted = set(self.planted_outside)
+        events: dict[str, set[str]] = {}
+        for access in log.outside(self.root):
+            if access.path in planted:
+                continue
+            shown = access.path if access.path == UNKNOWN else self.recorded_path(access.path)
+            events.setdefault(shown, set()).add(access.event)
+        return {path: tuple(sorted(kinds)) for path, kinds in events.items()}
 
     # -- paths ---------------------------------------------------------------------
 
@@ -408,6 +454,27 @@ class DirectoryWorld:
         for path in reversed(paths):  # a directory's time after its entries were made
             with contextlib.suppress(OSError):
                 os.utime(path, (moment, moment), follow_symlinks=False)
+
+
+def _watching(around: str) -> KernelAccessLog | None:
+    """A started watch of ``around``, or None (said once per process)
+    when the binding is missing or the kernel refuses one."""
+    global _NOTED
+    if KernelAccessLog.available():
+        try:
+            return KernelAccessLog(around).start()
+        except OSError as exc:
+            why = f"the kernel refused to watch it ({exc})"
+    else:
+        why = "inotify-simple is not installed (pip install 'pytest-toolguard[directory]')"
+    if not _NOTED:
+        _NOTED = True
+        warn(f"the directory world's accesses are not observed: {why}")
+    return None
+
+
+_NOTED = False
+"""Whether the note that accesses are not observed was given."""
 
 
 def remove_world(around: str) -> None:

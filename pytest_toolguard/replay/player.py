@@ -140,9 +140,10 @@ def _replay_in_directory(
                 for item in cassette.interactions
             ),
         )
-        results, rows = _play(
-            cassette, in_world, registry, checks, http, redactor, secrets, mapping
-        )
+        with place.watching():
+            results, rows = _play(
+                cassette, in_world, registry, checks, http, redactor, secrets, mapping
+            )
         files = _redacted_paths(redactor, mapped_files(mapping, place.tree()))
         checks.files(*_without_volatile_files(cassette, files))
         outside_after = place.outside()
@@ -156,6 +157,10 @@ def _replay_in_directory(
                 "removed" if after is None else _described(checks, after),
             )
         checks.checks += len(outside_before) + len(changes.created)
+        changed = {place.recorded_path(path) for path in changes.paths}
+        for path, events in place.accessed_outside().items():  # reads too: the kernel saw them
+            if path not in changed:
+                checks.add("outside the workspace", path, "not accessed", ", ".join(events))
     return results, rows
 
 

@@ -1,0 +1,444 @@
+"""The directory world's access oracle: what the kernel reports any process
+did to the world's files (inotify, through the ``inotify-simple`` binding).
+
+``KernelAccessLog(top)`` watches ``top`` (a directory world's around
+directory) and every directory beneath it: inotify watches are per
+directory, so a directory made later (by the world, a fault or the tool)
+is watched once its creation is read, and what it already holds is
+reported as created then. Each event on an entry of a watched directory
+(an open, a read, a write, a creation, a removal, a rename, a change of
+mode or times) is one ``accesses.Access`` with its ``event``, for any
+process: the handler, a C library it calls (sqlite3), a subprocess
+(``cat``, ``git``). ``stat``, ``realpath`` and ``readlink`` make no event.
+
+The kernel queues an event at the system call itself, so reading the
+queue until it is empty (no wait) after a call gives everything the call
+did. The kernel cannot say which process did what: the log keeps only
+what was queued while a handler run was open (``opened()`` /
+``closed()``, as ``probes.HandlerProbe`` opens them, or ``window()``) and
+not inside ``quiet()``. At each of those moments the queue is read to
+the end, and what it held is kept or dropped by the window it was queued
+in: the world's own set-up, the harness's reads (``tree()``,
+``outside()``, ``save_workspace()``) and restores between runs are never
+counted.
+
+Where it stops:
+
+- a queue overflow (``IN_Q_OVERFLOW``) loses events: the log then says
+  ``unknown`` (and ``outside()`` returns ``UNKNOWN`` among its accesses),
+  never "nothing happened"; the watches are laid again over the whole tree;
+- what another thread or process does inside ``quiet()``, or after the
+  handler answered (a process left running), is dropped as the harness's;
+- a file mapped into memory is seen when it is opened, not each read or
+  write through the mapping; reads and writes through a descriptor opened
+  before the window are seen, its opening is not;
+- entries made and removed again inside a directory made during the same
+  run, before its creation was read, are never seen;
+- nothing outside ``top`` is watched (the tool's own ``$HOME``, ``/etc``).
+
+Without ``inotify-simple`` installed (the ``directory`` extra) nothing is
+watched: ``KernelAccessLog.available()`` is False and a directory world
+says its accesses are not observed.
+
+Unlike the fake world's ``AccessLog`` this log cannot act between two of a
+handler's operations (``can_inject`` is False): setting ``before_access``,
+``after_access`` or ``before_growth`` raises ``NotImplementedError``.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import stat
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from typing import Any
+
+from .accesses import Access, is_ancestor, is_within
+
+try:
+    import inotify_simple
+except ImportError:  # the "directory" extra is not installed
+    inotify_simple = None
+
+# The kernel's flags (inotify.h), spelt here so that this module imports
+# without the binding.
+IN_ACCESS = 0x1
+IN_MODIFY = 0x2
+IN_ATTRIB = 0x4
+IN_CLOSE_WRITE = 0x8
+IN_OPEN = 0x20
+IN_MOVED_FROM = 0x40
+IN_MOVED_TO = 0x80
+IN_CREATE = 0x100
+IN_DELETE = 0x200
+IN_Q_OVERFLOW = 0x4000
+IN_IGNORED = 0x8000
+IN_ONLYDIR = 0x01000000
+IN_DONT_FOLLOW = 0x02000000
+IN_ISDIR = 0x40000000
+
+WATCHED = (
+    IN_OPEN
+    | IN_ACCESS
+    | IN_MODIFY
+    | IN_CLOSE_WRITE
+    | IN_ATTRIB
+    | IN_CREATE
+    | IN_DELETE
+    | IN_MOVED_FROM
+    | IN_MOVED_TO
+)
+"""The events watched on every directory (an entry's close without a write is not)."""
+
+UNKNOWN = "<unknown: the kernel's event queue overflowed>"
+"""The path of the access ``outside()`` adds when events were lost."""
+
+_KINDS = (
+    (IN_CREATE, "create"),
+    (IN_MOVED_TO, "move"),
+    (IN_MOVED_FROM, "move"),
+    (IN_DELETE, "delete"),
+    (IN_MODIFY, "write"),
+    (IN_CLOSE_WRITE, "write"),
+    (IN_ATTRIB, "attrib"),
+    (IN_OPEN, "open"),
+    (IN_ACCESS, "read"),
+)
+
+_CONTENT = frozenset({"open", "read", "write", "create"})
+"""Events that reach a file's content (``Access.opens``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Event:
+    path: str
+    mask: int
+    cookie: int = 0
+
+    @property
+    def kind(self) -> str:
+        return next((kind for flag, kind in _KINDS if self.mask & flag), "other")
+
+    @property
+    def is_dir(self) -> bool:
+        return bool(self.mask & IN_ISDIR)
+
+
+class KernelAccessLog:
+    """What any process did under ``top`` while a handler run was open
+    (see the module docstring). Thread-safe; one per world; ``start()``
+    before use, ``close()`` after."""
+
+    can_inject = False
+    """It cannot fail or act on a handler's k-th operation (the fake world's can)."""
+
+    def __init__(self, top: str, exempt: tuple[str, ...] = ()) -> None:
+        self.top = posixpath.normpath(top)
+        self.exempt = exempt
+        """Directories whose accesses are never outside."""
+        self.unknown = False
+        """Events of an open window were lost (a queue overflow) since the last ``reset``."""
+        self.overflows = 0
+        """Queue overflows seen, in or out of a window."""
+        self._accesses: list[Access] = []
+        self._growths = 0
+        self._open_runs = 0
+        self._quiet = 0
+        self._lock = threading.RLock()
+        self._notify: Any = None
+        self._paths: dict[int, str] = {}
+
+    @staticmethod
+    def available() -> bool:
+        """Whether the binding is installed (the ``directory`` extra)."""
+        return inotify_simple is not None
+
+    # -- life
+
+    def start(self) -> KernelAccessLog:
+        """Watch ``top`` and every directory beneath it. ``RuntimeError``
+        without the binding, ``OSError`` when the kernel refuses (no
+        inotify, out of instances or watches)."""
+        if inotify_simple is None:
+            raise RuntimeError("inotify-simple is not installed: pip install inotify-simple")
+        with self._lock:
+            self._notify = inotify_simple.INotify(nonblocking=True)
+            try:
+                self._watch_tree(self.top, [])
+            except BaseException:
+                self.close()
+                raise
+        return self
+
+    def close(self) -> None:
+        """Stop watching (before the world is removed: its removal is never read)."""
+        with self._lock:
+            notify, self._notify = self._notify, None
+            self._paths = {}
+            if notify is not None:
+                notify.close()
+
+    # -- windows (as ``AccessLog``'s)
+
+    def opened(self) -> None:
+        """A handler run started: what was queued before is not its doing."""
+        with self._lock:
+            self._drain()
+            self._open_runs += 1
+
+    def closed(self) -> None:
+        """A handler run ended: what was queued until now is kept."""
+        with self._lock:
+            self._drain()
+            self._open_runs = max(0, self._open_runs - 1)
+
+    @contextmanager
+    def window(self) -> Iterator[None]:
+        """``opened()`` ... ``closed()`` around a block."""
+        self.opened()
+        try:
+            yield
+        finally:
+            self.closed()
+
+    @contextmanager
+    def quiet(self) -> Iterator[None]:
+        """What is queued within the block is the harness's doing and is
+        dropped (for every process: the kernel does not say whose it is)."""
+        with self._lock:
+            self._drain()
+            self._quiet += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._drain()
+                self._quiet -= 1
+
+    def reset(self) -> None:
+        """Forget every access (and a past overflow), count from zero again."""
+        with self._lock:
+            self._drain()
+            self._accesses = []
+            self._growths = 0
+            self.unknown = False
+
+    # -- what the oracles read
+
+    @property
+    def accesses(self) -> list[Access]:
+        """Every access kept since the last ``reset``, in the kernel's order."""
+        with self._lock:
+            self._drain()
+            return list(self._accesses)
+
+    @property
+    def count(self) -> int:
+        """Accesses kept since the last ``reset``."""
+        with self._lock:
+            self._drain()
+            return len(self._accesses)
+
+    @property
+    def growths(self) -> int:
+        """Writes kept since the last ``reset``."""
+        with self._lock:
+            self._drain()
+            return self._growths
+
+    def outside(self, root: str) -> list[Access]:
+        """The accesses to entries outside ``root`` (directories above it
+        are not outside, nor those beneath ``exempt``), and one ``UNKNOWN``
+        access first when events were lost."""
+        found = [
+            access
+            for access in self.accesses
+            if not is_within(access.path, root)
+            and not is_ancestor(access.path, root)
+            and not any(is_within(access.path, directory) for directory in self.exempt)
+        ]
+        if self.unknown:
+            found.insert(0, Access(0, UNKNOWN, True, True, UNKNOWN, "unknown"))
+        return found
+
+    def changed(self, root: str) -> list[str]:
+        """The files beneath ``root`` (relative to it) the kept accesses
+        changed: written, created, removed, renamed or given new modes or
+        times, less those made and removed (or renamed away) again: a
+        temporary file cleaned up is no change. Directories are not listed."""
+        return sorted(path for path, state in self._states(root).items() if state)
+
+    def created(self, root: str) -> list[str]:
+        """The files beneath ``root`` (relative to it) the kept accesses
+        created (or renamed there) and left: what a call that failed must
+        not leave, such as its temporary files."""
+        return sorted(path for path, state in self._states(root).items() if state == "created")
+
+    def watched(self) -> list[str]:
+        """The directories watched now."""
+        with self._lock:
+            return sorted(self._paths.values())
+
+    # -- the fake world's seams, which the kernel cannot offer
+
+    @property
+    def before_access(self) -> None:
+        return None
+
+    @before_access.setter
+    def before_access(self, value: object) -> None:
+        _refuse_injection(value)
+
+    @property
+    def after_access(self) -> None:
+        return None
+
+    @after_access.setter
+    def after_access(self, value: object) -> None:
+        _refuse_injection(value)
+
+    @property
+    def before_growth(self) -> None:
+        return None
+
+    @before_growth.setter
+    def before_growth(self, value: object) -> None:
+        _refuse_injection(value)
+
+    # -- internals
+
+    def _states(self, root: str) -> dict[str, str]:
+        """Per file beneath ``root``: "created", "changed", "removed", or
+        "" (made and gone again), from the kept accesses in order."""
+        root = root.rstrip("/")
+        states: dict[str, str] = {}
+        for access in self.accesses:
+            if not access.path.startswith(root + "/") or access.given.endswith("/"):
+                continue  # outside, or a directory
+            path, kind = access.path[len(root) + 1 :], access.event
+            state = states.get(path)
+            if kind in ("create", "move-in"):
+                states[path] = "changed" if state == "removed" else "created"
+            elif kind in ("delete", "move-out"):
+                states[path] = "" if state in ("created", "") else "removed"
+            elif kind in ("write", "attrib") and not state:
+                states[path] = "changed"
+        return states
+
+    def _keeping(self) -> bool:
+        return self._open_runs > 0 and self._quiet == 0
+
+    def _drain(self) -> None:
+        """Read the queue to its end (never waiting), keep or drop what it
+        held by the window now open, and follow the tree's directories."""
+        notify = self._notify
+        if notify is None:
+            return
+        raw: list[Any] = []
+        while True:
+            batch = notify.read(timeout=0)
+            if not batch:
+                break
+            raw.extend(batch)
+        if not raw:
+            return
+        keep = self._keeping()
+        moved_from: dict[int, str] = {}
+        overflowed = False
+        for item in raw:
+            mask = int(item.mask)
+            if mask & IN_Q_OVERFLOW:
+                overflowed = True
+                continue
+            if mask & IN_IGNORED:
+                self._paths.pop(item.wd, None)
+                continue
+            directory = self._paths.get(item.wd)
+            name = item.name
+            if directory is None or not name:
+                continue  # a directory's own event: its parent's watch reports it too
+            path = posixpath.join(directory, os.fsdecode(name))
+            event = _Event(path, mask, int(item.cookie))
+            found: list[_Event] = []
+            if event.is_dir and mask & IN_MOVED_FROM:
+                moved_from[event.cookie] = path
+            elif event.is_dir and mask & IN_MOVED_TO and event.cookie in moved_from:
+                self._renamed(moved_from.pop(event.cookie), path)
+            elif event.is_dir and mask & (IN_CREATE | IN_MOVED_TO):
+                self._watch_tree(path, found)
+            if keep:
+                self._keep(event)
+                for made in found:
+                    self._keep(made)
+        for gone in moved_from.values():  # renamed out of the watched tree
+            self._unwatch(gone)
+        if overflowed:
+            self.overflows += 1
+            if keep:
+                self.unknown = True
+            self._watch_tree(self.top, [])  # directories made meanwhile
+
+    def _keep(self, event: _Event) -> None:
+        kind = event.kind
+        if kind == "move":
+            kind = "move-in" if event.mask & IN_MOVED_TO else "move-out"
+        if kind == "write":
+            self._growths += 1
+        given = event.path + ("/" if event.is_dir else "")
+        opens = kind in _CONTENT
+        self._accesses.append(
+            Access(len(self._accesses) + 1, event.path, True, opens, given, kind)
+        )
+
+    def _watch_tree(self, top: str, found: list[_Event]) -> None:
+        """Watch ``top`` and the directories beneath it (never through a
+        link); what they hold goes to ``found`` as created."""
+        pending = [top]
+        watched = set(self._paths.values())
+        while pending:
+            directory = pending.pop()
+            if directory not in watched:
+                try:
+                    wd = self._notify.add_watch(directory, WATCHED | IN_ONLYDIR | IN_DONT_FOLLOW)
+                except OSError as exc:
+                    if directory == self.top:
+                        raise
+                    del exc  # gone, or not a directory any more: its removal is reported
+                    continue
+                self._paths[int(wd)] = directory
+                watched.add(directory)
+            try:
+                entries = list(os.scandir(directory))
+            except OSError:
+                continue
+            for entry in sorted(entries, key=lambda entry: entry.name):
+                try:
+                    is_dir = stat.S_ISDIR(entry.stat(follow_symlinks=False).st_mode)
+                except OSError:
+                    continue
+                found.append(_Event(entry.path, IN_CREATE | (IN_ISDIR if is_dir else 0)))
+                if is_dir:
+                    pending.append(entry.path)
+
+    def _renamed(self, old: str, new: str) -> None:
+        """A watched directory moved inside the tree: its watches now name ``new``."""
+        for wd, path in list(self._paths.items()):
+            if path == old or path.startswith(old + "/"):
+                self._paths[wd] = new + path[len(old) :]
+
+    def _unwatch(self, gone: str) -> None:
+        for wd, path in list(self._paths.items()):
+            if path == gone or path.startswith(gone + "/"):
+                del self._paths[wd]
+                with suppress(OSError):  # already gone with its directory
+                    self._notify.rm_watch(wd)
+
+
+def _refuse_injection(value: object) -> None:
+    if value is not None:
+        raise NotImplementedError(
+            "the kernel's notifications cannot act between a handler's operations"
+        )
