@@ -62,9 +62,9 @@ from __future__ import annotations
 import posixpath
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pyfakefs.fake_filesystem import FakeFilesystem
 from pyfakefs.fake_open import FakeFileOpen
@@ -92,6 +92,43 @@ class Access:
     """What the kernel reported (``kernel_watch``: ``open``, ``read``,
     ``write``, ``create``, ``delete``, ``move``, ``attrib``); empty in the
     fake world, where the operation is not told apart."""
+
+
+class AccessOracle(Protocol):
+    """What the oracles read of a world's accesses, in either world: the
+    fake world's ``AccessLog`` and the directory world's
+    ``kernel_watch.KernelAccessLog``. Only the fake world's can act on a
+    handler's k-th operation (``before_access``, ``after_access``,
+    ``before_growth``)."""
+
+    exempt: tuple[str, ...]
+
+    @property
+    def accesses(self) -> list[Access]:
+        """Every access kept since the last ``reset``, in order."""
+
+    @property
+    def count(self) -> int:
+        """Accesses kept since the last ``reset``."""
+
+    @property
+    def growths(self) -> int:
+        """Writes kept since the last ``reset``."""
+
+    def opened(self) -> None:
+        """A handler run started."""
+
+    def closed(self) -> None:
+        """A handler run ended."""
+
+    def reset(self) -> None:
+        """Forget every access."""
+
+    def quiet(self) -> AbstractContextManager[None]:
+        """The harness's own work within the block is not kept."""
+
+    def outside(self, root: str) -> list[Access]:
+        """The accesses that left ``root``."""
 
 
 def is_within(path: str, root: str) -> bool:

@@ -51,12 +51,14 @@ import os
 import posixpath
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
+from ..registry import ToolSpec
 from .accesses import Access, is_ancestor, is_within
+from .effects import undeclared_changes
 
 try:
     import inotify_simple
@@ -249,13 +251,14 @@ class KernelAccessLog:
             self._drain()
             return self._growths
 
-    def outside(self, root: str) -> list[Access]:
+    def outside(self, root: str, *, since: int = 0) -> list[Access]:
         """The accesses to entries outside ``root`` (directories above it
-        are not outside, nor those beneath ``exempt``), and one ``UNKNOWN``
-        access first when events were lost."""
+        are not outside, nor those beneath ``exempt``) after the first
+        ``since`` (a ``count`` taken earlier), and one ``UNKNOWN`` access
+        first when events were lost."""
         found = [
             access
-            for access in self.accesses
+            for access in self.accesses[since:]
             if not is_within(access.path, root)
             and not is_ancestor(access.path, root)
             and not any(is_within(access.path, directory) for directory in self.exempt)
@@ -264,18 +267,24 @@ class KernelAccessLog:
             found.insert(0, Access(0, UNKNOWN, True, True, UNKNOWN, "unknown"))
         return found
 
-    def changed(self, root: str) -> list[str]:
+    def changed(self, root: str, *, since: int = 0) -> list[str]:
         """The files beneath ``root`` (relative to it) the kept accesses
-        changed: written, created, removed, renamed or given new modes or
-        times, less those made and removed (or renamed away) again: a
-        temporary file cleaned up is no change. Directories are not listed."""
-        return sorted(path for path, state in self._states(root).items() if state)
+        after the first ``since`` changed: written, created, removed,
+        renamed or given new modes or times, less those made and removed
+        (or renamed away) again: a temporary file cleaned up is no change.
+        Directories are not listed."""
+        return sorted(path for path, state in self._states(root, since).items() if state)
 
-    def created(self, root: str) -> list[str]:
+    def created(self, root: str, *, since: int = 0) -> list[str]:
         """The files beneath ``root`` (relative to it) the kept accesses
-        created (or renamed there) and left: what a call that failed must
-        not leave, such as its temporary files."""
-        return sorted(path for path, state in self._states(root).items() if state == "created")
+        after the first ``since`` created (or renamed there), and that are
+        still there now (the runtime's rollback may have removed them):
+        what a call that failed must not leave, such as its temporary files."""
+        return sorted(
+            path
+            for path, state in self._states(root, since).items()
+            if state == "created" and os.path.lexists(posixpath.join(root, path))
+        )
 
     def watched(self) -> list[str]:
         """The directories watched now."""
@@ -310,12 +319,12 @@ class KernelAccessLog:
 
     # -- internals
 
-    def _states(self, root: str) -> dict[str, str]:
+    def _states(self, root: str, since: int) -> dict[str, str]:
         """Per file beneath ``root``: "created", "changed", "removed", or
         "" (made and gone again), from the kept accesses in order."""
         root = root.rstrip("/")
         states: dict[str, str] = {}
-        for access in self.accesses:
+        for access in self.accesses[since:]:
             if not access.path.startswith(root + "/") or access.given.endswith("/"):
                 continue  # outside, or a directory
             path, kind = access.path[len(root) + 1 :], access.event
@@ -389,9 +398,7 @@ class KernelAccessLog:
             self._growths += 1
         given = event.path + ("/" if event.is_dir else "")
         opens = kind in _CONTENT
-        self._accesses.append(
-            Access(len(self._accesses) + 1, event.path, True, opens, given, kind)
-        )
+        self._accesses.append(Access(len(self._accesses) + 1, event.path, True, opens, given, kind))
 
     def _watch_tree(self, top: str, found: list[_Event]) -> None:
         """Watch ``top`` and the directories beneath it (never through a
@@ -442,3 +449,42 @@ def _refuse_injection(value: object) -> None:
         raise NotImplementedError(
             "the kernel's notifications cannot act between a handler's operations"
         )
+
+
+def call_problems(
+    log: KernelAccessLog,
+    root: str,
+    since: int,
+    spec: ToolSpec,
+    arguments: Any,
+    variables: Mapping[str, str],
+    write_roots: Sequence[str],
+    *,
+    failed: bool,
+    resolve: Callable[[str], str | None] | None = None,
+) -> list[str]:
+    """What one call of ``spec`` did that its declarations do not allow,
+    from the accesses ``log`` kept after the first ``since``: an access
+    outside ``root`` (a decoy read, opened, written, or made beside it);
+    a change of a file its declarations do not cover or outside the write
+    roots (``effects.undeclared_changes``: a READ tool changing anything,
+    seen even when the bytes came back the same); for a call that
+    ``failed``, each file it created and left (a temporary file). Lost
+    events are a problem too: the call's accesses are unknown."""
+    problems: list[str] = []
+    outside = log.outside(root, since=since)
+    if outside and outside[0].path == UNKNOWN:
+        problems.append("the call's accesses are unknown: the kernel's event queue overflowed")
+        outside = outside[1:]
+    reached: dict[str, set[str]] = {}
+    for access in outside:
+        reached.setdefault(access.path, set()).add(access.event)
+    for path, events in sorted(reached.items()):
+        problems.append(f"accessed outside the workspace: {path} ({', '.join(sorted(events))})")
+    changed = log.changed(root, since=since)
+    problems.extend(undeclared_changes(spec, arguments, variables, write_roots, changed, resolve))
+    if failed:
+        left = log.created(root, since=since)
+        if left:
+            problems.append(f"the call failed and left files it created: {', '.join(left[:5])}")
+    return problems

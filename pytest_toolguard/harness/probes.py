@@ -33,7 +33,7 @@ from ..audit import AuditRecord
 from ..contract import ToolResult
 from ..registry import ToolRegistry
 from ..runtime.inline import call_tool_code
-from .accesses import AccessLog
+from .accesses import AccessOracle
 from .fake_filesystem import is_real_directory
 
 # -- handler runs ------------------------------------------------------------------
@@ -119,10 +119,10 @@ class HandlerProbe:
     awaitable, gives) when its body starts; an awaitable closed unstarted
     (the deadline passed first) never ran. It ends when its value is there."""
 
-    def __init__(self, handler: Callable[..., Any], accesses: AccessLog | None = None) -> None:
+    def __init__(self, handler: Callable[..., Any], accesses: AccessOracle | None = None) -> None:
         self.handler = handler
         self.accesses = accesses
-        """The ``AccessLog`` whose window each run opens (None: none)."""
+        """The access log (either world's) whose window each run opens (None: none)."""
         self.on_start: Callable[[], None] | None = None
         """Called as each run starts, before the handler (quietly)."""
         self.calls = 0
@@ -207,7 +207,7 @@ class HandlerProbe:
 
 
 def probing(
-    registry: ToolRegistry, accesses: AccessLog | None = None
+    registry: ToolRegistry, accesses: AccessOracle | None = None
 ) -> tuple[ToolRegistry, list[HandlerProbe]]:
     """A copy of ``registry`` whose every tool's handler is wrapped in a
     ``HandlerProbe`` (over ``accesses``), and the probes."""
