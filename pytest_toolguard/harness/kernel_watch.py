@@ -272,7 +272,8 @@ class KernelAccessLog:
         after the first ``since`` changed: written, created, removed,
         renamed or given new modes or times, less those made and removed
         (or renamed away) again: a temporary file cleaned up is no change.
-        Directories are not listed."""
+        A directory that was there and was removed or moved away is listed
+        as ``<path>/`` (the files it held went with it)."""
         return sorted(path for path, state in self._states(root, since).items() if state)
 
     def created(self, root: str, *, since: int = 0) -> list[str]:
@@ -320,14 +321,23 @@ class KernelAccessLog:
     # -- internals
 
     def _states(self, root: str, since: int) -> dict[str, str]:
-        """Per file beneath ``root``: "created", "changed", "removed", or
-        "" (made and gone again), from the kept accesses in order."""
+        """Per entry beneath ``root``: "created", "changed", "removed", or
+        "" (made and gone again), from the kept accesses in order. A
+        directory counts only when one that was there is removed or moved
+        away (its files went with it, unseen): as "<path>/"."""
         root = root.rstrip("/")
         states: dict[str, str] = {}
+        made: set[str] = set()  # directories made by the kept accesses
         for access in self.accesses[since:]:
-            if not access.path.startswith(root + "/") or access.given.endswith("/"):
-                continue  # outside, or a directory
+            if not access.path.startswith(root + "/"):
+                continue
             path, kind = access.path[len(root) + 1 :], access.event
+            if access.given.endswith("/"):
+                if kind in ("create", "move-in"):
+                    made.add(path)
+                elif kind in ("delete", "move-out") and path not in made:
+                    states[path + "/"] = "removed"
+                continue
             state = states.get(path)
             if kind in ("create", "move-in"):
                 states[path] = "changed" if state == "removed" else "created"
@@ -355,7 +365,7 @@ class KernelAccessLog:
         if not raw:
             return
         keep = self._keeping()
-        moved_from: dict[int, str] = {}
+        moved_from: dict[int, tuple[str, list[int]]] = {}  # cookie: old path, its watches
         overflowed = False
         for item in raw:
             mask = int(item.mask)
@@ -373,17 +383,23 @@ class KernelAccessLog:
             event = _Event(path, mask, int(item.cookie))
             found: list[_Event] = []
             if event.is_dir and mask & IN_MOVED_FROM:
-                moved_from[event.cookie] = path
+                moved_from[event.cookie] = (path, self._beneath(path))
             elif event.is_dir and mask & IN_MOVED_TO and event.cookie in moved_from:
-                self._renamed(moved_from.pop(event.cookie), path)
+                old, watches = moved_from.pop(event.cookie)
+                for wd in watches:  # a watch follows its directory
+                    if wd in self._paths:
+                        self._paths[wd] = path + self._paths[wd][len(old) :]
             elif event.is_dir and mask & (IN_CREATE | IN_MOVED_TO):
                 self._watch_tree(path, found)
             if keep:
                 self._keep(event)
                 for made in found:
                     self._keep(made)
-        for gone in moved_from.values():  # renamed out of the watched tree
-            self._unwatch(gone)
+        for _old, watches in moved_from.values():  # renamed out of the watched tree
+            for wd in watches:
+                self._paths.pop(wd, None)
+                with suppress(OSError):  # already gone with its directory
+                    self._notify.rm_watch(wd)
         if overflowed:
             self.overflows += 1
             if keep:
@@ -402,21 +418,19 @@ class KernelAccessLog:
 
     def _watch_tree(self, top: str, found: list[_Event]) -> None:
         """Watch ``top`` and the directories beneath it (never through a
-        link); what they hold goes to ``found`` as created."""
+        link); what they hold goes to ``found`` as created. The kernel
+        gives a directory already watched its own watch back: a path's old
+        watch (a directory moved away) is never taken for the new one."""
         pending = [top]
-        watched = set(self._paths.values())
         while pending:
             directory = pending.pop()
-            if directory not in watched:
-                try:
-                    wd = self._notify.add_watch(directory, WATCHED | IN_ONLYDIR | IN_DONT_FOLLOW)
-                except OSError as exc:
-                    if directory == self.top:
-                        raise
-                    del exc  # gone, or not a directory any more: its removal is reported
-                    continue
-                self._paths[int(wd)] = directory
-                watched.add(directory)
+            try:
+                wd = self._notify.add_watch(directory, WATCHED | IN_ONLYDIR | IN_DONT_FOLLOW)
+            except OSError:
+                if directory == self.top:
+                    raise
+                continue  # gone, or not a directory any more: its removal is reported
+            self._paths[int(wd)] = directory
             try:
                 entries = list(os.scandir(directory))
             except OSError:
@@ -430,18 +444,10 @@ class KernelAccessLog:
                 if is_dir:
                     pending.append(entry.path)
 
-    def _renamed(self, old: str, new: str) -> None:
-        """A watched directory moved inside the tree: its watches now name ``new``."""
-        for wd, path in list(self._paths.items()):
-            if path == old or path.startswith(old + "/"):
-                self._paths[wd] = new + path[len(old) :]
-
-    def _unwatch(self, gone: str) -> None:
-        for wd, path in list(self._paths.items()):
-            if path == gone or path.startswith(gone + "/"):
-                del self._paths[wd]
-                with suppress(OSError):  # already gone with its directory
-                    self._notify.rm_watch(wd)
+    def _beneath(self, top: str) -> list[int]:
+        """The watches of ``top`` and the directories beneath it (taken when
+        it moves: its path may be reused before the move's other half)."""
+        return [wd for wd, path in self._paths.items() if path == top or path.startswith(top + "/")]
 
 
 def _refuse_injection(value: object) -> None:

@@ -6,6 +6,7 @@ reads its queue to the end (without waiting) when a run closes."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import subprocess
@@ -347,6 +348,29 @@ def test_directories_made_during_a_run_are_watched_and_what_they_hold_reported()
         assert os.path.join(world.root, "z", "b", "c", "f.txt") in {
             access.path for access in log.accesses[since:]
         }
+
+
+@pytest.mark.parametrize("during_a_run", [False, True])
+def test_a_directory_moved_out_of_the_world_is_no_longer_watched_and_its_name_reusable(
+    tmp_path: Path, during_a_run: bool
+) -> None:
+    away = tmp_path / "away"
+    with _world() as world:
+        log = world.accesses
+        assert log is not None
+        notes = os.path.join(world.root, "notes")
+        with log.window() if during_a_run else contextlib.nullcontext():
+            os.rename(notes, away)
+            os.mkdir(notes)  # the same name, another directory
+        since = log.count
+        with log.window():
+            (away / "a.txt").write_text("elsewhere")  # not the world's any more
+            Path(notes, "b.txt").write_text("b")
+        seen = {access.path for access in log.accesses[since:]}
+        assert seen == {os.path.join(notes, "b.txt")}
+        assert str(away) not in " ".join(log.watched())
+        if during_a_run:
+            assert "notes/" in log.changed(world.root, since=0)
 
 
 def test_a_temporary_file_cleaned_up_is_no_change_and_a_removal_is() -> None:
