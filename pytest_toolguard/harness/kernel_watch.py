@@ -167,7 +167,7 @@ class KernelAccessLog:
         if inotify_simple is None:
             raise RuntimeError("inotify-simple is not installed: pip install inotify-simple")
         with self._lock:
-            self._notify = inotify_simple.INotify(nonblocking=True)
+            self._notify = _instance()
             try:
                 self._watch_tree(self.top, [])
             except BaseException:
@@ -179,9 +179,9 @@ class KernelAccessLog:
         """Stop watching (before the world is removed: its removal is never read)."""
         with self._lock:
             notify, self._notify = self._notify, None
-            self._paths = {}
+            watches, self._paths = list(self._paths), {}
             if notify is not None:
-                notify.close()
+                _give_back(notify, watches)
 
     # -- windows (as ``AccessLog``'s)
 
@@ -448,6 +448,51 @@ class KernelAccessLog:
         """The watches of ``top`` and the directories beneath it (taken when
         it moves: its path may be reused before the move's other half)."""
         return [wd for wd, path in self._paths.items() if path == top or path.startswith(top + "/")]
+
+
+# -- instances, kept for the next world ------------------------------------------------
+
+MAX_IDLE = 4
+"""Instances kept for later worlds. Closing an instance that had watches
+waits for the kernel to retire them (milliseconds: most of a small world's
+cost); removing the watches one by one does not."""
+
+_idle: list[Any] = []
+_idle_pid = os.getpid()
+_idle_lock = threading.Lock()
+
+
+def _instance() -> Any:
+    """An inotify instance with no watch and an empty queue."""
+    global _idle_pid
+    with _idle_lock:
+        if _idle_pid != os.getpid():  # a forked child: its parent's are not its own
+            _idle.clear()
+            _idle_pid = os.getpid()
+        notify = _idle.pop() if _idle else None
+    if notify is None:
+        return inotify_simple.INotify(nonblocking=True)
+    while notify.read(timeout=0):  # what its last watches left (their removal)
+        pass
+    return notify
+
+
+def _give_back(notify: Any, watches: list[int]) -> None:
+    """Remove ``watches`` and keep ``notify`` for a later world (or close it)."""
+    try:
+        for wd in watches:
+            with suppress(OSError):  # gone with its directory
+                notify.rm_watch(wd)
+        while notify.read(timeout=0):
+            pass
+    except OSError:
+        notify.close()
+        return
+    with _idle_lock:
+        if len(_idle) < MAX_IDLE and _idle_pid == os.getpid():
+            _idle.append(notify)
+            return
+    notify.close()
 
 
 def _refuse_injection(value: object) -> None:

@@ -454,6 +454,23 @@ def test_it_offers_the_fake_world_s_interface() -> None:
         assert oracle.exempt == ()
 
 
+def test_a_world_sees_nothing_of_the_world_before_it() -> None:
+    """Instances are kept for later worlds: what the last one queued,
+    its watches' removal included, never reaches the next."""
+    for round_ in range(3):
+        with _world() as world:
+            log = world.accesses
+            assert log is not None
+            with log.window():
+                assert log.count == 0
+                _read_with_cat(os.path.join(world.around, "secret-above.txt"))
+                Path(world.root, f"r{round_}.txt").write_text("x")
+            assert {access.path for access in log.outside(world.root)} == {
+                os.path.join(world.around, "secret-above.txt")
+            }
+            assert log.changed(world.root) == [f"r{round_}.txt"]
+
+
 def test_the_watch_ends_with_the_world() -> None:
     with _world() as world:
         log = world.accesses
