@@ -46,14 +46,16 @@ mount made under the world cannot be removed, and ``__exit__`` raises
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import posixpath
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
 from datetime import datetime
+from typing import Concatenate, ParamSpec, TypeVar
 
 from ..replay.cassette import Cassette, WorkspaceState
 from ..replay.root_map import RootMap
@@ -83,6 +85,29 @@ ABOVE_DECOY = "secret-above.txt"
 FILE_MODE = 0o644
 DIRECTORY_MODE = 0o755
 """The permission bits of an entry ``WorkspaceState.modes`` gives none for."""
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _unwatched(
+    method: Callable[Concatenate[DirectoryWorld, _P], _R],
+) -> Callable[Concatenate[DirectoryWorld, _P], _R]:
+    """``method`` as the harness's own work: what is queued meanwhile is
+    dropped, even while a handler run (one that overran its deadline) is
+    open. The kernel cannot tell whose it is; a false "accessed outside"
+    (``outside()`` reads every decoy) would be worse than that loss."""
+
+    @functools.wraps(method)
+    def unwatched(world: DirectoryWorld, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        log = world._accesses
+        if log is None:
+            return method(world, *args, **kwargs)
+        with log.quiet():
+            return method(world, *args, **kwargs)
+
+    return unwatched
 
 
 class DirectoryWorld:
@@ -260,6 +285,7 @@ class DirectoryWorld:
 
     # -- what the oracles and fault cells use ----------------------------------------
 
+    @_unwatched
     def plant(self, decoys: Decoys) -> tuple[str, ...]:
         """Create each decoy file that is not there yet, when it is inside
         the around directory and outside the workspace. Returns the paths
@@ -276,6 +302,7 @@ class DirectoryWorld:
             _write_new(normal, content)
         return tuple(skipped)
 
+    @_unwatched
     def plant_forbidden(self) -> tuple[str, ...]:
         """What ``World.plant_forbidden`` plants, on the real files: a
         forbidden ``.env`` (holding ``FORBIDDEN_MARKER``) at the root, in
@@ -315,11 +342,13 @@ class DirectoryWorld:
             return "."
         return _relative_under(landed, root)
 
+    @_unwatched
     def tree(self) -> dict[str, bytes]:
         """Every regular file under the workspace, by relative path (links
         never followed)."""
         return read_tree_through_os(self.root)
 
+    @_unwatched
     def outside(self) -> OutsideSnapshot:
         """Every entry of the around directory outside the workspace, now,
         keyed by its path in this world, shaped as ``probes.snapshot_outside``
@@ -360,6 +389,7 @@ class DirectoryWorld:
                     entries[path] = ("other", st.st_mode)
         return entries
 
+    @_unwatched
     def save_workspace(self) -> tuple[WorkspaceEntry, ...]:
         """Every entry under the root (directories, files, links, with their
         modes), parents first."""
@@ -381,6 +411,7 @@ class DirectoryWorld:
                     entries.append((relative, st.st_mode, _read(path) or b""))
         return tuple(entries)
 
+    @_unwatched
     def restore_workspace(self, entries: tuple[WorkspaceEntry, ...]) -> None:
         """Empty the workspace and make it hold ``entries`` (as
         ``save_workspace`` gave them)."""

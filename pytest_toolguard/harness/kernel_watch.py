@@ -145,6 +145,9 @@ class KernelAccessLog:
         """Events of an open window were lost (a queue overflow) since the last ``reset``."""
         self.overflows = 0
         """Queue overflows seen, in or out of a window."""
+        self.dropped = 0
+        """Events dropped inside ``quiet()`` while a handler run was open
+        (the harness's own work, and whatever the run did meanwhile)."""
         self._accesses: list[Access] = []
         self._growths = 0
         self._open_runs = 0
@@ -365,6 +368,8 @@ class KernelAccessLog:
         if not raw:
             return
         keep = self._keeping()
+        if not keep and self._open_runs > 0:
+            self.dropped += len(raw)
         moved_from: dict[int, tuple[str, list[int]]] = {}  # cookie: old path, its watches
         overflowed = False
         for item in raw:

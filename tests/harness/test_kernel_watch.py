@@ -304,6 +304,24 @@ def test_the_harness_s_own_reads_and_changes_are_not_counted() -> None:
         assert {access.path for access in log.accesses} == {os.path.join(world.root, "readme.txt")}
 
 
+def test_the_world_s_own_work_during_an_overrunning_run_is_not_counted() -> None:
+    """A handler past its deadline still has its run open while the
+    harness snapshots the world: every decoy read by ``outside()`` then is
+    the harness's."""
+    with _world() as world:
+        log = world.accesses
+        assert log is not None
+        log.opened()
+        saved = world.save_workspace()
+        world.outside()
+        world.tree()
+        world.restore_workspace(saved)
+        world.plant_forbidden()
+        log.closed()
+        assert log.outside(world.root) == [] and log.changed(world.root) == []
+        assert log.dropped > 0
+
+
 def test_what_happens_outside_a_run_is_dropped_and_a_reset_forgets() -> None:
     with _world() as world:
         log = world.accesses
