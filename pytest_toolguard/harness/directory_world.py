@@ -59,10 +59,9 @@ from typing import Concatenate, ParamSpec, TypeVar
 
 from ..replay.cassette import Cassette, WorkspaceState
 from ..replay.root_map import RootMap
-from ..runtime.messages import warn
 from .clock import DEFAULT_TIME, frozen_clock
 from .files import read_tree_through_os
-from .kernel_watch import UNKNOWN, KernelAccessLog
+from .kernel_watch import UNKNOWN, KernelAccessLog, watching
 from .probes import OutsideSnapshot
 from .world import (
     DECOY_MARKER,
@@ -161,7 +160,7 @@ class DirectoryWorld:
             self._build()
             if self._decoys:
                 self.plant(self.default_decoys())
-            self._accesses = _watching(around)
+            self._accesses = watching(around)
             if self._accesses is not None:  # closed first: the removal is never read
                 stack.callback(self._accesses.close)
             if self.frozen_at is not None:
@@ -485,27 +484,6 @@ class DirectoryWorld:
         for path in reversed(paths):  # a directory's time after its entries were made
             with contextlib.suppress(OSError):
                 os.utime(path, (moment, moment), follow_symlinks=False)
-
-
-def _watching(around: str) -> KernelAccessLog | None:
-    """A started watch of ``around``, or None (said once per process)
-    when the binding is missing or the kernel refuses one."""
-    global _NOTED
-    if KernelAccessLog.available():
-        try:
-            return KernelAccessLog(around).start()
-        except OSError as exc:
-            why = f"the kernel refused to watch it ({exc})"
-    else:
-        why = "inotify-simple is not installed (pip install 'pytest-toolguard[directory]')"
-    if not _NOTED:
-        _NOTED = True
-        warn(f"the directory world's accesses are not observed: {why}")
-    return None
-
-
-_NOTED = False
-"""Whether the note that accesses are not observed was given."""
 
 
 def remove_world(around: str) -> None:

@@ -47,6 +47,7 @@ handler's operations (``can_inject`` is False): setting ``before_access``,
 
 from __future__ import annotations
 
+import atexit
 import os
 import posixpath
 import stat
@@ -57,6 +58,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..registry import ToolSpec
+from ..runtime.messages import warn
 from .accesses import Access, is_ancestor, is_within
 from .effects import undeclared_changes
 
@@ -455,6 +457,28 @@ class KernelAccessLog:
         return [wd for wd, path in self._paths.items() if path == top or path.startswith(top + "/")]
 
 
+def watching(top: str) -> KernelAccessLog | None:
+    """A started log of ``top``, or None when the binding is missing or
+    the kernel refuses one: said once per process (a RuntimeWarning),
+    since every directory world would say it again."""
+    global _noted
+    if KernelAccessLog.available():
+        try:
+            return KernelAccessLog(top).start()
+        except OSError as exc:
+            why = f"the kernel refused to watch it ({exc})"
+    else:
+        why = "inotify-simple is not installed (pip install 'pytest-toolguard[directory]')"
+    if not _noted:
+        _noted = True
+        warn(f"the directory world's accesses are not observed: {why}")
+    return None
+
+
+_noted = False
+"""Whether ``watching`` said that accesses are not observed."""
+
+
 # -- instances, kept for the next world ------------------------------------------------
 
 MAX_IDLE = 4
@@ -498,6 +522,14 @@ def _give_back(notify: Any, watches: list[int]) -> None:
             _idle.append(notify)
             return
     notify.close()
+
+
+@atexit.register
+def _close_idle() -> None:
+    """The kept instances closed as the process ends (no ResourceWarning)."""
+    with _idle_lock:
+        while _idle:
+            _idle.pop().close()
 
 
 def _refuse_injection(value: object) -> None:

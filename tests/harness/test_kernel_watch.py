@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from pytest_toolguard import Capabilities, Risk, SQLiteAuditStore, ToolCall, ToolRuntime
-from pytest_toolguard.harness import directory_world, kernel_watch
+from pytest_toolguard.harness import kernel_watch
 from pytest_toolguard.harness.accesses import AccessOracle
 from pytest_toolguard.harness.directory_world import DirectoryWorld
 from pytest_toolguard.harness.kernel_watch import UNKNOWN, KernelAccessLog, call_problems
@@ -503,7 +503,7 @@ def test_without_inotify_simple_accesses_are_not_observed_and_it_is_said_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(kernel_watch, "inotify_simple", None)
-    monkeypatch.setattr(directory_world, "_NOTED", False)
+    monkeypatch.setattr(kernel_watch, "_noted", False)
     assert not KernelAccessLog.available()
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
