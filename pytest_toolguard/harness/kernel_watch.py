@@ -409,7 +409,7 @@ class KernelAccessLog:
                     self._notify.rm_watch(wd)
         if overflowed:
             self.overflows += 1
-            if keep:
+            if self._open_runs > 0:  # lost events may be a run's, even inside quiet()
                 self.unknown = True
             self._watch_tree(self.top, [])  # directories made meanwhile
 
