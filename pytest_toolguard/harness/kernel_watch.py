@@ -24,9 +24,11 @@ counted.
 
 Where it stops:
 
-- a queue overflow (``IN_Q_OVERFLOW``) loses events: the log then says
-  ``unknown`` (and ``outside()`` returns ``UNKNOWN`` among its accesses),
-  never "nothing happened"; the watches are laid again over the whole tree;
+- a queue overflow (``IN_Q_OVERFLOW``) while a run is open loses events,
+  and so does a directory the kernel will not watch (out of watches): the
+  log then says ``unknown`` (and ``outside()`` returns ``UNKNOWN`` first),
+  never "nothing happened"; after an overflow the watches are laid again
+  over the whole tree;
 - what another thread or process does inside ``quiet()``, or after the
   handler answered (a process left running), is dropped as the harness's;
 - a file mapped into memory is seen when it is opened, not each read or
@@ -48,6 +50,7 @@ handler's operations (``can_inject`` is False): setting ``before_access``,
 from __future__ import annotations
 
 import atexit
+import errno
 import os
 import posixpath
 import stat
@@ -97,7 +100,7 @@ WATCHED = (
 )
 """The events watched on every directory (an entry's close without a write is not)."""
 
-UNKNOWN = "<unknown: the kernel's event queue overflowed>"
+UNKNOWN = "<unknown: events were lost (a queue overflow, or a directory not watched)>"
 """The path of the access ``outside()`` adds when events were lost."""
 
 _KINDS = (
@@ -111,6 +114,9 @@ _KINDS = (
     (IN_OPEN, "open"),
     (IN_ACCESS, "read"),
 )
+
+_GONE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP})
+"""Why a directory cannot be watched that says it is no longer one."""
 
 _CONTENT = frozenset({"open", "read", "write", "create"})
 """Events that reach a file's content (``Access.opens``)."""
@@ -143,8 +149,10 @@ class KernelAccessLog:
         self.top = posixpath.normpath(top)
         self.exempt = exempt
         """Directories whose accesses are never outside."""
-        self.unknown = False
-        """Events of an open window were lost (a queue overflow) since the last ``reset``."""
+        self._lost = False
+        self.unwatched: list[str] = []
+        """Directories the kernel refused to watch (out of watches): what
+        happens in them is never seen, so the log is ``unknown`` for good."""
         self.overflows = 0
         """Queue overflows seen, in or out of a window."""
         self.dropped = 0
@@ -157,6 +165,13 @@ class KernelAccessLog:
         self._lock = threading.RLock()
         self._notify: Any = None
         self._paths: dict[int, str] = {}
+
+    @property
+    def unknown(self) -> bool:
+        """Events of an open run were lost since the last ``reset`` (a
+        queue overflow), or a directory is not watched: what was kept is
+        not all that happened."""
+        return self._lost or bool(self.unwatched)
 
     @staticmethod
     def available() -> bool:
@@ -231,7 +246,7 @@ class KernelAccessLog:
             self._drain()
             self._accesses = []
             self._growths = 0
-            self.unknown = False
+            self._lost = False
 
     # -- what the oracles read
 
@@ -410,7 +425,7 @@ class KernelAccessLog:
         if overflowed:
             self.overflows += 1
             if self._open_runs > 0:  # lost events may be a run's, even inside quiet()
-                self.unknown = True
+                self._lost = True
             self._watch_tree(self.top, [])  # directories made meanwhile
 
     def _keep(self, event: _Event) -> None:
@@ -433,9 +448,11 @@ class KernelAccessLog:
             directory = pending.pop()
             try:
                 wd = self._notify.add_watch(directory, WATCHED | IN_ONLYDIR | IN_DONT_FOLLOW)
-            except OSError:
+            except OSError as exc:
                 if directory == self.top:
                     raise
+                if exc.errno not in _GONE:
+                    self.unwatched.append(directory)
                 continue  # gone, or not a directory any more: its removal is reported
             self._paths[int(wd)] = directory
             try:
@@ -562,7 +579,7 @@ def call_problems(
     problems: list[str] = []
     outside = log.outside(root, since=since)
     if outside and outside[0].path == UNKNOWN:
-        problems.append("the call's accesses are unknown: the kernel's event queue overflowed")
+        problems.append(f"the call's accesses are unknown: {UNKNOWN}")
         outside = outside[1:]
     reached: dict[str, set[str]] = {}
     for access in outside:

@@ -7,6 +7,7 @@ reads its queue to the end (without waiting) when a run closes."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sqlite3
 import subprocess
@@ -452,6 +453,28 @@ def test_an_overflow_outside_a_run_is_the_harness_s_and_known() -> None:
             Path(world.root, "late", "deeper", "x").write_text("x")
         assert log.overflows == 1 and not log.unknown
         assert "late/deeper/x" in log.created(world.root)
+
+
+def test_a_directory_the_kernel_will_not_watch_makes_the_log_unknown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with _world() as world:
+        log = world.accesses
+        assert log is not None
+        notify: Any = log._notify
+        real_add = notify.add_watch
+
+        def out_of_watches(path: str, mask: int) -> int:
+            if path.endswith("/deep"):
+                raise OSError(errno.ENOSPC, "no watches left")
+            return int(real_add(path, mask))
+
+        monkeypatch.setattr(notify, "add_watch", out_of_watches)
+        with log.window():
+            os.mkdir(os.path.join(world.root, "deep"))
+        log.reset()
+        assert log.unknown and log.unwatched == [os.path.join(world.root, "deep")]
+        assert log.outside(world.root)[0].path == UNKNOWN
 
 
 def test_it_cannot_act_between_a_handler_s_operations() -> None:
