@@ -465,10 +465,15 @@ def _row_dict(row: Any) -> dict[str, Any]:
     return {key: getattr(value, "value", value) for key, value in body.items()}
 
 
-MIGRATIONS: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+def _from_version_1(raw: dict[str, Any]) -> dict[str, Any]:
+    from .replay.cassette import upgraded_from_1
+
+    return upgraded_from_1(raw)
+
+
+MIGRATIONS: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _from_version_1}
 """``version -> function`` turning a cassette's plain data of that
-``format_version`` into the next one. Empty: version 1 is the only format
-so far; a change of format adds its step here."""
+``format_version`` into the next one; a change of format adds its step here."""
 
 
 def _cassette(options: argparse.Namespace, _: list[str]) -> int:

@@ -685,15 +685,16 @@ def with_root_placeholder(body: dict[str, Any], aliases: tuple[str, ...] = ()) -
     """``to_dict``'s ``body`` as a file stores it: every mention of its
     ``workspace.root`` (and of ``aliases``) written as the placeholder, a
     literal placeholder escaped, ``format_version`` 2 when either happened.
-    A root that cannot be mapped (``/``, a relative one) leaves ``body`` as
-    it is. Text files and bodies sent as base64 (they hold a NUL or a CR)
-    are mapped inside when they are UTF-8; binary ones are left as they are."""
+    A root that cannot be mapped (``/``, a relative one) stays in the text
+    as it is (literal placeholders are still escaped). Text files and bodies
+    written as base64 (they hold a NUL or a CR) are mapped inside when they
+    are UTF-8; binary ones are left as they are."""
     workspace = body.get("workspace") or {}
-    root = workspace.get("root")
+    root = workspace.get("root", DEFAULT_ROOT)
     try:
         placeholder = RootPlaceholder((root, *aliases))
-    except ValueError:
-        return body
+    except ValueError:  # a literal placeholder is still escaped
+        placeholder = RootPlaceholder(())
     body = _contents_rewritten(body, placeholder.stored)
     placed = {
         key: value if key in _NOT_MAPPED else placeholder.stored(_without_root(key, value))
@@ -704,6 +705,13 @@ def with_root_placeholder(body: dict[str, Any], aliases: tuple[str, ...] = ()) -
     if placeholder.placed:
         placed["format_version"] = FORMAT_VERSION
     return placed
+
+
+def upgraded_from_1(raw: dict[str, Any]) -> dict[str, Any]:
+    """A format 1 document's plain data as format 2 (``toolguard cassette
+    upgrade``): its root written as the placeholder, a literal placeholder
+    escaped."""
+    return {**with_root_placeholder(raw), "format_version": FORMAT_VERSION}
 
 
 def _root_given_back(raw: dict[str, Any]) -> dict[str, Any]:

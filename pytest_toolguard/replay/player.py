@@ -122,6 +122,8 @@ def _replay_in_directory(
     and the audit rows."""
     with DirectoryWorld.of(cassette) as place:
         mapping = place.root_map
+        if http:
+            http.map_root(mapping)  # exchanges spelt for the world's root
         for path in place.unplaced_outside:
             checks.add(
                 "outside the workspace",

@@ -20,7 +20,10 @@ results and previews are redacted with the runtime's redactor before
 anything is written: a cassette never holds a secret the redactor knows.
 The call's ids (call id, tool name, actor, session id, idempotency key) are
 kept as its audit row keeps them (``runtime.storable_id``: redacted, a lone
-surrogate escaped, cut).
+surrogate escaped, cut). The cassette names the workspace's root as the
+runtime has it, with its realpath as another spelling of it
+(``WorkspaceState.aliases``): the file stores both as the root placeholder
+(see ``cassette``), so a tool that resolved its paths replays too.
 
 Each interaction also keeps the approval that let its call through (the
 PreToolUse hook that answered ``allow``: replay grants it again, see
@@ -120,6 +123,7 @@ class Recorder:
         self._directories: list[str] = []
         self._modes: dict[str, int] = {}
         self._started_at = ""
+        self._aliases: tuple[str, ...] = ()
         self._remove_listener: Callable[[], None] | None = None
         self._remove_watcher: Callable[[], None] | None = None
         self._accessed: dict[str, list[str]] = {}
@@ -130,6 +134,8 @@ class Recorder:
     def start(self) -> None:
         """Snapshot the workspace and start listening to ``runtime.execute``."""
         root = self.runtime.workspace.root
+        real = os.path.realpath(root)
+        self._aliases = () if real == root else (real,)
         self._started_at = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
         self._before = read_tree(root)
         self._symlinks, self._directories, self._modes = _links_and_directories(root)
@@ -230,6 +236,7 @@ class Recorder:
                     if kept(link)
                 },
                 modes={shown(path): bits for path, bits in self._modes.items() if kept(path)},
+                aliases=self._aliases,
             ),
             interactions=tuple(self._interaction(item) for item in self._calls),
             final_files={shown(path): state for path, state in final.items()},

@@ -101,7 +101,8 @@ class _Substitution:
         # Longest first: a realpath that ends with the root is taken whole.
         spellings = sorted(replacements, key=len, reverse=True)
         root = "|".join(re.escape(spelling) for spelling in spellings)
-        self._pattern = re.compile(rf"(?P<root>{_BEFORE}(?:{root})(?!{_PATH_CHARACTER}))|{_TOKEN}")
+        found = rf"{_BEFORE}(?:{root})(?!{_PATH_CHARACTER})" if spellings else "(?!)"
+        self._pattern = re.compile(rf"(?P<root>{found})|{_TOKEN}")
         self._replacements = dict(replacements)
         self._token = token
         self.count = 0
@@ -128,7 +129,8 @@ class RootPlaceholder:
     placeholder escaped (see the module docstring). ``stored(value)`` walks
     text, UTF-8 bytes and JSON values; ``expanded(value, root)`` undoes it.
     ``binary`` counts the bytes values left as they were although they name
-    a root (not UTF-8: a binary format)."""
+    a root (not UTF-8: a binary format). With no root, it only escapes.
+    ``ValueError`` for a root ``RootMap`` refuses."""
 
     def __init__(self, roots: Iterable[str]) -> None:
         spelt: dict[str, str] = {}
