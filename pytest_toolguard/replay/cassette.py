@@ -714,6 +714,12 @@ def upgraded_from_1(raw: dict[str, Any]) -> dict[str, Any]:
     return {**with_root_placeholder(raw), "format_version": FORMAT_VERSION}
 
 
+MIGRATIONS: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: upgraded_from_1}
+"""``version -> function`` turning a cassette's plain data of that
+``format_version`` into the next one (``toolguard cassette upgrade``); a
+change of format adds its step here."""
+
+
 def _root_given_back(raw: dict[str, Any]) -> dict[str, Any]:
     """A stored document (``with_root_placeholder``'s) with its root where
     each placeholder is: the inverse, run on a validated document."""

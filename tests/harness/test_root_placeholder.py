@@ -10,6 +10,7 @@ import base64
 import json
 import os
 import shutil
+import tempfile
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -446,3 +447,46 @@ def test_a_mapped_exchange_fits_its_lengths_and_leaves_compressed_bodies() -> No
         response_headers={"Content-Encoding": ("gzip",), "Content-Length": ("18",)},
     )
     assert mapped_exchange(gzipped, mapping.to_world).response_body == exchange.response_body
+
+
+# -- a result near its tool's limit ---------------------------------------------------
+
+LIMIT = 300
+
+
+@tool(world="directory", result_limit=LIMIT)
+def padded_path(ctx: Any, pad: int) -> dict[str, Any]:
+    """Answers with its root and ``pad`` characters: sized around its limit."""
+    return {"path": f"{ctx.workspace.root}/x", "pad": "a" * pad}
+
+
+@pytest.mark.parametrize("delta", [-1, 0, 1, 7])
+@pytest.mark.parametrize("recorded_in", ["short", "long"])
+def test_a_result_near_its_limit_is_cut_where_the_recording_cut_it(
+    tmp_path: Path, delta: int, recorded_in: str
+) -> None:
+    """The world's root is longer or shorter than the recorded one: the
+    result is still cut (or not) at the recording's place."""
+    if recorded_in == "short":
+        top = Path(tempfile.mkdtemp(prefix="r", dir="/tmp"))
+    else:
+        top = tmp_path / ("deep" * 12)
+    root = top / "p"
+    root.mkdir(parents=True)
+    try:
+        empty = len(json.dumps({"path": f"{root}/x", "pad": ""}, sort_keys=True))
+        registry = ToolRegistry([padded_path])
+        runtime = ToolRuntime(registry, str(root), CAPS, SQLiteAuditStore(":memory:"))
+        path = tmp_path / "padded.yaml"
+        with record_session(runtime, path):
+            pad = LIMIT - empty + delta  # the JSON is the limit's size, plus delta
+            call = ToolCall(call_id="1", tool_name="padded_path", arguments={"pad": pad})
+            recorded = runtime.execute(call)
+        runtime.close()
+        assert recorded.truncated is (delta > 0)
+    finally:
+        shutil.rmtree(top)
+    report = replay(load(path), registry)
+    assert report.differences == ()
+    assert report.results[0].truncated is (delta > 0)
+    assert report.results[0].data == recorded.data
