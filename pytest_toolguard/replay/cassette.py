@@ -50,6 +50,7 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import quote
 
 import yaml
 from jsonschema import Draft202012Validator
@@ -64,7 +65,7 @@ from ..file_writes import write_atomically
 from ..hooks import Approval
 from ..plan import Artifact, PlanStep
 from ..schema import SchemaValidator, format_path
-from .root_map import RootPlaceholder, expanded
+from .root_map import RootMap, RootPlaceholder, expanded
 
 FORMAT_VERSION = 2
 """The newest version this package reads and writes: 2 stores the recorded
@@ -712,6 +713,54 @@ def upgraded_from_1(raw: dict[str, Any]) -> dict[str, Any]:
     upgrade``): its root written as the placeholder, a literal placeholder
     escaped."""
     return {**with_root_placeholder(raw), "format_version": FORMAT_VERSION}
+
+
+def binary_naming_root(cassette: Cassette) -> tuple[str, ...]:
+    """Where ``cassette`` holds bytes that are not UTF-8 (a database, an
+    image, a compressed body) naming its root or one of its other
+    spellings, literally or percent-encoded: a file (``workspace.files.<path>``,
+    ``final_files.<path>``, ``outside_files.<path>``) or an HTTP body
+    (``interactions[i].http[j].request.body``). They are stored and rebuilt
+    as they are, never mapped: a binary format would not survive a path of
+    another length."""
+    workspace = cassette.workspace
+    try:
+        roots = [RootMap(root, root).recorded for root in (workspace.root, *workspace.aliases)]
+    except ValueError:
+        return ()
+    spellings = [form.encode("utf-8") for root in roots for form in (root, quote(root, safe=""))]
+
+    def names_root(data: bytes | None) -> bool:
+        if not data or not any(spelling in data for spelling in spellings):
+            return False
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            return True
+        return False
+
+    found = [
+        f"workspace.files.{path}" for path, data in workspace.files.items() if names_root(data)
+    ]
+    found += [
+        f"outside_files.{path}"
+        for path, data in workspace.outside_files.items()
+        if names_root(data)
+    ]
+    found += [
+        f"final_files.{path}"
+        for path, state in cassette.final_files.items()
+        if state is not None and names_root(state.content)
+    ]
+    for index, item in enumerate(cassette.interactions):
+        for number, exchange in enumerate(item.http):
+            for side, body in (
+                ("request", exchange.request_body),
+                ("response", exchange.response_body),
+            ):
+                if names_root(body):
+                    found.append(f"interactions[{index}].http[{number}].{side}.body")
+    return tuple(found)
 
 
 MIGRATIONS: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: upgraded_from_1}

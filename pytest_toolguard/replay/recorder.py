@@ -38,6 +38,7 @@ import contextlib
 import os
 import stat
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -63,6 +64,7 @@ from .cassette import (
     Interaction,
     Session,
     WorkspaceState,
+    binary_naming_root,
     dump,
 )
 from .http import HttpRecording
@@ -71,6 +73,23 @@ from .redacting import redact_file, redact_path, tool_redactor
 MAX_WORKSPACE_BYTES = 64 * 1024 * 1024
 """The most bytes of files a cassette keeps as the starting workspace of
 a session of directory-world tools, which keeps all of it."""
+
+
+class RootInBinary(UserWarning):
+    """A cassette just written holds binary content (a database, an image,
+    a compressed body) naming the recorded root: it is kept as it is, so a
+    replay in a world with another root sees the recorded path there."""
+
+    def __init__(self, path: str, where: Sequence[str]) -> None:
+        self.path = path
+        self.where = tuple(where)
+        shown = ", ".join(self.where[:5]) + (
+            f" and {len(where) - 5} more" if len(where) > 5 else ""
+        )
+        super().__init__(
+            f"{path}: binary content names the recorded root and is kept as it is "
+            f"(a path of another length would corrupt it): {shown}"
+        )
 
 
 class WorkspaceTooLarge(ToolguardError, ValueError):
@@ -447,4 +466,8 @@ def record_session(
         yield recorder
     finally:
         recorder.stop()
-    dump(recorder.cassette(), path)
+    cassette = recorder.cassette()
+    dump(cassette, path)
+    left = binary_naming_root(cassette)
+    if left:
+        warnings.warn(RootInBinary(os.fspath(path), left), stacklevel=3)

@@ -10,9 +10,11 @@ import base64
 import json
 import os
 import shutil
+import sqlite3
 import tempfile
 import threading
 import urllib.request
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -46,9 +48,11 @@ from pytest_toolguard.replay.cassette import (
     Interaction,
     Session,
     WorkspaceState,
+    binary_naming_root,
     dumps,
 )
 from pytest_toolguard.replay.http_exchange import mapped_exchange
+from pytest_toolguard.replay.recorder import RootInBinary
 from pytest_toolguard.replay.root_map import RootMap, RootPlaceholder, expanded
 
 LITERALS = ("{toolguard_root}", "{toolguard_root=}", "{toolguard_root%}", "x{toolguard_root==}y")
@@ -490,3 +494,44 @@ def test_a_result_near_its_limit_is_cut_where_the_recording_cut_it(
     assert report.differences == ()
     assert report.results[0].truncated is (delta > 0)
     assert report.results[0].data == recorded.data
+
+
+# -- binary content naming the root ---------------------------------------------------
+
+
+@tool(risk=Risk.WRITE, world="directory")
+def remember_place(ctx: Any) -> dict[str, Any]:
+    """Keeps where its database is inside the database (a binary file)."""
+    database = os.path.join(ctx.workspace.root, "place.db")
+    connection = sqlite3.connect(database)
+    with connection:
+        connection.execute("create table if not exists place (path text)")
+        connection.execute("insert into place values (?)", (database,))
+    connection.close()
+    return {"kept": True}
+
+
+def test_binary_content_naming_the_root_is_kept_as_it_is_and_reported(tmp_path: Path) -> None:
+    root = tmp_path / "rec" / "proj"
+    root.mkdir(parents=True)
+    registry = ToolRegistry([remember_place])
+    runtime = ToolRuntime(registry, str(root), CAPS, SQLiteAuditStore(":memory:"))
+    path = tmp_path / "place.yaml"
+    with pytest.warns(RootInBinary) as caught, record_session(runtime, path):
+        runtime.execute(ToolCall(call_id="1", tool_name="remember_place", arguments={}))
+    runtime.close()
+    assert caught[0].message.where == ("final_files.place.db",)  # type: ignore[union-attr]
+    database = load(path).final_files["place.db"]
+    assert database is not None and database.content is not None
+    assert f"{root}/place.db".encode() in database.content  # kept, never rewritten
+    assert binary_naming_root(load(path)) == ("final_files.place.db",)
+
+
+def test_text_content_naming_the_root_is_not_reported(tmp_path: Path) -> None:
+    root = tmp_path / "rec" / "proj"
+    root.mkdir(parents=True)
+    (root / "seed.txt").write_text("seed\n")
+    registry = _tools("directory")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RootInBinary)
+        _record(tmp_path, registry, root)
