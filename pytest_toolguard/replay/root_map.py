@@ -33,6 +33,7 @@ text: a binary format would not survive a path of another length.
 
 from __future__ import annotations
 
+import json
 import posixpath
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -189,30 +190,63 @@ def _walk(
 ) -> Any:
     """``value`` with ``apply`` run over every text that holds one of
     ``quick`` (mappings' keys too); bytes only when they are UTF-8 (others
-    go to ``binary``, then are left as they are)."""
-    if isinstance(value, str):
-        return apply(value) if any(part in value for part in quick) else value
-    if isinstance(value, (bytes, bytearray)):
-        data = bytes(value)
+    go to ``binary``, then are left as they are). A JSON value whose text
+    holds none of ``quick`` is given back as it is, unwalked: a cassette's
+    interactions mostly name no root, and ``json`` reads them at C speed."""
+
+    def has(text: str) -> bool:
+        return any(part in text for part in quick)
+
+    def walk(value: Any) -> Any:
+        kind = type(value)
+        if kind is str:
+            return apply(value) if has(value) else value
+        if kind is dict:
+            return {walk(key): walk(item) for key, item in value.items()}
+        if kind is list:
+            return [walk(item) for item in value]
+        if value is None or kind is int or kind is float or kind is bool:
+            return value
+        return other(value)
+
+    def other(value: Any) -> Any:
+        if isinstance(value, str):
+            return apply(value) if has(value) else value
+        if isinstance(value, (bytes, bytearray)):
+            data = bytes(value)
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                if binary is not None:
+                    binary(data)
+                return data
+            return apply(text).encode("utf-8") if has(text) else data
+        if isinstance(value, Mapping):
+            return {walk(key): walk(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [walk(item) for item in value]
+        if isinstance(value, tuple):
+            return tuple(walk(item) for item in value)
+        return value
+
+    def named(value: Any) -> bool:
+        """Whether ``value`` may hold one of ``quick``: False only when its JSON text says so."""
+        if type(value) not in (dict, list) or not safe:
+            return True
         try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            if binary is not None:
-                binary(data)
-            return data
-        if not any(part in text for part in quick):
-            return data
-        return apply(text).encode("utf-8")
-    if isinstance(value, Mapping):
-        return {
-            _walk(key, apply, quick, binary): _walk(item, apply, quick, binary)
-            for key, item in value.items()
-        }
-    if isinstance(value, list):
-        return [_walk(item, apply, quick, binary) for item in value]
-    if isinstance(value, tuple):
-        return tuple(_walk(item, apply, quick, binary) for item in value)
-    return value
+            text = json.dumps(value, ensure_ascii=False, check_circular=False)
+        except (TypeError, ValueError, RecursionError):
+            return True
+        return has(text)
+
+    safe = all(json.dumps(part, ensure_ascii=False)[1:-1] == part for part in quick)
+    if not named(value):
+        return value
+    if type(value) is list:
+        return [walk(item) if named(item) else item for item in value]
+    if type(value) is dict:
+        return {walk(key): walk(item) if named(item) else item for key, item in value.items()}
+    return walk(value)
 
 
 def _root(path: str) -> str:
