@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from . import options as options_names
@@ -465,12 +465,6 @@ def _row_dict(row: Any) -> dict[str, Any]:
     return {key: getattr(value, "value", value) for key, value in body.items()}
 
 
-MIGRATIONS: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
-"""``version -> function`` turning a cassette's plain data of that
-``format_version`` into the next one. Empty: version 1 is the only format
-so far; a change of format adds its step here."""
-
-
 def _cassette(options: argparse.Namespace, _: list[str]) -> int:
     from .replay.cassette import FORMAT_VERSION, CassetteError, dump, loads
 
@@ -496,7 +490,7 @@ def _cassette(options: argparse.Namespace, _: list[str]) -> int:
 def _migrated(file: str, text: str) -> str:
     import yaml
 
-    from .replay.cassette import FORMAT_VERSION
+    from .replay.cassette import FORMAT_VERSION, MIGRATIONS
 
     try:
         raw = parse_yaml(text)

@@ -22,6 +22,18 @@ against 0.06 s for 10,000 interactions). JSON is YAML too, so every YAML
 tool still reads such a file; this module reads a text that is a JSON object
 with ``json`` and any other with the YAML loader, and validates and builds
 both the same way.
+
+**The recorded root.** Wherever the document names the recorded workspace
+root (``workspace.root``) or another spelling of it (its realpath:
+``WorkspaceState.aliases``), in arguments, results, audit expectations,
+text files, link targets and HTTP exchanges (URLs, headers, bodies), the
+file holds ``{toolguard_root}`` instead (``root_map.ROOT_PLACEHOLDER``; a
+literal one in the data is escaped, see ``root_map``); ``workspace.root``
+itself stays, for the reader. Loading gives every placeholder back as
+``workspace.root``: a loaded cassette names one root, which replay maps to
+the world's (``root_map.RootMap``). Binary files and bodies (not UTF-8) are
+kept as they are. A document with a placeholder is ``format_version`` 2;
+others are still written as 1, which every version reads.
 """
 
 from __future__ import annotations
@@ -31,13 +43,14 @@ import gc
 import hashlib
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import quote
 
 import yaml
 from jsonschema import Draft202012Validator
@@ -52,10 +65,19 @@ from ..file_writes import write_atomically
 from ..hooks import Approval
 from ..plan import Artifact, PlanStep
 from ..schema import SchemaValidator, format_path
+from .root_map import RootMap, RootPlaceholder, expanded
 
-FORMAT_VERSION = 1
-"""The version this package writes and reads. A file of another version is
-refused with the command that re-records it."""
+FORMAT_VERSION = 2
+"""The newest version this package reads and writes: 2 stores the recorded
+root as a placeholder (see the module docstring). A file of a version not
+in ``FORMAT_VERSIONS`` is refused with the command that re-records it."""
+
+FORMAT_VERSIONS = (1, 2)
+"""The versions this package reads. ``dumps`` writes 1 for a document
+without any placeholder (every version reads it the same), 2 otherwise."""
+
+_PLAIN_VERSION = 1
+"""A document that names its root as it is (``to_dict``'s)."""
 
 TEXT_LIMIT = 64_000
 """Final files larger than this keep only their hash (no diff on change)."""
@@ -76,6 +98,9 @@ and one more byte fit well within it."""
 MAX_GENERATED_TOTAL = 1024 * 1024 * 1024
 """The bytes all the recipes of one file make together (replay makes them
 one variant at a time, but makes every one)."""
+
+DEFAULT_ROOT = "/workspace"
+"""The workspace root of a cassette or case that names none."""
 
 VOLATILE_FILE_PREFIX = "files."
 """A ``volatile`` entry ``files.<path>``: that file's bytes are not compared."""
@@ -246,7 +271,7 @@ class WorkspaceState:
     """The files before the first call. ``root`` is the absolute path the
     workspace had; replay recreates it in a fake filesystem."""
 
-    root: str = "/workspace"
+    root: str = DEFAULT_ROOT
     files: Mapping[str, bytes] = field(default_factory=dict)
     directories: tuple[str, ...] = ()
     symlinks: Mapping[str, str] = field(default_factory=dict)
@@ -255,6 +280,10 @@ class WorkspaceState:
     """Permission bits (``0o755``) of files and directories whose bits are
     not the usual ones (0644 for a file, 0755 for a directory), by relative
     path. The directory world applies them; the fake world does not."""
+    aliases: tuple[str, ...] = ()
+    """Other spellings of ``root`` the recording saw (its realpath, when a
+    link leads to it). Never written: ``dumps`` writes them as the root
+    placeholder too, which loading gives back as ``root``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,7 +369,7 @@ def loads(text: str, *, source: str = "<string>") -> Cassette:
     if not isinstance(raw, dict):
         raise CassetteError(source, "document", "must be a mapping with format_version, kind, ...")
     version = raw.get("format_version")
-    if isinstance(version, int) and version != FORMAT_VERSION:
+    if isinstance(version, int) and version not in FORMAT_VERSIONS:
         recorded_by = raw.get("recorded_by")
         if version > FORMAT_VERSION:
             hint = "upgrade pytest-toolguard to read it"
@@ -351,7 +380,8 @@ def loads(text: str, *, source: str = "<string>") -> Cassette:
         raise CassetteError(
             source,
             "format_version",
-            f"is {version}; this pytest-toolguard reads {FORMAT_VERSION}: {hint}",
+            f"is {version}; this pytest-toolguard reads "
+            f"{' to '.join(map(str, (FORMAT_VERSIONS[0], FORMAT_VERSIONS[-1])))}: {hint}",
         )
     _check_recipes(raw, source)
     errors = (
@@ -363,6 +393,8 @@ def loads(text: str, *, source: str = "<string>") -> Cassette:
         first = errors[0]
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise CassetteError(source, format_path("$", first.absolute_path), first.message + more)
+    if version != _PLAIN_VERSION:
+        raw = _root_given_back(raw)
     try:
         with _collector_paused():
             return _build(raw, source)
@@ -482,7 +514,7 @@ def _build(raw: dict[str, Any], source: str) -> Cassette:
         name=raw.get("name") or (Path(source).stem if source else "cassette"),
         session=session,
         workspace=WorkspaceState(
-            root=workspace.get("root", "/workspace"),
+            root=workspace.get("root", DEFAULT_ROOT),
             files={path: _content(value) for path, value in (workspace.get("files") or {}).items()},
             directories=tuple(workspace.get("directories") or ()),
             symlinks=dict(workspace.get("symlinks") or {}),
@@ -644,6 +676,188 @@ def _file_state(value: str | Mapping[str, Any]) -> FileState:
     return FileState.of(_content(value))
 
 
+# -- the recorded root as a placeholder ---------------------------------------------
+
+
+_NOT_MAPPED = ("format_version", "kind")
+
+
+def with_root_placeholder(body: dict[str, Any], aliases: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``to_dict``'s ``body`` as a file stores it: every mention of its
+    ``workspace.root`` (and of ``aliases``) written as the placeholder, a
+    literal placeholder escaped, ``format_version`` 2 when either happened.
+    A root that cannot be mapped (``/``, a relative one) stays in the text
+    as it is (literal placeholders are still escaped). Text files and bodies
+    written as base64 (they hold a NUL or a CR) are mapped inside when they
+    are UTF-8; binary ones are left as they are."""
+    workspace = body.get("workspace") or {}
+    root = workspace.get("root", DEFAULT_ROOT)
+    try:
+        placeholder = RootPlaceholder((root, *aliases))
+    except ValueError:  # a literal placeholder is still escaped
+        placeholder = RootPlaceholder(())
+    body = _contents_rewritten(body, placeholder.stored)
+    placed = {
+        key: value if key in _NOT_MAPPED else placeholder.stored(_without_root(key, value))
+        for key, value in body.items()
+    }
+    if "workspace" in placed:
+        placed["workspace"] = {"root": root, **placed["workspace"]}
+    if placeholder.placed:
+        placed["format_version"] = FORMAT_VERSION
+    return placed
+
+
+def upgraded_from_1(raw: dict[str, Any]) -> dict[str, Any]:
+    """A format 1 document's plain data as format 2 (``toolguard cassette
+    upgrade``): its root written as the placeholder, a literal placeholder
+    escaped."""
+    return {**with_root_placeholder(raw), "format_version": FORMAT_VERSION}
+
+
+def binary_naming_root(cassette: Cassette) -> tuple[str, ...]:
+    """Where ``cassette`` holds bytes that are not UTF-8 (a database, an
+    image, a compressed body) naming its root or one of its other
+    spellings, literally or percent-encoded: a file (``workspace.files.<path>``,
+    ``final_files.<path>``, ``outside_files.<path>``) or an HTTP body
+    (``interactions[i].http[j].request.body``). They are stored and rebuilt
+    as they are, never mapped: a binary format would not survive a path of
+    another length."""
+    workspace = cassette.workspace
+    try:
+        roots = [RootMap(root, root).recorded for root in (workspace.root, *workspace.aliases)]
+    except ValueError:
+        return ()
+    spellings = [form.encode("utf-8") for root in roots for form in (root, quote(root, safe=""))]
+
+    def names_root(data: bytes | None) -> bool:
+        if not data or not any(spelling in data for spelling in spellings):
+            return False
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            return True
+        return False
+
+    found = [
+        f"workspace.files.{path}" for path, data in workspace.files.items() if names_root(data)
+    ]
+    found += [
+        f"outside_files.{path}"
+        for path, data in workspace.outside_files.items()
+        if names_root(data)
+    ]
+    found += [
+        f"final_files.{path}"
+        for path, state in cassette.final_files.items()
+        if state is not None and names_root(state.content)
+    ]
+    for index, item in enumerate(cassette.interactions):
+        for number, exchange in enumerate(item.http):
+            for side, body in (
+                ("request", exchange.request_body),
+                ("response", exchange.response_body),
+            ):
+                if names_root(body):
+                    found.append(f"interactions[{index}].http[{number}].{side}.body")
+    return tuple(found)
+
+
+MIGRATIONS: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: upgraded_from_1}
+"""``version -> function`` turning a cassette's plain data of that
+``format_version`` into the next one (``toolguard cassette upgrade``); a
+change of format adds its step here."""
+
+
+def _root_given_back(raw: dict[str, Any]) -> dict[str, Any]:
+    """A stored document (``with_root_placeholder``'s) with its root where
+    each placeholder is: the inverse, run on a validated document."""
+    workspace = raw.get("workspace") or {}
+    root = workspace.get("root", DEFAULT_ROOT)
+    given = {
+        key: value if key in _NOT_MAPPED else expanded(_without_root(key, value), root)
+        for key, value in raw.items()
+    }
+    if "root" in workspace:
+        given["workspace"] = {"root": root, **given["workspace"]}
+    return _contents_rewritten(given, lambda data: expanded(data, root))
+
+
+def _without_root(key: str, value: Any) -> Any:
+    """The ``workspace`` entry without its ``root``, which stays as it is."""
+    if key == "workspace" and isinstance(value, Mapping):
+        return {name: item for name, item in value.items() if name != "root"}
+    return value
+
+
+def _contents_rewritten(body: dict[str, Any], rewrite: Callable[[bytes], bytes]) -> dict[str, Any]:
+    """``body`` with ``rewrite`` run over the bytes of every file or body
+    written as base64 (text with a NUL or a CR); text ones are left to the
+    walk of every string, binary ones to ``rewrite`` (which keeps them)."""
+
+    def content(value: Any) -> Any:
+        if not (isinstance(value, Mapping) and set(value) == {"base64"}):
+            return value
+        try:
+            data = base64.b64decode(value["base64"], validate=True)
+        except (TypeError, ValueError):
+            return value  # the schema's or _content's to refuse
+        changed = rewrite(data)
+        if changed == data:
+            return value
+        return {"base64": base64.b64encode(changed).decode("ascii")}
+
+    def files(value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            return value
+        return {path: content(item) for path, item in value.items()}
+
+    body = dict(body)
+    if isinstance(body.get("workspace"), Mapping):
+        workspace = dict(body["workspace"])
+        for name in ("files", "outside_files"):
+            if name in workspace:
+                workspace[name] = files(workspace[name])
+        body["workspace"] = workspace
+    if "final_files" in body:
+        body["final_files"] = files(body["final_files"])
+    if isinstance(body.get("interactions"), list):
+        body["interactions"] = [
+            _interaction_contents(item, content, files) for item in body["interactions"]
+        ]
+    return body
+
+
+def _interaction_contents(
+    item: Any, content: Callable[[Any], Any], files: Callable[[Any], Any]
+) -> Any:
+    if not isinstance(item, Mapping):
+        return item
+    item = dict(item)
+    if isinstance(item.get("http"), list):
+        exchanges = []
+        for exchange in item["http"]:
+            if isinstance(exchange, Mapping):
+                exchange = dict(exchange)
+                for side in ("request", "response"):
+                    part = exchange.get(side)
+                    if isinstance(part, Mapping) and "body" in part:
+                        exchange[side] = {**part, "body": content(part["body"])}
+            exchanges.append(exchange)
+        item["http"] = exchanges
+    if isinstance(item.get("variants"), list):
+        variants = []
+        for variant in item["variants"]:
+            if isinstance(variant, Mapping):
+                variant = dict(variant)
+                for name in ("files", "changed_files"):
+                    if name in variant:
+                        variant[name] = files(variant[name])
+            variants.append(variant)
+        item["variants"] = variants
+    return item
+
+
 # -- dumping ----------------------------------------------------------------
 
 
@@ -658,7 +872,7 @@ def dumps(cassette: Cassette, *, syntax: Syntax | None = None) -> str:
     cannot be written to a UTF-8 file: every string is then written as the
     audit row stores it (``audit.storable_text``: ``\\udcff`` spelt out),
     and that escaped text is what loading reads back."""
-    body = to_dict(cassette)
+    body = with_root_placeholder(to_dict(cassette), cassette.workspace.aliases)
     try:
         return _text(body, len(cassette.interactions), syntax)
     except UnicodeEncodeError:
@@ -722,9 +936,10 @@ def _variants_yaml(body: list[dict[str, Any]]) -> str:
 
 
 def to_dict(cassette: Cassette) -> dict[str, Any]:
-    """The plain data of a cassette, in the order it is written."""
+    """The plain data of a cassette, in the order it is written, naming its
+    root as it is (format 1; ``dumps`` writes ``with_root_placeholder``'s)."""
     body: dict[str, Any] = {
-        "format_version": FORMAT_VERSION,
+        "format_version": _PLAIN_VERSION,
         "kind": cassette.kind,
         "name": cassette.name,
     }

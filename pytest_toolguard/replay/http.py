@@ -45,7 +45,13 @@ with no recorded exchange never reaches the network: vcrpy raises
 the handler swallowed the error. The driver says which interaction plays
 (``current``) before each call; a handler keeps the one it started with.
 ``injected(answer)`` replaces what each matched request gets (the
-``network_error`` and ``http_error`` faults: ``faults.network``).
+``network_error`` and ``http_error`` faults: ``faults.network``). In a
+world whose root is not the recorded one (the directory world),
+``map_root(root_map)`` spells every recorded exchange for that world
+before it is matched or served (``http_exchange.mapped_exchange``: URL,
+headers, bodies): a request naming the world's root matches one recorded
+naming the recorded root, and the response names the world's root;
+``unmatched()`` names its requests as recorded.
 
 **Hosts, hop by hop.** The policy judges a tool's URL argument; the server
 may answer with a redirect, which the client follows with a request of its
@@ -82,7 +88,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit
 
@@ -95,7 +101,14 @@ from ..registry import ToolRegistry, ToolSpec
 from ..runtime.inline import call_tool_code
 from ..sandbox import SandboxError
 from .cassette import Cassette, HttpExchange, Interaction
-from .http_exchange import exchange_of, redact_request, redact_response, vcr_exchange
+from .http_exchange import (
+    exchange_of,
+    mapped_exchange,
+    redact_request,
+    redact_response,
+    vcr_exchange,
+)
+from .root_map import RootMap
 
 if TYPE_CHECKING:
     from ..runtime import ToolRuntime
@@ -742,12 +755,22 @@ class HttpPlayback(_Session):
         self.current: int | None = None
         """The interaction the next handler run plays (set by the driver)."""
         self._fault: Answer | None = None
+        self._root_map: RootMap | None = None
+
+    def map_root(self, root_map: RootMap) -> None:
+        """Serve the exchanges spelt for the world ``root_map`` leads to
+        (before the first handler runs)."""
+        self._root_map = root_map
 
     def unmatched(self) -> list[UnmatchedRequest]:
         """Every request no recorded exchange answered (none matched, or it
-        was refused for its host), in order."""
+        was refused for its host), in order, its URL spelt as recorded."""
         with self._noted_lock:
-            return list(self._noted)
+            noted = list(self._noted)
+        mapping = self._root_map
+        if mapping is None or mapping.identity:
+            return noted
+        return [replace(item, uri=mapping.to_recorded(item.uri)) for item in noted]
 
     @contextmanager
     def injected(self, fault: Answer) -> Iterator[None]:
@@ -783,7 +806,10 @@ class HttpPlayback(_Session):
     def _load(self) -> tuple[list[Any], list[Any]]:
         vcr = _vcr()
         requests, responses = [], []
+        mapping = self._root_map
         for index, exchange in self._served:
+            if mapping is not None and not mapping.identity:
+                exchange = mapped_exchange(exchange, mapping.to_world)
             request, response = vcr_exchange(exchange, vcr.request.Request)
             setattr(request, _INTERACTION, index)
             requests.append(request)

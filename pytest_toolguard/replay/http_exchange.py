@@ -10,12 +10,17 @@ name is sensitive (``Authorization``, ``Cookie``, ``Set-Cookie``,
 (query tokens, passwords) by the redactor's patterns; bodies as
 ``redact_body`` says. It is idempotent, so replay redacts a request the
 same way before matching it.
+
+``mapped_exchange`` spells an exchange for a world whose root differs from
+the recorded one (``root_map.RootMap``): its URL, header values and
+uncompressed UTF-8 bodies, each ``Content-Length`` fitted to its body.
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
+from dataclasses import replace
 from typing import Any
 
 from ..redaction import Redactor, placeholder
@@ -336,3 +341,46 @@ def vcr_exchange(exchange: HttpExchange, request_class: Any) -> tuple[Any, dict[
         "body": {"string": exchange.response_body},
     }
     return request, response
+
+
+def mapped_exchange(exchange: HttpExchange, rewrite: Callable[[Any], Any]) -> HttpExchange:
+    """``exchange`` with ``rewrite`` (``RootMap.to_world``) run over its
+    URL, its header values and its bodies. A compressed body (a
+    ``Content-Encoding`` other than identity) is left as it is, as
+    ``rewrite`` leaves bytes that are not UTF-8; a body that changed gets a
+    ``Content-Length`` of its new size where the exchange had one."""
+    request_headers = _mapped_headers(exchange.request_headers, rewrite)
+    response_headers = _mapped_headers(exchange.response_headers, rewrite)
+    request_body = exchange.request_body
+    if request_body is not None:
+        request_body = _mapped_body(request_body, request_headers, rewrite)
+    response_body = _mapped_body(exchange.response_body, response_headers, rewrite)
+    return replace(
+        exchange,
+        uri=rewrite(exchange.uri),
+        request_headers=request_headers,
+        request_body=request_body,
+        response_headers=response_headers,
+        response_body=response_body,
+    )
+
+
+def _mapped_headers(
+    headers: Mapping[str, tuple[str, ...]], rewrite: Callable[[Any], Any]
+) -> dict[str, tuple[str, ...]]:
+    return {name: tuple(rewrite(value) for value in values) for name, values in headers.items()}
+
+
+def _mapped_body(
+    body: bytes, headers: dict[str, tuple[str, ...]], rewrite: Callable[[Any], Any]
+) -> bytes:
+    """``body`` rewritten unless compressed; ``headers``' Content-Length fitted."""
+    joined = {name: ", ".join(values) for name, values in headers.items()}
+    if any(coding != "identity" for coding in _content_encodings(joined)):
+        return body
+    mapped: bytes = rewrite(body)
+    if len(mapped) != len(body):
+        for name in headers:
+            if name.lower() == "content-length":
+                headers[name] = (str(len(mapped)),)
+    return mapped

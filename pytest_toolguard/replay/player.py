@@ -49,6 +49,7 @@ from ..registry import ToolRegistry, WorldKind, checked_world
 from .cassette import VOLATILE_FILE_PREFIX, Cassette
 from .checks import ReplayChecks, ReplayReport
 from .http import HttpPlayback
+from .recorded_spelling import RecordedSpelling
 from .redacting import redact_path
 from .root_map import RootMap
 
@@ -122,6 +123,8 @@ def _replay_in_directory(
     and the audit rows."""
     with DirectoryWorld.of(cassette) as place:
         mapping = place.root_map
+        if http:
+            http.map_root(mapping)  # exchanges spelt for the world's root
         for path in place.unplaced_outside:
             checks.add(
                 "outside the workspace",
@@ -140,9 +143,10 @@ def _replay_in_directory(
                 for item in cassette.interactions
             ),
         )
+        spelling = RecordedSpelling(mapping, registry)  # cut as recorded, not in the world
         with place.watching():
             results, rows = _play(
-                cassette, in_world, registry, checks, http, redactor, secrets, mapping
+                cassette, in_world, spelling.registry, checks, http, redactor, secrets, spelling
             )
         files = _redacted_paths(redactor, mapped_files(mapping, place.tree()))
         checks.files(*_without_volatile_files(cassette, files))
@@ -172,12 +176,12 @@ def _play(
     http: HttpPlayback | None,
     redactor: Redactor,
     secrets: Mapping[str, str] | None,
-    mapping: RootMap | None = None,
+    spelling: RecordedSpelling | None = None,
     escapes: Callable[[], Sequence[Escape]] | None = None,
 ) -> tuple[tuple[ToolResult, ...], tuple[AuditRecord, ...]]:
     """Every call of ``in_world`` (``cassette`` as the world spells it)
     through a fresh runtime, each result and the audit rows compared with
-    ``cassette``'s (after ``mapping`` spelt them as recorded); the handlers
+    ``cassette``'s (after ``spelling`` spelt them as recorded); the handlers
     and threads still running are differences too, and so is each reach of
     the real disk ``escapes`` lists (the fake world's refusals), named by
     the interaction it happened in."""
@@ -199,13 +203,8 @@ def _play(
                 checks.escapes(where, seen[reported:])
                 reported = len(seen)
             data = stored[-1]
-            if mapping is not None:
-                result = replace(
-                    result,
-                    message=mapping.to_recorded(result.message),
-                    data=mapping.to_recorded(result.data),
-                )
-                data = mapping.to_recorded(data)
+            if spelling is not None:
+                result, data = spelling.result(interaction.call.tool_name, result, data)
             results.append(result)
             checks.result(index, interaction, result, data)
     finally:
@@ -223,8 +222,8 @@ def _play(
         checks.add("runtime", "threads", "none left running by a handler", ", ".join(left))
     rows = tuple(store.rows())
     store.close()
-    if mapping is not None:
-        rows = tuple(_row_as_recorded(mapping, row) for row in rows)
+    if spelling is not None:
+        rows = tuple(_row_as_recorded(spelling.mapping, row) for row in rows)
     checks.audit(cassette.interactions, rows)
     return tuple(results), rows
 

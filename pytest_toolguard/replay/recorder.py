@@ -20,7 +20,10 @@ results and previews are redacted with the runtime's redactor before
 anything is written: a cassette never holds a secret the redactor knows.
 The call's ids (call id, tool name, actor, session id, idempotency key) are
 kept as its audit row keeps them (``runtime.storable_id``: redacted, a lone
-surrogate escaped, cut).
+surrogate escaped, cut). The cassette names the workspace's root as the
+runtime has it, with its realpath as another spelling of it
+(``WorkspaceState.aliases``): the file stores both as the root placeholder
+(see ``cassette``), so a tool that resolved its paths replays too.
 
 Each interaction also keeps the approval that let its call through (the
 PreToolUse hook that answered ``allow``: replay grants it again, see
@@ -35,6 +38,7 @@ import contextlib
 import os
 import stat
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -60,6 +64,7 @@ from .cassette import (
     Interaction,
     Session,
     WorkspaceState,
+    binary_naming_root,
     dump,
 )
 from .http import HttpRecording
@@ -68,6 +73,23 @@ from .redacting import redact_file, redact_path, tool_redactor
 MAX_WORKSPACE_BYTES = 64 * 1024 * 1024
 """The most bytes of files a cassette keeps as the starting workspace of
 a session of directory-world tools, which keeps all of it."""
+
+
+class RootInBinary(UserWarning):
+    """A cassette just written holds binary content (a database, an image,
+    a compressed body) naming the recorded root: it is kept as it is, so a
+    replay in a world with another root sees the recorded path there."""
+
+    def __init__(self, path: str, where: Sequence[str]) -> None:
+        self.path = path
+        self.where = tuple(where)
+        shown = ", ".join(self.where[:5]) + (
+            f" and {len(where) - 5} more" if len(where) > 5 else ""
+        )
+        super().__init__(
+            f"{path}: binary content names the recorded root and is kept as it is "
+            f"(a path of another length would corrupt it): {shown}"
+        )
 
 
 class WorkspaceTooLarge(ToolguardError, ValueError):
@@ -120,6 +142,7 @@ class Recorder:
         self._directories: list[str] = []
         self._modes: dict[str, int] = {}
         self._started_at = ""
+        self._aliases: tuple[str, ...] = ()
         self._remove_listener: Callable[[], None] | None = None
         self._remove_watcher: Callable[[], None] | None = None
         self._accessed: dict[str, list[str]] = {}
@@ -130,6 +153,8 @@ class Recorder:
     def start(self) -> None:
         """Snapshot the workspace and start listening to ``runtime.execute``."""
         root = self.runtime.workspace.root
+        real = os.path.realpath(root)
+        self._aliases = () if real == root else (real,)
         self._started_at = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
         self._before = read_tree(root)
         self._symlinks, self._directories, self._modes = _links_and_directories(root)
@@ -230,6 +255,7 @@ class Recorder:
                     if kept(link)
                 },
                 modes={shown(path): bits for path, bits in self._modes.items() if kept(path)},
+                aliases=self._aliases,
             ),
             interactions=tuple(self._interaction(item) for item in self._calls),
             final_files={shown(path): state for path, state in final.items()},
@@ -440,4 +466,8 @@ def record_session(
         yield recorder
     finally:
         recorder.stop()
-    dump(recorder.cassette(), path)
+    cassette = recorder.cassette()
+    dump(cassette, path)
+    left = binary_naming_root(cassette)
+    if left:
+        warnings.warn(RootInBinary(os.fspath(path), left), stacklevel=3)
