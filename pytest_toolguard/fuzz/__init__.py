@@ -126,6 +126,7 @@ def fuzz_tool(
     approve: bool = True,
     timeout_seconds: float | None = None,
     fake_world: FakeWorld | None = None,
+    world: str = "auto",
 ) -> FuzzReport:
     """Fuzz one tool: up to ``examples`` generated calls with valid
     arguments and up to ``examples`` with invalid ones (plus the explicit
@@ -138,11 +139,13 @@ def fuzz_tool(
     ``{"run_id": RUN_ID}``; ``approve`` (default True) approves every call
     of a tool whose risk needs it, so its handler runs; ``timeout_seconds``
     replaces the tool's deadline; ``fake_world`` is the ``FakeWorld`` the
-    examples run in (default: the process's).
+    examples run in (default: the process's); ``world`` is ``auto`` (the
+    tool's ``world``, else the registry's), ``fake`` or ``directory``.
 
     Never raises for a tool's behaviour; a schema outside the supported
     subset, or a handler that no valid call reached, gives a report with
-    ``skipped`` set (saying why). Raises ``ValueError`` for ``examples < 1``."""
+    ``skipped`` set (saying why). Raises ``ValueError`` for ``examples < 1``
+    or an unknown ``world``."""
     if examples < 1:
         raise ValueError(f"examples must be at least 1, got {examples}")
     checker = CallChecker(
@@ -153,6 +156,7 @@ def fuzz_tool(
         approve=approve,
         timeout_seconds=timeout_seconds,
         fake_world=fake_world,
+        world=world,
     )
     notes: list[str] = []
     failures: list[FuzzFailure] = []
@@ -178,6 +182,8 @@ def fuzz_tool(
             failures.extend(search.run(examples, seed, notes))
     except UnsupportedSchema as exc:
         return FuzzReport(spec.name, 0, 0, 0, (), skipped=str(exc), seed=seed)
+    if checker.not_run:
+        notes.append(_not_run(checker.not_run))
     skipped = None
     if checker.handler_calls == 0:
         never_ran = _never_ran(valid_search.calls, checker.refusals)
@@ -215,6 +221,16 @@ def _never_ran(valid_calls: int, refusals: Mapping[tuple[str, str], Refusals]) -
     )
 
 
+def _not_run(not_run: Mapping[str, int]) -> str:
+    """The note on examples never run in the directory world."""
+    shown = ", ".join(repr(value) for value in sorted(not_run)[:LISTED])
+    more = f" and {len(not_run) - LISTED} more" if len(not_run) > LISTED else ""
+    return (
+        f"{sum(not_run.values())} examples not run in the directory world: an argument "
+        f"would reach the real machine outside its container ({shown}{more})"
+    )
+
+
 def fuzz_registry(
     registry: ToolRegistry,
     *,
@@ -226,6 +242,7 @@ def fuzz_registry(
     timeout_seconds: float | None = None,
     tools: Sequence[str] | None = None,
     fake_world: FakeWorld | None = None,
+    world: str = "auto",
 ) -> list[FuzzReport]:
     """``fuzz_tool`` for every tool of ``registry`` (or the named ``tools``),
     in name order, each beside the others. ``KeyError`` for an unknown name."""
@@ -246,6 +263,7 @@ def fuzz_registry(
                 approve=approve,
                 timeout_seconds=timeout_seconds,
                 fake_world=fake_world,
+                world=world,
             )
         )
     return reports
@@ -261,6 +279,7 @@ def check_call(
     approve: bool = True,
     timeout_seconds: float | None = None,
     fake_world: FakeWorld | None = None,
+    world: str = "auto",
 ) -> tuple[FuzzFailure, ...]:
     """Run one call of ``spec`` with ``arguments`` in a fresh fuzz world and
     return every failure it shows (empty when it passes every check).
@@ -274,6 +293,7 @@ def check_call(
         approve=approve,
         timeout_seconds=timeout_seconds,
         fake_world=fake_world,
+        world=world,
     )
     values = dict(arguments)
     valid = checker.judge.input_validator.is_valid(values)
