@@ -182,6 +182,8 @@ def fuzz_tool(
             failures.extend(search.run(examples, seed, notes))
     except UnsupportedSchema as exc:
         return FuzzReport(spec.name, 0, 0, 0, (), skipped=str(exc), seed=seed)
+    finally:
+        checker.close()
     if checker.not_run:
         notes.append(_not_run(checker.not_run))
     skipped = None
@@ -297,7 +299,8 @@ def check_call(
     )
     values = dict(arguments)
     valid = checker.judge.input_validator.is_valid(values)
-    return tuple(
-        FuzzFailure(spec.name, problem, detail, values, valid)
-        for problem, detail in checker.check(values, valid)
-    )
+    try:
+        found = checker.check(values, valid)
+    finally:
+        checker.close()
+    return tuple(FuzzFailure(spec.name, problem, detail, values, valid) for problem, detail in found)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -19,11 +20,12 @@ from ..harness.fake_filesystem import FakeWorld
 from ..harness.probes import (
     HandlerProbe,
     HandlerRuns,
+    OutsideSnapshot,
     audit_row_problems,
     holds_marker,
     outside_changes,
 )
-from ..harness.world import DECOY_MARKER, FORBIDDEN_MARKER, World
+from ..harness.world import DECOY_MARKER, FORBIDDEN_MARKER, World, WorkspaceEntry
 from ..hooks import Approver
 from ..redaction import Redactor
 from ..registry import ToolRegistry, ToolSpec, WorldKind, checked_world
@@ -110,6 +112,7 @@ class CallChecker:
         """How many calls were answered with each code."""
         self.refusals: dict[tuple[str, str], Refusals] = {}
         """Valid calls that never reached the handler, by (code, audit rule)."""
+        self._kept: tuple[FuzzDirectory, tuple[WorkspaceEntry, ...], OutsideSnapshot] | None = None
         self.not_run: dict[str, int] = {}
         """Examples never run in the directory world, by the argument that
         named a place outside its container (the real machine)."""
@@ -132,6 +135,9 @@ class CallChecker:
                     if far is not None:
                         self.not_run[far] = self.not_run.get(far, 0) + 1
                         return []
+                else:
+                    world.plant(FUZZ_DECOYS)
+                    world.plant_forbidden()
                 runs = self._probe.start_call()
                 call = ToolCall(
                     call_id=CALL_ID,
@@ -140,8 +146,6 @@ class CallChecker:
                     actor=ACTOR,
                     session_id=ACTOR,
                 )
-                world.plant(FUZZ_DECOYS)
-                world.plant_forbidden()
                 before = world.outside()
                 inside_before = world.tree()
                 self._probe.accesses = world.accesses
@@ -258,10 +262,49 @@ class CallChecker:
             problems.append((Problem.AUDIT_ROWS, audit))
         return problems
 
-    def _world(self) -> World | FuzzDirectory:
+    def _world(self) -> AbstractContextManager[World | FuzzDirectory]:
         if self.world == "directory":
-            return FuzzDirectory()
+            return self._directory()
         return World(FUZZ_WORKSPACE, fake_world=self.fake_world)
+
+    @contextmanager
+    def _directory(self) -> Iterator[FuzzDirectory]:
+        """The directory world of one example: the tool's own, kept from
+        one example to the next, its workspace put back when an example
+        changed it; made afresh when one changed anything outside the
+        workspace or left its handler running (measured: making and
+        removing a world costs more than the call itself on ext4)."""
+        if self._kept is None:
+            place = FuzzDirectory()
+            place.__enter__()
+            try:
+                place.plant(FUZZ_DECOYS)
+                place.plant_forbidden()
+                self._kept = (place, place.world.save_workspace(), place.outside())
+            except BaseException:
+                place.__exit__(None, None, None)
+                raise
+        place, saved, outside = self._kept
+        calls = self._probe.calls
+        fresh = False
+        try:
+            yield place
+            runs = self._probe.current
+            fresh = runs.finished < runs.calls or place.outside() != outside
+            if not fresh and self._probe.calls != calls and place.world.save_workspace() != saved:
+                place.world.restore_workspace(saved)
+        except BaseException:
+            fresh = True
+            raise
+        finally:
+            if fresh:
+                self.close()
+
+    def close(self) -> None:
+        """Remove the directory world kept between examples (if any)."""
+        kept, self._kept = self._kept, None
+        if kept is not None:
+            kept[0].__exit__(None, None, None)
 
     @property
     def _after_world(self) -> str:

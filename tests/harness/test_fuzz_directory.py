@@ -154,6 +154,23 @@ def test_the_fuzzer_finds_each_twin(spec: ToolSpec, temporary: Path) -> None:
     assert not list(temporary.glob(f"{CONTAINER_PREFIX}*"))
 
 
+def test_each_example_starts_from_the_same_workspace(temporary: Path) -> None:
+    seen: list[bytes] = []
+
+    @tool(risk=Risk.WRITE, world="directory", paths=[PathAccess.write(".")])
+    def clobber(ctx: Any, text: str) -> dict[str, Any]:
+        root = Path(ctx.workspace.root)
+        seen.append((root / "notes.txt").read_bytes())
+        (root / "notes.txt").write_text(text)
+        (root / "sub" / "nested.txt").unlink()
+        (root / "made").mkdir()
+        return {}
+
+    report = fuzz_tool(clobber, examples=EXAMPLES, seed=1)
+    assert report.failures == (), report.format()
+    assert len(seen) >= EXAMPLES and set(seen) == {b"first line\nsecond line mentions fuzz\n"}
+
+
 @pytest.mark.parametrize(
     "value",
     ["/etc/passwd", "../../../../etc/passwd", "/tmp/toolguard-decoy.txt", "/new-at-the-root"],
