@@ -303,4 +303,6 @@ def check_call(
         found = checker.check(values, valid)
     finally:
         checker.close()
-    return tuple(FuzzFailure(spec.name, problem, detail, values, valid) for problem, detail in found)
+    return tuple(
+        FuzzFailure(spec.name, problem, detail, values, valid) for problem, detail in found
+    )

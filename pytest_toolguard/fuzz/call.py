@@ -25,7 +25,7 @@ from ..harness.probes import (
     holds_marker,
     outside_changes,
 )
-from ..harness.world import DECOY_MARKER, FORBIDDEN_MARKER, World, WorkspaceEntry
+from ..harness.world import DECOY_MARKER, FORBIDDEN_MARKER, WorkspaceEntry, World
 from ..hooks import Approver
 from ..redaction import Redactor
 from ..registry import ToolRegistry, ToolSpec, WorldKind, checked_world

@@ -36,6 +36,7 @@ from typing import Any
 
 from ..audit import AuditRecord, SQLiteAuditStore
 from ..contract import ToolResult
+from ..harness.branching import row_as_recorded, walked_world
 from ..harness.directory_world import DirectoryWorld, mapped_files
 from ..harness.escapes import Escape
 from ..harness.fake_filesystem import FakeWorld
@@ -45,7 +46,7 @@ from ..harness.probes import outside_changes, probing
 from ..harness.session import secrets_redactor, session_runtime, with_secrets
 from ..harness.world import World
 from ..redaction import Redactor
-from ..registry import ToolRegistry, WorldKind, checked_world
+from ..registry import ToolRegistry, WorldKind
 from .cassette import VOLATILE_FILE_PREFIX, Cassette
 from .checks import ReplayChecks, ReplayReport
 from .http import HttpPlayback
@@ -100,9 +101,7 @@ def chosen_world(cassette: Cassette, registry: ToolRegistry, world: str = "auto"
     ``directory``; for ``auto``, the directory world when a tool its calls
     name runs in it (``ToolRegistry.world_for``). ``ValueError`` for any
     other ``world``."""
-    if world == "auto":
-        return registry.world_for(item.call.tool_name for item in cassette.interactions)
-    return checked_world(world, "world")
+    return walked_world(cassette, registry, world)
 
 
 def _replay_in_directory(
@@ -219,24 +218,9 @@ def _play(
     rows = tuple(store.rows())
     store.close()
     if mapping is not None:
-        rows = tuple(_row_as_recorded(mapping, row) for row in rows)
+        rows = tuple(row_as_recorded(mapping, row) for row in rows)
     checks.audit(cassette.interactions, rows)
     return tuple(results), rows
-
-
-def _row_as_recorded(mapping: RootMap, row: AuditRecord) -> AuditRecord:
-    """``row`` with its text fields spelt as the recording spelt the root."""
-    return replace(
-        row,
-        **{
-            name: mapping.to_recorded(getattr(row, name))
-            for name in _ROW_TEXT
-            if isinstance(getattr(row, name), str)
-        },
-    )
-
-
-_ROW_TEXT = ("call_id", "arguments_json", "rule", "reason", "result_preview", "error_message")
 
 
 def _without_volatile_files(

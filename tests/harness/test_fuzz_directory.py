@@ -200,6 +200,7 @@ def test_an_argument_reaching_the_machine_is_never_given_to_the_tool(
 
     report = fuzz_tool(record, examples=1, seed=0)
     assert all(not path.startswith(("~", "$")) for path in ran)
+    assert any("not run in the directory world" in note for note in report.notes)
     assert check_call(record, {"path": value}) == ()
     assert value not in ran and os.path.expanduser(value) not in ran
 
