@@ -42,7 +42,7 @@ from ..harness.escapes import Escape
 from ..harness.fake_filesystem import FakeWorld
 from ..harness.files import read_files
 from ..harness.known_secrets import KnownSecrets
-from ..harness.probes import outside_changes, probing
+from ..harness.probes import OutsideSnapshot, outside_changes, probing
 from ..harness.session import secrets_redactor, session_runtime, with_secrets
 from ..harness.world import World
 from ..redaction import Redactor
@@ -144,18 +144,27 @@ def _replay_in_directory(
         )
         files = _redacted_paths(redactor, mapped_files(mapping, place.tree()))
         checks.files(*_without_volatile_files(cassette, files))
-        outside_after = place.outside()
-        changes = outside_changes(outside_before, outside_after)
-        for path in (*changes.created, *changes.modified, *changes.removed):
-            before, after = outside_before.get(path), outside_after.get(path)
-            checks.add(
-                "outside the workspace",
-                place.recorded_path(path),
-                "absent" if before is None else "unchanged",
-                "removed" if after is None else _described(checks, after),
-            )
-        checks.checks += len(outside_before) + len(changes.created)
+        outside_differences(checks, place, outside_before)
     return results, rows
+
+
+def outside_differences(
+    checks: ReplayChecks, place: DirectoryWorld, outside_before: OutsideSnapshot
+) -> None:
+    """A difference for every entry of ``place``'s tree outside the
+    workspace created, changed or removed since ``outside_before``, its path
+    spelt as the recording would have spelt it."""
+    outside_after = place.outside()
+    changes = outside_changes(outside_before, outside_after)
+    for path in (*changes.created, *changes.modified, *changes.removed):
+        before, after = outside_before.get(path), outside_after.get(path)
+        checks.add(
+            "outside the workspace",
+            place.recorded_path(path),
+            "absent" if before is None else "unchanged",
+            "removed" if after is None else _described(checks, after),
+        )
+    checks.checks += len(outside_before) + len(changes.created)
 
 
 def _play(
