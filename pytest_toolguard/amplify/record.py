@@ -29,11 +29,8 @@ A call holding HTTP exchanges gets only the variants its input schema
 refuses (they end before the handler, so they make no request); the others
 are dropped: their requests would have no recorded answer.
 
-The cassette is replayed and walked in the world replay chooses for it
-(``world``: ``auto``, ``fake`` or ``directory``; see
-``harness.branching.walked_world``): a cassette calling a tool that declares
-``world="directory"`` is amplified on real files, its variants spelt as
-recorded.
+It runs in the world replay chooses (``world``; ``branching.walked_world``):
+a tool declaring ``world="directory"`` is amplified on real files.
 
 Calls not amplified, with the reason: of a tool the registry lacks, refused
 or failed when recorded (their variants would meet the same refusal),
@@ -491,7 +488,6 @@ class _Amplifier:
 
 
 def _escaped(escapes: Sequence[str]) -> str:
-    """Why a variant whose run reached beyond its world is dropped."""
     more = f" (and {len(escapes) - 1} more)" if len(escapes) > 1 else ""
     return f"its run reached beyond its world, so its answer is not the tool's: {escapes[0]}{more}"
 
