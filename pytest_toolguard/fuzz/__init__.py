@@ -64,7 +64,8 @@ needs approval (external, dangerous) are approved by an ``Approver`` that
 allows every call (``approve=True``, the default), so their handlers run;
 with ``approve=False`` they must answer ``APPROVAL_REQUIRED``, their
 handlers never run and the report is skipped. Only the filesystem is
-fake: a handler that opens a socket or runs a subprocess does so for real.
+fake: a handler that opens a socket does so for real, and one that runs a
+subprocess or opens SQLite on a file is refused (``real-disk``).
 A tool that names its host (``network_host_argument``) is refused by the
 policy, since no host is allowed (the report is skipped, saying so), unless
 ``capabilities`` allow one; stub any other outside effect in the registry
@@ -80,8 +81,24 @@ fake filesystem is gone: threads cannot be killed. Each call's deadline is
 ``timeout_seconds`` to change it. Schemas outside the subset
 ``strategies`` translates give a skipped report, never a crash.
 
+The directory world (``fuzz.directory``). A tool declaring
+``world="directory"`` (or its registry's default, or ``world="directory"``
+given here, chosen as replay chooses) reaches files through C libraries or
+other processes: it is fuzzed in a ``harness.DirectoryWorld`` of the same
+workspace on the real disk, inside a container that stands for the
+machine's root, so decoys, probes and paths climbing out stay inside it.
+The same properties are judged on the real tree: "outside changed" covers
+the whole container but the workspace (a sibling sharing the root's
+prefix, a link followed out, a file above the world); reads outside are
+seen through the decoys' marker; accesses only when the world observes
+them (``DirectoryWorld.accesses`` not None). An argument that would reach
+the real machine outside the container (``~/.ssh``, ``$HOME``, more
+``..`` than the container is deep) is never given to the tool: those
+examples are not run, and a note says so.
+
 The package does not import pytest; the plugin turns reports into items.
-Its modules: ``world`` (the fuzz world), ``arguments`` (what is tried),
+Its modules: ``world`` (the fuzz world), ``directory`` (its directory
+twin), ``arguments`` (what is tried),
 ``call`` (one call, checked), ``search`` (Hypothesis), ``report``.
 """
 

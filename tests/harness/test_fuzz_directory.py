@@ -18,6 +18,7 @@ from pytest_toolguard.fuzz import Problem, check_call, fuzz_tool
 from pytest_toolguard.fuzz.call import fuzzed_world
 from pytest_toolguard.fuzz.directory import CONTAINER_PREFIX, FuzzDirectory
 from pytest_toolguard.fuzz.world import FUZZ_ROOT
+from pytest_toolguard.harness.directory_world import DirectoryWorld
 from pytest_toolguard.registry import PathAccess, ToolRegistry, ToolSpec, tool
 
 EXAMPLES = 12
@@ -244,3 +245,40 @@ def test_the_fuzzed_world_is_chosen_as_replay_chooses_it(
 def test_an_unknown_world_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="unknown world"):
         fuzz_tool(add_row, examples=1, world="tmpfs")
+
+
+class _Watched:
+    """An oracle of accesses as ``DirectoryWorld.accesses`` gives one: each
+    handler run opens and closes its window; ``outside`` what it saw."""
+
+    def __init__(self, seen: list[str]) -> None:
+        self.seen = seen
+        self.windows = 0
+
+    def opened(self) -> None:
+        self.windows += 1
+
+    def closed(self) -> None:
+        pass
+
+    def outside(self, root: str) -> list[Any]:
+        return [type("Access", (), {"path": path})() for path in self.seen]
+
+
+@pytest.mark.parametrize(
+    ("seen", "flagged"), [([], False), (["/somewhere/else.txt"], True)], ids=["none", "one"]
+)
+def test_accesses_are_judged_when_the_world_observes_them(
+    seen: list[str], flagged: bool, temporary: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[_Watched] = []
+
+    def watched(world: Any) -> _Watched:
+        if not made:
+            made.append(_Watched(seen))
+        return made[0]
+
+    monkeypatch.setattr(DirectoryWorld, "accesses", property(watched))
+    failures = check_call(append_checked, {"path": "notes.txt", "text": "x"})
+    assert (Problem.OUTSIDE_ACCESS in {f.problem for f in failures}) is flagged
+    assert made[0].windows == 1
