@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pytest_toolguard.harness.directory_world import WORLD_PREFIX
-from pytest_toolguard.options import RECORD_MODE, WORLD
+from pytest_toolguard.options import FUZZ, FUZZ_EXAMPLES, RECORD_MODE, WORLD
 
 NO_XDIST = ("-p", "no:xdist", "-p", "no:hypothesispytest")
 INI = "[pytest]\npythonpath = .\ntoolguard_registry = marker_tools:registry\n"
@@ -22,10 +22,10 @@ import os
 import sqlite3
 
 from pytest_toolguard import Capabilities, Risk
-from pytest_toolguard.registry import ToolRegistry, tool
+from pytest_toolguard.registry import PathAccess, ToolRegistry, tool
 
 
-@tool(risk=Risk.WRITE, world="directory")
+@tool(risk=Risk.WRITE, world="directory", paths=[PathAccess.write("crm.db")])
 def add_contact(ctx, name: str) -> dict:
     """Adds a contact to the workspace's SQLite database."""
     connection = sqlite3.connect(os.path.join(ctx.workspace.root, "crm.db"))
@@ -182,3 +182,16 @@ def test_an_unknown_marker_world_fails_that_test_alone(
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["*@pytest.mark.toolguard: world: unknown world*"])
     assert "Traceback" not in result.stdout.str()
+
+
+@pytest.mark.parametrize(("option", "passed"), [(None, 1), ("directory", 1), ("fake", 0)], ids=str)
+def test_fuzz_items_fuzz_a_directory_tool_in_the_world_replay_would_choose(
+    pytester: pytest.Pytester, temporary: Path, option: str | None, passed: int
+) -> None:
+    _project(pytester, None, None)
+    chosen = (WORLD, option) if option else ()
+    result = pytester.runpytest(*NO_XDIST, FUZZ, f"{FUZZ_EXAMPLES}=5", "-k", "add_contact", *chosen)
+    result.assert_outcomes(passed=passed, failed=1 - passed)
+    if not passed:  # forced into the fake world, its SQLite file is refused
+        result.stdout.fnmatch_lines(["*real-disk*"])
+    assert list(temporary.iterdir()) == []  # every container and world removed
