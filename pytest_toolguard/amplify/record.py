@@ -18,13 +18,19 @@ trusted tools):
 - a result whose data is large is kept as the data's hash (``data_sha256``);
 - dropped, each with its reason: the recorded call itself, a call another
   candidate already makes, one slower than ``BRANCH_SECONDS`` (its
-  deadline while amplifying), and every candidate past the cap
+  deadline while amplifying), one whose run reached beyond its world (the
+  real disk from the fake world, refused; an entry outside the workspace
+  of the directory world: ``Branch.escapes``), its answer not the tool's
+  alone, and every candidate past the cap
   (``VariantCaps``: 12 a call, or the tool's own; refusals have a cap of
   the same size of their own).
 
 A call holding HTTP exchanges gets only the variants its input schema
 refuses (they end before the handler, so they make no request); the others
 are dropped: their requests would have no recorded answer.
+
+It runs in the world replay chooses (``world``; ``branching.walked_world``):
+a tool declaring ``world="directory"`` is amplified on real files.
 
 Calls not amplified, with the reason: of a tool the registry lacks, refused
 or failed when recorded (their variants would meet the same refusal),
@@ -190,8 +196,8 @@ class AmplifyReport:
 
 
 def _reason_kind(reason: str) -> str:
-    """A reason without the part naming one variant or interaction."""
-    return reason.split(" `")[0].split(" at interaction")[0]
+    """A reason without the part naming one variant, interaction or escape."""
+    return reason.split(" `")[0].split(" at interaction")[0].split(": ")[0]
 
 
 def amplify(
@@ -202,6 +208,7 @@ def amplify(
     redactor: Redactor | None = None,
     secrets: Mapping[str, str] | None = None,
     fake_world: FakeWorld | None = None,
+    world: str = "auto",
 ) -> tuple[Cassette, AmplifyReport]:
     """``cassette`` with fresh variants on its calls (its old ones
     replaced), and the report (see the module docstring). When the
@@ -216,13 +223,15 @@ def amplify(
     plain = replace(
         cassette, interactions=tuple(replace(i, variants=()) for i in cassette.interactions)
     )
-    recorded = replay(plain, registry, redactor=redactor, secrets=secrets, fake_world=fake_world)
+    recorded = replay(
+        plain, registry, redactor=redactor, secrets=secrets, fake_world=fake_world, world=world
+    )
     if not recorded.ok:
         return cassette, AmplifyReport(cassette.source, replay_differences=recorded.differences)
     run = _Amplifier(plain, registry, caps, redactor)
     interactions: list[Interaction] = []
     with SessionWalk(
-        plain, registry, redactor=redactor, secrets=secrets, fake_world=fake_world
+        plain, registry, redactor=redactor, secrets=secrets, fake_world=fake_world, world=world
     ) as walk:
         for index, interaction in enumerate(plain.interactions):
             why = run.why_not(interaction, recorded.results[index].state)
@@ -254,6 +263,7 @@ def amplify_file(
     redactor: Redactor | None = None,
     secrets: Mapping[str, str] | None = None,
     fake_world: FakeWorld | None = None,
+    world: str = "auto",
 ) -> AmplifyReport:
     """Amplify the cassette or case at ``path`` and write its variants in
     place (atomically; only when its text changes). ``CassetteError`` for
@@ -262,7 +272,13 @@ def amplify_file(
     cassette = load(target, source=source)
     original = documents.read_text(target)  # within its limits: load read it
     amplified, report = amplify(
-        cassette, registry, caps=caps, redactor=redactor, secrets=secrets, fake_world=fake_world
+        cassette,
+        registry,
+        caps=caps,
+        redactor=redactor,
+        secrets=secrets,
+        fake_world=fake_world,
+        world=world,
     )
     if not report.ok:
         return report
@@ -439,9 +455,13 @@ class _Amplifier:
         first = walk.branch(call, files=files, approved=approved, seed=0, timeouts=deadline)
         if first.result.code is ErrorCode.TIMEOUT or first.problems:
             return None, f"slower than {BRANCH_SECONDS:g} s (its deadline while amplifying)"
+        if first.escapes:
+            return None, _escaped(first.escapes)
         second = walk.branch(
             call, files=files, approved=approved, seed=1, frozen_at=self.later, timeouts=deadline
         )
+        if second.escapes:
+            return None, _escaped(second.escapes)
         refused = not spec.input_validator.is_valid(dict(candidate.arguments))
         volatile = _volatile(first, second)
         expectation, digest = _expectation(first), None
@@ -465,6 +485,11 @@ class _Amplifier:
             ),
             "",
         )
+
+
+def _escaped(escapes: Sequence[str]) -> str:
+    more = f" (and {len(escapes) - 1} more)" if len(escapes) > 1 else ""
+    return f"its run reached beyond its world, so its answer is not the tool's: {escapes[0]}{more}"
 
 
 def _arguments(value: Any) -> dict[str, Any] | None:

@@ -64,7 +64,8 @@ needs approval (external, dangerous) are approved by an ``Approver`` that
 allows every call (``approve=True``, the default), so their handlers run;
 with ``approve=False`` they must answer ``APPROVAL_REQUIRED``, their
 handlers never run and the report is skipped. Only the filesystem is
-fake: a handler that opens a socket or runs a subprocess does so for real.
+fake: a handler that opens a socket does so for real, and one that runs a
+subprocess or opens SQLite on a file is refused (``real-disk``).
 A tool that names its host (``network_host_argument``) is refused by the
 policy, since no host is allowed (the report is skipped, saying so), unless
 ``capabilities`` allow one; stub any other outside effect in the registry
@@ -80,8 +81,24 @@ fake filesystem is gone: threads cannot be killed. Each call's deadline is
 ``timeout_seconds`` to change it. Schemas outside the subset
 ``strategies`` translates give a skipped report, never a crash.
 
+The directory world (``fuzz.directory``). A tool declaring
+``world="directory"`` (or its registry's default, or ``world="directory"``
+given here, chosen as replay chooses) reaches files through C libraries or
+other processes: it is fuzzed in a ``harness.DirectoryWorld`` of the same
+workspace on the real disk, inside a container that stands for the
+machine's root, so decoys, probes and paths climbing out stay inside it.
+The same properties are judged on the real tree: "outside changed" covers
+the whole container but the workspace (a sibling sharing the root's
+prefix, a link followed out, a file above the world); reads outside are
+seen through the decoys' marker; accesses only when the world observes
+them (``DirectoryWorld.accesses`` not None). An argument that would reach
+the real machine outside the container (``~/.ssh``, ``$HOME``, more
+``..`` than the container is deep) is never given to the tool: those
+examples are not run, and a note says so.
+
 The package does not import pytest; the plugin turns reports into items.
-Its modules: ``world`` (the fuzz world), ``arguments`` (what is tried),
+Its modules: ``world`` (the fuzz world), ``directory`` (its directory
+twin), ``arguments`` (what is tried),
 ``call`` (one call, checked), ``search`` (Hypothesis), ``report``.
 """
 
@@ -126,6 +143,7 @@ def fuzz_tool(
     approve: bool = True,
     timeout_seconds: float | None = None,
     fake_world: FakeWorld | None = None,
+    world: str = "auto",
 ) -> FuzzReport:
     """Fuzz one tool: up to ``examples`` generated calls with valid
     arguments and up to ``examples`` with invalid ones (plus the explicit
@@ -138,11 +156,13 @@ def fuzz_tool(
     ``{"run_id": RUN_ID}``; ``approve`` (default True) approves every call
     of a tool whose risk needs it, so its handler runs; ``timeout_seconds``
     replaces the tool's deadline; ``fake_world`` is the ``FakeWorld`` the
-    examples run in (default: the process's).
+    examples run in (default: the process's); ``world`` is ``auto`` (the
+    tool's ``world``, else the registry's), ``fake`` or ``directory``.
 
     Never raises for a tool's behaviour; a schema outside the supported
     subset, or a handler that no valid call reached, gives a report with
-    ``skipped`` set (saying why). Raises ``ValueError`` for ``examples < 1``."""
+    ``skipped`` set (saying why). Raises ``ValueError`` for ``examples < 1``
+    or an unknown ``world``."""
     if examples < 1:
         raise ValueError(f"examples must be at least 1, got {examples}")
     checker = CallChecker(
@@ -153,6 +173,7 @@ def fuzz_tool(
         approve=approve,
         timeout_seconds=timeout_seconds,
         fake_world=fake_world,
+        world=world,
     )
     notes: list[str] = []
     failures: list[FuzzFailure] = []
@@ -178,6 +199,10 @@ def fuzz_tool(
             failures.extend(search.run(examples, seed, notes))
     except UnsupportedSchema as exc:
         return FuzzReport(spec.name, 0, 0, 0, (), skipped=str(exc), seed=seed)
+    finally:
+        checker.close()
+    if checker.not_run:
+        notes.append(_not_run(checker.not_run))
     skipped = None
     if checker.handler_calls == 0:
         never_ran = _never_ran(valid_search.calls, checker.refusals)
@@ -215,6 +240,16 @@ def _never_ran(valid_calls: int, refusals: Mapping[tuple[str, str], Refusals]) -
     )
 
 
+def _not_run(not_run: Mapping[str, int]) -> str:
+    """The note on examples never run in the directory world."""
+    shown = ", ".join(repr(value) for value in sorted(not_run)[:LISTED])
+    more = f" and {len(not_run) - LISTED} more" if len(not_run) > LISTED else ""
+    return (
+        f"{sum(not_run.values())} examples not run in the directory world: an argument "
+        f"would reach the real machine outside its container ({shown}{more})"
+    )
+
+
 def fuzz_registry(
     registry: ToolRegistry,
     *,
@@ -226,6 +261,7 @@ def fuzz_registry(
     timeout_seconds: float | None = None,
     tools: Sequence[str] | None = None,
     fake_world: FakeWorld | None = None,
+    world: str = "auto",
 ) -> list[FuzzReport]:
     """``fuzz_tool`` for every tool of ``registry`` (or the named ``tools``),
     in name order, each beside the others. ``KeyError`` for an unknown name."""
@@ -246,6 +282,7 @@ def fuzz_registry(
                 approve=approve,
                 timeout_seconds=timeout_seconds,
                 fake_world=fake_world,
+                world=world,
             )
         )
     return reports
@@ -261,6 +298,7 @@ def check_call(
     approve: bool = True,
     timeout_seconds: float | None = None,
     fake_world: FakeWorld | None = None,
+    world: str = "auto",
 ) -> tuple[FuzzFailure, ...]:
     """Run one call of ``spec`` with ``arguments`` in a fresh fuzz world and
     return every failure it shows (empty when it passes every check).
@@ -274,10 +312,14 @@ def check_call(
         approve=approve,
         timeout_seconds=timeout_seconds,
         fake_world=fake_world,
+        world=world,
     )
     values = dict(arguments)
     valid = checker.judge.input_validator.is_valid(values)
+    try:
+        found = checker.check(values, valid)
+    finally:
+        checker.close()
     return tuple(
-        FuzzFailure(spec.name, problem, detail, values, valid)
-        for problem, detail in checker.check(values, valid)
+        FuzzFailure(spec.name, problem, detail, values, valid) for problem, detail in found
     )

@@ -74,9 +74,11 @@ RUN_PLUGIN = "toolguard-run"
 
 MARKER = (
     "toolguard(cassette=None, capabilities=None, volatile=(), record_mode=None, "
-    "variables=None, hooks=()): the cassette of the toolguard fixture, the session's "
-    "capabilities, fields never compared, the record mode, the runtime's variables and "
-    "the hooks it records with (an Approver; playback grants the recorded approvals)"
+    "variables=None, hooks=(), world=None): the cassette of the toolguard fixture, the "
+    "session's capabilities, fields never compared, the record mode, the runtime's "
+    "variables, the hooks it records with (an Approver; playback grants the recorded "
+    "approvals) and the world it plays back in (fake or directory; over "
+    "--toolguard-world and the ini's toolguard_world)"
 )
 
 

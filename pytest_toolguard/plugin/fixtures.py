@@ -97,8 +97,11 @@ def toolguard(
     first are recorded as the starting state; the cassette is written only
     if the test passed. Replaying (mode ``none`` or ``once`` with a
     cassette): the test runs in the cassette's world (fake filesystem,
-    frozen clock); each call must be the cassette's next one, and
-    differences or interactions never replayed fail the test.
+    frozen clock; or a fresh real directory for tools that declare
+    ``world="directory"``, or with the marker's ``world=``, which overrides
+    ``--toolguard-world`` and the ini's ``toolguard_world`` for this test);
+    each call must be the cassette's next one, and differences or
+    interactions never replayed fail the test.
 
     The values of ``toolguard_secrets`` are redacted like any secret, when
     recording and playing back, and never shown in a report.
@@ -168,6 +171,8 @@ def _play_back(
         variables=options.variables or None,
         fake_world=run_of(request.config).fake_world(),
         secrets=secrets,
+        # The marker's world is this test's; else the option's, the ini's, the tools'.
+        world=options.world or run_of(request.config).world,
     )
     try:
         yield tape.start()

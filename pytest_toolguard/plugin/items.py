@@ -234,7 +234,11 @@ def replay_file_variants(
     shown = item.nodeid.split("::")[0]
     cassette = load(item.path, source=shown)
     report = replay_variants(
-        cassette, toolguard_registry, secrets=toolguard_secrets, fake_world=run.fake_world()
+        cassette,
+        toolguard_registry,
+        secrets=toolguard_secrets,
+        fake_world=run.fake_world(),
+        world=run.world,
     )
     outcomes.leave(
         item,
@@ -277,6 +281,7 @@ def amplify_one_file(
         caps=run.amplify_caps,
         secrets=toolguard_secrets,
         fake_world=run.fake_world(),
+        world=run.world,
     )
     outcomes.leave(item, amplify=report.lines())
     if not report.ok:
@@ -484,6 +489,7 @@ def _fuzz(spec: ToolSpec, registry: ToolRegistry, config: pytest.Config) -> Fuzz
         examples=run.fuzz_examples,
         seed=run.fuzz_seed,
         fake_world=run.fake_world(),
+        world=run.world,
     )
 
 

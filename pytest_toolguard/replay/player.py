@@ -36,16 +36,17 @@ from typing import Any
 
 from ..audit import AuditRecord, SQLiteAuditStore
 from ..contract import ToolResult
+from ..harness.branching import row_as_recorded, walked_world
 from ..harness.directory_world import DirectoryWorld, mapped_files
 from ..harness.escapes import Escape
 from ..harness.fake_filesystem import FakeWorld
 from ..harness.files import read_files
 from ..harness.known_secrets import KnownSecrets
-from ..harness.probes import outside_changes, probing
+from ..harness.probes import OutsideSnapshot, outside_changes, probing
 from ..harness.session import secrets_redactor, session_runtime, with_secrets
 from ..harness.world import World
 from ..redaction import Redactor
-from ..registry import ToolRegistry, WorldKind, checked_world
+from ..registry import ToolRegistry, WorldKind
 from .cassette import VOLATILE_FILE_PREFIX, Cassette
 from .checks import ReplayChecks, ReplayReport
 from .http import HttpPlayback
@@ -101,9 +102,7 @@ def chosen_world(cassette: Cassette, registry: ToolRegistry, world: str = "auto"
     ``directory``; for ``auto``, the directory world when a tool its calls
     name runs in it (``ToolRegistry.world_for``). ``ValueError`` for any
     other ``world``."""
-    if world == "auto":
-        return registry.world_for(item.call.tool_name for item in cassette.interactions)
-    return checked_world(world, "world")
+    return walked_world(cassette, registry, world)
 
 
 def _replay_in_directory(
@@ -150,22 +149,31 @@ def _replay_in_directory(
             )
         files = _redacted_paths(redactor, mapped_files(mapping, place.tree()))
         checks.files(*_without_volatile_files(cassette, files))
-        outside_after = place.outside()
-        changes = outside_changes(outside_before, outside_after)
-        for path in (*changes.created, *changes.modified, *changes.removed):
-            before, after = outside_before.get(path), outside_after.get(path)
-            checks.add(
-                "outside the workspace",
-                place.recorded_path(path),
-                "absent" if before is None else "unchanged",
-                "removed" if after is None else _described(checks, after),
-            )
-        checks.checks += len(outside_before) + len(changes.created)
-        changed = {place.recorded_path(path) for path in changes.paths}
-        for path, events in place.accessed_outside().items():  # reads too: the kernel saw them
-            if path not in changed:
-                checks.add("outside the workspace", path, "not accessed", ", ".join(events))
+        outside_differences(checks, place, outside_before)
     return results, rows
+
+
+def outside_differences(
+    checks: ReplayChecks, place: DirectoryWorld, outside_before: OutsideSnapshot
+) -> None:
+    """A difference for every entry of ``place``'s tree outside the
+    workspace created, changed or removed since ``outside_before``, its path
+    spelt as the recording would have spelt it."""
+    outside_after = place.outside()
+    changes = outside_changes(outside_before, outside_after)
+    for path in (*changes.created, *changes.modified, *changes.removed):
+        before, after = outside_before.get(path), outside_after.get(path)
+        checks.add(
+            "outside the workspace",
+            place.recorded_path(path),
+            "absent" if before is None else "unchanged",
+            "removed" if after is None else _described(checks, after),
+        )
+    checks.checks += len(outside_before) + len(changes.created)
+    changed = {place.recorded_path(path) for path in changes.paths}
+    for path, events in place.accessed_outside().items():  # reads too: the kernel saw them
+        if path not in changed:
+            checks.add("outside the workspace", path, "not accessed", ", ".join(events))
 
 
 def _play(
@@ -223,24 +231,9 @@ def _play(
     rows = tuple(store.rows())
     store.close()
     if spelling is not None:
-        rows = tuple(_row_as_recorded(spelling.mapping, row) for row in rows)
+        rows = tuple(row_as_recorded(spelling.mapping, row) for row in rows)
     checks.audit(cassette.interactions, rows)
     return tuple(results), rows
-
-
-def _row_as_recorded(mapping: RootMap, row: AuditRecord) -> AuditRecord:
-    """``row`` with its text fields spelt as the recording spelt the root."""
-    return replace(
-        row,
-        **{
-            name: mapping.to_recorded(getattr(row, name))
-            for name in _ROW_TEXT
-            if isinstance(getattr(row, name), str)
-        },
-    )
-
-
-_ROW_TEXT = ("call_id", "arguments_json", "rule", "reason", "result_preview", "error_message")
 
 
 def _without_volatile_files(

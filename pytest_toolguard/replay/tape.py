@@ -15,7 +15,13 @@ cassette's world, as ``replay()`` builds it: a pyfakefs filesystem at the
 recorded root, the clock frozen at the recorded time, the recorded session,
 an in-memory audit store. While the tape plays, the *whole test* runs in
 that world (pyfakefs patches the process): write setup files under
-``runtime.workspace.root``, never under ``tmp_path``.
+``runtime.workspace.root``, never under ``tmp_path``. A cassette whose
+tools declare ``world="directory"`` (or a tape given ``world="directory"``,
+the marker's ``world=``) plays in a ``harness.DirectoryWorld`` instead: a
+fresh real directory, ``runtime.workspace.root`` the world's own root; the
+test's calls are matched, and results, rows and files compared, with that
+root spelt as the recorded one (``RootMap``); every entry of the world's
+tree outside the workspace created, changed or removed is a difference.
 
 *The test owns its set-up* in every record mode: playback starts from an
 empty workspace (the root directory and nothing in it), so the same set-up
@@ -57,14 +63,17 @@ from typing import Any
 from ..audit import AuditRecord, AuditStore, SQLiteAuditStore
 from ..capabilities import Capabilities
 from ..contract import ToolCall, ToolResult
+from ..harness.branching import row_as_recorded, walked_world
+from ..harness.directory_world import DirectoryWorld, mapped_files
 from ..harness.fake_filesystem import FakeWorld
 from ..harness.files import read_tree
 from ..harness.known_secrets import KnownSecrets
+from ..harness.probes import OutsideSnapshot
 from ..harness.session import secrets_redactor, session_runtime
 from ..harness.world import World
 from ..hooks import PostToolUse, PreToolUse
 from ..redaction import Redactor
-from ..registry import ToolRegistry
+from ..registry import ToolRegistry, WorldKind, checked_world
 from ..runtime import ToolRuntime
 from .cassette import (
     Cassette,
@@ -77,16 +86,25 @@ from .cassette import (
 from .checks import Difference, ReplayChecks, ReplayReport, describe_content
 from .matching import call_differences, closest
 from .naming import explicit_cassette_name
-from .player import ORPHAN_JOIN_SECONDS
+from .player import ORPHAN_JOIN_SECONDS, outside_differences
 from .record_mode import RecordMode, parse
 from .recorder import Recorder
 from .redacting import redact_file, redact_path
 from .report import CallNotInCassette, format_call_mismatch
+from .root_map import RootMap
 
 STABLE_ROOT = "/workspace"
 """The workspace root written in cassettes recorded by a test."""
 
-MARKER_ARGUMENTS = ("cassette", "capabilities", "volatile", "record_mode", "variables", "hooks")
+MARKER_ARGUMENTS = (
+    "cassette",
+    "capabilities",
+    "volatile",
+    "record_mode",
+    "variables",
+    "hooks",
+    "world",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +120,10 @@ class TapeOptions:
     hooks: tuple[PreToolUse | PostToolUse, ...] = ()
     """The runtime's hooks while recording (an ``Approver``, a plan);
     playback runs the recorded plan and approvals instead."""
+    world: WorldKind | None = None
+    """The world this test's cassette plays back in (``fake`` or
+    ``directory``); None: as the run says (``--toolguard-world``, the ini's
+    ``toolguard_world``, else the tools' own)."""
 
 
 def tape_options(args: Sequence[Any], kwargs: Mapping[str, Any]) -> TapeOptions:
@@ -134,6 +156,7 @@ def tape_options(args: Sequence[Any], kwargs: Mapping[str, Any]) -> TapeOptions:
             "hooks= must be a list of PreToolUse/PostToolUse hooks such as Approver(...)"
         )
     mode = kwargs.get("record_mode")
+    world = kwargs.get("world")
     return TapeOptions(
         cassette=cassette,
         capabilities=_capabilities(kwargs.get("capabilities")),
@@ -141,6 +164,7 @@ def tape_options(args: Sequence[Any], kwargs: Mapping[str, Any]) -> TapeOptions:
         record_mode=None if mode is None else parse(str(mode), "record_mode="),
         variables=dict(variables),
         hooks=tuple(hooks),
+        world=None if world is None else checked_world(world, "world"),
     )
 
 
@@ -274,12 +298,15 @@ class PlaybackTape:
         variables: Mapping[str, str] | None = None,
         fake_world: FakeWorld | None = None,
         secrets: Mapping[str, str] | None = None,
+        world: str = "auto",
     ) -> None:
         """``capabilities`` and ``variables``, when given, are what the test
         asks for now: a difference from the recorded session is reported.
         ``fake_world`` is the ``FakeWorld`` to play in (default: the
         process's). ``secrets`` (``toolguard_secrets``) are redacted by the
-        runtime, in matching, and from every difference and message."""
+        runtime, in matching, and from every difference and message.
+        ``world`` (``auto``, ``fake``, ``directory``) chooses the world as
+        replay chooses it; ``ValueError`` for another."""
         self.cassette = cassette
         self.registry = registry
         self.cassette_path = cassette_path
@@ -302,7 +329,11 @@ class PlaybackTape:
         self._runtime: ToolRuntime | None = None
         self._store: SQLiteAuditStore | None = None
         self._fake_world = fake_world
-        self._world: World | None = None
+        self.world: WorldKind = walked_world(cassette, registry, world)
+        """The world the tape plays in: ``fake`` or ``directory``."""
+        self._world: World | DirectoryWorld | None = None
+        self._map: RootMap | None = None
+        self._outside: OutsideSnapshot = {}
         self._http = self._checks.http_playback(cassette, registry)  # before the fake world
 
     def start(self) -> ToolRuntime:
@@ -310,9 +341,23 @@ class PlaybackTape:
         root: the test makes its own set-up) and give the runtime the test
         calls through."""
         cassette = self.cassette
-        self._world = self._stack.enter_context(
-            World.of(cassette, empty=True, fake_world=self._fake_world)
-        )
+        if self.world == "directory":
+            place = self._stack.enter_context(DirectoryWorld.of(cassette, empty=True))
+            self._world, self._map = place, place.root_map
+            self._outside = place.outside()
+            mapping = place.root_map
+            cassette = replace(
+                cassette,
+                workspace=replace(cassette.workspace, root=place.root),
+                interactions=tuple(
+                    replace(i, call=replace(i.call, arguments=mapping.to_world(i.call.arguments)))
+                    for i in cassette.interactions
+                ),
+            )
+        else:
+            self._world = self._stack.enter_context(
+                World.of(cassette, empty=True, fake_world=self._fake_world)
+            )
         self._store = SQLiteAuditStore(":memory:")
         runtime = session_runtime(
             cassette,
@@ -337,9 +382,11 @@ class PlaybackTape:
             self._calls += 1
             number, index = self._calls, self._next
             if self._before is None:
-                self._before = read_tree(self.cassette.workspace.root)
+                self._before = self._tree()
                 self._check_set_up(self._before)
             expected = interactions[index].call if index < len(interactions) else None
+            if self._map is not None and isinstance(call, ToolCall):
+                call = replace(call, arguments=self._map.to_recorded(call.arguments))
             if expected is None or call_differences(expected, call, self.redactor):
                 tool_name = str(getattr(call, "tool_name", "?"))
                 self._refused.append(
@@ -357,9 +404,18 @@ class PlaybackTape:
         return index
 
     def played(self, index: int, result: ToolResult) -> None:
-        """Compare the result of the interaction ``expect`` gave."""
+        """Compare the result of the interaction ``expect`` gave (spelt as
+        recorded, in the directory world)."""
+        data = self._stored[-1]
+        if self._map is not None:
+            result = replace(
+                result,
+                message=self._map.to_recorded(result.message),
+                data=self._map.to_recorded(result.data),
+            )
+            data = self._map.to_recorded(data)
         self._results.append(result)
-        self._checks.result(index, self.cassette.interactions[index], result, self._stored[-1])
+        self._checks.result(index, self.cassette.interactions[index], result, data)
 
     def _mismatch(self, number: int, index: int, call: ToolCall) -> str:
         interactions = self.cassette.interactions
@@ -403,8 +459,13 @@ class PlaybackTape:
             if self._store is not None:
                 rows = tuple(self._store.rows())
                 self._store.close()
-            if self._world is not None:
+            if self._map is not None:
+                mapping = self._map
+                rows = tuple(row_as_recorded(mapping, row) for row in rows)
+            if isinstance(self._world, World):
                 checks.escapes("runtime", self._world.escapes())
+            elif isinstance(self._world, DirectoryWorld):
+                outside_differences(checks, self._world, self._outside)
             replayed = cassette.interactions[: self._next]
             checks.audit(replayed, rows)
             self._check_session()
@@ -412,12 +473,18 @@ class PlaybackTape:
                 checks.differences.extend(self._refused)
                 self._list_unreached()
             if self._next == len(cassette.interactions) and self._before is not None:
-                self._check_files(read_tree(cassette.workspace.root))
+                self._check_files(self._tree())
         finally:
             self._stack.close()
         return ReplayReport(
             cassette, tuple(self._results), tuple(checks.differences), checks.checks, rows
         )
+
+    def _tree(self) -> dict[str, bytes]:
+        """The workspace's files now, spelt as recorded."""
+        if isinstance(self._world, DirectoryWorld):
+            return mapped_files(self._world.root_map, read_tree(self._world.root))
+        return read_tree(self.cassette.workspace.root)
 
     def _list_unreached(self) -> None:
         interactions = self.cassette.interactions
@@ -433,7 +500,7 @@ class PlaybackTape:
     def _check_set_up(self, made: Mapping[str, bytes]) -> None:
         """What the test's set-up made, against the recorded starting state."""
         recorded = self.cassette.workspace
-        root = recorded.root
+        root = recorded.root if self._world is None else self._world.root
         where = "workspace before the first call"
         shown = {redact_path(self.redactor, path): data for path, data in made.items()}
         for path, content in sorted(recorded.files.items()):
@@ -450,7 +517,9 @@ class PlaybackTape:
                 where,
                 link,
                 f"symlink to {target}",
-                f"symlink to {os.readlink(full)}" if os.path.islink(full) else "no symlink",
+                f"symlink to {self._recorded_target(os.readlink(full))}"
+                if os.path.islink(full)
+                else "no symlink",
             )
         for directory in sorted(recorded.directories):
             self._checks.compare(
@@ -459,6 +528,12 @@ class PlaybackTape:
                 "directory",
                 "directory" if os.path.isdir(posixpath.join(root, directory)) else "missing",
             )
+
+    def _recorded_target(self, target: str) -> str:
+        """A link's target as the recording spelt it."""
+        if isinstance(self._world, DirectoryWorld) and target.startswith("/"):
+            return self._world.recorded_path(target)
+        return target
 
     def _check_session(self) -> None:
         recorded = self.cassette.session

@@ -110,18 +110,26 @@ def replay_variants(
     redactor: Redactor | None = None,
     secrets: Mapping[str, str] | None = None,
     fake_world: FakeWorld | None = None,
+    world: str = "auto",
 ) -> VariantsReport:
     """Replay every variant of ``cassette`` through fresh branches of its
-    recorded session over ``registry`` (see the module docstring). Without
-    a ``redactor``, the ``secrets``' values are redacted too, as amplify
-    redacted them when it recorded the variants."""
+    recorded session over ``registry`` (see the module docstring), in the
+    world replay chooses (``world``: ``auto``, ``fake``, ``directory``).
+    Without a ``redactor``, the ``secrets``' values are redacted too, as
+    amplify redacted them when it recorded the variants. A variant whose
+    run reached beyond its world (``Branch.escapes``) is a difference."""
     redactor = redactor or secrets_redactor(secrets) or Redactor()
     known = KnownSecrets(secrets)  # never shown in a difference
     differences: list[Difference] = []
     checks_made = replayed = refused = 0
     try:
         with SessionWalk(
-            cassette, registry, redactor=redactor, secrets=secrets, fake_world=fake_world
+            cassette,
+            registry,
+            redactor=redactor,
+            secrets=secrets,
+            fake_world=fake_world,
+            world=world,
         ) as walk:
             for index, interaction in enumerate(cassette.interactions):
                 for position, variant in enumerate(interaction.variants):
@@ -133,6 +141,8 @@ def replay_variants(
                     )
                     checks = ReplayChecks(redactor, cassette.volatile, registry, known)
                     compare_variant(checks, index, interaction, variant, call, branch)
+                    for escape in branch.escapes:
+                        checks.add("runtime", "beyond the world", "not reached", escape)
                     label = variant_label(index, interaction, variant)
                     differences += [replace(d, where=label) for d in checks.differences]
                     checks_made += checks.checks
