@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any

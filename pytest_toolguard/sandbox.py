@@ -1142,10 +1142,15 @@ class Workspace:
         nothing is touched. See "Absolute paths" in the module docstring."""
         if not isinstance(path, str) or not str.startswith(path, "/"):
             return path
-        names = [name for name in str.split(path, "/") if name not in ("", ".")]
+        parts = str.split(path, "/")
+        # Where each name of the path ends, empty and "." parts skipped: the
+        # root is matched on those, the rest is kept as spelt (a "\\" part
+        # is a separator to the walk, so "." before it is no mere spelling).
+        ends = [end for end, part in enumerate(parts, start=1) if part not in ("", ".")]
         for root in self._roots:
-            if names[: len(root)] == root:
-                return "/".join(names[len(root) :]) or "."
+            if [parts[end - 1] for end in ends[: len(root)]] == root:
+                rest = "/".join(parts[ends[len(root) - 1] :]) if root else path
+                return rest.lstrip("/") or "."
         return path
 
     def normalize(self, path: str) -> str:
