@@ -183,9 +183,7 @@ def test_an_absolute_path_outside_the_write_roots_is_refused_as_its_relative_pat
     spec = workspace_tool(PathAccess.write("{path}"))
     before = snapshot(tree["base"])
     absolute = run(tree["root"], spec, {"path": spell(spelt, tree), "write": True})
-    relative = run(
-        tree["root"], spec, {"path": os.path.relpath(spell(spelt, tree), tree["root"])}
-    )
+    relative = run(tree["root"], spec, {"path": os.path.relpath(spell(spelt, tree), tree["root"])})
     assert absolute.code is relative.code is ErrorCode.PERMISSION_DENIED
     assert snapshot(tree["base"]) == before
 
@@ -222,7 +220,10 @@ def test_an_undeclared_absolute_path_outside_never_reaches_the_workspace(tree, s
     [
         ("{paths[*]}", lambda good, bad: {"paths": [good, bad]}),
         ("{paths[*]}", lambda good, bad: {"paths": [bad, good]}),
-        ("{files[*].file_path}", lambda good, bad: {"files": [{"file_path": good}, {"file_path": bad}]}),
+        (
+            "{files[*].file_path}",
+            lambda good, bad: {"files": [{"file_path": good}, {"file_path": bad}]},
+        ),
     ],
 )
 @pytest.mark.parametrize("bad", ESCAPES[:8])
@@ -271,7 +272,9 @@ NESTED = {
         "matrix": {"type": "array", "items": {"type": "array", "items": {"type": "string"}}},
         "options": {
             "type": "object",
-            "properties": {"output": {"type": "object", "properties": {"path": {"type": "string"}}}},
+            "properties": {
+                "output": {"type": "object", "properties": {"path": {"type": "string"}}}
+            },
         },
     },
 }
@@ -309,7 +312,10 @@ def host_tool(template: str, written: list[str]) -> ToolSpec:
 @pytest.mark.parametrize(
     ("template", "shape"),
     [
-        ("{groups[*].files[*]}", lambda paths: {"groups": [{"files": paths[:1]}, {"files": paths[1:]}]}),
+        (
+            "{groups[*].files[*]}",
+            lambda paths: {"groups": [{"files": paths[:1]}, {"files": paths[1:]}]},
+        ),
         ("{matrix[*][*]}", lambda paths: {"matrix": [paths[:1], [], paths[1:]]}),
         ("{options.output.path}", lambda paths: {"options": {"output": {"path": paths[-1]}}}),
     ],

@@ -271,9 +271,7 @@ def test_an_absolute_path_is_judged_against_the_workspace_root(
 
 
 @pytest.mark.parametrize("spelt", ["{root}/src/x.py", "{root}//src/./x.py", "{real}/src/x.py"])
-def test_a_builtin_handler_writes_an_absolute_path_inside_the_workspace(
-    edit_session, files, spelt
-):
+def test_a_builtin_handler_writes_an_absolute_path_inside_the_workspace(edit_session, files, spelt):
     # The policy judges it inside; the handler's workspace reaches the same file.
     where = spelt.format(root=files, real=os.path.realpath(files))
     result = edit_session.execute(call("write_file", {"path": where, "content": "x"}))
