@@ -404,3 +404,34 @@ def test_every_traversal_payload_spelt_beneath_the_root_is_its_relative_path(tmp
     assert differ == []
     assert escaped == []
     assert snapshot(tmp_path) == before
+
+
+# -- recorded and replayed where the recorded root does not exist ---------------
+
+
+@pytest.mark.parametrize("world", ["fake", "directory"])
+def test_an_absolute_path_tool_replays_after_its_recorded_root_is_gone(tmp_path, world):
+    from pytest_toolguard.replay import load, record_session, replay
+
+    root = tmp_path / "ws"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "a.txt").write_text("inside\n")
+    registry = ToolRegistry(
+        [workspace_tool(PathAccess.read("{paths[*]}"), PathAccess.write("{path}"))]
+    )
+    runtime = ToolRuntime(registry, root, SESSION)
+    with runtime, record_session(runtime, tmp_path / "c.yaml"):
+        read = runtime.execute(ToolCall("1", "touch", {"paths": [f"{root}/src/a.txt"]}))
+        wrote = runtime.execute(
+            ToolCall("2", "touch", {"path": f"{root}/src/b.txt", "write": True})
+        )
+    assert read.ok and wrote.ok, (read.message, wrote.message)
+    cassette = load(tmp_path / "c.yaml")
+    assert dict(cassette.workspace.files) == {"src/a.txt": b"inside\n"}
+    assert set(cassette.final_files) == {"src/a.txt", "src/b.txt"}
+    for path in sorted(root.rglob("*"), reverse=True):
+        path.unlink() if path.is_file() else path.rmdir()
+    root.rmdir()
+    report = replay(cassette, registry, world=world)
+    assert report.ok, [str(d) for d in report.differences]
+    assert not root.exists()
