@@ -122,7 +122,8 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument(
         "--workspace",
         required=True,
-        help="directory holding the files before the session (copied, never changed)",
+        help="the files before the session: copied, and the calls run in the copy (paths naming "
+        "it or the session's root mapped there); if it changes anyway, no cassette is written",
     )
     sub.add_argument("-o", "--output", required=True, help="the cassette to write")
     sub.add_argument(
@@ -295,8 +296,7 @@ def _import(options: argparse.Namespace, _: list[str]) -> int:
     from .capabilities import Capabilities
 
     transcript = reader(options.format)(_read(options.file))
-    bad_text = undecodable(transcript)
-    if bad_text is not None:
+    if (bad_text := undecodable(transcript)) is not None:
         raise UsageError(f"{options.file}: {bad_text}: it cannot be recorded as it is")
     registry = _load_registry(options.registry)
     capabilities = IMPORT_CAPABILITIES
@@ -344,7 +344,7 @@ def _import(options: argparse.Namespace, _: list[str]) -> int:
     if show and terminal:
         print(file=sys.stderr)
     print("\n".join(report.lines()))
-    return 1 if report.problems or report.mismatches else 0
+    return 1 if report.problems or report.mismatches or not report.written else 0
 
 
 def _tools(options: argparse.Namespace, _: list[str]) -> int:

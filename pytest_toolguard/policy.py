@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -184,21 +183,6 @@ def _may_be_argument(schema: Mapping[str, Any], name: str) -> bool:
     return listed or schema.get("additionalProperties") is not False
 
 
-def workspace_relative(path: str, root: str) -> str:
-    """``path`` as the sandbox takes it: an absolute path spelt beneath
-    ``root`` (as given, or with its links resolved) becomes relative to it,
-    its ``..`` and links left for the sandbox to walk from the root (so
-    ``/root/ln/../x`` is judged where ``ln`` really leads); anything else is
-    returned unchanged (an absolute path elsewhere is refused there)."""
-    if not path.startswith("/"):
-        return path
-    for base in dict.fromkeys((root, os.path.realpath(root))):
-        base = base.rstrip("/")
-        if path.startswith(base + "/") or path == base:
-            return path[len(base) :].lstrip("/") or "."
-    return path
-
-
 def _check_path(
     access: PathAccess,
     given: str,
@@ -208,7 +192,9 @@ def _check_path(
     redact: Callable[[str], str],
 ) -> ResolvedPath | PolicyDecision:
     location: Location | None = None
-    relative = workspace_relative(given, workspace.root)
+    # An absolute path spelt beneath the root is judged (and pinned for the
+    # handler) as the relative path it names; see Workspace.relative.
+    relative = workspace.relative(given)
     try:
         # Judged by where it really leads: the sandbox applies its rules
         # (forbidden names included) to every link target on the way. The

@@ -1,7 +1,8 @@
 """Workspace: file access confined to one directory tree, safe against races.
 
 A ``Workspace`` may be used to access only the files beneath a single root
-directory. Every path given to its methods is relative to that root. If any
+directory. Every path given to its methods is relative to that root, or an
+absolute path spelt beneath it (see "Absolute paths"). If any
 component of a path, or of a symbolic link met while resolving it, would
 reference a location outside the root, the method raises
 ``PathOutsideWorkspace`` and touches nothing. A path may name the root itself
@@ -19,6 +20,19 @@ Paths
     case-insensitively (``ForbiddenPath``; ``.env`` by default). When a path
     breaks several rules, the first rule in that order is reported. Paths are
     never URL-decoded or Unicode-normalized: ``%2e%2e`` is a literal name.
+
+Absolute paths
+    An absolute path whose leading components are the root's, spelt as
+    given to the constructor (made absolute) or as its real path, names
+    the relative path that follows them: ``/ws/src/a.py`` is ``src/a.py``,
+    ``/ws`` is ``.``. Empty and ``.`` components are skipped in that
+    comparison (``//ws/./src``), nothing else: the ``..`` and links of the
+    remainder are walked from the root's descriptor like any relative path,
+    so ``/ws/../ws/x`` climbs above the root and ``/ws/link/x`` goes where
+    ``link`` leads. Every other absolute path (``/ws2/x`` beside it,
+    ``/tmp/../ws/x``, the root reached through another link) is refused as
+    ``PathOutsideWorkspace``, as before. ``relative(path)`` gives the path
+    a method walks; an error's ``path`` is that relative path.
 
 Symbolic links
     Methods follow symbolic links, one component at a time, from directory
@@ -470,6 +484,16 @@ class _RootHandle:
 
 def _is_absolute(path: str) -> bool:
     return path[:1] in ("/", "\\") or _DRIVE_PREFIX.match(path) is not None
+
+
+def _root_spellings(root: str) -> tuple[list[str], ...]:
+    """The components of ``root`` (absolute) and of its real path, each once:
+    the spellings ``Workspace.relative`` finds at the start of a path."""
+    spellings = (root, os.path.realpath(root))
+    return tuple(
+        [name for name in spelt.split("/") if name not in ("", ".")]
+        for spelt in dict.fromkeys(spellings)
+    )
 
 
 def _check_valid(name: str, path: str) -> None:
@@ -1023,6 +1047,7 @@ class Workspace:
         self._cancelled: threading.Event | None = None
         self._temp_tag = ""
         self._handle = _RootHandle(_open_root(self.root))
+        self._roots = _root_spellings(self.root)
         self._owns_handle = True
         self._closed = False
 
@@ -1096,6 +1121,7 @@ class Workspace:
         view._cancelled = cancelled
         view._temp_tag = temp_tag
         view._handle = self._handle
+        view._roots = self._roots
         view._owns_handle = False
         view._closed = False
         return view
@@ -1107,6 +1133,26 @@ class Workspace:
 
     # ----------------------------------------------------------------- paths
 
+    def relative(self, path: str) -> str:
+        """The path the methods walk for ``path``: an absolute path spelt
+        beneath the root (as given, or as its real path; empty and ``.``
+        components skipped) becomes what follows the root (``"."`` for the
+        root itself), its ``..`` and links kept for the walk; any other path
+        is returned as it is (an absolute one is then refused). Text alone:
+        nothing is touched. See "Absolute paths" in the module docstring."""
+        if not isinstance(path, str) or not str.startswith(path, "/"):
+            return path
+        parts = str.split(path, "/")
+        # Where each name of the path ends, empty and "." parts skipped: the
+        # root is matched on those, the rest is kept as spelt (a "\\" part
+        # is a separator to the walk, so "." before it is no mere spelling).
+        ends = [end for end, part in enumerate(parts, start=1) if part not in ("", ".")]
+        for root in self._roots:
+            if [parts[end - 1] for end in ends[: len(root)]] == root:
+                rest = "/".join(parts[ends[len(root) - 1] :]) if root else path
+                return rest.lstrip("/") or "."
+        return path
+
     def normalize(self, path: str) -> str:
         """The normalized relative POSIX path (``"."`` for the root), from the
         text alone: no file is touched and symlinks are not considered.
@@ -1114,6 +1160,7 @@ class Workspace:
         Raises ``InvalidPath``, ``PathOutsideWorkspace`` or ``ForbiddenPath``
         per the path rules of the module docstring.
         """
+        path = self.relative(path)
         names: list[str] = []
         for part in _split(path, self._rules):
             if part == "..":
@@ -1135,6 +1182,7 @@ class Workspace:
         leading outside, ``InvalidPath`` for a link loop, and
         ``NotADirectoryError`` when a file is used as a directory.
         """
+        path = self.relative(path)
         self._accessed(path)
         return self._resolve(path)[0]
 
@@ -1142,6 +1190,7 @@ class Workspace:
         """``resolve``, and in the same walk the size in bytes of the regular
         file the path names (None when it is missing, a directory or not a
         regular file). The answer holds for the moment of the call only."""
+        path = self.relative(path)
         self._accessed(path)
         resolved, st = self._resolve(path)
         size = st.st_size if st is not None and stat.S_ISREG(st.st_mode) else None
@@ -1154,6 +1203,7 @@ class Workspace:
         link (``write_bytes`` neither writes through nor replaces one), and
         what ``resolve`` raises for the parent. The answer holds for the
         moment of the call only."""
+        path = self.relative(path)
         self._accessed(path)
         return self._resolve(path, follow_final=False)[0]
 
@@ -1164,6 +1214,7 @@ class Workspace:
         and hold the directory reached open: see ``Location``. The policy
         judges ``resolved``; the handler's view reaches the same directory.
         Raises what ``resolve`` / ``resolve_write`` raise."""
+        path = self.relative(path)
         parts = _split(path, self._rules)
         with self._cursor(path, missing_ok=True) as cursor:
             name, final = _settle(cursor, parts, path, follow_final=mode == "read")
@@ -1195,6 +1246,7 @@ class Workspace:
     def exists(self, path: str) -> bool:
         """Whether ``path`` names something, symlinks followed. False when it
         (or a directory on the way) is missing; raises for refused paths."""
+        path = self.relative(path)
         self._accessed(path)
         try:
             self._stat(path)
@@ -1207,6 +1259,7 @@ class Workspace:
         is there. Raises ``IsADirectoryError`` for a directory and
         ``ForbiddenPath`` for a special file. A hard-linked file's size is
         given (``list_dir`` shows it too); its content is what is refused."""
+        path = self.relative(path)
         self._accessed(path)
         try:
             st = self._stat(path)
@@ -1228,6 +1281,7 @@ class Workspace:
         hard-linked or special file, ``FileNotFoundError`` and
         ``IsADirectoryError`` for the ordinary cases.
         """
+        path = self.relative(path)
         self._accessed(path)
         with self._final(path) as (cursor, name):
             fd = self._open_final_for_read(cursor, name, path)
@@ -1253,6 +1307,7 @@ class Workspace:
         content stays and no temporary file is left. Returns True when
         nothing was at the name before (the file was created).
         """
+        path = self.relative(path)
         self._accessed(path)
         self._refuse_if_cancelled(path)
         return self._write(path, data, make_parents=make_parents, journal=True)
@@ -1267,6 +1322,7 @@ class Workspace:
         """Remove the file (or symlink entry) ``path``; the journal hears of
         it first. Raises ``FileNotFoundError``, ``IsADirectoryError`` for a
         directory, ``ForbiddenPath`` for a hard-linked or special file."""
+        path = self.relative(path)
         self._accessed(path)
         self._refuse_if_cancelled(path)
         self._delete(path, journal=True, missing_ok=False)
@@ -1288,6 +1344,7 @@ class Workspace:
         link) is replaced, and links on the way are followed as by
         ``write_bytes``: a rollback uses ``undo``, which checks both.
         ``on_change`` is not called. Raises as ``write_bytes``/``delete`` do."""
+        path = self.relative(path)
         if previous is None:
             self._delete(path, journal=False, missing_ok=True)
         elif isinstance(previous, Symlink):
@@ -1329,6 +1386,7 @@ class Workspace:
         With ``UNRECORDED`` leaves there is no such check: the entry, a link
         included, is replaced as ``restore`` would.
         """
+        path = self.relative(path)
         if isinstance(previous, Unkept):
             raise LimitExceeded(
                 f"path {_show(path)} held {previous.size} bytes, more than the journal "
@@ -1373,6 +1431,7 @@ class Workspace:
         ``NotADirectoryError`` and ``FileNotFoundError`` for the ordinary
         cases.
         """
+        path = self.relative(path)
         self._accessed(path)
         entries: list[Entry] = []
         with self._directory(path) as cursor:
@@ -1400,12 +1459,14 @@ class Workspace:
         relative POSIX paths. Symlinks beneath it are never followed;
         in-flight temporary files, forbidden names and names holding a
         ``\\`` are left out (as in ``list_dir``)."""
+        path = self.relative(path)
         self._accessed(path)
         return [relative for _, _, relative, _ in self._tree(path)]
 
     def walk_entries(self, path: str = ".") -> list[Entry]:
         """``walk``, each file with the size the walk itself saw (no path is
         resolved a second time)."""
+        path = self.relative(path)
         self._accessed(path)
         return [
             Entry(name=name, path=relative, is_dir=False, is_symlink=False, size=st.st_size)
@@ -1421,6 +1482,7 @@ class Workspace:
         followed. Files ``read_bytes`` would refuse (hard-linked, over
         ``max_bytes``, no longer a regular file) are skipped. Close the
         iterator (``contextlib.closing``) when not reading it to the end."""
+        path = self.relative(path)
         self._accessed(path)
         return self._read_tree(path, max_bytes)
 

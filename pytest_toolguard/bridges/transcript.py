@@ -12,7 +12,14 @@ Good calls are kept whatever else is wrong.
 A transcript has no workspace, no audit and no file state, so
 ``transcript_to_cassette`` makes them by running the calls again: through
 the user's registry, in a copy of a workspace directory they name,
-recorded by the same ``Recorder`` as ``record_session``. Each interaction
+recorded by the same ``Recorder`` as ``record_session``. The calls' absolute
+paths that name the session's workspace (the directory named, by its given
+or real path, and the root the session ran in) are mapped to the copy
+before each call, and the copy's path to the cassette's root in what is
+recorded (``replay.root_map.RootMap``), so that neither the import nor a
+replay acts on the user's directory. An import during which the directory
+named, or the scratch directory around the copy, changed writes no
+cassette: its report names what changed. Each interaction
 keeps the transcript's own result as ``transcript_result``, and the report
 lists the calls whose re-executed outcome differs (ok against error).
 
@@ -48,6 +55,7 @@ from ..replay.recorder import Recorder
 from ..replay.redacting import redact_path, tool_redactor
 from ..runtime import ToolRuntime
 from .gate import stored_id
+from .import_copy import IntoCopy, changed_entries, entries, named_by_root, session_roots
 
 DEFAULT_ROOT = "/workspace"
 """The root an imported cassette names when the transcript has no ``cwd``."""
@@ -381,13 +389,31 @@ class ImportReport:
     imported: int
     problems: tuple[Problem, ...]
     mismatches: tuple[Mismatch, ...] = field(default=())
+    changed_outside: tuple[str, ...] = field(default=())
+    """What the calls changed outside the copy they ran in: entries of the
+    directory named (``workspace/<path>``) or beside the copy
+    (``beside the copy/<path>``), redacted. When there are any, the
+    cassette was not written."""
+
+    @property
+    def written(self) -> bool:
+        """Whether the cassette was written (nothing changed outside the copy)."""
+        return not self.changed_outside
 
     def lines(self) -> list[str]:
         """The report as lines for a terminal."""
-        out = [
+        head = (
             f"{self.path}: {self.imported} call(s) imported, {len(self.problems)} problem(s), "
             f"{len(self.mismatches)} outcome(s) differ from the transcript"
-        ]
+        )
+        if not self.written:
+            head = (
+                f"{self.path}: not written: the calls changed {len(self.changed_outside)} "
+                "file(s) outside the copy they ran in (a tool that writes paths it was not "
+                "given, or that the import could not map to the copy)"
+            )
+        out = [head]
+        out += [f"  changed outside: {path}" for path in self.changed_outside]
         out += [f"  problem: {problem}" for problem in self.problems]
         out += [f"  differs: {mismatch}" for mismatch in self.mismatches]
         return out
@@ -425,7 +451,13 @@ def transcript_to_cassette(
 ) -> ImportReport:
     """Re-execute ``transcript``'s calls through ``registry`` in a copy of
     ``workspace`` (the directory is left as it is) and write the cassette
-    to ``output``.
+    to ``output``. Absolute paths in the calls' arguments that name
+    ``workspace`` (as given or by its real path), ``root`` or the
+    transcript's ``cwd`` are mapped to the copy before each call; the
+    cassette names the copy as its root. When the directory named, or the
+    scratch directory around the copy, changed meanwhile (a tool wrote a
+    path it was not given), no cassette is written and the report's
+    ``changed_outside`` says what changed.
 
     The session is ``capabilities`` (default ``IMPORT_CAPABILITIES``) and
     ``variables``; the cassette's root is ``root``, else the transcript's
@@ -442,9 +474,13 @@ def transcript_to_cassette(
         raise BridgeError(f"workspace {os.fspath(workspace)!r} is not a directory")
     calls = transcript.calls
     mismatches: list[Mismatch] = []
+    named = os.path.realpath(source)
+    named_before = entries(named)
     with tempfile.TemporaryDirectory(prefix="toolguard-import-") as scratch:
         copy = os.path.join(scratch, "workspace")
         shutil.copytree(source, copy, symlinks=True)
+        scratch_before = entries(scratch, skip=copy)
+        into_copy = IntoCopy(named, session_roots(source, root, transcript.cwd), copy)
         runtime = ToolRuntime(
             registry,
             copy,
@@ -461,7 +497,7 @@ def transcript_to_cassette(
         recorder.start()
         try:
             for done, item in enumerate(calls, start=1):
-                arguments = map_arguments(item) if map_arguments else item.arguments
+                arguments = into_copy(map_arguments(item) if map_arguments else item.arguments)
                 tool_name = registry_name(item.tool_name, registry)
                 result = runtime.execute(
                     ToolCall(
@@ -506,6 +542,13 @@ def transcript_to_cassette(
         finally:
             recorder.stop()
             runtime.close()
+        changed = [
+            *(f"workspace/{path}" for path in changed_entries(named_before, entries(named))),
+            *(
+                f"beside the copy/{path}"
+                for path in changed_entries(scratch_before, entries(scratch, skip=copy))
+            ),
+        ]
     # One interaction per executed call, in order (the recorder hears each
     # execute once): the transcript's result joins its own call, even when
     # two ids read the same once redacted.
@@ -524,11 +567,16 @@ def transcript_to_cassette(
         workspace=replace(recorded.workspace, root=shown_root),
         interactions=interactions,
     )
-    dump(cassette, output)
+    cassette = named_by_root(cassette, copy, shown_root, source=os.fspath(output))
+    if not changed:
+        dump(cassette, output)
     return ImportReport(
         cassette=cassette,
         path=os.fspath(output),
         imported=len(interactions),
         problems=tuple(problem.shown(runtime.redactor) for problem in transcript.problems),
         mismatches=tuple(mismatches),
+        changed_outside=tuple(
+            storable_text(redact_path(runtime.redactor, path)) for path in changed
+        ),
     )

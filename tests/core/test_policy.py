@@ -270,11 +270,25 @@ def test_an_absolute_path_is_judged_against_the_workspace_root(
     assert spy.count == (1 if code is ErrorCode.OK else 0)
 
 
-def test_a_builtin_handler_still_refuses_an_absolute_path_the_policy_allowed(edit_session, files):
-    # The policy judges it inside; the handler's sandbox takes relative paths only.
-    result = edit_session.execute(call("write_file", {"path": f"{files}/src/x.py", "content": "x"}))
+@pytest.mark.parametrize("spelt", ["{root}/src/x.py", "{root}//src/./x.py", "{real}/src/x.py"])
+def test_a_builtin_handler_writes_an_absolute_path_inside_the_workspace(edit_session, files, spelt):
+    # The policy judges it inside; the handler's workspace reaches the same file.
+    where = spelt.format(root=files, real=os.path.realpath(files))
+    result = edit_session.execute(call("write_file", {"path": where, "content": "x"}))
+    assert result.ok, result.message
+    assert (files / "src" / "x.py").read_text() == "x"
+
+
+@pytest.mark.parametrize(
+    "spelt", ["{root}/../outside.txt", "{root}-other/x.py", "{root}/src/../../outside.txt"]
+)
+def test_a_builtin_handler_never_writes_an_absolute_path_outside(edit_session, files, spelt):
+    result = edit_session.execute(
+        call("write_file", {"path": spelt.format(root=files), "content": "x"})
+    )
     assert result.code is ErrorCode.PATH_OUTSIDE_WORKSPACE
-    assert not (files / "src" / "x.py").exists()
+    assert not (files.parent / "outside.txt").exists()
+    assert not (files.parent / f"{files.name}-other").exists()
 
 
 @pytest.mark.parametrize("value", [["src/x"], {"p": "src/x"}, 3, None, False])
