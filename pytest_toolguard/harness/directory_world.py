@@ -55,6 +55,7 @@ from datetime import datetime
 
 from ..replay.cassette import Cassette, WorkspaceState
 from ..replay.root_map import RootMap
+from .child_processes import ChildProcesses
 from .clock import DEFAULT_TIME, frozen_clock
 from .files import read_tree_through_os
 from .probes import OutsideSnapshot
@@ -135,6 +136,8 @@ class DirectoryWorld:
             self._build()
             if self._decoys:
                 self.plant(self.default_decoys())
+            # Processes tools start: the recorded time and root, killed when it ends.
+            self.processes = stack.enter_context(ChildProcesses.of(self))
             if self.frozen_at is not None:
                 stack.enter_context(frozen_clock(self.frozen_at))
             self._stack = stack.pop_all()
