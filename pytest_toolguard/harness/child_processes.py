@@ -65,7 +65,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..runtime.invocation import HandlerRun
-from .child_setup import RootBinding, find_libfaketime, frozen_seconds, root_binding, say_once
+from .child_setup import (
+    NO_FAKETIME,
+    RootBinding,
+    find_libfaketime,
+    frozen_seconds,
+    root_binding,
+    say_once,
+)
 from .escapes import is_beneath, starting_processes
 
 KILL_AFTER_SECONDS = 1.0
@@ -77,7 +84,8 @@ WATCH_SECONDS = 0.02
 
 MARKER = "TOOLGUARD_WORLD"
 """The environment variable every process started in a directory world gets
-(the world's directory): what it starts inherits it, double-forked or not."""
+(``<the world's directory>#<n>``, n counting the processes started): what
+it starts inherits it, double-forked or not."""
 
 # -- tracking -----------------------------------------------------------------------
 
@@ -96,6 +104,8 @@ class ChildProcess:
     cancelled: _Cancelled | None
     """Its call's deadline flag (``ctx.cancelled``), None when unknown."""
     pidfd: int | None = None
+    marker: str = ""
+    """Its ``MARKER`` value, which the processes it starts inherit."""
     overdue: int = 0
     """Watch slices since its call's deadline passed."""
     killed: bool = False
@@ -229,24 +239,26 @@ class ChildProcesses:
         given = dict(bound.arguments)
         given.pop("self", None)
         given.update(given.pop("kwargs", {}))
-        argv = self._argv(given)
-        if argv is None:  # a program that cannot be found: Popen raises as it would
+        command = self._argv(given)
+        if command is None:  # a program that cannot be found: Popen raises as it would
             init(popen, **given)
             return
-        given["env"] = self._environment_for(given.get("env"))
+        argv, program = command
+        with self._lock:
+            marker = f"{self.around}#{len(self._all) + 1}"
+        given["env"] = self._environment_for(given.get("env"), marker)
         if not given.get("start_new_session") and given.get("process_group") is None:
             given["start_new_session"] = True
         limit = self.limits.file_size
         if limit is not None:
             given["preexec_fn"] = _with_file_size_limit(given.get("preexec_fn"), limit)
         given["shell"] = False
-        given["executable"] = None
-        given["args"] = self._wrapped(argv, given)
+        given["args"], given["executable"] = self._wrapped(argv, program, given)
         original = args
         init(popen, **given)
         popen.args = original  # what the tool asked for, in its errors (CalledProcessError)
         cancelled = run.ctx.cancelled if run is not None else None
-        child = ChildProcess(popen.pid, tuple(argv), cancelled, _pidfd(popen.pid))
+        child = ChildProcess(popen.pid, tuple(argv), cancelled, _pidfd(popen.pid), marker)
         with self._lock:
             self._children.append(child)
             self._all.append(child)
@@ -257,10 +269,11 @@ class ChildProcesses:
         for hook in list(self.hooks.started):
             hook(child)
 
-    def _argv(self, given: dict[str, Any]) -> list[str] | None:
-        """The command as an argv (a shell command through ``/bin/sh -c``;
-        ``executable`` as the program), or None when the program is not
-        found (Popen then raises ``FileNotFoundError`` itself)."""
+    def _argv(self, given: dict[str, Any]) -> tuple[list[str], str | None] | None:
+        """The command as an argv and the program to run when it is not
+        ``argv[0]`` (``executable``; a shell command through ``/bin/sh
+        -c``), or None when the program is not found (Popen then raises
+        ``FileNotFoundError`` itself)."""
         args = given.get("args")
         if isinstance(args, (str, bytes, os.PathLike)):
             argv = [os.fsdecode(args)]
@@ -269,48 +282,53 @@ class ChildProcesses:
         if not argv:
             return None
         executable = given.get("executable")
+        program = os.fsdecode(executable) if executable else None
         if given.get("shell"):
-            argv = [os.fsdecode(executable) if executable else "/bin/sh", "-c", *argv]
-        elif executable:
-            argv[0] = os.fsdecode(executable)
-        program = argv[0]
-        if "/" not in program:
+            argv = ["/bin/sh", "-c", *argv]
+        found = program or argv[0]
+        if "/" not in found:
             env = given.get("env")
             path = (env if env is not None else os.environ).get("PATH", os.defpath)
             if isinstance(path, bytes):
                 path = os.fsdecode(path)
-            if shutil.which(program, path=path) is None:
+            if shutil.which(found, path=path) is None:
                 return None
-        return argv
+        return argv, program
 
-    def _wrapped(self, argv: list[str], given: dict[str, Any]) -> list[str]:
+    def _wrapped(
+        self, argv: list[str], program: str | None, given: dict[str, Any]
+    ) -> tuple[list[str], str | None]:
+        """The argv and executable Popen gets: the command in the mount
+        namespace when there is one."""
         binding = self._binding
         if binding is None:
-            return argv
-        program = argv[0]
-        if "/" not in program:
+            return argv, program
+        found = program or argv[0]
+        if "/" not in found:
             env = given.get("env") or {}
-            program = shutil.which(program, path=env.get("PATH", os.defpath)) or program
-        elif not program.startswith("/"):
-            program = posixpath.join(os.fsdecode(given.get("cwd") or os.getcwd()), program)
-        if is_beneath(posixpath.normpath(program), [self.recorded_root]):
+            found = shutil.which(found, path=env.get("PATH", os.defpath)) or found
+        elif not found.startswith("/"):
+            found = posixpath.join(os.fsdecode(given.get("cwd") or os.getcwd()), found)
+        if is_beneath(posixpath.normpath(found), [self.recorded_root]):
             say_once(
-                f"{program} lies beneath the recorded root {self.recorded_root}: "
+                f"{found} lies beneath the recorded root {self.recorded_root}: "
                 "it runs without the world mounted there"
             )
-            return argv
-        return [*binding.prefix, *argv]
+            return argv, program
+        return binding.wrap(argv, program), None
 
     def _extra_environment(self) -> dict[str, str]:
-        extra = {MARKER: self.around}
+        extra: dict[str, str] = {}
         if not self._faketime or self.frozen_at is None:
             return extra
         library = find_libfaketime()
         if library is None:
-            say_once(
-                "libfaketime is not installed (the faketime package): processes tools "
-                "start in the directory world see the real clock"
+            why = (
+                f"{NO_FAKETIME} is set"
+                if os.environ.get(NO_FAKETIME)
+                else ("libfaketime is not installed (the faketime package)")
             )
+            say_once(f"{why}: processes tools start in the directory world see the real clock")
             return extra
         extra.update(
             {
@@ -323,9 +341,9 @@ class ChildProcesses:
         )
         return extra
 
-    def _environment_for(self, env: Any) -> dict[Any, Any]:
+    def _environment_for(self, env: Any, marker: str) -> dict[Any, Any]:
         base = dict(os.environ if env is None else env)
-        extra = self._environment or {}
+        extra = {**(self._environment or {}), MARKER: marker}
         if base and isinstance(next(iter(base)), bytes):
             merged: dict[Any, Any] = dict(base)
             for key, value in extra.items():
@@ -353,7 +371,7 @@ class ChildProcesses:
     def kill(self, child: ChildProcess) -> None:
         """Kill ``child`` now with its process group and session (``SIGKILL``)."""
         child.killed = True
-        _kill_session(child.pid)
+        _kill_session(child)
 
     def kill_all(self) -> list[int]:
         """Kill every process started in this world that is still running,
@@ -367,7 +385,7 @@ class ChildProcesses:
             if not child.exited():
                 child.killed = True
             _kill_group(child.pid)
-        killed = _kill_members(sessions, self.around) if anything else []
+        killed = _kill_members(sessions, f"{self.around}#") if anything else []
         for child in children:
             if child.pidfd is not None:
                 os.close(child.pidfd)
@@ -396,7 +414,7 @@ class ChildProcesses:
                     child.overdue += 1
                     if child.overdue > slices:
                         child.killed = True
-                        _kill_session(child.pid)
+                        _kill_session(child)
             if ended:
                 with self._lock:
                     for child in ended:
@@ -487,20 +505,23 @@ def _kill_group(pid: int) -> None:
             kill(pid, signal.SIGKILL)
 
 
-def _kill_session(pid: int) -> None:
-    """``pid``'s group, then every process of its session."""
+def _kill_session(child: ChildProcess) -> None:
+    """``child``'s group, then every process of its session or carrying
+    its marker (what it started, double-forked or in a session of its own)."""
     try:
-        session = os.getsid(pid)
+        session = os.getsid(child.pid)
     except OSError:
         session = None
-    _kill_group(pid)
-    if session is not None and session == pid:  # its own session: never the test's
-        _kill_members({session}, None)
+    _kill_group(child.pid)
+    # Its own session only: never the test's.
+    sessions = {session} if session is not None and session == child.pid else set()
+    _kill_members(sessions, child.marker or None, exact=True)
 
 
-def _kill_members(sessions: set[int], marker: str | None) -> list[int]:
+def _kill_members(sessions: set[int], marker: str | None, *, exact: bool = False) -> list[int]:
     """Kill every process (never this one) in one of ``sessions`` or whose
-    environment holds ``MARKER=marker``; returns their pids."""
+    environment holds ``MARKER=marker`` (``exact``) or ``MARKER=marker...``;
+    returns their pids."""
     me = os.getpid()
     wanted = None if marker is None else f"{MARKER}={marker}".encode()
     killed: list[int] = []
@@ -519,7 +540,10 @@ def _kill_members(sessions: set[int], marker: str | None) -> list[int]:
             mine = os.getsid(pid) in sessions
         if not mine and wanted is not None:
             with contextlib.suppress(OSError), open(f"/proc/{pid}/environ", "rb") as handle:
-                mine = wanted in handle.read().split(b"\0")
+                entries = handle.read().split(b"\0")
+                mine = any(
+                    entry == wanted if exact else entry.startswith(wanted) for entry in entries
+                )
         if mine:
             try:
                 os.kill(pid, signal.SIGKILL)

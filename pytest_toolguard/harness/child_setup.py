@@ -116,6 +116,12 @@ def namespace_command() -> tuple[str, ...] | None:
     return _working_namespace()
 
 
+def _refused() -> str:
+    if os.environ.get(NO_NAMESPACE):
+        return f"{NO_NAMESPACE} is set"
+    return "this machine gives no private mount namespace (unshare -m refused)"
+
+
 def frozen_seconds(moment: str) -> int:
     """A frozen time (ISO 8601; without an offset it is UTC, as the
     in-process clock reads it) as whole seconds since the epoch."""
@@ -130,45 +136,81 @@ def frozen_seconds(moment: str) -> int:
 _BIND = 'w=$1; r=$2; shift 2; mount --bind -- "$w" "$r" || exit 125; exec "$@"'
 """The recorded root exists: the world bound over it, then the command."""
 
-_COVER = r"""
+_HELPER = r"""
 import ctypes, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
 def mount(source, target, kind, flags, data):
     if libc.mount(source, target.encode(), kind, flags, data) != 0:
         code = ctypes.get_errno()
         raise OSError(code, os.strerror(code), target)
-world, top, root = sys.argv[1:4]
+world, top, root, program = sys.argv[1:5]
 argv = sys.argv[5:]
-fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
-entries = list(os.scandir(fd))
-mount(b"toolguard", top, b"tmpfs", 0, b"mode=0755")
-for entry in entries:
-    path = os.path.join(top, entry.name)
-    if entry.is_symlink():
-        os.symlink(os.readlink(entry.name, dir_fd=fd), path)
-        continue
-    if entry.is_dir(follow_symlinks=False):
-        os.mkdir(path)
-    else:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
-    mount(f"/proc/self/fd/{fd}/{entry.name}".encode(), path, None, 4096 | 16384, None)
-os.makedirs(root, exist_ok=True)
+if top != root:
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    entries = list(os.scandir(fd))
+    mount(b"toolguard", top, b"tmpfs", 0, b"mode=0755")
+    for entry in entries:
+        path = os.path.join(top, entry.name)
+        if entry.is_symlink():
+            os.symlink(os.readlink(entry.name, dir_fd=fd), path)
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            os.mkdir(path)
+        else:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+        mount(f"/proc/self/fd/{fd}/{entry.name}".encode(), path, None, 4096 | 16384, None)
+    os.close(fd)
+    os.makedirs(root, exist_ok=True)
 mount(world.encode(), root, None, 4096 | 16384, None)
-os.close(fd)
-os.execvp(argv[0], argv)
+os.execvp(program, argv)
 """
-"""The recorded root does not exist: its nearest existing parent covered by
-a memory file system holding that parent's entries (bound back) and the
-missing directories down to the root, the world bound there, then the
-command (``MS_BIND | MS_REC``)."""
+"""The world bound at the recorded root, then ``program`` run with
+``argv`` (``MS_BIND | MS_REC``). When the recorded root does not exist
+(``top`` is its nearest existing parent), ``top`` is first covered by a
+memory file system holding its entries (each bound back) and the missing
+directories down to the root. Used for a missing root and for a command
+whose program differs from its ``argv[0]``."""
 
 
 @dataclass(frozen=True, slots=True)
 class RootBinding:
-    """How a process gets the world at the recorded root."""
+    """How a process gets the world at the recorded root: ``wrap`` gives
+    the command that does it, then runs the process's own."""
 
-    prefix: tuple[str, ...]
-    """What runs before the command's own argv."""
+    namespace: tuple[str, ...]
+    """The ``unshare`` command (``namespace_command``)."""
+    world_root: str
+    recorded_root: str
+    top: str
+    """The recorded root, or its nearest existing parent when it is missing."""
+
+    def wrap(self, argv: list[str], program: str | None = None) -> list[str]:
+        """``argv`` (run as ``program`` when given, else ``argv[0]``), run
+        in a private mount namespace showing the world at the recorded root."""
+        world, recorded = self.world_root, self.recorded_root
+        if program is None and self.top == recorded:  # the cheap way: a shell
+            return [
+                *self.namespace,
+                "--",
+                "/bin/sh",
+                "-c",
+                _BIND,
+                "toolguard",
+                world,
+                recorded,
+                *argv,
+            ]
+        helper = [sys.executable, "-I", "-S", "-c", _HELPER]
+        return [
+            *self.namespace,
+            "--",
+            *helper,
+            world,
+            self.top,
+            recorded,
+            program or argv[0],
+            *argv,
+        ]
 
 
 def root_binding(world_root: str, recorded_root: str) -> RootBinding | str:
@@ -177,15 +219,14 @@ def root_binding(world_root: str, recorded_root: str) -> RootBinding | str:
     command = namespace_command()
     if command is None:
         return (
-            "this machine gives no private mount namespace (unshare -m refused): "
-            "processes tools start see the recorded root mapped in their arguments only"
+            f"{_refused()}: processes tools start in the directory world see the "
+            "recorded root mapped in their arguments only"
         )
     recorded = posixpath.normpath(recorded_root)
     if is_beneath(world_root, [recorded]) or is_beneath(recorded, [world_root]):
         return f"the recorded root {recorded} holds the world or lies in it: not mounted"
     if os.path.isdir(recorded):
-        shell = ("/bin/sh", "-c", _BIND, "toolguard", world_root, recorded)
-        return RootBinding((*command, "--", *shell))
+        return RootBinding(command, world_root, recorded, recorded)
     if os.path.lexists(recorded):
         return f"the recorded root {recorded} is not a directory on this machine: not mounted"
     top = posixpath.dirname(recorded)
@@ -198,7 +239,4 @@ def root_binding(world_root: str, recorded_root: str) -> RootBinding | str:
             f"the recorded root {recorded} does not exist here and its nearest existing "
             f"parent is {top}: not mounted"
         )
-    python = sys.executable
-    return RootBinding(
-        (*command, "--", python, "-I", "-S", "-c", _COVER, world_root, top, recorded, "--")
-    )
+    return RootBinding(command, world_root, recorded, top)
