@@ -60,6 +60,7 @@ import select
 import shutil
 import signal
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -166,6 +167,10 @@ class ChildProcesses:
         self._binding: RootBinding | None = None
         self.limits = _Limits()
         self.hooks = _Hooks()
+        self._forked = False
+        """This process forked while the world ran (process isolation runs a
+        handler in a child, whose processes this object never sees): the
+        world's end then looks for them in ``/proc``."""
 
     @classmethod
     def of(cls, world: Any, **options: Any) -> ChildProcesses:
@@ -181,6 +186,7 @@ class ChildProcesses:
     # -- the block
 
     def __enter__(self) -> ChildProcesses:
+        _RUNNING.add(self)
         self._environment = self._extra_environment()
         self._binding = self._root_binding()
         self._ended.clear()
@@ -196,6 +202,7 @@ class ChildProcesses:
         try:
             self._stack.close()
         finally:
+            _RUNNING.discard(self)
             self._ended.set()
             self._wake.set()
             if self._watcher is not None:
@@ -380,7 +387,7 @@ class ChildProcesses:
         with self._lock:
             children, self._children = list(self._children), []
             sessions = set(self._sessions)
-            anything = bool(self._all)
+            anything = bool(self._all) or self._forked
         for child in children:
             if not child.exited():
                 child.killed = True
@@ -423,6 +430,18 @@ class ChildProcesses:
                         if child.pidfd is not None:
                             os.close(child.pidfd)
                             child.pidfd = None
+
+
+_RUNNING: weakref.WeakSet[ChildProcesses] = weakref.WeakSet()
+"""The worlds' ``ChildProcesses`` in their blocks (for the fork hook)."""
+
+
+def _forking() -> None:
+    for processes in list(_RUNNING):
+        processes._forked = True
+
+
+os.register_at_fork(before=_forking)
 
 
 # -- what the other parts of the harness use -----------------------------------------

@@ -478,6 +478,22 @@ def test_no_process_is_left_running_when_the_world_ends(
     assert not _running(left)
 
 
+def test_a_process_started_by_a_handler_in_process_isolation_dies_with_the_world(
+    recorded: str, parent: str
+) -> None:
+    # The handler runs in a forked child: the world never sees its processes
+    # start, and finds them by their marker when it ends.
+    with DirectoryWorld(_state(recorded), parent=parent) as world:
+        runtime = _runtime(world, timeouts={"run": 30}, isolation="process")
+        result = _call(runtime, ["sh", "-c", "setsid sleep 1000 >/dev/null 2>&1 & echo $! > pid"])
+        runtime.close()
+        left = int(Path(world.root, "pid").read_text())
+        assert result.code is ErrorCode.OK, result.message
+        assert _running(left)
+    assert _ended(left, 10)
+    assert not _running(left)
+
+
 def test_a_process_that_ends_in_time_is_not_killed(recorded: str, parent: str) -> None:
     with DirectoryWorld(_state(recorded), parent=parent) as world:
         runtime = _runtime(world, timeouts={"run": 30})
