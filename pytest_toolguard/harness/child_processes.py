@@ -159,9 +159,6 @@ class ChildProcesses:
         self._children: list[ChildProcess] = []
         self._all: list[ChildProcess] = []
         self._sessions: set[int] = set()
-        self._wake = threading.Event()
-        self._ended = threading.Event()
-        self._watcher: threading.Thread | None = None
         self._stack = contextlib.ExitStack()
         self._environment: dict[str, str] | None = None
         self._binding: RootBinding | None = None
@@ -189,12 +186,7 @@ class ChildProcesses:
         _RUNNING.add(self)
         self._environment = self._extra_environment()
         self._binding = self._root_binding()
-        self._ended.clear()
-        # Started here, before any handler runs: never a handler's thread.
-        self._watcher = threading.Thread(
-            target=self._watch, name="toolguard-child-processes", daemon=True
-        )
-        self._watcher.start()
+        _WATCHER.ensure_started()  # here, before any handler runs: never a handler's thread
         self._stack.enter_context(starting_processes(self.start))
         return self
 
@@ -203,10 +195,6 @@ class ChildProcesses:
             self._stack.close()
         finally:
             _RUNNING.discard(self)
-            self._ended.set()
-            self._wake.set()
-            if self._watcher is not None:
-                self._watcher.join()
             self.kill_all()
 
     @property
@@ -272,7 +260,7 @@ class ChildProcesses:
             with contextlib.suppress(OSError):
                 if os.getsid(popen.pid) == popen.pid:  # its own: never the test's session
                     self._sessions.add(popen.pid)
-        self._wake.set()
+        _WATCHER.watch(child, self.kill_after)
         for hook in list(self.hooks.started):
             hook(child)
 
@@ -388,6 +376,7 @@ class ChildProcesses:
             children, self._children = list(self._children), []
             sessions = set(self._sessions)
             anything = bool(self._all) or self._forked
+        _WATCHER.forget(children)  # before their descriptors are closed below
         for child in children:
             if not child.exited():
                 child.killed = True
@@ -399,37 +388,65 @@ class ChildProcesses:
                 child.pidfd = None
         return killed
 
-    def _watch(self) -> None:
-        """Kill a process ``kill_after`` seconds after its call's deadline;
-        forget the ones that ended. Counted in slices, not read from a
-        clock: a frozen clock must not stop it."""
-        slices = max(1, round(self.kill_after / WATCH_SECONDS))
-        while not self._ended.is_set():
+
+class _Watcher:
+    """One thread for the whole process (started by the first world, before
+    any handler runs, and idle while no process runs): kills a process
+    ``kill_after`` seconds after its call's deadline and forgets the ones
+    that ended. Counted in slices of ``WATCH_SECONDS``, not read from a
+    clock: a frozen clock must not stop it."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._children: dict[ChildProcess, int] = {}
+        """Each process watched -> the slices it may run past its deadline."""
+        self._thread: threading.Thread | None = None
+
+    def ensure_started(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="toolguard-child-processes", daemon=True
+                )
+                self._thread.start()
+
+    def watch(self, child: ChildProcess, kill_after: float) -> None:
+        with self._lock:
+            self._children[child] = max(1, round(kill_after / WATCH_SECONDS))
+        self._wake.set()
+
+    def forget(self, children: list[ChildProcess]) -> None:
+        with self._lock:
+            for child in children:
+                self._children.pop(child, None)
+
+    def _run(self) -> None:
+        idle = threading.Event()  # never set: a wait on it is a pause
+        while True:
             with self._lock:
-                children = list(self._children)
-            if not children:
+                watching = bool(self._children)
+            if not watching:
                 self._wake.wait()
                 self._wake.clear()
                 continue
-            self._ended.wait(WATCH_SECONDS)
-            ended: list[ChildProcess] = []
-            for child in children:
-                if child.exited():
-                    ended.append(child)
-                    continue
-                if child.cancelled is not None and child.cancelled.is_set():
-                    child.overdue += 1
-                    if child.overdue > slices:
-                        child.killed = True
-                        _kill_session(child)
-            if ended:
-                with self._lock:
-                    for child in ended:
-                        if child in self._children:
-                            self._children.remove(child)
-                        if child.pidfd is not None:
-                            os.close(child.pidfd)
-                            child.pidfd = None
+            idle.wait(WATCH_SECONDS)
+            with self._lock:  # ``forget`` waits: a descriptor is never closed under a check
+                for child, slices in list(self._children.items()):
+                    if child.exited():
+                        del self._children[child]
+                    elif child.cancelled is not None and child.cancelled.is_set():
+                        child.overdue += 1
+                        if child.overdue > slices:
+                            child.killed = True
+                            _kill_session(child)
+
+
+_WATCHER = _Watcher()
+os.register_at_fork(after_in_child=_WATCHER._reset)  # a child has no watcher thread, nor its lock
 
 
 _RUNNING: weakref.WeakSet[ChildProcesses] = weakref.WeakSet()
