@@ -47,6 +47,12 @@ writing, creating, removing, renaming, linking, ``chmod``, ``utime`` or
 ``truncate`` beneath one raises ``RealDiskRefused`` (``EROFS``) and is
 kept in the log too. pyfakefs's own ``read_only`` does not hold for root.
 
+In the directory world nothing is refused: ``starting_processes(starter)``
+(``harness.child_processes``, for the world's whole block) has a handler
+run's ``subprocess.Popen`` start through the world's starter instead (the
+recorded time and root, a session of its own, killed at the deadline plus
+a bound), with the handler run it belongs to (``handler_run_here``).
+
 Not seen: C code that opens files itself (a library loaded through
 ``ctypes``, a C extension calling ``open(2)``) raises no audit event;
 ``multiprocessing``'s ``spawn`` and ``forkserver`` start methods start

@@ -5,6 +5,7 @@ limit. Every test runs real processes."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import select
 import shlex
@@ -332,6 +333,24 @@ def popen_variant(ctx: Any, variant: str) -> dict[str, Any]:
             return {"rc": 0, "out": pipe.read()}
     if variant == "exit-code":
         return {"rc": subprocess.call(["sh", "-c", "exit 42"]), "out": ""}
+    if variant == "asyncio":
+
+        async def shout() -> bytes:
+            process = await asyncio.create_subprocess_exec(
+                "tr", "a-z", "A-Z", stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            )
+            out, _ = await process.communicate(b"quiet")
+            return out
+
+        return {"rc": 0, "out": asyncio.run(shout()).decode()}
+    if variant == "pass-fds":
+        read_end, write_end = os.pipe()
+        try:
+            subprocess.run(["sh", "-c", f"echo through >&{write_end}"], pass_fds=(write_end,))
+            os.close(write_end)
+            return {"rc": 0, "out": os.read(read_end, 100).decode()}
+        finally:
+            os.close(read_end)
     if variant == "stderr-merged":
         done = subprocess.run(
             ["sh", "-c", "echo out; echo err >&2"],
@@ -357,6 +376,8 @@ VARIANTS = [
     "os.popen",
     "exit-code",
     "stderr-merged",
+    "asyncio",
+    "pass-fds",
 ]
 
 
