@@ -210,7 +210,7 @@ def _write_through_the_recorded_root(root: str) -> list[str]:
 
 
 @needs_namespace
-@pytest.mark.parametrize("layout", ["exists", "missing", "missing-deeper", "a-file-beside"])
+@pytest.mark.parametrize("layout", ["exists", "missing", "missing-deeper", "missing-below-a-link"])
 def test_a_process_using_the_recorded_root_reaches_the_world(
     tmp_path: Path, parent: str, layout: str
 ) -> None:
@@ -218,6 +218,10 @@ def test_a_process_using_the_recorded_root_reaches_the_world(
     real.mkdir()
     beside = real / "beside.txt"
     beside.write_text("the real machine's\n")
+    (real / ".hidden").write_text("hidden\n")
+    (real / "link").symlink_to("beside.txt")
+    (real / "sub").mkdir()
+    (real / "sub" / "deep.txt").write_text("deep\n")
     if layout == "exists":
         root = real / "proj"
         root.mkdir()
@@ -226,21 +230,31 @@ def test_a_process_using_the_recorded_root_reaches_the_world(
         root = real / "proj"
     elif layout == "missing-deeper":
         root = real / "gone" / "deeper" / "proj"
-    else:
-        root = real / "proj"
+    else:  # the nearest existing parent holds a link to a directory
+        (real / "dirlink").symlink_to("sub")
+        root = real / "gone" / "proj"
     before = sorted(str(path.relative_to(real)) for path in real.rglob("*"))
     contents = {path: path.read_bytes() for path in real.rglob("*") if path.is_file()}
     with DirectoryWorld(_state(str(root)), frozen_at=FROZEN, parent=parent) as world:
         runtime = _runtime(world, timeouts={"run": 30})
         result = _call(runtime, _write_through_the_recorded_root(str(root)))
         # The parent's own entries are still there for the process.
-        seen = _call(runtime, ["cat", str(beside)])
+        seen = _call(
+            runtime,
+            [
+                "cat",
+                str(beside),
+                str(real / ".hidden"),
+                str(real / "link"),
+                str(real / "sub/deep.txt"),
+            ],
+        )
         runtime.close()
         assert result.code is ErrorCode.OK, result.message
         assert result.data["code"] == 0, result.data
         assert result.data["out"].splitlines() == ["in the world", "a.txt", "out.txt"]
         assert Path(world.root, "out.txt").read_text() == "written\n"
-        assert seen.data["out"] == "the real machine's\n"
+        assert seen.data["out"] == "the real machine's\nhidden\nthe real machine's\ndeep\n"
     assert sorted(str(path.relative_to(real)) for path in real.rglob("*")) == before
     assert {path: path.read_bytes() for path in real.rglob("*") if path.is_file()} == contents
 
