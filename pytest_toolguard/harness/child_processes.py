@@ -83,6 +83,11 @@ before it is killed."""
 WATCH_SECONDS = 0.02
 """How often the watcher looks at deadlines and exits while processes run."""
 
+STAGE = ".toolguard-root"
+"""The empty directory of the world's own directory (beside the workspace)
+where a process's new root is made when the recorded root's top directory
+does not exist on this machine (``/workspace``)."""
+
 MARKER = "TOOLGUARD_WORLD"
 """The environment variable every process started in a directory world gets
 (``<the world's directory>#<n>``, n counting the processes started): what
@@ -355,7 +360,9 @@ class ChildProcesses:
     def _root_binding(self) -> RootBinding | None:
         if not self._namespace:
             return None
-        binding = root_binding(self.world_root, self.recorded_root)
+        binding = root_binding(
+            self.world_root, self.recorded_root, posixpath.join(self.around, STAGE)
+        )
         if isinstance(binding, str):
             say_once(binding)
             return None

@@ -143,14 +143,12 @@ def mount(source, target, kind, flags, data):
     if libc.mount(source, target.encode(), kind, flags, data) != 0:
         code = ctypes.get_errno()
         raise OSError(code, os.strerror(code), target)
-world, top, root, program = sys.argv[1:5]
-argv = sys.argv[5:]
-if top != root:
+def cover(top, into):
     fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
     entries = list(os.scandir(fd))
-    mount(b"toolguard", top, b"tmpfs", 0, b"mode=0755")
+    mount(b"toolguard", into, b"tmpfs", 0, b"mode=0755")
     for entry in entries:
-        path = os.path.join(top, entry.name)
+        path = os.path.join(into, entry.name)
         if entry.is_symlink():
             os.symlink(os.readlink(entry.name, dir_fd=fd), path)
             continue
@@ -160,16 +158,32 @@ if top != root:
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
         mount(f"/proc/self/fd/{fd}/{entry.name}".encode(), path, None, 4096 | 16384, None)
     os.close(fd)
-    os.makedirs(root, exist_ok=True)
-mount(world.encode(), root, None, 4096 | 16384, None)
+world, top, root, stage, program = sys.argv[1:6]
+argv = sys.argv[6:]
+if top == "/":
+    here = os.getcwd()
+    cover("/", stage)
+    libc.umount2((stage + stage).encode(), 2)  # the stage seen again through its own parent
+    os.makedirs(stage + root, exist_ok=True)
+    mount(world.encode(), stage + root, None, 4096 | 16384, None)
+    os.chroot(stage)
+    os.chdir(here)
+else:
+    if top != root:
+        cover(top, top)
+        os.makedirs(root, exist_ok=True)
+    mount(world.encode(), root, None, 4096 | 16384, None)
 os.execvp(program, argv)
 """
 """The world bound at the recorded root, then ``program`` run with
 ``argv`` (``MS_BIND | MS_REC``). When the recorded root does not exist
 (``top`` is its nearest existing parent), ``top`` is first covered by a
 memory file system holding its entries (each bound back) and the missing
-directories down to the root. Used for a missing root and for a command
-whose program differs from its ``argv[0]``."""
+directories down to the root; when that parent is ``/``, which cannot be
+covered, the memory file system is made at ``stage`` (an empty directory
+of the world's) and the process is changed into it as its root
+(``chroot``), in its own directory. Used for a missing root and for a
+command whose program differs from its ``argv[0]``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +197,8 @@ class RootBinding:
     recorded_root: str
     top: str
     """The recorded root, or its nearest existing parent when it is missing."""
+    stage: str = ""
+    """Where a new root is made when ``top`` is ``/`` (see ``_HELPER``)."""
 
     def wrap(self, argv: list[str], program: str | None = None) -> list[str]:
         """``argv`` (run as ``program`` when given, else ``argv[0]``), run
@@ -208,14 +224,17 @@ class RootBinding:
             world,
             self.top,
             recorded,
+            self.stage,
             program or argv[0],
             *argv,
         ]
 
 
-def root_binding(world_root: str, recorded_root: str) -> RootBinding | str:
+def root_binding(world_root: str, recorded_root: str, stage: str) -> RootBinding | str:
     """The prefix that starts a command in a private mount namespace with
-    ``world_root`` at ``recorded_root``, or why it cannot be done here."""
+    ``world_root`` at ``recorded_root``, or why it cannot be done here.
+    ``stage``: a directory of the world, made when the recorded root's
+    nearest existing parent is ``/`` (the new root is made there)."""
     command = namespace_command()
     if command is None:
         return (
@@ -234,9 +253,9 @@ def root_binding(world_root: str, recorded_root: str) -> RootBinding | str:
         if os.path.lexists(top) or top == "/":
             break
         top = posixpath.dirname(top)
-    if top == "/" or not os.path.isdir(top):
-        return (
-            f"the recorded root {recorded} does not exist here and its nearest existing "
-            f"parent is {top}: not mounted"
-        )
+    if not os.path.isdir(top):
+        return f"the recorded root {recorded} lies beneath {top}, not a directory: not mounted"
+    if top == "/":
+        os.makedirs(stage, exist_ok=True)
+        return RootBinding(command, world_root, recorded, top, stage)
     return RootBinding(command, world_root, recorded, top)

@@ -259,6 +259,27 @@ def test_a_process_using_the_recorded_root_reaches_the_world(
     assert {path: path.read_bytes() for path in real.rglob("*") if path.is_file()} == contents
 
 
+@needs_namespace
+@pytest.mark.parametrize("depth", [1, 3])
+def test_a_recorded_root_whose_top_directory_is_missing_is_reached_too(
+    parent: str, depth: int
+) -> None:
+    # /workspace on a machine without it: / cannot be covered, so the
+    # process gets a root of its own holding /'s entries and the world.
+    top = f"/toolguard-missing-{os.getpid()}-{time.perf_counter_ns()}"
+    root = "/".join([top, *["level"] * (depth - 1)])
+    with DirectoryWorld(_state(root), frozen_at=FROZEN, parent=parent) as world:
+        runtime = _runtime(world, timeouts={"run": 30})
+        result = _call(runtime, _write_through_the_recorded_root(root))
+        where = _call(runtime, ["sh", "-c", "pwd; cat /etc/hostname >/dev/null && echo etc"])
+        runtime.close()
+        assert result.data["out"].splitlines() == ["in the world", "a.txt", "out.txt"], result.data
+        assert Path(world.root, "out.txt").read_text() == "written\n"
+        assert where.data["out"].splitlines() == [world.root, "etc"]
+        assert os.listdir(Path(world.around, ".toolguard-root")) == []
+    assert not os.path.lexists(top)
+
+
 def test_without_a_namespace_nothing_is_made_at_the_missing_recorded_root(
     recorded: str, parent: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
