@@ -23,13 +23,15 @@ standard streams as asked, and:
   hard-codes it reaches the world. When the recorded root does not exist on
   this machine, its nearest existing parent is covered, in that namespace
   only, by a memory file system holding the parent's own entries (each
-  bound back) and the missing directories down to the root. Nothing is
-  made on the real disk. Not done, and said once (the process then runs
-  with the root mapped in its arguments only, as without namespaces):
-  when that parent would be ``/``, when the recorded root is a file or
-  holds the world, or when the program itself lies beneath the recorded
-  root. Unprivileged (``unshare -U -r``), the process runs as root of its
-  user namespace.
+  bound back) and the missing directories down to the root; when that
+  parent is ``/`` (``/workspace``), the process gets a root of its own
+  made that way (``chroot``) at ``STAGE``, an empty directory of the
+  world's. Nothing is made on the real disk outside the world. Not done,
+  and said once (the process then runs with the root mapped in its
+  arguments only, as without namespaces): when the recorded root is a file
+  or holds the world, or when the program itself lies beneath the
+  recorded root. Unprivileged (``unshare -U -r``), the process runs as
+  root of its user namespace.
 - **its own session** (``start_new_session``): at the call's deadline plus
   ``kill_after`` seconds, a process still running is killed with its
   process group and every process of its session (``SIGKILL``); when the
