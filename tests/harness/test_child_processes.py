@@ -12,6 +12,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -76,7 +77,17 @@ def die(ctx: Any) -> dict[str, Any]:
     return {}
 
 
-REGISTRY = ToolRegistry([run, run_checked, die])
+@tool(risk=Risk.WRITE, world="directory")
+def run_in_thread(ctx: Any, argv: list[str]) -> dict[str, Any]:
+    """Runs a command from a thread of its own and waits for it."""
+    done: list[int] = []
+    worker = threading.Thread(target=lambda: done.append(subprocess.call(argv)))
+    worker.start()
+    worker.join()
+    return {"code": done[0]}
+
+
+REGISTRY = ToolRegistry([run, run_checked, die, run_in_thread])
 CAPABILITIES = Capabilities(allowed_risks=frozenset({Risk.READ, Risk.WRITE}), write_roots=(".",))
 
 
@@ -489,16 +500,17 @@ def _running(pid: int) -> bool:
     ],
     ids=["sleep", "shell", "ignoring-signals"],
 )
+@pytest.mark.parametrize("tool_name", ["run", "run_in_thread"])
 def test_a_stalled_process_is_killed_at_the_deadline_plus_the_bound(
-    recorded: str, parent: str, command: list[str]
+    recorded: str, parent: str, command: list[str], tool_name: str
 ) -> None:
     deadline = 0.2
     with DirectoryWorld(_state(recorded), parent=parent) as world:  # the clock left alone
         processes = processes_of(world)
         assert processes is not None
-        runtime = _runtime(world, timeouts={"run": deadline})
+        runtime = _runtime(world, timeouts={tool_name: deadline})
         started = time.monotonic()
-        result = _call(runtime, command)
+        result = _call(runtime, command, tool_name)
         answered = time.monotonic() - started
         (child,) = processes.started
         assert _ended(child.pid, 30)
