@@ -18,6 +18,7 @@ from .handler import HandlerExceptionFault, OversizedOutputFault, TimeoutFault
 from .inputs import LargeInputFault
 from .network import HttpErrorFault, NetworkErrorFault
 from .paths import PathTraversalFault, SymlinkEscapeFault, SymlinkRaceFault
+from .processes import ProcessKilledFault
 from .refusals import (
     CapabilityRevokedFault,
     PlanViolationFault,
@@ -48,6 +49,7 @@ BUILTIN_FAULTS: tuple[Fault, ...] = (
     SecretByNameFault(),
     NetworkErrorFault(),
     HttpErrorFault(),
+    ProcessKilledFault(),
 )
 """Every built-in fault, in catalogue order."""
 

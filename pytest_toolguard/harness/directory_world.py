@@ -34,11 +34,14 @@ even when the block raised, even when a tool made directories read-only
 or left a FIFO, a socket or links in it; nothing is planted or written by
 the world itself outside it. Not guaranteed: what a tool does on its own
 outside the world (an absolute path it was never given, ``$HOME``, the
-network) happens on the real machine; accesses are observed through the
-kernel's notifications (``kernel_watch``: ``accesses``, with the limits
-it states) only when ``inotify-simple`` is installed
-(``accesses_observed``; otherwise said once); processes the tool
-starts see the real clock; a file made immutable (``chattr +i``) or a
+network) happens on the real machine, apart from processes the tool
+starts through ``subprocess``, which see the world at the recorded root
+where the machine allows a mount namespace (``child_processes``, which
+also gives them the recorded time through libfaketime when installed);
+accesses are observed through the kernel's notifications
+(``kernel_watch``: ``accesses``, with the limits it states) only when
+``inotify-simple`` is installed (``accesses_observed``; otherwise said
+once); a file made immutable (``chattr +i``) or a
 mount made under the world cannot be removed, and ``__exit__`` raises
 ``OSError`` naming the directory left behind.
 """
@@ -59,6 +62,7 @@ from typing import Concatenate, ParamSpec, TypeVar
 
 from ..replay.cassette import Cassette, WorkspaceState
 from ..replay.root_map import RootMap
+from .child_processes import ChildProcesses
 from .clock import DEFAULT_TIME, frozen_clock
 from .files import read_tree_through_os
 from .kernel_watch import UNKNOWN, KernelAccessLog, watching
@@ -163,6 +167,8 @@ class DirectoryWorld:
             self._accesses = watching(around)
             if self._accesses is not None:  # closed first: the removal is never read
                 stack.callback(self._accesses.close)
+            # Processes tools start: the recorded time and root, killed when it ends.
+            self.processes = stack.enter_context(ChildProcesses.of(self))
             if self.frozen_at is not None:
                 stack.enter_context(frozen_clock(self.frozen_at))
             self._stack = stack.pop_all()

@@ -47,6 +47,12 @@ writing, creating, removing, renaming, linking, ``chmod``, ``utime`` or
 ``truncate`` beneath one raises ``RealDiskRefused`` (``EROFS``) and is
 kept in the log too. pyfakefs's own ``read_only`` does not hold for root.
 
+In the directory world nothing is refused: ``starting_processes(starter)``
+(``harness.child_processes``, for the world's whole block) has a handler
+run's ``subprocess.Popen`` start through the world's starter instead (the
+recorded time and root, a session of its own, killed at the deadline plus
+a bound), with the handler run it belongs to (``handler_run_here``).
+
 Not seen: C code that opens files itself (a library loaded through
 ``ctypes``, a C extension calling ``open(2)``) raises no audit event;
 ``multiprocessing``'s ``spawn`` and ``forkserver`` start methods start
@@ -71,7 +77,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 from pyfakefs.fake_filesystem import FakeFilesystem
@@ -206,6 +212,18 @@ class _Guard:
         """``threading.Thread.start`` as it was before the guard wrapped it."""
         self.popen_init: Callable[..., None] | None = None
         """``subprocess.Popen.__init__`` as it was before the guard wrapped it."""
+        self.starters: list[ProcessStarter] = []
+        """The running directory worlds' starters (``starting_processes``);
+        the last one starts what a handler run starts."""
+        self.thread_runs: weakref.WeakKeyDictionary[threading.Thread, HandlerRun] = (
+            weakref.WeakKeyDictionary()
+        )
+        """The handler run that started each thread of ``threads`` (when known)."""
+
+    @property
+    def active(self) -> bool:
+        """Whether a fake world's guard or a directory world's starter runs."""
+        return bool(self.logs or self.starters)
 
 
 _GUARD = _Guard()
@@ -237,14 +255,20 @@ def _refuse(event: str, what: str, detail: str) -> None:
 
 
 def _popen_init(popen: Any, args: Any, *more: Any, **options: Any) -> None:
-    """``subprocess.Popen.__init__``, refusing a handler run's process
-    before the pipes it asks for are made: under pyfakefs they fail (or
-    recurse) before the ``subprocess.Popen`` event, with an error that does
-    not say why."""
-    if _GUARD.logs and in_handler_run() and not _owned_caller(sys._getframe(1)):
-        _refuse("subprocess.Popen", "ran {}", _command(args))
+    """``subprocess.Popen.__init__``. In the fake world, refusing a handler
+    run's process before the pipes it asks for are made: under pyfakefs
+    they fail (or recurse) before the ``subprocess.Popen`` event, with an
+    error that does not say why. In a directory world, a handler run's
+    process is started by the world's ``ProcessStarter``."""
     init = _GUARD.popen_init
     assert init is not None  # set while this wrapper is installed
+    if _GUARD.active and in_handler_run() and not _owned_caller(sys._getframe(1)):
+        if _GUARD.logs:
+            _refuse("subprocess.Popen", "ran {}", _command(args))
+        starters = _GUARD.starters
+        if starters:
+            starters[-1](init, popen, args, more, options, handler_run_here())
+            return
     init(popen, args, *more, **options)
 
 
@@ -259,6 +283,18 @@ def in_handler_run() -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+def handler_run_here() -> HandlerRun | None:
+    """The handler run the calling code belongs to (its frame on the stack,
+    or the run that started this thread), or None."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code in _HANDLER_CODES:
+            run = frame.f_locals.get("self")
+            return run if isinstance(run, HandlerRun) else None
+        frame = frame.f_back
+    return _GUARD.thread_runs.get(threading.current_thread())
 
 
 def _owned_caller(frame: FrameType | None) -> bool:
@@ -279,8 +315,11 @@ def _owned_caller(frame: FrameType | None) -> bool:
 def _starting(thread: threading.Thread) -> None:
     """``threading.Thread.start``, remembering a thread a handler run starts
     before it runs."""
-    if _GUARD.logs and in_handler_run():
+    if _GUARD.active and in_handler_run():
         _GUARD.threads.add(thread)
+        run = handler_run_here()
+        if run is not None:
+            _GUARD.thread_runs[thread] = run
     start = _GUARD.start
     assert start is not None  # set while this wrapper is installed
     start(thread)
@@ -295,25 +334,74 @@ def guarding(log: EscapeLog) -> Iterator[EscapeLog]:
         if not _GUARD.hooked:
             sys.addaudithook(_audit)
             _GUARD.hooked = True
-        if not _GUARD.logs:
-            _GUARD.start = threading.Thread.start
-            setattr(threading.Thread, "start", _starting)  # noqa: B010 (a method replaced)
-            _GUARD.popen_init = subprocess.Popen.__init__
-            setattr(subprocess.Popen, "__init__", _popen_init)  # noqa: B010
+        _wrap()
         _GUARD.logs.append(log)
     try:
         yield log
     finally:
         with _GUARD.lock:
             _GUARD.logs.remove(log)
-            if not _GUARD.logs and _GUARD.start is not None:
-                if vars(threading.Thread)["start"] is _starting:  # not replaced since
-                    setattr(threading.Thread, "start", _GUARD.start)  # noqa: B010
-                _GUARD.start = None
-            if not _GUARD.logs and _GUARD.popen_init is not None:
-                if vars(subprocess.Popen)["__init__"] is _popen_init:
-                    setattr(subprocess.Popen, "__init__", _GUARD.popen_init)  # noqa: B010
-                _GUARD.popen_init = None
+            _unwrap()
+
+
+class ProcessStarter(Protocol):
+    """What starts a handler run's process in a directory world:
+    ``(Popen.__init__, the Popen, args, the other positional arguments,
+    the keyword arguments, the handler run or None)``; it must call
+    ``init`` exactly once, or raise."""
+
+    def __call__(
+        self,
+        init: Callable[..., None],
+        popen: Any,
+        args: Any,
+        more: tuple[Any, ...],
+        options: dict[str, Any],
+        run: HandlerRun | None,
+    ) -> None: ...
+
+
+@contextmanager
+def starting_processes(starter: ProcessStarter) -> Iterator[None]:
+    """Until the block ends, a process a handler run starts through
+    ``subprocess.Popen`` (``subprocess.run``, ``check_output``, ``os.popen``,
+    asyncio's subprocesses) is started by ``starter`` (a directory world's:
+    ``harness.child_processes``). Blocks nest: the innermost one starts.
+    A fake world's guard, when one runs too, refuses instead."""
+    with _GUARD.lock:
+        _wrap()
+        _GUARD.starters.append(starter)
+    try:
+        yield
+    finally:
+        with _GUARD.lock:
+            _GUARD.starters.remove(starter)
+            _unwrap()
+
+
+def _wrap() -> None:
+    """Wrap ``Thread.start`` and ``Popen.__init__`` when the first guard or
+    starter begins (the guard's lock held)."""
+    if not _GUARD.active:
+        _GUARD.start = threading.Thread.start
+        setattr(threading.Thread, "start", _starting)  # noqa: B010 (a method replaced)
+        _GUARD.popen_init = subprocess.Popen.__init__
+        setattr(subprocess.Popen, "__init__", _popen_init)  # noqa: B010
+
+
+def _unwrap() -> None:
+    """Put them back when the last one ended, unless someone replaced them
+    meanwhile (the guard's lock held)."""
+    if _GUARD.active:
+        return
+    if _GUARD.start is not None:
+        if vars(threading.Thread)["start"] is _starting:  # not replaced since
+            setattr(threading.Thread, "start", _GUARD.start)  # noqa: B010
+        _GUARD.start = None
+    if _GUARD.popen_init is not None:
+        if vars(subprocess.Popen)["__init__"] is _popen_init:
+            setattr(subprocess.Popen, "__init__", _GUARD.popen_init)  # noqa: B010
+        _GUARD.popen_init = None
 
 
 # -- read-only real directories ------------------------------------------------------
