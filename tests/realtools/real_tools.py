@@ -15,7 +15,9 @@ import dataclasses
 import os
 import sqlite3
 import subprocess
+import sys
 import tempfile
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -252,18 +254,70 @@ def write_at_leaving_temporary(ctx: Any, path: str, text: str) -> dict[str, Any]
     return {"path": path, "bytes": len(text.encode())}
 
 
+SERVER = (
+    "import sys\n"
+    "for line in sys.stdin:\n"
+    "    sys.stdout.write(line.upper())\n"
+    "    sys.stdout.flush()\n"
+)
+"""A server in a process of its own: answers each line, upper-cased."""
+
+
+def _start_server() -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", SERVER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+@tool(world="directory", timeout_seconds=5.0)
+def ask_server(ctx: Any, question: str) -> dict[str, Any]:
+    """Asks a server process it starts; a server that dies is an error."""
+    server = _start_server()
+    try:
+        answer, _ = server.communicate(question + "\n", timeout=4.0)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    if server.returncode != 0:
+        raise RuntimeError(f"the server died (exit {server.returncode})")
+    return {"answer": answer.strip()}
+
+
+@tool(world="directory", timeout_seconds=5.0)
+def ask_server_waiting(ctx: Any, question: str) -> dict[str, Any]:
+    """Twin of ask_server that, when its server dies, waits for another one
+    that never comes: its call never ends."""
+    server = _start_server()
+    assert server.stdin is not None and server.stdout is not None
+    server.stdin.write(question + "\n")
+    server.stdin.flush()
+    answer = server.stdout.readline()
+    if not answer:  # the server died: wait for it to come back (bounded, for the tests' sake)
+        threading.Event().wait(30.0)
+        raise RuntimeError("no server came back")
+    server.stdin.close()
+    server.wait()
+    return {"answer": answer.strip()}
+
+
 TWINS: Mapping[str, str] = {
     "read_at_following_links": "a link followed outside",
     "read_at_by_prefix": "a sibling-prefix check",
     "write_at_and_log": "a write outside the write roots",
     "write_at_leaving_temporary": "a temporary file left",
+    "ask_server_waiting": "a server that dies mid-call, its call left running",
 }
 """Each twin and the bug it plants."""
 
 
 def own_tools() -> list[ToolSpec]:
-    """The SQLite, git and absolute-path tools."""
-    return [crm_add, git_save, read_at, write_at]
+    """The SQLite, git, absolute-path and server-process tools."""
+    return [crm_add, git_save, read_at, write_at, ask_server]
 
 
 def twin_tools() -> list[ToolSpec]:
@@ -272,6 +326,7 @@ def twin_tools() -> list[ToolSpec]:
         read_at_by_prefix,
         write_at_and_log,
         write_at_leaving_temporary,
+        ask_server_waiting,
     ]
 
 

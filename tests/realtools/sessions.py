@@ -18,9 +18,7 @@ from typing import Any
 
 from real_tools import CAPS, GIT_ENVIRONMENT, NOTES_CAPS, TWINS, run_git
 
-from pytest_toolguard import Capabilities
-
-from pytest_toolguard import SQLiteAuditStore, ToolCall, ToolRegistry, ToolRuntime
+from pytest_toolguard import Capabilities, SQLiteAuditStore, ToolCall, ToolRegistry, ToolRuntime
 from pytest_toolguard.replay import load, record_session
 from pytest_toolguard.replay.cassette import dump
 
@@ -69,6 +67,9 @@ SESSIONS = {
             capabilities=NOTES_CAPS,
         ),
         Session(
+            "server", (("ask_server", {"question": "ping"}), ("ask_server", {"question": "pong"}))
+        ),
+        Session(
             "time",
             (
                 (
@@ -96,19 +97,15 @@ SESSIONS = {
     )
 }
 
+TWIN_ARGUMENTS = {
+    "read_at_following_links": {"path": "{root}/notes/a.txt"},
+    "read_at_by_prefix": {"path": "{root}/notes/a.txt"},
+    "write_at_and_log": {"path": "{root}/notes/b.txt", "text": "second\n"},
+    "write_at_leaving_temporary": {"path": "{root}/notes/b.txt", "text": "second\n"},
+    "ask_server_waiting": {"question": "ping"},
+}
 TWIN_SESSIONS = {
-    twin: Session(
-        twin,
-        (
-            (
-                (twin, {"path": "{root}/notes/a.txt"})
-                if twin.startswith("read")
-                else (twin, {"path": "{root}/notes/b.txt", "text": "second\n"})
-            ),
-        ),
-        setup=_notes,
-        capabilities=NOTES_CAPS,
-    )
+    twin: Session(twin, ((twin, TWIN_ARGUMENTS[twin]),), setup=_notes, capabilities=NOTES_CAPS)
     for twin in TWINS
 }
 """One call of each twin, recorded as its correct tool's would be."""

@@ -34,7 +34,9 @@ def registry() -> object:
 def test_a_real_tool_replays_twice_after_its_recorded_root_is_deleted(
     name: str, registry: object, surroundings: object, tmp_path: Path
 ) -> None:
-    path, workspace = record(SESSIONS[name], registry, surroundings.recorded, tmp_path / "cassettes")
+    path, workspace = record(
+        SESSIONS[name], registry, surroundings.recorded, tmp_path / "cassettes"
+    )
     cassette = load(path)
     sessions.delete(workspace)
     before = surroundings.snapshots()
