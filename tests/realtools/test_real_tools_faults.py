@@ -176,7 +176,9 @@ FUZZED = [
 def test_fuzzing_a_real_tool_finds_nothing(name: str, registry: Any, surroundings: Any) -> None:
     before = surroundings.snapshots()
     with git_environment():
-        report = fuzz_tool(registry.get(name), examples=10, seed=0, registry=registry)
+        report = fuzz_tool(
+            registry.get(name), examples=10, seed=0, registry=registry, timeout_seconds=60.0
+        )
     assert [
         (failure.problem, failure.detail, failure.arguments) for failure in report.failures
     ] == []
