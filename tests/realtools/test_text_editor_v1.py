@@ -182,6 +182,8 @@ def test_fuzzing_the_text_editor_finds_nothing(
     name: str, registry: ToolRegistry, surroundings: Any
 ) -> None:
     before = surroundings.snapshots()
-    report = fuzz_tool(registry.get(name), examples=10, seed=0, registry=registry)
+    report = fuzz_tool(
+        registry.get(name), examples=10, seed=0, registry=registry, timeout_seconds=60.0
+    )
     assert [(failure.problem, failure.detail) for failure in report.failures] == []
     assert surroundings.snapshots() == before
