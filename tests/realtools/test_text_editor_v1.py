@@ -22,7 +22,7 @@ import sessions  # noqa: E402
 from real_tools import NOTES_CAPS  # noqa: E402
 from sessions import Session, record  # noqa: E402
 
-from pytest_toolguard import ToolRegistry  # noqa: E402
+from pytest_toolguard import PathAccess, ToolRegistry  # noqa: E402
 from pytest_toolguard.bridges.mcp import from_mcp_server, restoring_process_state  # noqa: E402
 from pytest_toolguard.faults import BUILTIN_FAULTS, run_cell, select_faults, targets  # noqa: E402
 from pytest_toolguard.fuzz import fuzz_tool  # noqa: E402
@@ -84,12 +84,18 @@ SESSION = Session(
 def registry() -> ToolRegistry:
     """The server, imported in a controlled scope (it calls
     ``logging.basicConfig`` at import); its tools carry no annotations, so
-    their risks are given; it reaches files by absolute path: the directory
-    world."""
+    their risks are given; the absolute paths in its arrays are declared
+    (the agent developer's view: the policy checks each one); it reaches
+    files by absolute path: the directory world."""
     with restoring_process_state():
         from mcp_text_editor.server import app
     specs = from_mcp_server(
-        app, risks={"get_text_file_contents": "read", "edit_text_file_contents": "write"}
+        app,
+        risks={"get_text_file_contents": "read", "edit_text_file_contents": "write"},
+        paths={
+            "get_text_file_contents": [PathAccess.read("{files[*].file_path}")],
+            "edit_text_file_contents": [PathAccess.write("{files[*].path}")],
+        },
     )
     return ToolRegistry(specs, world="directory")
 
@@ -129,13 +135,14 @@ def _cells(registry: ToolRegistry, surroundings: Any, cassettes: Path, faults: A
     ]
 
 
-def test_the_matrix_catches_the_text_editor_leaving_a_file_empty_on_a_full_disk(
-    registry: ToolRegistry, surroundings: Any, tmp_path: Path
+@pytest.mark.parametrize("fault", ["disk_failure", "partial_write"])
+def test_the_matrix_catches_the_text_editor_tearing_a_file_on_a_full_disk(
+    fault: str, registry: ToolRegistry, surroundings: Any, tmp_path: Path
 ) -> None:
-    """Its edit truncates the file, then writes: on a full disk the file is
-    left torn while the answer says ``"result": "ok"``-less JSON with
-    ``isError: false``. The disk_failure cell of an edit fails."""
-    outcomes = _cells(registry, surroundings, tmp_path / "c", select_faults("disk_failure"))
+    """Its edit truncates the file, then writes: on a full disk, or an I/O
+    error, the file is left torn while the call answers with
+    ``isError: false``. Every such cell of an edit fails."""
+    outcomes = _cells(registry, surroundings, tmp_path / "c", select_faults(fault))
     edits = [outcome for outcome in outcomes if outcome.tool == "edit_text_file_contents"]
     assert edits and all(outcome.status == "fail" for outcome in edits)
     assert surroundings.worlds_left() == []
@@ -154,15 +161,10 @@ def test_the_matrix_catches_the_text_editor_following_a_link_swapped_in_after_it
     assert edits and all(outcome.status == "fail" for outcome in edits)
 
 
-CATCHES = {"disk_failure"}
+CATCHES = {"disk_failure", "partial_write", "symlink_race"}
 """The cells where the text editor's own faults are caught (see above)."""
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="needs directory-world cells/fuzzer: cells run in the fake world, and absolute "
-    "paths nested in arrays are not yet mapped to a fault cell's world",
-)
 def test_the_rest_of_the_matrix_has_no_false_positive_on_the_text_editor(
     registry: ToolRegistry, surroundings: Any, tmp_path: Path
 ) -> None:
