@@ -86,3 +86,15 @@ def test_pytest_toolguard_replay_replays_every_real_tool_with_its_root_deleted(
     assert {**surroundings.snapshots(), "cassettes": sessions.snapshot(cassettes)} == watched
     assert not any(workspace.exists() for workspace in workspaces)
     assert surroundings.worlds_left() == []
+
+
+def test_building_the_servers_leaves_the_process_as_it_was() -> None:
+    """The servers are built in a controlled scope: the environment, the
+    working directory and the root logger are what they were."""
+    import logging
+    import os
+
+    root = logging.getLogger()
+    before = (dict(os.environ), os.getcwd(), list(root.handlers), root.level)
+    real_tools.registry()
+    assert (dict(os.environ), os.getcwd(), list(root.handlers), root.level) == before
