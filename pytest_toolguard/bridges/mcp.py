@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 import logging
 import os
@@ -51,7 +52,7 @@ from typing import Any
 
 from ..capabilities import Risk
 from ..errors import ToolguardError
-from ..registry import Handler, ToolSpec
+from ..registry import Handler, ToolSpec, WorldKind, checked_world
 from .definitions import BridgeError, BridgeWarning, Paths, as_list, build_spec, handler_for, warn
 from .transcript import CallCollector, Transcript, TranscriptResult, json_records, text_of
 
@@ -373,8 +374,10 @@ async def afrom_mcp_server(
     trust_annotations: bool = True,
     risks: Mapping[str, Risk | str] | None = None,
     tools: Sequence[str] | None = None,
+    world: WorldKind | None = None,
 ) -> list[ToolSpec]:
     """``from_mcp_server`` for async code."""
+    chosen = None if world is None else checked_world(world, "from_mcp_server(world=...)")
     server = mcp_server_view(server)
     try:
         answer = server.list_tools()
@@ -396,16 +399,15 @@ async def afrom_mcp_server(
         name = wire.get("name")
         if tools is not None and name not in tools:
             continue
-        specs.append(
-            _spec(
-                wire,
-                server_tool_handler(server, str(name)),
-                paths=paths,
-                default_risk=Risk(default_risk),
-                trust_annotations=trust_annotations,
-                risks=risks,
-            )
+        spec = _spec(
+            wire,
+            server_tool_handler(server, str(name)),
+            paths=paths,
+            default_risk=Risk(default_risk),
+            trust_annotations=trust_annotations,
+            risks=risks,
         )
+        specs.append(spec if chosen is None else dataclasses.replace(spec, world=chosen))
     return specs
 
 
@@ -417,12 +419,18 @@ def from_mcp_server(
     trust_annotations: bool = True,
     risks: Mapping[str, Risk | str] | None = None,
     tools: Sequence[str] | None = None,
+    world: WorldKind | None = None,
 ) -> list[ToolSpec]:
     """``ToolSpec``s for every tool of a live in-process MCP server (or the
     named ``tools``), each running the server's own ``call_tool`` after our
-    pipeline. Risks and warnings as for ``from_mcp``. From async code, use
-    ``await afrom_mcp_server(...)``. ``BridgeError`` for an object that is
-    not such a server."""
+    pipeline. Risks and warnings as for ``from_mcp``. ``world`` is the
+    world its tools need (``"directory"`` for a server whose tools reach
+    files through C code or other processes; default: the registry's).
+    From async code, use ``await afrom_mcp_server(...)``. ``BridgeError``
+    for an object that is not such a server; ``ValueError`` for an unknown
+    ``world``."""
+    if world is not None:
+        checked_world(world, "from_mcp_server(world=...)")
     mcp_server_view(server)  # refuses before an event loop is started
     try:
         asyncio.get_running_loop()
@@ -440,6 +448,7 @@ def from_mcp_server(
                     trust_annotations=trust_annotations,
                     risks=risks,
                     tools=tools,
+                    world=world,
                 )
             )
         for said in caught:

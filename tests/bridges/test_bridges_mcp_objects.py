@@ -161,3 +161,18 @@ def test_a_warning_about_a_listed_tool_points_at_the_callers_line() -> None:
             + 2,
         )
     ]
+
+
+@pytest.mark.parametrize("world", [None, "fake", "directory"])
+def test_the_world_a_servers_tools_need_is_given_to_each(world: Any) -> None:
+    specs = from_mcp_server(AsyncServer(), world=world)
+    assert [spec.world for spec in specs] == [world]
+    assert [spec.world for spec in asyncio.run(afrom_mcp_server(AsyncServer(), world=world))] == [
+        world
+    ]
+
+
+@pytest.mark.parametrize("world", ["real", "", "Directory"])
+def test_an_unknown_world_is_refused_before_the_server_is_asked(world: str) -> None:
+    with pytest.raises(ValueError, match="unknown world"):
+        from_mcp_server(AsyncServer(), world=world)

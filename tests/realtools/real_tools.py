@@ -11,7 +11,6 @@ the twins below each carry one bug an oracle must catch.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sqlite3
 import subprocess
@@ -184,7 +183,7 @@ def git_server_tools() -> list[ToolSpec]:
 
     with constructing():
         server = create_server(None)
-    return [dataclasses.replace(spec, world="directory") for spec in from_mcp_server(server)]
+    return from_mcp_server(server, world="directory")
 
 
 def _quiet(build: Any) -> list[ToolSpec]:
