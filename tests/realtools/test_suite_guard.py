@@ -6,7 +6,9 @@ temporary directory and ``TMPDIR`` are put back either way."""
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -82,3 +84,18 @@ def test_a_clean_run_passes_and_leaves_nothing(pytester: pytest.Pytester) -> Non
         for name in set(os.listdir(tempfile.gettempdir())) - before
         if name.startswith("toolguard-suite-")
     }
+
+
+def test_under_xdist_the_controller_catches_what_a_worker_wrote(
+    pytester: pytest.Pytester,
+) -> None:
+    """The workers inherit the suite's TMPDIR from the controller, which
+    alone plants the decoys and judges them after every worker is done."""
+    # The workers import the plugin from the project, as a project would have it.
+    shutil.copy(Path(__file__).parent.parent / "suite_guard.py", pytester.path)
+    pytester.makeconftest('pytest_plugins = ["suite_guard"]')
+    _project(pytester, WRITES["a decoy written"][0])
+    result = pytester.runpytest("-p", "xdist", "-n", "2", "-p", "no:hypothesispytest")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*written outside the worlds*", WRITES["a decoy written"][1]])
