@@ -23,7 +23,9 @@ from hypothesis import settings
 from pytest_toolguard.capabilities import Capabilities, Risk
 from pytest_toolguard.registry import PathAccess, ToolRegistry, ToolSpec, tool
 
-pytest_plugins = ["pytester"]
+# suite_guard: the whole run writes nothing outside its worlds (decoys, leftover worlds,
+# the project's own tree), checked on the xdist controller.
+pytest_plugins = ["pytester", "suite_guard"]
 
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
 settings.load_profile(

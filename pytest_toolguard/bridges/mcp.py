@@ -26,11 +26,13 @@ as read-only).
 ``from_mcp_server(server)`` wraps a live in-process server (the ``mcp``
 SDK's ``MCPServer``, v1's ``FastMCP``, the ``fastmcp`` package's
 ``FastMCP``: anything with ``await list_tools()`` and ``await
-call_tool(name, arguments)``): each call goes through our pipeline first,
-then to the server's own ``call_tool``. ``call_tool_outcome`` maps the
-``CallToolResult``: ``isError`` is a failure whose message is the text
-blocks, ``structuredContent`` is the data (else the text, else the content
-blocks).
+call_tool(name, arguments)``; and v1's low-level ``Server``, whose
+``list_tools``/``call_tool`` are decorators, through the request handlers
+they registered): each call goes through our pipeline first, then to the
+server's own ``call_tool``. ``call_tool_outcome`` maps the
+``CallToolResult`` (v1's or v2's): ``isError`` is a failure whose message
+is the text blocks, ``structuredContent`` is the data (else the text, else
+the content blocks).
 
 ``read_jsonrpc_log(text)`` reads a JSON-RPC log (one message per line, or
 a JSON array): ``tools/call`` requests and their responses.
@@ -40,15 +42,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import inspect
 import logging
 import os
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ..capabilities import Risk
 from ..errors import ToolguardError
-from ..registry import Handler, ToolSpec
-from .definitions import BridgeError, Paths, as_list, build_spec, handler_for, warn
+from ..registry import Handler, ToolSpec, WorldKind, checked_world
+from .definitions import BridgeError, BridgeWarning, Paths, as_list, build_spec, handler_for, warn
 from .transcript import CallCollector, Transcript, TranscriptResult, json_records, text_of
 
 ANNOTATION_DEFAULTS = {
@@ -202,6 +207,13 @@ def result_wire(value: Any) -> dict[str, Any]:
     content list, structured dict or ``(content, structured)`` pair."""
     if isinstance(value, Mapping) and ("content" in value or "isError" in value):
         return dict(value)
+    dumped = _wire(value)  # an SDK's model whose wire form is a CallToolResult's (v1's, v2's)
+    if (
+        dumped is not value
+        and isinstance(dumped, Mapping)
+        and {"content", "isError"} <= set(dumped)
+    ):
+        return dict(dumped)
     if hasattr(value, "is_error") and hasattr(value, "content"):
         body: dict[str, Any] = {
             "content": [_wire(block) for block in value.content or ()],
@@ -249,6 +261,88 @@ def transcript_result(wire: Mapping[str, Any]) -> TranscriptResult:
 # -- live servers -------------------------------------------------------------
 
 
+class RequestHandlerServer:
+    """A v1 low-level ``Server`` seen as ``list_tools``/``call_tool``
+    coroutines. v1's ``@server.list_tools()`` and ``@server.call_tool()``
+    register handlers in ``server.request_handlers``, keyed by the request
+    types: those handlers are what the SDK's own session dispatches to
+    (input validation against the listed schema, the result's
+    normalisation, an exception as an ``isError`` result), so calling them
+    keeps the server's behaviour without a session. ``request_context`` is
+    not set: a tool that reads it fails as it would outside a request."""
+
+    def __init__(self, server: Any) -> None:
+        handlers = getattr(server, "request_handlers", None)
+        by_name = (
+            {getattr(key, "__name__", None): (key, handler) for key, handler in handlers.items()}
+            if isinstance(handlers, Mapping)
+            else {}
+        )
+        if "ListToolsRequest" not in by_name or "CallToolRequest" not in by_name:
+            raise BridgeError(
+                f"{type(server).__name__} registers no list_tools and call_tool handlers "
+                "(decorate them with @server.list_tools() and @server.call_tool())"
+            )
+        self._list = by_name["ListToolsRequest"]
+        self._call = by_name["CallToolRequest"]
+
+    @staticmethod
+    def applies(server: Any) -> bool:
+        """Whether ``server`` is a low-level server: ``list_tools`` is a
+        decorator factory next to a table of request handlers."""
+        return isinstance(getattr(server, "request_handlers", None), Mapping) and not (
+            inspect.iscoroutinefunction(getattr(server, "list_tools", None))
+        )
+
+    async def list_tools(self) -> list[Any]:
+        request_type, handler = self._list
+        listed = _root(await handler(request_type.model_validate({"method": "tools/list"})))
+        return list(getattr(listed, "tools", None) or ())
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> Any:
+        request_type, handler = self._call
+        request = request_type.model_validate(
+            {"method": "tools/call", "params": {"name": name, "arguments": dict(arguments)}}
+        )
+        return _root(await handler(request))
+
+
+def _root(value: Any) -> Any:
+    """A v1 ``ServerResult`` unwrapped (a pydantic ``RootModel``)."""
+    return getattr(value, "root", value)
+
+
+def mcp_server_view(server: Any) -> Any:
+    """``server`` as an object with ``await list_tools()`` and ``await
+    call_tool(name, arguments)``: itself, or a v1 low-level server through
+    ``RequestHandlerServer``. ``BridgeError`` for anything else."""
+    if isinstance(server, type):
+        raise BridgeError(f"{server.__name__} is a class, not a server: pass an instance")
+    if RequestHandlerServer.applies(server):
+        return RequestHandlerServer(server)
+    if not (
+        callable(getattr(server, "list_tools", None))
+        and callable(getattr(server, "call_tool", None))
+    ):
+        raise BridgeError(
+            f"{type(server).__name__} is not an MCP server (it needs async list_tools() and "
+            "call_tool(name, arguments))"
+        )
+    return server
+
+
+async def _awaited(value: Any, server: Any, method: str) -> Any:
+    """``value`` awaited; ``BridgeError`` naming the server's method when it
+    returned something that cannot be awaited (a decorator factory, a
+    plain value), never Python's ``TypeError``."""
+    if not inspect.isawaitable(value):
+        raise BridgeError(
+            f"{type(server).__name__}.{method}() returned {type(value).__name__}, not an "
+            "awaitable: not an MCP server from_mcp_server can wrap"
+        )
+    return await value
+
+
 def server_tool_handler(server: Any, name: str) -> Handler:
     """The handler that sends a call to ``server.call_tool(name, ...)`` and
     maps its result: data on success, ``MCPToolError`` (its text) on
@@ -257,7 +351,8 @@ def server_tool_handler(server: Any, name: str) -> Handler:
 
     async def call_server_tool(ctx: Any, **arguments: Any) -> Any:
         try:
-            wire = result_wire(await server.call_tool(name, arguments))
+            answer = server.call_tool(name, arguments)
+            wire = result_wire(await _awaited(answer, server, "call_tool"))
         except BridgeError:
             raise
         except Exception as exc:  # the SDKs raise ToolError for failed calls
@@ -279,25 +374,40 @@ async def afrom_mcp_server(
     trust_annotations: bool = True,
     risks: Mapping[str, Risk | str] | None = None,
     tools: Sequence[str] | None = None,
+    world: WorldKind | None = None,
 ) -> list[ToolSpec]:
     """``from_mcp_server`` for async code."""
-    listed = await server.list_tools()
+    chosen = None if world is None else checked_world(world, "from_mcp_server(world=...)")
+    server = mcp_server_view(server)
+    try:
+        answer = server.list_tools()
+    except TypeError as exc:  # a decorator factory wanting arguments, a method of another shape
+        raise BridgeError(f"{type(server).__name__}.list_tools() cannot be called: {exc}") from exc
+    listed = _root(await _awaited(answer, server, "list_tools"))
+    if not isinstance(listed, Sequence):  # a ListToolsResult rather than its list
+        listed = getattr(listed, "tools", None)
+    if not isinstance(listed, Sequence) or isinstance(listed, (str, bytes)):
+        raise BridgeError(
+            f"{type(server).__name__}.list_tools() gave {type(listed).__name__}, "
+            "not a list of tools"
+        )
     specs = []
     for definition in listed:
         wire = tool_wire(definition)
+        if not isinstance(wire, Mapping):
+            raise BridgeError(f"MCP tool listed as {type(definition).__name__}, not an object")
         name = wire.get("name")
         if tools is not None and name not in tools:
             continue
-        specs.append(
-            _spec(
-                wire,
-                server_tool_handler(server, str(name)),
-                paths=paths,
-                default_risk=Risk(default_risk),
-                trust_annotations=trust_annotations,
-                risks=risks,
-            )
+        spec = _spec(
+            wire,
+            server_tool_handler(server, str(name)),
+            paths=paths,
+            default_risk=Risk(default_risk),
+            trust_annotations=trust_annotations,
+            risks=risks,
         )
+        specs.append(spec if chosen is None else dataclasses.replace(spec, world=chosen))
     return specs
 
 
@@ -309,32 +419,44 @@ def from_mcp_server(
     trust_annotations: bool = True,
     risks: Mapping[str, Risk | str] | None = None,
     tools: Sequence[str] | None = None,
+    world: WorldKind | None = None,
 ) -> list[ToolSpec]:
     """``ToolSpec``s for every tool of a live in-process MCP server (or the
     named ``tools``), each running the server's own ``call_tool`` after our
-    pipeline. Risks and warnings as for ``from_mcp``. From async code, use
-    ``await afrom_mcp_server(...)``."""
-    if not (
-        callable(getattr(server, "list_tools", None))
-        and callable(getattr(server, "call_tool", None))
-    ):
-        raise BridgeError(
-            f"{type(server).__name__} is not an MCP server (it needs async list_tools() and "
-            "call_tool(name, arguments))"
-        )
+    pipeline. Risks and warnings as for ``from_mcp``. ``world`` is the
+    world its tools need (``"directory"`` for a server whose tools reach
+    files through C code or other processes; default: the registry's).
+    From async code, use ``await afrom_mcp_server(...)``. ``BridgeError``
+    for an object that is not such a server; ``ValueError`` for an unknown
+    ``world``."""
+    if world is not None:
+        checked_world(world, "from_mcp_server(world=...)")
+    mcp_server_view(server)  # refuses before an event loop is started
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(
-            afrom_mcp_server(
-                server,
-                paths=paths,
-                default_risk=default_risk,
-                trust_annotations=trust_annotations,
-                risks=risks,
-                tools=tools,
+        # Inside asyncio.run the first frame outside this package is the event
+        # loop's: the warnings are caught there and said again from here, so
+        # they point at the caller's line.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            specs = asyncio.run(
+                afrom_mcp_server(
+                    server,
+                    paths=paths,
+                    default_risk=default_risk,
+                    trust_annotations=trust_annotations,
+                    risks=risks,
+                    tools=tools,
+                    world=world,
+                )
             )
-        )
+        for said in caught:
+            if issubclass(said.category, BridgeWarning):
+                warn(str(said.message))
+            else:
+                warnings.warn_explicit(said.message, said.category, said.filename, said.lineno)
+        return specs
     raise BridgeError("from_mcp_server() called inside an event loop: await afrom_mcp_server()")
 
 

@@ -1,0 +1,336 @@
+"""Real tools, as agents' tools are written: a SQLite database, ``git`` run
+as a subprocess, a tool that takes absolute paths, and two MCP servers from
+the package index wrapped in process (mcp-server-time, mcp-server-git).
+Each tool that reaches its files past Python's own ``open`` declares
+``world="directory"``. The plugin tests copy this file into their pytester
+project as ``real_tools.py``; ``registry()`` is its ``toolguard_registry``.
+
+Nothing here knows the harness: the tools and servers are the user's, and
+the twins below each carry one bug an oracle must catch.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from pytest_toolguard import Capabilities, PathAccess, Risk
+from pytest_toolguard.registry import ToolRegistry, ToolSpec, tool
+
+GIT_DATE = "2024-05-01T12:00:00+00:00"
+GIT_ENVIRONMENT = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_AUTHOR_NAME": "Agent",
+    "GIT_AUTHOR_EMAIL": "agent@example.com",
+    "GIT_COMMITTER_NAME": "Agent",
+    "GIT_COMMITTER_EMAIL": "agent@example.com",
+    "GIT_AUTHOR_DATE": GIT_DATE,
+    "GIT_COMMITTER_DATE": GIT_DATE,
+}
+"""What makes a commit the same on every run, for git and GitPython alike
+(both read these variables): the tests set them in ``os.environ``."""
+
+CAPS = Capabilities(allowed_risks=frozenset({Risk.READ, Risk.WRITE}), write_roots=(".",))
+"""The session's capabilities: read and write, anywhere in the workspace."""
+NOTES_CAPS = Capabilities(allowed_risks=frozenset({Risk.READ, Risk.WRITE}), write_roots=("notes",))
+"""Read anywhere, write under ``notes/`` only."""
+
+
+# -- a SQLite tool -----------------------------------------------------------------------
+
+
+def _late(ctx: Any) -> None:
+    """Raise when the call was already answered TIMEOUT: a late handler
+    commits nothing (the agent was told the call did not happen)."""
+    if ctx.cancelled.is_set():
+        raise TimeoutError("the call was answered TIMEOUT: nothing committed")
+
+
+def _count_after_insert(ctx: Any, database: str, name: str) -> int:
+    connection = sqlite3.connect(database)
+    try:
+        with connection:  # rolled back when _late raises
+            connection.execute("create table if not exists contacts (name text)")
+            connection.execute("insert into contacts values (?)", (name,))
+            _late(ctx)
+        count: int = connection.execute("select count(*) from contacts").fetchone()[0]
+    finally:
+        connection.close()
+    return count
+
+
+@tool(risk=Risk.WRITE, world="directory")
+def crm_add(ctx: Any, name: str) -> dict[str, Any]:
+    """Adds a contact to the CRM database in the workspace; returns how many there are."""
+    return {"count": _count_after_insert(ctx, os.path.join(ctx.workspace.root, "crm.db"), name)}
+
+
+# -- git as a subprocess -----------------------------------------------------------------
+
+
+def run_git(root: str, *arguments: str) -> str:
+    """``git`` in ``root``, with what makes its answers the same every run."""
+    environment = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": root}
+    environment.update(GIT_ENVIRONMENT)
+    done = subprocess.run(
+        ["git", "-c", "init.defaultBranch=main", *arguments],
+        cwd=root,
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout
+
+
+@tool(risk=Risk.WRITE, world="directory")
+def git_save(ctx: Any, name: str, text: str) -> dict[str, Any]:
+    """Writes a file and commits it with git; returns the commit's one-line log."""
+    root = ctx.workspace.root
+    _late(ctx)
+    if not os.path.isdir(os.path.join(root, ".git")):
+        run_git(root, "init", "-q")
+    with open(os.path.join(root, name), "w", encoding="utf-8") as handle:
+        handle.write(text)
+    run_git(root, "add", name)
+    run_git(root, "commit", "-q", "-m", f"save {name}")
+    return {"log": run_git(root, "log", "--oneline")}
+
+
+# -- a tool that takes absolute paths ----------------------------------------------------
+
+
+def _inside(root: str, path: str) -> str:
+    """``path`` (absolute) once links are followed, refused unless it stays
+    in ``root``: compared on whole components, after ``realpath``."""
+    if not os.path.isabs(path):
+        raise ValueError(f"{path}: give an absolute path")
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    if os.path.commonpath([real_root, real]) != real_root:
+        raise PermissionError(f"{path} is outside the workspace")
+    return real
+
+
+def _write_atomically(ctx: Any, target: str, text: str) -> None:
+    """Write through a temporary file beside ``target``, removed on failure
+    or when the call was answered TIMEOUT meanwhile."""
+    fd, temporary = tempfile.mkstemp(dir=os.path.dirname(target), prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        _late(ctx)
+        os.replace(temporary, target)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+@tool(world="directory")
+def read_at(ctx: Any, path: str) -> dict[str, Any]:
+    """Reads a text file named by its absolute path, inside the workspace.
+    No ``PathAccess``: the tool confines itself, and the faults' payloads
+    reach it (the server author's view)."""
+    with open(_inside(ctx.workspace.root, path), encoding="utf-8") as handle:
+        return {"path": path, "text": handle.read()}
+
+
+@tool(risk=Risk.WRITE, world="directory", paths=[PathAccess.write("{path}", content="text")])
+def write_at(ctx: Any, path: str, text: str) -> dict[str, Any]:
+    """Writes a text file named by its absolute path, inside the workspace."""
+    _write_atomically(ctx, _inside(ctx.workspace.root, path), text)
+    return {"path": path, "bytes": len(text.encode())}
+
+
+# -- MCP servers from the package index, in process ----------------------------------------
+
+
+@contextmanager
+def constructing() -> Iterator[None]:
+    """Servers built in a controlled scope: what they change in the process
+    (environment, working directory, logging) is put back."""
+    from pytest_toolguard.bridges.mcp import restoring_process_state
+
+    with restoring_process_state():
+        yield
+
+
+def time_server_tools() -> list[ToolSpec]:
+    """mcp-server-time's tools. Its descriptions name the local time zone: pinned."""
+    from mcp_server_time.server import create_server
+
+    from pytest_toolguard.bridges.mcp import from_mcp_server
+
+    with constructing():
+        server = create_server("UTC")
+    return from_mcp_server(server)
+
+
+def git_server_tools() -> list[ToolSpec]:
+    """mcp-server-git's tools, unconfined (``repository=None``): the calls
+    name the repository by its absolute path. GitPython runs ``git``."""
+    from mcp_server_git.server import create_server
+
+    from pytest_toolguard.bridges.mcp import from_mcp_server
+
+    with constructing():
+        server = create_server(None)
+    return from_mcp_server(server, world="directory")
+
+
+def _quiet(build: Any) -> list[ToolSpec]:
+    """``build()``, without the bridge's advice on undeclared path
+    arguments (absolute-path arguments cannot be declared yet)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        specs: list[ToolSpec] = build()
+    return specs
+
+
+# -- twins, one planted bug each ---------------------------------------------------------
+
+
+def _lexically_inside(root: str, path: str) -> str:
+    """The check without following links: a link inside leads outside."""
+    normal = os.path.normpath(path)
+    if os.path.commonpath([root, normal]) != root:
+        raise PermissionError(f"{path} is outside the workspace")
+    return normal
+
+
+def _prefix_inside(root: str, path: str) -> str:
+    """The check on characters, not components: ``<root>2`` passes."""
+    real = os.path.realpath(path)
+    if not real.startswith(os.path.realpath(root)):
+        raise PermissionError(f"{path} is outside the workspace")
+    return real
+
+
+@tool(world="directory")
+def read_at_following_links(ctx: Any, path: str) -> dict[str, Any]:
+    """Twin of read_at whose check never follows links."""
+    with open(_lexically_inside(ctx.workspace.root, path), encoding="utf-8") as handle:
+        return {"path": path, "text": handle.read()}
+
+
+@tool(world="directory")
+def read_at_by_prefix(ctx: Any, path: str) -> dict[str, Any]:
+    """Twin of read_at whose check compares characters."""
+    with open(_prefix_inside(ctx.workspace.root, path), encoding="utf-8") as handle:
+        return {"path": path, "text": handle.read()}
+
+
+@tool(risk=Risk.WRITE, world="directory", paths=[PathAccess.write("{path}", content="text")])
+def write_at_and_log(ctx: Any, path: str, text: str) -> dict[str, Any]:
+    """Twin of write_at that also appends to a log of its own, outside the
+    session's write roots (``notes``) and never declared."""
+    _write_atomically(ctx, _inside(ctx.workspace.root, path), text)
+    log = os.path.join(ctx.workspace.root, "writes.log")
+    with open(log, "a", encoding="utf-8") as handle:
+        handle.write(f"{path}\n")
+    return {"path": path, "bytes": len(text.encode())}
+
+
+@tool(risk=Risk.WRITE, world="directory", paths=[PathAccess.write("{path}", content="text")])
+def write_at_leaving_temporary(ctx: Any, path: str, text: str) -> dict[str, Any]:
+    """Twin of write_at that never removes its temporary file when the write fails."""
+    target = _inside(ctx.workspace.root, path)
+    fd, temporary = tempfile.mkstemp(dir=os.path.dirname(target), prefix=".tmp-")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    _late(ctx)
+    os.replace(temporary, target)
+    return {"path": path, "bytes": len(text.encode())}
+
+
+SERVER = (
+    "import sys\n"
+    "for line in sys.stdin:\n"
+    "    sys.stdout.write(line.upper())\n"
+    "    sys.stdout.flush()\n"
+)
+"""A server in a process of its own: answers each line, upper-cased."""
+
+
+def _start_server() -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", SERVER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+@tool(world="directory", timeout_seconds=5.0)
+def ask_server(ctx: Any, question: str) -> dict[str, Any]:
+    """Asks a server process it starts; a server that dies is an error."""
+    server = _start_server()
+    try:
+        answer, _ = server.communicate(question + "\n", timeout=4.0)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    if server.returncode != 0:
+        raise RuntimeError(f"the server died (exit {server.returncode})")
+    return {"answer": answer.strip()}
+
+
+@tool(world="directory", timeout_seconds=5.0)
+def ask_server_waiting(ctx: Any, question: str) -> dict[str, Any]:
+    """Twin of ask_server that, when its server dies, waits for another one
+    that never comes: its call never ends."""
+    server = _start_server()
+    assert server.stdin is not None and server.stdout is not None
+    server.stdin.write(question + "\n")
+    server.stdin.flush()
+    answer = server.stdout.readline()
+    if not answer:  # the server died: wait for it to come back (bounded, for the tests' sake)
+        threading.Event().wait(30.0)
+        raise RuntimeError("no server came back")
+    server.stdin.close()
+    server.wait()
+    return {"answer": answer.strip()}
+
+
+TWINS: Mapping[str, str] = {
+    "read_at_following_links": "a link followed outside",
+    "read_at_by_prefix": "a sibling-prefix check",
+    "write_at_and_log": "a write outside the write roots",
+    "write_at_leaving_temporary": "a temporary file left",
+    "ask_server_waiting": "a server that dies mid-call, its call left running",
+}
+"""Each twin and the bug it plants."""
+
+
+def own_tools() -> list[ToolSpec]:
+    """The SQLite, git, absolute-path and server-process tools."""
+    return [crm_add, git_save, read_at, write_at, ask_server]
+
+
+def twin_tools() -> list[ToolSpec]:
+    return [
+        read_at_following_links,
+        read_at_by_prefix,
+        write_at_and_log,
+        write_at_leaving_temporary,
+        ask_server_waiting,
+    ]
+
+
+def registry() -> ToolRegistry:
+    """Every real tool and server here, for ``toolguard_registry = real_tools:registry``."""
+    return ToolRegistry(
+        [*own_tools(), *twin_tools(), *_quiet(time_server_tools), *_quiet(git_server_tools)]
+    )
