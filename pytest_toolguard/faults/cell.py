@@ -43,15 +43,18 @@ or the executor does: a fault's own crash is reported as a failed cell too.
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ..audit import SQLiteAuditStore
 from ..capabilities import Capabilities
 from ..contract import CallState, ErrorCode, ToolCall, ToolResult
+from ..harness.directory_world import DirectoryWorld
 from ..harness.effects import changed_files, undeclared_changes
 from ..harness.failing_store import FailingStore
 from ..harness.probes import (
@@ -75,6 +78,7 @@ from ..registry import ToolRegistry, ToolSpec
 from ..replay.approvals import approval_hooks
 from ..replay.http import HttpPlayback
 from ..runtime import ToolRuntime
+from .directory import Operations
 from .prefixes import SavedPrefix
 from .target import Target
 
@@ -94,9 +98,10 @@ class CleanRun:
     tree: dict[str, bytes]
     """The workspace's files it left."""
     accesses: int
-    """Paths its handler resolved (``harness.accesses``)."""
+    """Paths its handler resolved (``harness.accesses``); in the directory
+    world, its Python-level file operations (``directory.Operations``)."""
     growths: int
-    """Times its handler grew a file."""
+    """Times its handler grew a file (0 in the directory world: not seen)."""
 
 
 class Cell:
@@ -113,7 +118,7 @@ class Cell:
         fault_name: str,
         target: Target,
         registry: ToolRegistry,
-        world: World,
+        world: World | DirectoryWorld,
         secrets: Mapping[str, str] | None,
         *,
         http: HttpPlayback | None = None,
@@ -123,8 +128,10 @@ class Cell:
         """The fault's name: its calls' ids start with it."""
         self.target = target
         self.world = world
-        self.fs = world.fs
-        """The pyfakefs ``FakeFilesystem`` (for ``set_disk_usage``, ...)."""
+        self.operations: Operations | None = None
+        """In the directory world: the handler's Python-level file
+        operations (``directory.Operations``), counted while the cell runs
+        (``run.run_cell`` installs it); None in the fake world."""
         self.root = world.root
         self.outside_dir = posixpath.join(posixpath.dirname(self.root), OUTSIDE_DIR)
         """A directory beside the workspace holding decoy files."""
@@ -163,11 +170,74 @@ class Cell:
 
     # -- set-up
 
+    @property
+    def directory(self) -> bool:
+        """Whether the cell runs in the directory world (real files)."""
+        return isinstance(self.world, DirectoryWorld)
+
+    @property
+    def fs(self) -> Any:
+        """The pyfakefs ``FakeFilesystem`` (for ``set_disk_usage``, ...);
+        ``LookupError`` in the directory world, which has none."""
+        if isinstance(self.world, DirectoryWorld):
+            raise LookupError(
+                f"{self.fault_name}: cell.fs is the fake filesystem's; this cell runs in the "
+                "directory world (real files: use os, cell.write_file)"
+            )
+        return self.world.fs
+
+    @property
+    def access_log(self) -> Any:
+        """The world's oracle of accesses (``harness.accesses.AccessLog`` in
+        the fake world), or None when nothing observes them: "not
+        observed", never "nothing happened"."""
+        return getattr(self.world, "accesses", None)
+
+    def quiet(self) -> AbstractContextManager[None]:
+        """A block whose filesystem operations on this thread are the
+        harness's, never counted as the handler's."""
+        if self.operations is not None:
+            return self.operations.quiet()
+        quiet = getattr(self.access_log, "quiet", None)
+        return quiet() if quiet is not None else nullcontext()
+
+    def exists(self, path: str) -> bool:
+        """Whether ``path`` (absolute, in this world) is there, as a link or not."""
+        if isinstance(self.world, DirectoryWorld):
+            return os.path.lexists(path)
+        with self.quiet():
+            return bool(self.world.fs.exists(path, check_link=True))
+
+    def is_dir(self, path: str) -> bool:
+        """Whether ``path`` (absolute, in this world) is a directory."""
+        if isinstance(self.world, DirectoryWorld):
+            return os.path.isdir(path)
+        with self.quiet():
+            return bool(self.world.fs.isdir(path))
+
+    def write_file(self, path: str, content: bytes | str) -> None:
+        """Create ``path`` (an absolute path in this world, parents made)
+        holding ``content``, as the harness: never counted as the handler's."""
+        data = content.encode() if isinstance(content, str) else content
+        if isinstance(self.world, DirectoryWorld):
+            os.makedirs(posixpath.dirname(path), exist_ok=True)
+            with open(path, "wb") as handle:
+                handle.write(data)
+            return
+        fs = self.world.fs
+        with self.world.accesses.quiet():
+            if fs.exists(path):
+                fs.remove_object(path)
+            fs.create_file(path, contents=data)
+
     def _probing_registry(self, registry: ToolRegistry) -> ToolRegistry:
         specs = []
         for spec in registry:
             if spec.name == self.target.call.tool_name:
-                self._probe = HandlerProbe(spec.handler, self.world.accesses)
+                log = self.access_log
+                self._probe = HandlerProbe(
+                    spec.handler, log if hasattr(log, "opened") and hasattr(log, "closed") else None
+                )
                 self._probe.on_start = self._handler_starting
                 spec = spec.with_handler(self._probe)
             specs.append(spec)
@@ -263,7 +333,9 @@ class Cell:
         self._playing(self.target.index)
         if self._probe is not None:
             self._probe.reset()
-        self.world.accesses.reset()
+        reset = getattr(self.access_log, "reset", None)
+        if reset is not None:
+            reset()
 
     def _playing(self, index: int) -> None:
         if self.http is not None:
@@ -422,8 +494,11 @@ class Cell:
         return ok
 
     def tree(self) -> dict[str, bytes]:
-        """Every regular file under the workspace, by relative path."""
-        return self.world.tree()
+        """Every regular file under the workspace, by relative path (the
+        harness's reading: never counted as the handler's, even when taken
+        as a handler starts)."""
+        with self.quiet():
+            return self.world.tree()
 
     def clean_run(self) -> CleanRun:
         """The target's call once with nothing injected, through a runtime
@@ -432,10 +507,16 @@ class Cell:
         growths its handler made. What a call under a fault that answers
         OK must leave too."""
         saved = self.world.save_workspace()
-        log = self.world.accesses
-        accesses, growths = log.count, log.growths
+        log = self.access_log if not self.directory else self.operations
+        accesses = getattr(log, "count", 0)
+        growths = getattr(log, "growths", 0)
         result = self.execute(self.call(), self.make_runtime(hooks=[]))
-        clean = CleanRun(result, self.tree(), log.count - accesses, log.growths - growths)
+        clean = CleanRun(
+            result,
+            self.tree(),
+            getattr(log, "count", 0) - accesses,
+            getattr(log, "growths", 0) - growths,
+        )
         self.world.restore_workspace(saved)
         return clean
 
@@ -500,7 +581,8 @@ class Cell:
         left = self._threads.leftover(THREAD_JOIN_SECONDS)
         self.check(not left, f"threads started during the cell still running: {', '.join(left)}")
         self._check_accesses()
-        for escape in self.world.escapes():
+        escapes = getattr(self.world, "escapes", None)
+        for escape in escapes() if escapes is not None else ():
             self.problems.append(f"the handler reached the real disk: {escape.message}")
         needles = self._needles()
         for result in self._results:
@@ -528,8 +610,12 @@ class Cell:
         return needles
 
     def _check_accesses(self) -> None:
-        """No handler run resolved a path outside the workspace."""
-        outside = self.world.accesses.outside(self.root)
+        """No handler run resolved a path outside the workspace (when an
+        oracle of accesses observes the world: otherwise nothing is said)."""
+        outside_of = getattr(self.access_log, "outside", None)
+        if outside_of is None:
+            return
+        outside = outside_of(self.root)
         paths = sorted({access.path for access in outside})
         self.check(
             not paths,

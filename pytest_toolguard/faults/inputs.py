@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ..contract import ErrorCode
@@ -118,6 +118,20 @@ def grown(content: bytes) -> bytes | None:
     return (text * copies + long_line + "\n" + "x" * LONG_LINE + "\n").encode()
 
 
+def _opened(cell: Cell) -> Callable[[], list[str]]:
+    """What gives the paths the handler opened so far: the fake world's
+    accesses that opened a file; in the directory world, the paths of the
+    handler's Python-level ``open`` events (a C library's own opens, and a
+    started process's, are not among them)."""
+    operations = cell.operations
+    if operations is not None:
+        return lambda: list(operations.opened)
+    log = cell.access_log
+    if log is None:
+        return list
+    return lambda: [access.path for access in log.accesses if access.opens]
+
+
 class LargeInputFault(AfterSuccess):
     name = "large_input"
     applies_to = "successful calls with a path argument"
@@ -138,8 +152,8 @@ class LargeInputFault(AfterSuccess):
         )
 
     def inject(self, cell: Cell) -> None:
-        log = cell.world.accesses
-        start = len(log.accesses)
+        opened = _opened(cell)
+        start = len(opened())
         clean = cell.clean_run()
         if not clean.result.ok:
             return
@@ -148,11 +162,7 @@ class LargeInputFault(AfterSuccess):
         root = cell.root.rstrip("/")
         tree = cell.tree()
         read = sorted(
-            {
-                access.path[len(root) + 1 :]
-                for access in log.accesses[start:]
-                if access.opens and access.path.startswith(root + "/")
-            }
+            {path[len(root) + 1 :] for path in opened()[start:] if path.startswith(root + "/")}
             & set(tree)
         )
         if not read:
@@ -165,17 +175,14 @@ class LargeInputFault(AfterSuccess):
     @staticmethod
     def _grow(cell: Cell, tree: Mapping[str, bytes], read: list[str], limit: int) -> list[str]:
         """Grow the files read and crowd their directories; the grown texts."""
-        fs, root = cell.fs, cell.root.rstrip("/")
+        root = cell.root.rstrip("/")
         texts: list[str] = []
         extra = max(EXTRA_FILES, limit + 5)
         for relative in read:
             data = grown(tree[relative])
             if data is None:
                 continue
-            path = posixpath.join(root, relative)
-            with cell.world.accesses.quiet():
-                fs.remove_object(path)
-                fs.create_file(path, contents=data)
+            cell.write_file(posixpath.join(root, relative), data)
             texts.append(data.decode())
         for directory in sorted({posixpath.dirname(relative) for relative in read}):
             base = posixpath.join(root, directory) if directory else root
@@ -186,10 +193,9 @@ class LargeInputFault(AfterSuccess):
             }
             deep = posixpath.join(base, *(["toolguard-deep"] * DEEP_DIRECTORIES), "leaf.txt")
             files[deep] = sample
-            with cell.world.accesses.quiet():
-                for path, content in files.items():
-                    if not fs.exists(path):
-                        fs.create_file(path, contents=content)
+            for path, content in files.items():
+                if not cell.exists(path):
+                    cell.write_file(path, content)
         return texts
 
     @staticmethod

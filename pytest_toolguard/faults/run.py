@@ -1,5 +1,15 @@
 """Running one cell: a fault against a target, in a fresh world.
 
+The world is chosen as replay chooses it (``replay.player.chosen_world``:
+``world`` forces ``fake`` or ``directory``; ``auto`` asks the registry for
+the tools the cassette calls). A directory-world cell runs in a fresh
+``harness.DirectoryWorld`` made for it (in ``parent``) and removed after
+it: the recorded root is mapped to the world's in the calls' arguments
+(``RootMap``), the handler's Python-level file operations are counted
+(``directory.Operations``), and a fault that cannot act on real files here
+is reported ``n/a`` with its reason (``Fault.cannot_run_in_directory``),
+never passed.
+
 See ``cell`` for what a cell checks; ``run_cell`` never raises for what a
 tool or the executor does.
 """
@@ -8,12 +18,17 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Mapping
+from dataclasses import replace
 
+from ..harness.directory_world import DirectoryWorld
 from ..harness.fake_filesystem import FakeWorld
 from ..harness.world import World, beside_the_workspace
 from ..registry import ToolRegistry
+from ..replay.cassette import Cassette
 from ..replay.http import HttpPlayback, HttpUnavailable
+from ..replay.player import chosen_world
 from .cell import Cell
+from .directory import Operations
 from .fault import Fault
 from .outcome import CellOutcome, CellStatus
 from .prefixes import PrefixCache
@@ -29,18 +44,32 @@ def run_cell(
     nodeid: str = "",
     prefixes: PrefixCache | None = None,
     fake_world: FakeWorld | None = None,
+    world: str = "auto",
+    parent: str | None = None,
 ) -> CellOutcome:
     """Run ``fault`` against ``target`` in a fresh world; never raises for
     what happens in it. ``prefixes`` keeps the state before each target
     for the next cell of the same interaction, and the first cell of a later
     one replays on from it (``registry`` and ``secrets`` are part of its
-    key); ``fake_world`` is the ``FakeWorld`` to run in (default: the
-    process's)."""
-    if fault.applies(target):
-        problems = tuple(_run(fault, target, registry, secrets, prefixes, fake_world))
-        status: CellStatus = "fail" if problems else "pass"
-    else:
+    key; the fake world's only); ``fake_world`` is the ``FakeWorld`` to run
+    in (default: the process's). ``world`` is ``auto``, ``fake`` or
+    ``directory`` (``replay.player.chosen_world``; ``ValueError`` for
+    another); ``parent`` is where a directory world is made (default: the
+    temporary directory)."""
+    kind = chosen_world(target.cassette, registry, world)
+    skipped = fault.cannot_run_in_directory() if kind == "directory" else None
+    problems: tuple[str, ...]
+    status: CellStatus
+    if not fault.applies(target):
         problems, status = ("not applicable",), "n/a"
+    elif skipped is not None:
+        problems, status = (f"skipped in the directory world: {skipped}",), "n/a"
+    elif kind == "directory":
+        problems = tuple(_run_in_directory(fault, target, registry, secrets, parent))
+        status = "fail" if problems else "pass"
+    else:
+        problems = tuple(_run(fault, target, registry, secrets, prefixes, fake_world))
+        status = "fail" if problems else "pass"
     return CellOutcome(
         source=target.source,
         interaction=target.index + 1,
@@ -93,6 +122,60 @@ def _run(
         cell.finish()
         cell.check_outside()
         return cell.problems
+
+
+def _run_in_directory(
+    fault: Fault,
+    target: Target,
+    registry: ToolRegistry,
+    secrets: Mapping[str, str] | None,
+    parent: str | None,
+) -> list[str]:
+    """``_run`` in a fresh ``DirectoryWorld``: the cassette as the world
+    spells it (its root, the calls' arguments mapped), the interactions
+    before the target replayed (no prefix cache: a saved workspace names
+    the world it was saved in), the Python-level operations counted."""
+    cassette = target.cassette
+    try:
+        http = HttpPlayback.for_cassette(cassette, registry, repeats=True)
+    except HttpUnavailable as exc:
+        return [str(exc)]
+    with DirectoryWorld.of(cassette, parent=parent) as place:
+        here = replace(target, cassette=_as_the_world_spells_it(cassette, place))
+        cell = Cell(fault.name, here, registry, place, secrets, http=http)
+        for path in place.unplaced_outside:
+            cell.problems.append(
+                f"outside file {path} not planted: a directory world plants only beside "
+                "the recorded root"
+            )
+        with Operations() as operations:
+            cell.operations = operations
+            try:
+                cell.replay_before(0)
+                cell.at_target()
+                place.plant_forbidden()
+                place.plant(beside_the_workspace(place.root))  # /etc/passwd is refused
+                cell.outside_planted()
+                fault.inject(cell)
+            except Exception:
+                cell.problems.append("the fault raised: " + _last_lines(traceback.format_exc()))
+            cell.finish()
+        cell.check_outside()
+        return cell.problems
+
+
+def _as_the_world_spells_it(cassette: Cassette, place: DirectoryWorld) -> Cassette:
+    """``cassette`` with the world's root, and every call's arguments
+    naming it where they named the recorded one."""
+    mapping = place.root_map
+    return replace(
+        cassette,
+        workspace=replace(cassette.workspace, root=place.root),
+        interactions=tuple(
+            replace(item, call=replace(item.call, arguments=mapping.to_world(item.call.arguments)))
+            for item in cassette.interactions
+        ),
+    )
 
 
 def _last_lines(text: str, count: int = 3) -> str:

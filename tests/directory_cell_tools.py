@@ -1,0 +1,175 @@
+"""Tools for fault cells in the directory world: correct ones that reach
+files through C code (sqlite3) or another process (a python child), and
+twins each with one planted bug a cell must catch."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from typing import Any
+
+from pytest_toolguard import Capabilities, Risk
+from pytest_toolguard.registry import PathAccess, ToolRegistry, tool
+
+NAME = {"type": "string", "minLength": 1, "maxLength": 80}
+PATH = {"type": "string", "minLength": 1, "maxLength": 300}
+
+SORT = "import sys; sys.stdout.write(''.join(sorted(sys.stdin.read().splitlines(True))))"
+"""What the child process runs: the lines of its input, sorted."""
+
+WRITE_SORTED = (
+    "import sys; data = open(sys.argv[1]).read(); "
+    "open(sys.argv[2], 'w').write(''.join(sorted(data.splitlines(True))))"
+)
+"""What the twin's child runs: it reads and writes the files itself."""
+
+
+DATABASE_DIRECTORY = "db"
+
+
+@tool(
+    input_schema={
+        "type": "object",
+        "properties": {"name": NAME},
+        "required": ["name"],
+        "additionalProperties": False,
+    },
+    risk=Risk.WRITE,
+    paths=[PathAccess.write(DATABASE_DIRECTORY)],
+    world="directory",
+)
+def add_contact(ctx: Any, name: str) -> dict[str, Any]:
+    """Adds a contact to the workspace's SQLite database (``db/crm.db``);
+    returns how many there are. The database's directory is opened once,
+    never through a link, and SQLite reaches it through that descriptor:
+    a link swapped in afterwards leads nowhere. The database is the
+    workspace's (``make_database``): a call never creates it."""
+    if ctx.cancelled.is_set():  # answered TIMEOUT already: change nothing
+        raise TimeoutError("cancelled before it started")
+    directory = os.open(
+        os.path.join(ctx.workspace.root, DATABASE_DIRECTORY),
+        os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW,
+    )
+    try:
+        connection = sqlite3.connect(f"file:/proc/self/fd/{directory}/crm.db?mode=rw", uri=True)
+        try:
+            connection.execute("insert into contacts values (?)", (name,))
+            if ctx.cancelled.is_set():  # answered TIMEOUT already: change nothing
+                connection.rollback()
+                raise TimeoutError("cancelled")
+            connection.commit()
+            count: int = connection.execute("select count(*) from contacts").fetchone()[0]
+        finally:
+            connection.close()
+    finally:
+        os.close(directory)
+    return {"count": count}
+
+
+def make_database(workspace: str) -> None:
+    """The workspace's empty CRM database, as a deployment would hold it."""
+    os.makedirs(os.path.join(workspace, DATABASE_DIRECTORY), exist_ok=True)
+    connection = sqlite3.connect(os.path.join(workspace, DATABASE_DIRECTORY, "crm.db"))
+    with connection:
+        connection.execute("create table contacts (name text)")
+    connection.close()
+
+
+def _sorted_by_child(text: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", SORT],
+        input=text,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    return done.stdout
+
+
+@tool(
+    input_schema={
+        "type": "object",
+        "properties": {"path": PATH},
+        "required": ["path"],
+        "additionalProperties": False,
+    },
+    risk=Risk.WRITE,
+    paths=[PathAccess.write("{path}")],
+    world="directory",
+)
+def sort_lines(ctx: Any, path: str) -> dict[str, Any]:
+    """Sorts a text file's lines with a child process; the file is read and
+    written through the workspace."""
+    text = ctx.workspace.read_text(path, max_bytes=ctx.max_read_bytes)
+    ordered = _sorted_by_child(text)
+    ctx.workspace.write_text(path, ordered)
+    return {"path": path, "lines": ordered.count("\n")}
+
+
+# -- twins, one planted bug each ------------------------------------------------------
+
+
+@tool(
+    input_schema={
+        "type": "object",
+        "properties": {"path": PATH},
+        "required": ["path"],
+        "additionalProperties": False,
+    },
+    paths=[PathAccess.read("{path}")],
+    world="directory",
+)
+def read_note_following_links(ctx: Any, path: str) -> dict[str, Any]:
+    """The twin that follows a link: opens the joined path itself, after the policy's check."""
+    with open(os.path.join(ctx.workspace.root, path), encoding="utf-8") as handle:
+        return {"text": handle.read()}
+
+
+@tool(
+    input_schema={
+        "type": "object",
+        "properties": {"path": PATH},
+        "required": ["path"],
+        "additionalProperties": False,
+    },
+    world="directory",
+)
+def read_note_prefix_checked(ctx: Any, path: str) -> dict[str, Any]:
+    """The twin with a sibling-prefix check: ``startswith(root)`` with no separator."""
+    root = ctx.workspace.root
+    full = os.path.abspath(os.path.join(root, path))
+    if not full.startswith(root):
+        raise PermissionError(f"{path} is outside the workspace")
+    with open(full, encoding="utf-8") as handle:
+        return {"text": handle.read()}
+
+
+@tool(
+    input_schema={
+        "type": "object",
+        "properties": {"path": PATH},
+        "required": ["path"],
+        "additionalProperties": False,
+    },
+    risk=Risk.WRITE,
+    paths=[PathAccess.write("{path}"), PathAccess.write("{path}.part")],
+    world="directory",
+)
+def sort_lines_leaving_temporary(ctx: Any, path: str) -> dict[str, Any]:
+    """The twin that leaves its temporary file when the child fails: the
+    child writes ``<path>.part``, renamed over the file afterwards."""
+    full = os.path.join(ctx.workspace.root, path)
+    part = full + ".part"
+    subprocess.run([sys.executable, "-I", "-c", WRITE_SORTED, full, part], check=True, timeout=30)
+    os.replace(part, full)
+    return {"path": path}
+
+
+CORRECT = ToolRegistry([add_contact, sort_lines])
+TWINS = ToolRegistry(
+    [read_note_following_links, read_note_prefix_checked, sort_lines_leaving_temporary]
+)
+CAPS = Capabilities(allowed_risks=frozenset({Risk.READ, Risk.WRITE}), write_roots=(".",))
