@@ -168,8 +168,104 @@ def sort_lines_leaving_temporary(ctx: Any, path: str) -> dict[str, Any]:
     return {"path": path}
 
 
-CORRECT = ToolRegistry([add_contact, sort_lines])
+@tool(
+    input_schema={
+        "type": "object",
+        "properties": {"path": PATH, "text": NAME},
+        "required": ["path", "text"],
+        "additionalProperties": False,
+    },
+    risk=Risk.WRITE,
+    paths=[PathAccess.write("{path}")],
+    world="directory",
+)
+def append_checked_then_opened(ctx: Any, path: str, text: str) -> dict[str, Any]:
+    """The twin with a check-then-open race: the path resolved and checked,
+    then opened again by name."""
+    root = os.path.realpath(ctx.workspace.root)
+    full = os.path.join(ctx.workspace.root, path)
+    if not os.path.realpath(full).startswith(root + os.sep):
+        raise PermissionError(f"{path} is outside the workspace")
+    with open(full, "a", encoding="utf-8") as handle:
+        handle.write(text + "\n")
+    return {"path": path}
+
+
+@tool(
+    input_schema={
+        "type": "object",
+        "properties": {"name": NAME},
+        "required": ["name"],
+        "additionalProperties": False,
+    },
+    risk=Risk.WRITE,
+    paths=[PathAccess.write(DATABASE_DIRECTORY)],
+    world="directory",
+)
+def add_contact_past_deadline(ctx: Any, name: str) -> dict[str, Any]:
+    """The twin that never looks at its deadline: it commits after the call was answered TIMEOUT."""
+    connection = sqlite3.connect(os.path.join(ctx.workspace.root, DATABASE_DIRECTORY, "crm.db"))
+    try:
+        with connection:
+            connection.execute("insert into contacts values (?)", (name,))
+    finally:
+        connection.close()
+    return {"added": name}
+
+
+@tool(
+    input_schema={
+        "type": "object",
+        "properties": {"name": NAME},
+        "required": ["name"],
+        "additionalProperties": False,
+    },
+    risk=Risk.WRITE,
+    paths=[PathAccess.write(DATABASE_DIRECTORY)],
+    world="directory",
+)
+def add_contact_beside(ctx: Any, name: str) -> dict[str, Any]:
+    """The twin that keeps a copy of its database beside the workspace, outside it."""
+    beside = os.path.join(os.path.dirname(ctx.workspace.root), "crm-copy.db")
+    connection = sqlite3.connect(beside)
+    try:
+        with connection:
+            connection.execute("create table if not exists contacts (name text)")
+            connection.execute("insert into contacts values (?)", (name,))
+    finally:
+        connection.close()
+    return {"added": name}
+
+
+@tool(
+    input_schema={
+        "type": "object",
+        "properties": {"path": PATH},
+        "required": ["path"],
+        "additionalProperties": False,
+    },
+    world="directory",
+)
+def count_lines_at(ctx: Any, path: str) -> dict[str, Any]:
+    """Counts the lines of a file of the workspace named by its absolute path."""
+    root = os.path.realpath(ctx.workspace.root)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, encoding="utf-8") as handle:
+        where = os.path.realpath(f"/proc/self/fd/{fd}")
+        if not where.startswith(root + os.sep):
+            raise PermissionError(f"{path} is outside the workspace")
+        return {"path": path, "lines": sum(1 for _ in handle)}
+
+
+CORRECT = ToolRegistry([add_contact, sort_lines, count_lines_at])
 TWINS = ToolRegistry(
-    [read_note_following_links, read_note_prefix_checked, sort_lines_leaving_temporary]
+    [
+        read_note_following_links,
+        read_note_prefix_checked,
+        sort_lines_leaving_temporary,
+        append_checked_then_opened,
+        add_contact_past_deadline,
+        add_contact_beside,
+    ]
 )
 CAPS = Capabilities(allowed_risks=frozenset({Risk.READ, Risk.WRITE}), write_roots=(".",))
