@@ -1,7 +1,10 @@
 """What a fault works with: the ``Cell`` of one fault against one target.
 
 ``run.run_cell`` rebuilds the cassette's world (``harness.World``: fake
-filesystem, frozen clock), brings the session to the moment before the
+filesystem, frozen clock; or a fresh ``harness.DirectoryWorld`` of real
+files, where "outside" is the world's own directory around the workspace
+and the access oracle speaks only when one observes it, ``files.access_log``
+not None), brings the session to the moment before the
 target's call (replaying the interactions before it, or restoring what a
 ``PrefixCache`` saved for them), plants decoys beside the workspace, hands
 the fault a ``Cell`` to inject and call through, and then checks the
@@ -43,11 +46,9 @@ or the executor does: a fault's own crash is reported as a failed cell too.
 from __future__ import annotations
 
 import json
-import os
 import posixpath
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -78,7 +79,7 @@ from ..registry import ToolRegistry, ToolSpec
 from ..replay.approvals import approval_hooks
 from ..replay.http import HttpPlayback
 from ..runtime import ToolRuntime
-from .directory import Operations
+from .directory import Operations, WorldFiles
 from .prefixes import SavedPrefix
 from .target import Target
 
@@ -128,10 +129,8 @@ class Cell:
         """The fault's name: its calls' ids start with it."""
         self.target = target
         self.world = world
-        self.operations: Operations | None = None
-        """In the directory world: the handler's Python-level file
-        operations (``directory.Operations``), counted while the cell runs
-        (``run.run_cell`` installs it); None in the fake world."""
+        self.files = WorldFiles(world, fault_name)
+        """The world's files as the harness (not the handler) reaches them."""
         self.root = world.root
         self.outside_dir = posixpath.join(posixpath.dirname(self.root), OUTSIDE_DIR)
         """A directory beside the workspace holding decoy files."""
@@ -173,68 +172,25 @@ class Cell:
     @property
     def directory(self) -> bool:
         """Whether the cell runs in the directory world (real files)."""
-        return isinstance(self.world, DirectoryWorld)
+        return self.files.directory
 
     @property
     def fs(self) -> Any:
-        """The pyfakefs ``FakeFilesystem`` (for ``set_disk_usage``, ...);
-        ``LookupError`` in the directory world, which has none."""
-        if isinstance(self.world, DirectoryWorld):
-            raise LookupError(
-                f"{self.fault_name}: cell.fs is the fake filesystem's; this cell runs in the "
-                "directory world (real files: use os, cell.write_file)"
-            )
-        return self.world.fs
+        """The pyfakefs ``FakeFilesystem`` (``WorldFiles.fs``)."""
+        return self.files.fs
 
     @property
-    def access_log(self) -> Any:
-        """The world's oracle of accesses (``harness.accesses.AccessLog`` in
-        the fake world), or None when nothing observes them: "not
-        observed", never "nothing happened"."""
-        return getattr(self.world, "accesses", None)
-
-    def quiet(self) -> AbstractContextManager[None]:
-        """A block whose filesystem operations on this thread are the
-        harness's, never counted as the handler's."""
-        if self.operations is not None:
-            return self.operations.quiet()
-        quiet = getattr(self.access_log, "quiet", None)
-        return quiet() if quiet is not None else nullcontext()
-
-    def exists(self, path: str) -> bool:
-        """Whether ``path`` (absolute, in this world) is there, as a link or not."""
-        if isinstance(self.world, DirectoryWorld):
-            return os.path.lexists(path)
-        with self.quiet():
-            return bool(self.world.fs.exists(path, check_link=True))
-
-    def is_dir(self, path: str) -> bool:
-        """Whether ``path`` (absolute, in this world) is a directory."""
-        if isinstance(self.world, DirectoryWorld):
-            return os.path.isdir(path)
-        with self.quiet():
-            return bool(self.world.fs.isdir(path))
-
-    def write_file(self, path: str, content: bytes | str) -> None:
-        """Create ``path`` (an absolute path in this world, parents made)
-        holding ``content``, as the harness: never counted as the handler's."""
-        data = content.encode() if isinstance(content, str) else content
-        if isinstance(self.world, DirectoryWorld):
-            os.makedirs(posixpath.dirname(path), exist_ok=True)
-            with open(path, "wb") as handle:
-                handle.write(data)
-            return
-        fs = self.world.fs
-        with self.world.accesses.quiet():
-            if fs.exists(path):
-                fs.remove_object(path)
-            fs.create_file(path, contents=data)
+    def operations(self) -> Operations | None:
+        """In the directory world, the handler's Python-level file
+        operations (``directory.Operations``, which ``run.run_cell``
+        installs); None in the fake world."""
+        return self.files.operations
 
     def _probing_registry(self, registry: ToolRegistry) -> ToolRegistry:
         specs = []
         for spec in registry:
             if spec.name == self.target.call.tool_name:
-                log = self.access_log
+                log = self.files.access_log
                 self._probe = HandlerProbe(
                     spec.handler, log if hasattr(log, "opened") and hasattr(log, "closed") else None
                 )
@@ -333,7 +289,7 @@ class Cell:
         self._playing(self.target.index)
         if self._probe is not None:
             self._probe.reset()
-        reset = getattr(self.access_log, "reset", None)
+        reset = getattr(self.files.access_log, "reset", None)
         if reset is not None:
             reset()
 
@@ -497,7 +453,7 @@ class Cell:
         """Every regular file under the workspace, by relative path (the
         harness's reading: never counted as the handler's, even when taken
         as a handler starts)."""
-        with self.quiet():
+        with self.files.quiet():
             return self.world.tree()
 
     def clean_run(self) -> CleanRun:
@@ -507,7 +463,7 @@ class Cell:
         growths its handler made. What a call under a fault that answers
         OK must leave too."""
         saved = self.world.save_workspace()
-        log = self.access_log if not self.directory else self.operations
+        log = self.files.access_log if not self.directory else self.operations
         accesses = getattr(log, "count", 0)
         growths = getattr(log, "growths", 0)
         result = self.execute(self.call(), self.make_runtime(hooks=[]))
@@ -612,7 +568,7 @@ class Cell:
     def _check_accesses(self) -> None:
         """No handler run resolved a path outside the workspace (when an
         oracle of accesses observes the world: otherwise nothing is said)."""
-        outside_of = getattr(self.access_log, "outside", None)
+        outside_of = getattr(self.files.access_log, "outside", None)
         if outside_of is None:
             return
         outside = outside_of(self.root)

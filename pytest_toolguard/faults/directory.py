@@ -36,10 +36,12 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, TypeVar
 
+from ..harness.directory_world import DirectoryWorld
 from ..harness.escapes import in_handler_run
+from ..harness.world import World
 
 OPERATION_EVENTS: dict[str, int] = {
     "open": 0,
@@ -126,6 +128,79 @@ class Operations:
         if before is not None:
             with self.quiet():
                 before(index, event, path)
+
+
+class WorldFiles:
+    """The files of a cell's world as the harness reaches them (never
+    counted as the handler's): the same calls in the fake world (pyfakefs,
+    quietly for its ``AccessLog``) and in the directory world (real files,
+    quietly for ``operations``)."""
+
+    def __init__(self, world: World | DirectoryWorld, fault_name: str = "") -> None:
+        self.world = world
+        self.fault_name = fault_name
+        self.operations: Operations | None = None
+        """The directory world's ``Operations`` while a cell runs, else None."""
+
+    @property
+    def directory(self) -> bool:
+        """Whether the world is a directory world (real files)."""
+        return isinstance(self.world, DirectoryWorld)
+
+    @property
+    def fs(self) -> Any:
+        """The pyfakefs ``FakeFilesystem`` (for ``set_disk_usage``, ...);
+        ``LookupError`` in the directory world, which has none."""
+        if isinstance(self.world, DirectoryWorld):
+            raise LookupError(
+                f"{self.fault_name}: cell.fs is the fake filesystem's; this cell runs in the "
+                "directory world (real files: use os, cell.files.write_file)"
+            )
+        return self.world.fs
+
+    @property
+    def access_log(self) -> Any:
+        """The world's oracle of accesses (``harness.accesses.AccessLog`` in
+        the fake world), or None when nothing observes them: "not
+        observed", never "nothing happened"."""
+        return getattr(self.world, "accesses", None)
+
+    def quiet(self) -> AbstractContextManager[None]:
+        """A block whose filesystem operations on this thread are the
+        harness's, never counted as the handler's."""
+        if self.operations is not None:
+            return self.operations.quiet()
+        quiet = getattr(self.access_log, "quiet", None)
+        return quiet() if quiet is not None else nullcontext()
+
+    def exists(self, path: str) -> bool:
+        """Whether ``path`` (absolute, in this world) is there, as a link or not."""
+        if isinstance(self.world, DirectoryWorld):
+            return os.path.lexists(path)
+        with self.quiet():
+            return bool(self.world.fs.exists(path, check_link=True))
+
+    def is_dir(self, path: str) -> bool:
+        """Whether ``path`` (absolute, in this world) is a directory."""
+        if isinstance(self.world, DirectoryWorld):
+            return os.path.isdir(path)
+        with self.quiet():
+            return bool(self.world.fs.isdir(path))
+
+    def write_file(self, path: str, content: bytes | str) -> None:
+        """Create or replace ``path`` (absolute, in this world; parents
+        made) holding ``content``."""
+        data = content.encode() if isinstance(content, str) else content
+        if isinstance(self.world, DirectoryWorld):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as handle:
+                handle.write(data)
+            return
+        fs = self.world.fs
+        with self.quiet():
+            if fs.exists(path):
+                fs.remove_object(path)
+            fs.create_file(path, contents=data)
 
 
 class _Hook:

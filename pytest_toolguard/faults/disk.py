@@ -79,7 +79,7 @@ class PartialWriteFault(Fault):
         if cell.directory:
             result, _runtime = _on_full_disk(cell, 0, cell.call())
         else:
-            log = cell.access_log
+            log = cell.files.access_log
             log.before_growth = _failing(errno.ENOSPC, log.growths + 1)
             try:
                 result = cell.execute(cell.call())
@@ -185,7 +185,7 @@ def _failing_at(cell: Cell, kind: str, code: int, k: int) -> Iterator[None]:
         finally:
             operations.before = None
         return
-    log = cell.access_log
+    log = cell.files.access_log
     if kind == "access":  # counted on from the log's total so far
         log.before_access = _failing(code, log.count + k)
     else:

@@ -126,7 +126,7 @@ def _opened(cell: Cell) -> Callable[[], list[str]]:
     operations = cell.operations
     if operations is not None:
         return lambda: list(operations.opened)
-    log = cell.access_log
+    log = cell.files.access_log
     if log is None:
         return list
     return lambda: [access.path for access in log.accesses if access.opens]
@@ -182,7 +182,7 @@ class LargeInputFault(AfterSuccess):
             data = grown(tree[relative])
             if data is None:
                 continue
-            cell.write_file(posixpath.join(root, relative), data)
+            cell.files.write_file(posixpath.join(root, relative), data)
             texts.append(data.decode())
         for directory in sorted({posixpath.dirname(relative) for relative in read}):
             base = posixpath.join(root, directory) if directory else root
@@ -194,8 +194,8 @@ class LargeInputFault(AfterSuccess):
             deep = posixpath.join(base, *(["toolguard-deep"] * DEEP_DIRECTORIES), "leaf.txt")
             files[deep] = sample
             for path, content in files.items():
-                if not cell.exists(path):
-                    cell.write_file(path, content)
+                if not cell.files.exists(path):
+                    cell.files.write_file(path, content)
         return texts
 
     @staticmethod

@@ -123,7 +123,7 @@ def _swap_at(cell: Cell, k: int, swap: _Swapped) -> Iterator[None]:
     the directory world (``Operations.before``: a ``stat`` or ``realpath``
     raises no audit event, so the swap lands after such a check and before
     the open, rename or process start that follows it)."""
-    log: Any = cell.operations if cell.directory else cell.access_log
+    log: Any = cell.operations if cell.directory else cell.files.access_log
     at = log.count + k
 
     def swap_at(index: int, *_where: str) -> None:
@@ -196,14 +196,14 @@ def _plant_mirror(cell: Cell, first: str) -> str:
     """A decoy copy of ``first`` outside the workspace: every file beneath
     it with decoy content, plus a file whose name is the marker."""
     decoy = posixpath.join(cell.outside_dir, "mirror", first)
-    if cell.is_dir(posixpath.join(cell.root, first)):
+    if cell.files.is_dir(posixpath.join(cell.root, first)):
         for relative in cell.tree():
             if relative.startswith(first + "/"):
                 path = posixpath.join(cell.outside_dir, "mirror", relative)
-                cell.write_file(path, f"{DECOY_MARKER} {relative}\n")
-        cell.write_file(posixpath.join(decoy, DECOY_MARKER + ".txt"), DECOY_MARKER)
+                cell.files.write_file(path, f"{DECOY_MARKER} {relative}\n")
+        cell.files.write_file(posixpath.join(decoy, DECOY_MARKER + ".txt"), DECOY_MARKER)
     else:
-        cell.write_file(decoy, f"{DECOY_MARKER} {first}\n")
+        cell.files.write_file(decoy, f"{DECOY_MARKER} {first}\n")
     return decoy
 
 
@@ -219,14 +219,14 @@ class _Swapped:
         self.moved = False
 
     def __enter__(self) -> None:
-        with self.cell.quiet():  # the harness's doing, not the handler's
+        with self.cell.files.quiet():  # the harness's doing, not the handler's
             if os.path.lexists(self.path):
                 os.rename(self.path, self.aside)
                 self.moved = True
             os.symlink(self.decoy, self.path)
 
     def __exit__(self, *exc: object) -> None:
-        with self.cell.quiet():
+        with self.cell.files.quiet():
             if os.path.islink(self.path):
                 os.unlink(self.path)
             elif os.path.lexists(self.path):  # the tool replaced the link: keep the evidence

@@ -149,7 +149,7 @@ def _run_in_directory(
                 "the recorded root"
             )
         with Operations() as operations:
-            cell.operations = operations
+            cell.files.operations = operations
             try:
                 cell.replay_before(0)
                 cell.at_target()
