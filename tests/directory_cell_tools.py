@@ -269,3 +269,8 @@ TWINS = ToolRegistry(
     ]
 )
 CAPS = Capabilities(allowed_risks=frozenset({Risk.READ, Risk.WRITE}), write_roots=(".",))
+
+
+def registry() -> ToolRegistry:
+    """The correct tools, for ``toolguard_registry = directory_cell_tools:registry``."""
+    return CORRECT

@@ -30,7 +30,7 @@ from ..replay.player import chosen_world
 from .cell import Cell
 from .directory import Operations
 from .fault import Fault
-from .outcome import CellOutcome, CellStatus
+from .outcome import SKIPPED, CellOutcome, CellStatus
 from .prefixes import PrefixCache
 from .target import Target
 
@@ -63,7 +63,7 @@ def run_cell(
     if not fault.applies(target):
         problems, status = ("not applicable",), "n/a"
     elif skipped is not None:
-        problems, status = (f"skipped in the directory world: {skipped}",), "n/a"
+        problems, status = (SKIPPED + skipped,), "n/a"
     elif kind == "directory":
         problems = tuple(_run_in_directory(fault, target, registry, secrets, parent))
         status = "fail" if problems else "pass"

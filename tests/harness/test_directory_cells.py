@@ -20,7 +20,8 @@ from pytest_toolguard.faults import BUILTIN_FAULTS, Fault, iter_cells, run_cell,
 from pytest_toolguard.faults import disk as disk_faults
 from pytest_toolguard.faults.directory import full_disk_unavailable
 from pytest_toolguard.faults.fault import AfterSuccess
-from pytest_toolguard.faults.outcome import CellOutcome
+from pytest_toolguard.faults.outcome import CellOutcome, MatrixReport
+from pytest_toolguard.faults.report import render_markdown, terminal_grid
 from pytest_toolguard.faults.target import targets
 from pytest_toolguard.harness.directory_world import WORLD_PREFIX
 from pytest_toolguard.registry import ToolRegistry
@@ -354,3 +355,18 @@ def test_an_unknown_world_is_refused(tmp_path: Path, parent: Path) -> None:
     (target,) = targets(cassette, tools.CORRECT, "session.yaml")
     with pytest.raises(ValueError, match="unknown world"):
         run_cell(BUILTIN_FAULTS[0], target, tools.CORRECT, world="real", parent=str(parent))
+
+
+def test_the_matrix_report_lists_each_skipped_fault_with_its_reason() -> None:
+    skipped = "skipped in the directory world: a full disk needs a tmpfs in unshare: EPERM"
+    cells = [
+        CellOutcome("s.yaml", index, "sort_lines", "partial_write", "n/a", (skipped,))
+        for index in (1, 2)
+    ]
+    cells.append(CellOutcome("s.yaml", 1, "sort_lines", "timeout", "n/a", ("not applicable",)))
+    report = MatrixReport.of(["timeout", "partial_write"], cells)
+    assert report.skipped() == {("partial_write", skipped.split(": ", 1)[1]): 2}
+    assert "`partial_write` (2): a full disk needs a tmpfs in unshare: EPERM" in render_markdown(
+        report
+    )
+    assert any("partial_write (2)" in line for line in terminal_grid(report, 200))
