@@ -257,6 +257,21 @@ def count_lines_at(ctx: Any, path: str) -> dict[str, Any]:
         return {"path": path, "lines": sum(1 for _ in handle)}
 
 
+@tool(
+    input_schema={
+        "type": "object",
+        "properties": {"path": PATH, "max_lines": {"type": "integer", "minimum": 1}},
+        "required": ["path", "max_lines"],
+        "additionalProperties": False,
+    },
+    paths=[PathAccess.read("{path}")],
+    world="directory",
+)
+def head_ignoring_its_limit(ctx: Any, path: str, max_lines: int) -> dict[str, Any]:
+    """The twin that ignores its limit: every line of the file, whatever ``max_lines`` says."""
+    return {"lines": ctx.workspace.read_text(path).splitlines()}
+
+
 CORRECT = ToolRegistry([add_contact, sort_lines, count_lines_at])
 TWINS = ToolRegistry(
     [
@@ -266,6 +281,7 @@ TWINS = ToolRegistry(
         append_checked_then_opened,
         add_contact_past_deadline,
         add_contact_beside,
+        head_ignoring_its_limit,
     ]
 )
 CAPS = Capabilities(allowed_risks=frozenset({Risk.READ, Risk.WRITE}), write_roots=(".",))

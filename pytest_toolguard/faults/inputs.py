@@ -119,17 +119,35 @@ def grown(content: bytes) -> bytes | None:
 
 
 def _opened(cell: Cell) -> Callable[[], list[str]]:
-    """What gives the paths the handler opened so far: the fake world's
-    accesses that opened a file; in the directory world, the paths of the
-    handler's Python-level ``open`` events (a C library's own opens, and a
-    started process's, are not among them)."""
+    """What gives the paths the handler opened so far: the accesses of the
+    world's oracle that opened a file (the fake world's ``AccessLog``, or
+    the directory world's when one observes it); else, in the directory
+    world, the paths of the handler's Python-level ``open`` events (not a
+    C library's own opens, a started process's, or a name opened relative
+    to a directory descriptor: ``_named`` adds the files the call names)."""
+    log = cell.files.access_log
+    if log is not None and hasattr(log, "accesses"):
+        return lambda: [access.path for access in log.accesses if access.opens]
     operations = cell.operations
     if operations is not None:
         return lambda: list(operations.opened)
-    log = cell.files.access_log
-    if log is None:
-        return list
-    return lambda: [access.path for access in log.accesses if access.opens]
+    return list
+
+
+def _named(cell: Cell) -> set[str]:
+    """The workspace files the call's path arguments name (relative, or
+    absolute beneath the root), in the directory world; none in the fake
+    world, whose oracle sees every open."""
+    if not cell.directory:
+        return set()
+    arguments = cell.target.arguments or {}
+    root = cell.root.rstrip("/")
+    named = set()
+    for name in cell.target.path_arguments:
+        path = posixpath.normpath(posixpath.join(root, arguments[name]))
+        if path.startswith(root + "/"):
+            named.add(path[len(root) + 1 :])
+    return named
 
 
 class LargeInputFault(AfterSuccess):
@@ -162,7 +180,10 @@ class LargeInputFault(AfterSuccess):
         root = cell.root.rstrip("/")
         tree = cell.tree()
         read = sorted(
-            {path[len(root) + 1 :] for path in opened()[start:] if path.startswith(root + "/")}
+            (
+                {path[len(root) + 1 :] for path in opened()[start:] if path.startswith(root + "/")}
+                | _named(cell)
+            )
             & set(tree)
         )
         if not read:

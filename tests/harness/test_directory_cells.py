@@ -187,6 +187,7 @@ TWINS = [
     ("add_contact_past_deadline", {"name": "Ada"}, "timeout", "db/crm.db"),
     ("add_contact_beside", {"name": "Ada"}, "duplicate_submission", "crm-copy.db"),
     ("add_contact_beside", {"name": "Ada"}, "handler_exception", None),
+    ("head_ignoring_its_limit", {"path": "notes/list.txt", "max_lines": 5}, "large_input", "max_"),
 ]
 
 
