@@ -27,6 +27,7 @@ from pytest_toolguard.harness.directory_world import WORLD_PREFIX
 from pytest_toolguard.registry import ToolRegistry
 from pytest_toolguard.replay import load, record_session
 from pytest_toolguard.replay.cassette import Cassette
+from pytest_toolguard.tools import builtin_registry
 
 FULL_DISK = full_disk_unavailable()
 
@@ -371,3 +372,28 @@ def test_the_matrix_report_lists_each_skipped_fault_with_its_reason() -> None:
         report
     )
     assert any("partial_write (2)" in line for line in terminal_grid(report, 200))
+
+
+SHIPPED = sorted(
+    path
+    for folder in ("cases", "cassettes")
+    for path in (Path(__file__).resolve().parents[2] / folder).glob("*.yaml")
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", SHIPPED, ids=[path.name for path in SHIPPED])
+def test_every_shipped_example_passes_its_cells_in_the_directory_world_too(
+    path: Path, tmp_path: Path
+) -> None:
+    """No false positive from the real files themselves: the shipped tools
+    (fake-world tools, forced into the directory world) pass every cell."""
+    registry = builtin_registry()
+    source = f"{path.parent.name}/{path.name}"
+    outcomes = [
+        run_cell(fault, target, registry, world="directory", parent=str(tmp_path))
+        for target, fault in iter_cells(load(path, source=source), registry, source, BUILTIN_FAULTS)
+    ]
+    assert outcomes
+    assert _failures(outcomes) == []
+    assert os.listdir(tmp_path) == []
