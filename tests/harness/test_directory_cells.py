@@ -394,6 +394,5 @@ def test_every_shipped_example_passes_its_cells_in_the_directory_world_too(
         run_cell(fault, target, registry, world="directory", parent=str(tmp_path))
         for target, fault in iter_cells(load(path, source=source), registry, source, BUILTIN_FAULTS)
     ]
-    assert outcomes
-    assert _failures(outcomes) == []
+    assert _failures(outcomes) == []  # a file of unregistered tools has no cell
     assert os.listdir(tmp_path) == []
