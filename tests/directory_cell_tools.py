@@ -109,6 +109,107 @@ def sort_lines(ctx: Any, path: str) -> dict[str, Any]:
     return {"path": path, "lines": ordered.count("\n")}
 
 
+GIT_DATE = "2024-05-01T12:00:00+00:00"
+
+
+def _git(ctx: Any, git_dir: int, *arguments: str) -> str:
+    """``git`` on the workspace, its repository reached through the
+    descriptor ``git_dir`` (opened never through a link), with fixed names
+    and dates: a commit is the same on every run."""
+    environment = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": ctx.workspace.root,
+        "GIT_DIR": f"/proc/self/fd/{git_dir}",
+        "GIT_WORK_TREE": ctx.workspace.root,
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_AUTHOR_NAME": "Agent",
+        "GIT_AUTHOR_EMAIL": "agent@example.com",
+        "GIT_COMMITTER_NAME": "Agent",
+        "GIT_COMMITTER_EMAIL": "agent@example.com",
+        "GIT_AUTHOR_DATE": GIT_DATE,
+        "GIT_COMMITTER_DATE": GIT_DATE,
+    }
+    done = subprocess.run(
+        ["git", *arguments],
+        cwd=ctx.workspace.root,
+        env=environment,
+        pass_fds=(git_dir,),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"git {arguments[0]} failed: {done.stderr.strip()[:200]}")
+    return done.stdout
+
+
+@tool(
+    input_schema={
+        "type": "object",
+        "properties": {"name": PATH, "text": NAME},
+        "required": ["name", "text"],
+        "additionalProperties": False,
+    },
+    risk=Risk.WRITE,
+    paths=[PathAccess.write("{name}"), PathAccess.write(".git")],
+    world="directory",
+)
+def commit_note(ctx: Any, name: str, text: str) -> dict[str, Any]:
+    """Writes a note through the workspace and commits it with ``git`` (a
+    child process) in the workspace's existing repository."""
+    return _commit(ctx, name, text, clean_up=True)
+
+
+def _commit(ctx: Any, name: str, text: str, *, clean_up: bool) -> dict[str, Any]:
+    if ctx.cancelled.is_set():
+        raise TimeoutError("cancelled before it started")
+    git_dir = os.open(
+        os.path.join(ctx.workspace.root, ".git"), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    )
+    try:
+        ctx.workspace.write_text(name, text)
+        _git(ctx, git_dir, "add", "--", name)
+        committed = _git(ctx, git_dir, "commit", "-q", "-m", f"add {name}")
+    except BaseException:
+        if clean_up:  # git leaves them when a write fails (a full disk)
+            _remove_git_temporaries(git_dir)
+        raise
+    finally:
+        os.close(git_dir)
+    return {"committed": committed}
+
+
+def _remove_git_temporaries(git_dir: int) -> None:
+    """The temporary objects and lock files a failed git command left."""
+    top = f"/proc/self/fd/{git_dir}"
+    for directory, _subdirs, names in os.walk(top):
+        for name in names:
+            if name.startswith("tmp_obj_") or name.endswith(".lock"):
+                os.unlink(os.path.join(directory, name))
+
+
+def make_repository(workspace: str) -> None:
+    """The workspace's git repository, with one commit."""
+    for arguments in (["init", "-q", "-b", "main"], ["add", "."], ["commit", "-q", "-m", "first"]):
+        subprocess.run(
+            ["git", *arguments],
+            cwd=workspace,
+            env={
+                **os.environ,
+                "GIT_CONFIG_GLOBAL": os.devnull,
+                "GIT_AUTHOR_NAME": "A",
+                "GIT_AUTHOR_EMAIL": "a@example.com",
+                "GIT_COMMITTER_NAME": "A",
+                "GIT_COMMITTER_EMAIL": "a@example.com",
+                "GIT_AUTHOR_DATE": GIT_DATE,
+                "GIT_COMMITTER_DATE": GIT_DATE,
+            },
+            check=True,
+            capture_output=True,
+        )
+
+
 # -- twins, one planted bug each ------------------------------------------------------
 
 
@@ -260,6 +361,22 @@ def count_lines_at(ctx: Any, path: str) -> dict[str, Any]:
 @tool(
     input_schema={
         "type": "object",
+        "properties": {"name": PATH, "text": NAME},
+        "required": ["name", "text"],
+        "additionalProperties": False,
+    },
+    risk=Risk.WRITE,
+    paths=[PathAccess.write("{name}"), PathAccess.write(".git")],
+    world="directory",
+)
+def commit_note_leaving_temporaries(ctx: Any, name: str, text: str) -> dict[str, Any]:
+    """The twin that leaves what a failed git command left: its temporary objects."""
+    return _commit(ctx, name, text, clean_up=False)
+
+
+@tool(
+    input_schema={
+        "type": "object",
         "properties": {"path": PATH, "max_lines": {"type": "integer", "minimum": 1}},
         "required": ["path", "max_lines"],
         "additionalProperties": False,
@@ -272,7 +389,7 @@ def head_ignoring_its_limit(ctx: Any, path: str, max_lines: int) -> dict[str, An
     return {"lines": ctx.workspace.read_text(path).splitlines()}
 
 
-CORRECT = ToolRegistry([add_contact, sort_lines, count_lines_at])
+CORRECT = ToolRegistry([add_contact, sort_lines, count_lines_at, commit_note])
 TWINS = ToolRegistry(
     [
         read_note_following_links,
@@ -282,6 +399,7 @@ TWINS = ToolRegistry(
         add_contact_past_deadline,
         add_contact_beside,
         head_ignoring_its_limit,
+        commit_note_leaving_temporaries,
     ]
 )
 CAPS = Capabilities(allowed_risks=frozenset({Risk.READ, Risk.WRITE}), write_roots=(".",))

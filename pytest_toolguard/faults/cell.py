@@ -450,11 +450,10 @@ class Cell:
         return ok
 
     def tree(self) -> dict[str, bytes]:
-        """Every regular file under the workspace, by relative path (the
-        harness's reading: never counted as the handler's, even when taken
-        as a handler starts)."""
-        with self.files.quiet():
-            return self.world.tree()
+        """Every regular file under the workspace, by relative path, read
+        as the harness (``WorldFiles.tree``: a file the cassette's
+        ``volatile`` names counts for being there, not for its bytes)."""
+        return self.files.tree(self.target.cassette.volatile)
 
     def clean_run(self) -> CleanRun:
         """The target's call once with nothing injected, through a runtime

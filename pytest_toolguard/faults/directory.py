@@ -35,13 +35,14 @@ import ctypes.util
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, TypeVar
 
 from ..harness.directory_world import DirectoryWorld
 from ..harness.escapes import in_handler_run
 from ..harness.world import World
+from ..replay.cassette import VOLATILE_FILE_PREFIX
 
 OPERATION_EVENTS: dict[str, int] = {
     "open": 0,
@@ -72,6 +73,8 @@ OPERATION_EVENTS: dict[str, int] = {
 their arguments is the path (or what the process runs)."""
 
 T = TypeVar("T")
+
+VOLATILE_CONTENT = b"<volatile: compared for being there, not for its bytes>"
 
 
 class Operations:
@@ -172,6 +175,19 @@ class WorldFiles:
             return self.operations.quiet()
         quiet = getattr(self.access_log, "quiet", None)
         return quiet() if quiet is not None else nullcontext()
+
+    def tree(self, volatile: Sequence[str] = ()) -> dict[str, bytes]:
+        """Every regular file under the workspace, by relative path, never
+        counted as the handler's (even when read as a handler starts); a
+        file ``volatile`` names (``files.<path>``: git's index, which holds
+        inode numbers) reads as ``VOLATILE_CONTENT`` whatever its bytes."""
+        with self.quiet():
+            files = self.world.tree()
+        for entry in volatile:
+            path = entry[len(VOLATILE_FILE_PREFIX) :]
+            if entry.startswith(VOLATILE_FILE_PREFIX) and path in files:
+                files[path] = VOLATILE_CONTENT
+        return files
 
     def exists(self, path: str) -> bool:
         """Whether ``path`` (absolute, in this world) is there, as a link or not."""

@@ -39,16 +39,30 @@ def _notes(workspace: Path) -> None:
     (workspace / "notes" / "list.txt").write_text("pear\napple\nfig\n")
 
 
+def _repository(workspace: Path) -> None:
+    (workspace / "README.md").write_text("hello\n")
+    tools.make_repository(str(workspace))
+
+
+GIT_INDEX = "files..git/index"
+"""git's index holds inode numbers and times: there, not its bytes."""
+
+
 def _database_and_notes(workspace: Path) -> None:
     tools.make_database(str(workspace))
     _notes(workspace)
 
 
 def _record(
-    tmp_path: Path, registry: ToolRegistry, calls: list[tuple[str, Any]], setup: Setup
+    tmp_path: Path,
+    registry: ToolRegistry,
+    calls: list[tuple[str, Any]],
+    setup: Setup,
+    volatile: tuple[str, ...] = (),
 ) -> Cassette:
     """``calls`` recorded in ``tmp_path/rec/proj``, then that directory
-    deleted: the cells run where the recorded root does not exist."""
+    deleted: the cells run where the recorded root does not exist.
+    ``volatile`` is added to the cassette's (``files.<path>``)."""
     workspace = tmp_path / "rec" / "proj"
     workspace.mkdir(parents=True)
     setup(workspace)
@@ -62,7 +76,8 @@ def _record(
     runtime.close()
     assert all(result.ok for result in results), [result.message for result in results]
     _remove(workspace.parent)
-    return load(path)
+    cassette = load(path)
+    return replace(cassette, volatile=(*cassette.volatile, *volatile))
 
 
 def _sorting(tmp_path: Path) -> Cassette:
@@ -142,6 +157,7 @@ CORRECT_SESSIONS = {
     ),
     "child-process": ([("sort_lines", {"path": "notes/list.txt"})], _notes),
     "absolute-path": ([("count_lines_at", {"path": "{root}/notes/list.txt"})], _notes),
+    "git": ([("commit_note", {"name": "note.txt", "text": "hi"})], _repository),
 }
 
 
@@ -152,7 +168,7 @@ def test_a_correct_tool_passes_every_cell_of_the_full_matrix_in_the_directory_wo
     calls, setup = CORRECT_SESSIONS[session]
     root = str(tmp_path / "rec" / "proj")
     calls = [(name, {k: v.replace("{root}", root) for k, v in a.items()}) for name, a in calls]
-    cassette = _record(tmp_path, tools.CORRECT, calls, setup)
+    cassette = _record(tmp_path, tools.CORRECT, calls, setup, (GIT_INDEX,))
     outcomes = _cells(cassette, tools.CORRECT, parent)
     assert _failures(outcomes) == []
     ran = {o.fault for o in outcomes if o.status == "pass"}
@@ -164,7 +180,7 @@ def test_a_correct_tool_passes_every_cell_of_the_full_matrix_in_the_directory_wo
     expected = {"timeout", "duplicate_submission", "response_lost", "handler_exception"}
     if session != "absolute-path":
         expected |= {"disk_failure"} | ({"partial_write"} if FULL_DISK is None else set())
-    if session == "child-process":
+    if session in ("child-process", "git"):
         expected |= {"symlink_escape", "symlink_race", "path_traversal", "large_input"}
     if session == "absolute-path":
         expected |= {"path_traversal", "large_input"}
@@ -188,6 +204,7 @@ TWINS = [
     ("add_contact_past_deadline", {"name": "Ada"}, "timeout", "db/crm.db"),
     ("add_contact_beside", {"name": "Ada"}, "duplicate_submission", "crm-copy.db"),
     ("add_contact_beside", {"name": "Ada"}, "handler_exception", None),
+    ("commit_note_leaving_temporaries", {"name": "n.txt", "text": "hi"}, "disk_failure", "tmp_obj"),
     ("head_ignoring_its_limit", {"path": "notes/list.txt", "max_lines": 5}, "large_input", "max_"),
 ]
 
@@ -196,7 +213,8 @@ TWINS = [
 def test_a_twin_with_a_planted_bug_fails_its_cell(
     tmp_path: Path, parent: Path, tool: str, arguments: dict[str, str], fault: str, said: str | None
 ) -> None:
-    cassette = _record(tmp_path, tools.TWINS, [(tool, arguments)], _database_and_notes)
+    setup = _repository if tool.startswith("commit_note") else _database_and_notes
+    cassette = _record(tmp_path, tools.TWINS, [(tool, arguments)], setup, (GIT_INDEX,))
     (outcome,) = _cells(cassette, tools.TWINS, parent, select_faults(fault))
     if said is None:  # a fault that never runs the handler: the twin's bug is not its to see
         assert outcome.status == "pass", outcome.problems
