@@ -210,6 +210,33 @@ def make_repository(workspace: str) -> None:
         )
 
 
+@tool(
+    input_schema={"type": "object", "properties": {}, "additionalProperties": False},
+    risk=Risk.WRITE,
+    paths=[PathAccess.write("where.txt")],
+    world="directory",
+)
+def remember_root(ctx: Any) -> dict[str, Any]:
+    """Writes the absolute path of the notes into ``where.txt``."""
+    ctx.workspace.write_text("where.txt", os.path.join(ctx.workspace.root, "notes", "list.txt"))
+    return {"remembered": True}
+
+
+@tool(
+    input_schema={"type": "object", "properties": {}, "additionalProperties": False},
+    paths=[PathAccess.read("where.txt")],
+    world="directory",
+)
+def count_remembered(ctx: Any) -> dict[str, Any]:
+    """Counts the lines of the file ``where.txt`` names (inside the workspace only)."""
+    root = os.path.realpath(ctx.workspace.root)
+    path = os.path.realpath(ctx.workspace.read_text("where.txt"))
+    if not path.startswith(root + os.sep):
+        raise PermissionError(f"{path} is outside the workspace")
+    with open(path, encoding="utf-8") as handle:
+        return {"lines": sum(1 for _ in handle)}
+
+
 # -- twins, one planted bug each ------------------------------------------------------
 
 
@@ -389,7 +416,9 @@ def head_ignoring_its_limit(ctx: Any, path: str, max_lines: int) -> dict[str, An
     return {"lines": ctx.workspace.read_text(path).splitlines()}
 
 
-CORRECT = ToolRegistry([add_contact, sort_lines, count_lines_at, commit_note])
+CORRECT = ToolRegistry(
+    [add_contact, sort_lines, count_lines_at, commit_note, remember_root, count_remembered]
+)
 TWINS = ToolRegistry(
     [
         read_note_following_links,

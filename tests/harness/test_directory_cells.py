@@ -16,7 +16,14 @@ import directory_cell_tools as tools
 import pytest
 
 from pytest_toolguard import SQLiteAuditStore, ToolCall, ToolRuntime
-from pytest_toolguard.faults import BUILTIN_FAULTS, Fault, iter_cells, run_cell, select_faults
+from pytest_toolguard.faults import (
+    BUILTIN_FAULTS,
+    Fault,
+    PrefixCache,
+    iter_cells,
+    run_cell,
+    select_faults,
+)
 from pytest_toolguard.faults import disk as disk_faults
 from pytest_toolguard.faults.directory import full_disk_unavailable
 from pytest_toolguard.faults.fault import AfterSuccess
@@ -414,3 +421,41 @@ def test_every_shipped_example_passes_its_cells_in_the_directory_world_too(
     ]
     assert _failures(outcomes) == []  # a file of unregistered tools has no cell
     assert os.listdir(tmp_path) == []
+
+
+def test_a_prefix_saved_in_one_world_serves_the_next_cells_world(
+    tmp_path: Path, parent: Path
+) -> None:
+    """The state before a target is replayed once, saved spelt with the
+    recorded root, and restored in each later cell's fresh world spelt with
+    that world's root: the remembered absolute path leads into it."""
+    runs: list[str] = []
+    registry = ToolRegistry(
+        [spec.with_handler(_counting(spec.handler, spec.name, runs)) for spec in tools.CORRECT]
+    )
+    calls: list[tuple[str, Any]] = [("remember_root", {}), ("count_remembered", {})]
+    cassette = _record(tmp_path, tools.CORRECT, calls, _notes)
+    (target,) = [t for t in targets(cassette, registry, "session.yaml") if t.index == 1]
+    prefixes = PrefixCache()
+    outcomes = [
+        run_cell(fault, target, registry, prefixes=prefixes, parent=str(parent))
+        for fault in select_faults("oversized_output,response_lost,oversized_output")
+    ]
+    assert [o.status for o in outcomes] == ["pass", "pass"], [o.problems for o in outcomes]
+    again = run_cell(
+        select_faults("oversized_output")[0],
+        target,
+        registry,
+        prefixes=prefixes,
+        parent=str(parent),
+    )
+    assert again.status == "pass", again.problems
+    assert runs.count("remember_root") == 1  # replayed for the first cell only
+
+
+def _counting(handler: Callable[..., Any], name: str, runs: list[str]) -> Callable[..., Any]:
+    def counting(ctx: Any, **arguments: Any) -> Any:
+        runs.append(name)
+        return handler(ctx, **arguments)
+
+    return counting
