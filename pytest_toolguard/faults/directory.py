@@ -3,12 +3,12 @@ seams (``harness.accesses``) do not exist: the handler's Python-level
 file operations, seen through the interpreter's audit events, and a real
 disk that fills up, in a private mount namespace.
 
-``Operations`` counts the operations a handler run makes through Python (its own and
-those of ``ctx.workspace`` on its behalf)
-(``open``, ``os.listdir``, ``os.scandir``, ``os.rename``, ``os.remove``,
-``os.mkdir``, ``os.symlink``, ``os.chmod``, ``shutil.*``, ``sqlite3.connect``,
-starting a process, ...: ``OPERATION_EVENTS``) while it is installed, and
-calls ``before(index, event, path)`` before the k-th one happens: the
+``Operations`` counts the file operations a handler run makes through
+Python, its own and those ``ctx.workspace`` makes for it (``open``,
+``os.listdir``, ``os.scandir``, ``os.rename``, ``os.remove``, ``os.mkdir``,
+``os.symlink``, ``os.chmod``, ``shutil.*``, ``sqlite3.connect``, starting a
+process, ...: ``OPERATION_EVENTS``) while it is installed, and calls
+``before(index, event, path)`` before the k-th one happens: the
 callback may act on the real tree (``symlink_race`` swaps a link in) or
 raise an ``OSError``, which the operation then raises (``disk_failure``'s
 EIO). Where it stops: a ``stat``, ``exists``, ``realpath`` or ``lstat``
@@ -281,7 +281,7 @@ def full_disk_unavailable() -> str | None:
 
         def probe() -> None:
             if not sys.platform.startswith("linux"):
-                reason[0] = "a private mount namespace needs Linux"
+                reason[0] = "Linux only"
                 return
             try:
                 libc = _libc()
@@ -291,7 +291,7 @@ def full_disk_unavailable() -> str | None:
                     "mount --make-rprivate /",
                 )
             except OSError as exc:
-                reason[0] = f"a private mount namespace is not permitted here ({exc})"
+                reason[0] = f"not permitted here ({exc})"
 
         thread = threading.Thread(target=probe, name="toolguard-namespace-probe")
         thread.start()

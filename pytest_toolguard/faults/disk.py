@@ -71,7 +71,7 @@ class PartialWriteFault(Fault):
 
     def cannot_run_in_directory(self) -> str | None:
         why = full_disk_unavailable()
-        return None if why is None else f"a full disk needs a tmpfs in {why}"
+        return None if why is None else f"a full disk needs a private mount namespace: {why}"
 
     def inject(self, cell: Cell) -> None:
         before = cell.tree()

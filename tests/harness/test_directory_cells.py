@@ -322,7 +322,8 @@ def test_without_mount_namespaces_partial_write_is_skipped_with_its_reason(
     by_fault = {o.fault: o for o in outcomes}
     assert by_fault["partial_write"].status == "n/a"
     assert by_fault["partial_write"].problems == (
-        "skipped in the directory world: a full disk needs a tmpfs in unshare: not permitted",
+        "skipped in the directory world: a full disk needs a private mount namespace: "
+        "unshare: not permitted",
     )
     assert by_fault["disk_failure"].status == "pass"  # EIO still injected
 
@@ -385,7 +386,7 @@ def test_an_unknown_world_is_refused(tmp_path: Path, parent: Path) -> None:
 
 
 def test_the_matrix_report_lists_each_skipped_fault_with_its_reason() -> None:
-    skipped = "skipped in the directory world: a full disk needs a tmpfs in unshare: EPERM"
+    skipped = "skipped in the directory world: a full disk needs a private mount namespace: EPERM"
     cells = [
         CellOutcome("s.yaml", index, "sort_lines", "partial_write", "n/a", (skipped,))
         for index in (1, 2)
@@ -393,8 +394,9 @@ def test_the_matrix_report_lists_each_skipped_fault_with_its_reason() -> None:
     cells.append(CellOutcome("s.yaml", 1, "sort_lines", "timeout", "n/a", ("not applicable",)))
     report = MatrixReport.of(["timeout", "partial_write"], cells)
     assert report.skipped() == {("partial_write", skipped.split(": ", 1)[1]): 2}
-    assert "`partial_write` (2): a full disk needs a tmpfs in unshare: EPERM" in render_markdown(
-        report
+    assert (
+        "`partial_write` (2): a full disk needs a private mount namespace: EPERM"
+        in render_markdown(report)
     )
     assert any("partial_write (2)" in line for line in terminal_grid(report, 200))
 

@@ -70,6 +70,6 @@ def test_a_fault_that_cannot_run_in_the_directory_world_is_a_skip_with_its_reaso
     outcomes = result.parseoutcomes()
     assert outcomes.get("failed", 0) == 0 and outcomes["skipped"] == 2
     result.stdout.fnmatch_lines(
-        ["*partial_write: skipped in the directory world: a full disk needs a tmpfs in unshare*"]
+        ["*partial_write: skipped in the directory world: a full disk needs a private mount*"]
     )
     result.stdout.fnmatch_lines(["*skipped in the directory world: partial_write (2)*"])
