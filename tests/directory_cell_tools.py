@@ -8,6 +8,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
 from typing import Any
 
 from pytest_toolguard import Capabilities, Risk
@@ -322,6 +323,35 @@ def append_checked_then_opened(ctx: Any, path: str, text: str) -> dict[str, Any]
 @tool(
     input_schema={
         "type": "object",
+        "properties": {"path": PATH, "text": NAME},
+        "required": ["path", "text"],
+        "additionalProperties": False,
+    },
+    risk=Risk.WRITE,
+    paths=[PathAccess.write("{path}")],
+    world="directory",
+)
+def append_in_a_thread(ctx: Any, path: str, text: str) -> dict[str, Any]:
+    """The check-then-open twin, its work done on a thread it starts."""
+    failures: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            append_checked_then_opened.handler(ctx, path=path, text=text)
+        except BaseException as exc:  # handed back to the handler's thread
+            failures.append(exc)
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    worker.join()
+    if failures:
+        raise failures[0]
+    return {"path": path}
+
+
+@tool(
+    input_schema={
+        "type": "object",
         "properties": {"name": NAME},
         "required": ["name"],
         "additionalProperties": False,
@@ -425,6 +455,7 @@ TWINS = ToolRegistry(
         read_note_prefix_checked,
         sort_lines_leaving_temporary,
         append_checked_then_opened,
+        append_in_a_thread,
         add_contact_past_deadline,
         add_contact_beside,
         head_ignoring_its_limit,

@@ -14,9 +14,11 @@ raise an ``OSError``, which the operation then raises (``disk_failure``'s
 EIO). Where it stops: a ``stat``, ``exists``, ``realpath`` or ``lstat``
 raises no audit event, so a check made that way is never a swap point,
 only the operation after it is (which is where a check-then-use race
-lands); reads and writes on an open descriptor, a C library's own
-``open(2)`` (SQLite's after ``connect``) and everything a started process
-does are not seen, but the process's start is.
+lands). Threads a handler run starts count as the handler's (and threads
+they start, while the object is installed). Not seen: reads and writes
+on an open descriptor, a C library's own ``open(2)`` (SQLite's after
+``connect``) and what a started process does (its start is seen); a
+thread of a pool made before the handler ran is not the handler's.
 
 ``FullDisk`` runs a block on a thread of its own in a private mount
 namespace where the workspace is a tmpfs of a given size: the handler's
@@ -35,6 +37,7 @@ import ctypes.util
 import os
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, TypeVar
@@ -93,6 +96,10 @@ class Operations:
         ``OSError`` to fail it."""
         self._lock = threading.Lock()
         self._local = threading.local()
+        self._threads: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+        """Threads a handler run started (and threads they started)."""
+        self._start: Callable[[threading.Thread], None] | None = None
+        self._starting: Callable[[threading.Thread], None] | None = None
 
     def __enter__(self) -> Operations:
         with _HOOK.lock:
@@ -100,12 +107,30 @@ class Operations:
                 sys.addaudithook(_audit)
                 _HOOK.added = True
             _HOOK.current = self
+            self._start = threading.Thread.start
+            operations = self
+
+            def starting(thread: threading.Thread) -> None:
+                if operations._handlers():
+                    operations._threads.add(thread)
+                start = operations._start
+                assert start is not None  # set while this wrapper is installed
+                start(thread)
+
+            self._starting = starting
+            setattr(threading.Thread, "start", starting)  # noqa: B010 (a method replaced)
         return self
 
     def __exit__(self, *exc: object) -> None:
         with _HOOK.lock:
             if _HOOK.current is self:
                 _HOOK.current = None
+            if vars(threading.Thread).get("start") is self._starting:  # not replaced since
+                setattr(threading.Thread, "start", self._start)  # noqa: B010
+
+    def _handlers(self) -> bool:
+        """Whether the calling code is a handler run's, or runs on a thread one started."""
+        return threading.current_thread() in self._threads or in_handler_run()
 
     @contextmanager
     def quiet(self) -> Iterator[None]:
@@ -119,7 +144,7 @@ class Operations:
             self._local.quiet = depth
 
     def _seen(self, event: str, args: tuple[Any, ...]) -> None:
-        if getattr(self._local, "quiet", 0) or not in_handler_run():
+        if getattr(self._local, "quiet", 0) or not self._handlers():
             return
         path = _path_of(event, args)
         with self._lock:

@@ -207,6 +207,7 @@ TWINS = [
         "symlink_race",
         "mirror",
     ),
+    ("append_in_a_thread", {"path": "notes/list.txt", "text": "x"}, "symlink_race", "mir"),
     ("sort_lines_leaving_temporary", {"path": "notes/list.txt"}, "disk_failure", "list.txt.part"),
     ("add_contact_past_deadline", {"name": "Ada"}, "timeout", "db/crm.db"),
     ("add_contact_beside", {"name": "Ada"}, "duplicate_submission", "crm-copy.db"),
