@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/matrix_bench.py
 	$(BIN)/python benchmarks/redaction_bench.py
 	$(BIN)/python benchmarks/directory_world_bench.py
+	$(BIN)/python benchmarks/directory_cell_bench.py
 	@echo
 	$(BIN)/python benchmarks/summary.py
 

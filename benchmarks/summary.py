@@ -52,6 +52,8 @@ ROWS = (
         "directory-world replay per interaction / fake-world replay per interaction",
         2.0,
     ),
+    Row("directory_cell_empty", "directory-world cell / empty pytest test", 10.0),
+    Row("directory_fake_cell", "directory-world cell / fake-world cell", 2.0),
     Row("redaction_adversarial", "worst adversarial 100 KB / plain 100 KB (redaction)", 5.0),
     Row(
         "load_10k",

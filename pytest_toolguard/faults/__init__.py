@@ -6,6 +6,9 @@ runtime, the oracles); ``run.run_cell`` runs one, ``iter_cells`` lists the
 cells of a cassette. ``BUILTIN_FAULTS`` is the catalogue (one module per
 theme: ``handler``, ``paths``, ``repeats``, ``refusals``, ``storage``,
 ``network``); ``outcome`` and ``report`` hold the matrix and its reports.
+A cell runs in the world replay would choose (the fake filesystem, or a
+fresh real directory: ``run``); ``directory`` holds what faults use on
+real files.
 """
 
 from .builtin import BUILTIN_FAULTS, select_faults

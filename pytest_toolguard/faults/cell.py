@@ -1,7 +1,10 @@
 """What a fault works with: the ``Cell`` of one fault against one target.
 
 ``run.run_cell`` rebuilds the cassette's world (``harness.World``: fake
-filesystem, frozen clock), brings the session to the moment before the
+filesystem, frozen clock; or a fresh ``harness.DirectoryWorld`` of real
+files, where "outside" is the world's own directory around the workspace
+and the access oracle speaks only when one observes it, ``files.access_log``
+not None), brings the session to the moment before the
 target's call (replaying the interactions before it, or restoring what a
 ``PrefixCache`` saved for them), plants decoys beside the workspace, hands
 the fault a ``Cell`` to inject and call through, and then checks the
@@ -52,6 +55,7 @@ from typing import Any, Literal
 from ..audit import SQLiteAuditStore
 from ..capabilities import Capabilities
 from ..contract import CallState, ErrorCode, ToolCall, ToolResult
+from ..harness.directory_world import DirectoryWorld
 from ..harness.effects import changed_files, undeclared_changes
 from ..harness.failing_store import FailingStore
 from ..harness.probes import (
@@ -75,6 +79,7 @@ from ..registry import ToolRegistry, ToolSpec
 from ..replay.approvals import approval_hooks
 from ..replay.http import HttpPlayback
 from ..runtime import ToolRuntime
+from .directory import Operations, WorldFiles
 from .prefixes import SavedPrefix
 from .target import Target
 
@@ -94,9 +99,10 @@ class CleanRun:
     tree: dict[str, bytes]
     """The workspace's files it left."""
     accesses: int
-    """Paths its handler resolved (``harness.accesses``)."""
+    """Paths its handler resolved (``harness.accesses``); in the directory
+    world, its Python-level file operations (``directory.Operations``)."""
     growths: int
-    """Times its handler grew a file."""
+    """Times its handler grew a file (0 in the directory world: not seen)."""
 
 
 class Cell:
@@ -113,7 +119,7 @@ class Cell:
         fault_name: str,
         target: Target,
         registry: ToolRegistry,
-        world: World,
+        world: World | DirectoryWorld,
         secrets: Mapping[str, str] | None,
         *,
         http: HttpPlayback | None = None,
@@ -123,8 +129,8 @@ class Cell:
         """The fault's name: its calls' ids start with it."""
         self.target = target
         self.world = world
-        self.fs = world.fs
-        """The pyfakefs ``FakeFilesystem`` (for ``set_disk_usage``, ...)."""
+        self.files = WorldFiles(world, fault_name)
+        """The world's files as the harness (not the handler) reaches them."""
         self.root = world.root
         self.outside_dir = posixpath.join(posixpath.dirname(self.root), OUTSIDE_DIR)
         """A directory beside the workspace holding decoy files."""
@@ -163,11 +169,31 @@ class Cell:
 
     # -- set-up
 
+    @property
+    def directory(self) -> bool:
+        """Whether the cell runs in the directory world (real files)."""
+        return self.files.directory
+
+    @property
+    def fs(self) -> Any:
+        """The pyfakefs ``FakeFilesystem`` (``WorldFiles.fs``)."""
+        return self.files.fs
+
+    @property
+    def operations(self) -> Operations | None:
+        """In the directory world, the handler's Python-level file
+        operations (``directory.Operations``, which ``run.run_cell``
+        installs); None in the fake world."""
+        return self.files.operations
+
     def _probing_registry(self, registry: ToolRegistry) -> ToolRegistry:
         specs = []
         for spec in registry:
             if spec.name == self.target.call.tool_name:
-                self._probe = HandlerProbe(spec.handler, self.world.accesses)
+                log = self.files.access_log
+                self._probe = HandlerProbe(
+                    spec.handler, log if hasattr(log, "opened") and hasattr(log, "closed") else None
+                )
                 self._probe.on_start = self._handler_starting
                 spec = spec.with_handler(self._probe)
             specs.append(spec)
@@ -263,7 +289,9 @@ class Cell:
         self._playing(self.target.index)
         if self._probe is not None:
             self._probe.reset()
-        self.world.accesses.reset()
+        reset = getattr(self.files.access_log, "reset", None)
+        if reset is not None:
+            reset()
 
     def _playing(self, index: int) -> None:
         if self.http is not None:
@@ -422,8 +450,10 @@ class Cell:
         return ok
 
     def tree(self) -> dict[str, bytes]:
-        """Every regular file under the workspace, by relative path."""
-        return self.world.tree()
+        """Every regular file under the workspace, by relative path, read
+        as the harness (``WorldFiles.tree``: a file the cassette's
+        ``volatile`` names counts for being there, not for its bytes)."""
+        return self.files.tree(self.target.cassette.volatile)
 
     def clean_run(self) -> CleanRun:
         """The target's call once with nothing injected, through a runtime
@@ -432,10 +462,16 @@ class Cell:
         growths its handler made. What a call under a fault that answers
         OK must leave too."""
         saved = self.world.save_workspace()
-        log = self.world.accesses
-        accesses, growths = log.count, log.growths
+        log = self.files.access_log if not self.directory else self.operations
+        accesses = getattr(log, "count", 0)
+        growths = getattr(log, "growths", 0)
         result = self.execute(self.call(), self.make_runtime(hooks=[]))
-        clean = CleanRun(result, self.tree(), log.count - accesses, log.growths - growths)
+        clean = CleanRun(
+            result,
+            self.tree(),
+            getattr(log, "count", 0) - accesses,
+            getattr(log, "growths", 0) - growths,
+        )
         self.world.restore_workspace(saved)
         return clean
 
@@ -500,7 +536,8 @@ class Cell:
         left = self._threads.leftover(THREAD_JOIN_SECONDS)
         self.check(not left, f"threads started during the cell still running: {', '.join(left)}")
         self._check_accesses()
-        for escape in self.world.escapes():
+        escapes = getattr(self.world, "escapes", None)
+        for escape in escapes() if escapes is not None else ():
             self.problems.append(f"the handler reached the real disk: {escape.message}")
         needles = self._needles()
         for result in self._results:
@@ -528,8 +565,12 @@ class Cell:
         return needles
 
     def _check_accesses(self) -> None:
-        """No handler run resolved a path outside the workspace."""
-        outside = self.world.accesses.outside(self.root)
+        """No handler run resolved a path outside the workspace (when an
+        oracle of accesses observes the world: otherwise nothing is said)."""
+        outside_of = getattr(self.files.access_log, "outside", None)
+        if outside_of is None:
+            return
+        outside = outside_of(self.root)
         paths = sorted({access.path for access in outside})
         self.check(
             not paths,

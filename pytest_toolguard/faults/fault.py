@@ -46,6 +46,13 @@ class Fault:
     def inject(self, cell: Cell) -> None:
         raise NotImplementedError
 
+    def cannot_run_in_directory(self) -> str | None:
+        """Why this fault cannot act in the directory world on this machine
+        (its cells are then reported ``n/a`` with the reason), or None when
+        it can. A fault of your own that uses ``cell.fs`` (the fake
+        filesystem) should say so here."""
+        return None
+
     def __repr__(self) -> str:
         return f"<fault {self.name}>"
 

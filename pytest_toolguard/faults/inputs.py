@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ..contract import ErrorCode
@@ -118,6 +118,38 @@ def grown(content: bytes) -> bytes | None:
     return (text * copies + long_line + "\n" + "x" * LONG_LINE + "\n").encode()
 
 
+def _opened(cell: Cell) -> Callable[[], list[str]]:
+    """What gives the paths the handler opened so far: the accesses of the
+    world's oracle that opened a file (the fake world's ``AccessLog``, or
+    the directory world's when one observes it); else, in the directory
+    world, the paths of the handler's Python-level ``open`` events (not a
+    C library's own opens, a started process's, or a name opened relative
+    to a directory descriptor: ``_named`` adds the files the call names)."""
+    log = cell.files.access_log
+    if log is not None and hasattr(log, "accesses"):
+        return lambda: [access.path for access in log.accesses if access.opens]
+    operations = cell.operations
+    if operations is not None:
+        return lambda: list(operations.opened)
+    return list
+
+
+def _named(cell: Cell) -> set[str]:
+    """The workspace files the call's path arguments name (relative, or
+    absolute beneath the root), in the directory world; none in the fake
+    world, whose oracle sees every open."""
+    if not cell.directory:
+        return set()
+    arguments = cell.target.arguments or {}
+    root = cell.root.rstrip("/")
+    named = set()
+    for name in cell.target.path_arguments:
+        path = posixpath.normpath(posixpath.join(root, arguments[name]))
+        if path.startswith(root + "/"):
+            named.add(path[len(root) + 1 :])
+    return named
+
+
 class LargeInputFault(AfterSuccess):
     name = "large_input"
     applies_to = "successful calls with a path argument"
@@ -138,8 +170,8 @@ class LargeInputFault(AfterSuccess):
         )
 
     def inject(self, cell: Cell) -> None:
-        log = cell.world.accesses
-        start = len(log.accesses)
+        opened = _opened(cell)
+        start = len(opened())
         clean = cell.clean_run()
         if not clean.result.ok:
             return
@@ -148,11 +180,10 @@ class LargeInputFault(AfterSuccess):
         root = cell.root.rstrip("/")
         tree = cell.tree()
         read = sorted(
-            {
-                access.path[len(root) + 1 :]
-                for access in log.accesses[start:]
-                if access.opens and access.path.startswith(root + "/")
-            }
+            (
+                {path[len(root) + 1 :] for path in opened()[start:] if path.startswith(root + "/")}
+                | _named(cell)
+            )
             & set(tree)
         )
         if not read:
@@ -165,17 +196,14 @@ class LargeInputFault(AfterSuccess):
     @staticmethod
     def _grow(cell: Cell, tree: Mapping[str, bytes], read: list[str], limit: int) -> list[str]:
         """Grow the files read and crowd their directories; the grown texts."""
-        fs, root = cell.fs, cell.root.rstrip("/")
+        root = cell.root.rstrip("/")
         texts: list[str] = []
         extra = max(EXTRA_FILES, limit + 5)
         for relative in read:
             data = grown(tree[relative])
             if data is None:
                 continue
-            path = posixpath.join(root, relative)
-            with cell.world.accesses.quiet():
-                fs.remove_object(path)
-                fs.create_file(path, contents=data)
+            cell.files.write_file(posixpath.join(root, relative), data)
             texts.append(data.decode())
         for directory in sorted({posixpath.dirname(relative) for relative in read}):
             base = posixpath.join(root, directory) if directory else root
@@ -186,10 +214,9 @@ class LargeInputFault(AfterSuccess):
             }
             deep = posixpath.join(base, *(["toolguard-deep"] * DEEP_DIRECTORIES), "leaf.txt")
             files[deep] = sample
-            with cell.world.accesses.quiet():
-                for path, content in files.items():
-                    if not fs.exists(path):
-                        fs.create_file(path, contents=content)
+            for path, content in files.items():
+                if not cell.files.exists(path):
+                    cell.files.write_file(path, content)
         return texts
 
     @staticmethod

@@ -33,6 +33,10 @@ STATUSES: tuple[CellStatus, ...] = get_args(CellStatus)
 
 _SEVERITY: Mapping[str, int] = {"n/a": 0, "pass": 1, "fail": 2}
 
+SKIPPED = "skipped in the directory world: "
+"""How the one problem of a cell that could not run in the directory world
+begins (its status is ``n/a``); the reason follows."""
+
 
 class Row(NamedTuple):
     """One recorded interaction: a row of the matrix."""
@@ -193,6 +197,17 @@ class MatrixReport:
             for fault in self.faults:
                 counts[self.status(row, fault)] += 1
         return counts
+
+    def skipped(self) -> dict[tuple[str, str], int]:
+        """(fault, reason) -> how many cells were skipped in the directory
+        world for that reason, in column order."""
+        found: dict[tuple[str, str], int] = {}
+        for cell in self.cells:
+            if cell.status == "n/a" and cell.problems and cell.problems[0].startswith(SKIPPED):
+                key = (cell.fault, cell.problems[0][len(SKIPPED) :])
+                found[key] = found.get(key, 0) + 1
+        order = {fault: index for index, fault in enumerate(self.faults)}
+        return dict(sorted(found.items(), key=lambda item: (order[item[0][0]], item[0][1])))
 
     def failures(self) -> tuple[CellOutcome, ...]:
         """The failed cells, in row then column order."""

@@ -10,11 +10,13 @@ import json
 import os
 import posixpath
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import unquote
 
 from ..contract import ErrorCode, ToolResult
+from ..harness.directory_world import DirectoryWorld
 from ..harness.world import DECOY_MARKER
 from .cell import Cell
 from .fault import Fault
@@ -93,31 +95,52 @@ class SymlinkRaceFault(Fault):
         decoys = {first: _plant_mirror(cell, first) for first in _link_points(cell.target)}
         cell.outside_planted()
         clean = cell.clean_run()
-        log = cell.world.accesses
         saved = cell.world.save_workspace()
         runtime = cell.make_runtime(hooks=[])  # the plan has moved on by now
         for first, decoy in decoys.items():
             for k in range(1, min(clean.accesses, MAX_SWAPS) + 1):
                 cell.world.restore_workspace(saved)
                 swap = _Swapped(cell, first, decoy)
-                at = log.count + k
-
-                def swap_after(index: int, _path: str, at: int = at, swap: _Swapped = swap) -> None:
-                    if index == at:
-                        swap.__enter__()
-
-                log.after_access = swap_after
                 try:
-                    # The swap changes the tree: not the call's doing.
-                    result = cell.execute(cell.call(), runtime, judge_effects=False)
+                    with _swap_at(cell, k, swap):
+                        # The swap changes the tree: not the call's doing.
+                        result = cell.execute(cell.call(), runtime, judge_effects=False)
                 finally:
-                    log.after_access = None
                     if os.path.islink(swap.path) or swap.moved:
                         swap.__exit__()
+                where = "before operation" if cell.directory else "after operation"
                 SymlinkEscapeFault._refused(
-                    cell, result, f"{first} became a symlink to outside after operation {k}"
+                    cell, result, f"{first} became a symlink to outside {where} {k}"
                 )
         cell.world.restore_workspace(saved)
+
+
+@contextmanager
+def _swap_at(cell: Cell, k: int, swap: _Swapped) -> Iterator[None]:
+    """Within the block, ``swap`` happens at the handler's k-th filesystem
+    operation: after the k-th path it resolves in the fake world
+    (``AccessLog.after_access``); before its k-th Python-level operation in
+    the directory world (``Operations.before``: a ``stat`` or ``realpath``
+    raises no audit event, so the swap lands after such a check and before
+    the open, rename or process start that follows it)."""
+    log: Any = cell.operations if cell.directory else cell.files.access_log
+    at = log.count + k
+
+    def swap_at(index: int, *_where: str) -> None:
+        if index == at:
+            swap.__enter__()
+
+    if cell.directory:
+        log.before = swap_at
+    else:
+        log.after_access = swap_at
+    try:
+        yield
+    finally:
+        if cell.directory:
+            log.before = None
+        else:
+            log.after_access = None
 
 
 def _swapping_first(
@@ -173,15 +196,14 @@ def _plant_mirror(cell: Cell, first: str) -> str:
     """A decoy copy of ``first`` outside the workspace: every file beneath
     it with decoy content, plus a file whose name is the marker."""
     decoy = posixpath.join(cell.outside_dir, "mirror", first)
-    fs, source = cell.fs, posixpath.join(cell.root, first)
-    if fs.isdir(source):
+    if cell.files.is_dir(posixpath.join(cell.root, first)):
         for relative in cell.tree():
             if relative.startswith(first + "/"):
                 path = posixpath.join(cell.outside_dir, "mirror", relative)
-                fs.create_file(path, contents=f"{DECOY_MARKER} {relative}\n")
-        fs.create_file(posixpath.join(decoy, DECOY_MARKER + ".txt"), contents=DECOY_MARKER)
+                cell.files.write_file(path, f"{DECOY_MARKER} {relative}\n")
+        cell.files.write_file(posixpath.join(decoy, DECOY_MARKER + ".txt"), DECOY_MARKER)
     else:
-        fs.create_file(decoy, contents=f"{DECOY_MARKER} {first}\n")
+        cell.files.write_file(decoy, f"{DECOY_MARKER} {first}\n")
     return decoy
 
 
@@ -193,19 +215,18 @@ class _Swapped:
         self.path = posixpath.join(cell.root, first)
         self.aside = posixpath.join(cell.root, f"{first}.toolguard-aside")
         self.decoy = decoy
-        self.fs = cell.fs
-        self.accesses = cell.world.accesses
+        self.cell = cell
         self.moved = False
 
     def __enter__(self) -> None:
-        with self.accesses.quiet():  # the harness's doing, not the handler's
+        with self.cell.files.quiet():  # the harness's doing, not the handler's
             if os.path.lexists(self.path):
                 os.rename(self.path, self.aside)
                 self.moved = True
             os.symlink(self.decoy, self.path)
 
     def __exit__(self, *exc: object) -> None:
-        with self.accesses.quiet():
+        with self.cell.files.quiet():
             if os.path.islink(self.path):
                 os.unlink(self.path)
             elif os.path.lexists(self.path):  # the tool replaced the link: keep the evidence
@@ -260,10 +281,8 @@ also sent decoded."""
 _DEFAULT_ROOT = "/a/b/c/d"
 
 
-def _expand(payload: str, root: str) -> str:
-    root = root.rstrip("/") or "/"
+def _expand_up(text: str, root: str) -> str:
     climbs = root.count("/") + 2  # past "/" and then some: "/.." is "/"
-    text = payload.replace("{root}", root).replace("{name}", posixpath.basename(root))
     while "{up" in text:
         start = text.index("{up")
         end = text.index("}", start)
@@ -272,12 +291,57 @@ def _expand(payload: str, root: str) -> str:
     return text
 
 
-def traversal_payloads(root: str = _DEFAULT_ROOT) -> tuple[str, ...]:
+_TARGETS = (
+    ("etc%252fpasswd", "toolguard-outside%252fsecret.txt"),
+    ("etc%2fpasswd", "toolguard-outside%2fsecret.txt"),
+    ("etc\\passwd", "toolguard-outside\\secret.txt"),
+    ("etc/./passwd", "toolguard-outside/./secret.txt"),
+    ("etc/passwd", "toolguard-outside/secret.txt"),
+)
+"""In the directory world, the system file a payload aims at becomes the
+world's own decoy beside the workspace (``OUTSIDE_DIR``): a tool without a
+check must not write the machine's ``/etc/passwd``."""
+
+
+def _within(payload: str, top: str, root: str) -> str | None:
+    """``payload`` aimed inside ``top`` (the directory world's own
+    directory) instead of the machine's files; None for a payload that
+    only the machine's home directory could serve (``~``, ``$HOME``)."""
+    if "~" in payload or "HOME" in payload:
+        return None
+    for system, decoy in _TARGETS:
+        payload = payload.replace(system, decoy)
+    if payload.startswith("/"):
+        payload = top.rstrip("/") + payload
+    climbs = root.rstrip("/").count("/") - top.rstrip("/").count("/")
+    return payload.replace("{up}", "{up:../}").replace("{up:", f"{{climb{climbs}:")
+
+
+def _expand(payload: str, root: str) -> str:
+    root = root.rstrip("/") or "/"
+    text = payload.replace("{root}", root).replace("{name}", posixpath.basename(root))
+    while "{climb" in text:  # an exact number of steps: to the top of a directory world
+        start = text.index("{climb")
+        colon, end = text.index(":", start), text.index("}", start)
+        text = text[:start] + text[colon + 1 : end] * int(text[start + 6 : colon]) + text[end + 1 :]
+    return _expand_up(text, root)
+
+
+def traversal_payloads(root: str = _DEFAULT_ROOT, *, within: str | None = None) -> tuple[str, ...]:
     """Every payload for a workspace at ``root``, raw and decoded
     (URL-unquoted up to three times, NFKC-normalised, backslashes made
-    slashes), without repeats."""
+    slashes), without repeats. With ``within`` (a directory world's own
+    directory, above ``root``) every payload lands inside it: dot-dots
+    climb exactly to it, absolute paths begin with it, the system files
+    aimed at are its decoy beside the workspace, and the home-directory
+    payloads are left out."""
+    templates: tuple[str, ...] = _PAYLOADS
+    if within is not None:
+        templates = tuple(
+            found for found in (_within(p, within, root) for p in _PAYLOADS) if found is not None
+        )
     seen: dict[str, None] = {}
-    for raw in (_expand(payload, root) for payload in _PAYLOADS):
+    for raw in (_expand(payload, root) for payload in templates):
         seen[raw] = None
         value = raw
         for _ in range(3):
@@ -323,8 +387,10 @@ class PathTraversalFault(Fault):
     def inject(self, cell: Cell) -> None:
         arguments = cell.target.arguments or {}
         declared = cell.target.declared_path_arguments
+        within = cell.world.around if isinstance(cell.world, DirectoryWorld) else None
+        payloads = traversal_payloads(cell.root, within=within)
         for name in cell.target.path_arguments:
-            for payload in traversal_payloads(cell.root):
+            for payload in payloads:
                 result = cell.execute(cell.call({**arguments, name: payload}))
                 # An argument only named like a path may not be one (a
                 # language's "source"): there, the decoy and outside checks judge.

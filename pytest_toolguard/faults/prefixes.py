@@ -5,6 +5,10 @@ time). The first cell of a later interaction starts from the latest state
 saved before it (``nearest``) and replays only the interactions between:
 a file's cells, run in order, replay each interaction once.
 
+Prefixes are kept per kind of world (``fake``, ``directory``). A
+directory world's are spelt with the recorded root (``run`` maps them to
+and from each new world's), so they serve the next cell's fresh world.
+
 A saved prefix holds what replaying the interactions before a target left
 behind: the workspace (every entry under the root, with its mode), the
 session's audit store (rows and idempotency keys) and the plan's progress.
@@ -46,31 +50,42 @@ class PrefixCache:
 
     def __init__(self, size: int = DEFAULT_SIZE) -> None:
         self.size = size
-        self._entries: OrderedDict[tuple[int, ...], tuple[tuple[object, ...], SavedPrefix]] = (
-            OrderedDict()
-        )
+        self._entries: OrderedDict[
+            tuple[int, int, int, int, str], tuple[tuple[object, ...], SavedPrefix]
+        ] = OrderedDict()
 
     def get(
-        self, cassette: Cassette, index: int, registry: object, secrets: object
+        self,
+        cassette: Cassette,
+        index: int,
+        registry: object,
+        secrets: object,
+        world: str = "fake",
     ) -> SavedPrefix | None:
         """The prefix saved for the interaction ``index`` of ``cassette``
-        with this registry and these secrets, or None."""
-        found = self._entries.get((id(cassette), index, id(registry), id(secrets)))
+        with this registry and these secrets, in this kind of world, or None."""
+        found = self._entries.get(_key(cassette, index, registry, secrets, world))
         if found is None or found[0] != (cassette, registry, secrets):
             return None
         return found[1]
 
     def nearest(
-        self, cassette: Cassette, index: int, registry: object, secrets: object
+        self,
+        cassette: Cassette,
+        index: int,
+        registry: object,
+        secrets: object,
+        world: str = "fake",
     ) -> tuple[int, SavedPrefix] | None:
         """The saved prefix of the latest interaction before ``index`` of
         ``cassette`` (with this registry and these secrets) and its index:
         the state to replay on from, so that the first cell of interaction
         ``index`` replays only the interactions after it. None when none."""
         best: tuple[int, SavedPrefix] | None = None
-        for (_c, at, _r, _s), (kept, saved) in self._entries.items():
+        for (_c, at, _r, _s, kind), (kept, saved) in self._entries.items():
             if (
-                at < index
+                kind == world
+                and at < index
                 and kept[0] is cassette
                 and kept[1] is registry
                 and kept[2] is secrets
@@ -86,20 +101,27 @@ class PrefixCache:
         registry: object,
         secrets: object,
         saved: SavedPrefix,
+        world: str = "fake",
     ) -> None:
         """Keep ``saved``, dropping the oldest entries past ``size``."""
         if self.size <= 0:
             saved.store.close()
             return
-        key = (id(cassette), index, id(registry), id(secrets))
+        key = _key(cassette, index, registry, secrets, world)
         self._entries[key] = ((cassette, registry, secrets), saved)
         self._entries.move_to_end(key)
         while len(self._entries) > self.size:
-            _key, (_keep, dropped) = self._entries.popitem(last=False)
+            _dropped_key, (_keep, dropped) = self._entries.popitem(last=False)
             dropped.store.close()
 
     def clear(self) -> None:
         """Drop every entry (closing their stores)."""
         while self._entries:
-            _key, (_keep, dropped) = self._entries.popitem(last=False)
+            _dropped_key, (_keep, dropped) = self._entries.popitem(last=False)
             dropped.store.close()
+
+
+def _key(
+    cassette: Cassette, index: int, registry: object, secrets: object, world: str
+) -> tuple[int, int, int, int, str]:
+    return (id(cassette), index, id(registry), id(secrets), world)

@@ -139,7 +139,7 @@ def render_markdown(
         )
         head.append("")
     head_text = "\n".join(head) + "\n"
-    failures_text = _markdown_failures(report, max_failures)
+    failures_text = _markdown_failures(report, max_failures) + _markdown_skipped(report)
 
     sources = report.sources()
     tables = {source: _markdown_table(report, source) for source in sources}
@@ -185,6 +185,17 @@ def _fit_tables(
             chosen[source] = tables[source]
             remaining -= extra
     return chosen
+
+
+def _markdown_skipped(report: MatrixReport) -> str:
+    """Each fault skipped in the directory world, with its reason."""
+    skipped = report.skipped()
+    if not skipped:
+        return ""
+    lines = [f"### Skipped in the directory world ({sum(skipped.values())} cells)", ""]
+    for (fault, reason), count in skipped.items():
+        lines.append(f"- {_md_code(fault)} ({count}): {_md_text(_cut(reason, PROBLEM_LIMIT))}")
+    return "\n".join(lines) + "\n"
 
 
 def _markdown_failures(report: MatrixReport, max_failures: int) -> str:
@@ -433,6 +444,8 @@ def terminal_grid(
         [f"{number} {fault}" for number, fault in _numbered(report.faults)], "  faults: ", width
     )
     lines += _terminal_columns(report, width)
+    for (fault, reason), count in report.skipped().items():
+        lines.append(_fit(f"skipped in the directory world: {fault} ({count}): {reason}", width))
 
     failures = report.failures()
     if failures:

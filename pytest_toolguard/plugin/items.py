@@ -329,8 +329,11 @@ def run_fault_cell(
         nodeid=item.nodeid,
         prefixes=run.prefixes(),
         fake_world=run.fake_world(),
+        world=run.world,  # chosen as replay chooses it (faults/run.py)
     )
     outcomes.leave(item, cell=outcome.as_dict())
+    if outcome.status == "n/a" and outcome.problems[:1] != ("not applicable",):
+        pytest.skip(f"{fault.name}: {outcome.problems[0]}")  # skipped in the directory world
     if outcome.status == "n/a":
         pytest.skip(f"{fault.name} does not apply to this call with the fixture's registry")
     if outcome.status == "fail":
