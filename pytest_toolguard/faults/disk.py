@@ -28,6 +28,7 @@ from contextlib import contextmanager
 
 from ..contract import CallState, ErrorCode, ToolCall, ToolResult
 from ..jsondata import strings_of
+from ..registry import WorldKind
 from ..runtime import ToolRuntime
 from .cell import Cell, CleanRun
 from .directory import PAGE, FullDisk, full_disk_unavailable
@@ -69,7 +70,9 @@ class PartialWriteFault(Fault):
     def applies(self, target: Target) -> bool:
         return target.handler_can_run and target.writes and bool(strings_of(target.arguments))
 
-    def cannot_run_in_directory(self) -> str | None:
+    def cannot_run_in(self, world: WorldKind) -> str | None:
+        if world != "directory":
+            return None
         why = full_disk_unavailable()
         return None if why is None else f"a full disk needs a private mount namespace: {why}"
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..registry import ToolRegistry
+from ..registry import ToolRegistry, WorldKind
 from ..replay.cassette import Cassette
 from .target import Target, targets
 
@@ -46,11 +46,11 @@ class Fault:
     def inject(self, cell: Cell) -> None:
         raise NotImplementedError
 
-    def cannot_run_in_directory(self) -> str | None:
-        """Why this fault cannot act in the directory world on this machine
-        (its cells are then reported ``n/a`` with the reason), or None when
-        it can. A fault of your own that uses ``cell.fs`` (the fake
-        filesystem) should say so here."""
+    def cannot_run_in(self, world: WorldKind) -> str | None:
+        """Why this fault cannot act in ``world`` (``fake`` or ``directory``)
+        on this machine (its cells are then reported ``n/a`` with the
+        reason), or None when it can. A fault of your own that uses
+        ``cell.fs`` (the fake filesystem) should say so for ``directory``."""
         return None
 
     def __repr__(self) -> str:

@@ -33,9 +33,15 @@ STATUSES: tuple[CellStatus, ...] = get_args(CellStatus)
 
 _SEVERITY: Mapping[str, int] = {"n/a": 0, "pass": 1, "fail": 2}
 
-SKIPPED = "skipped in the directory world: "
-"""How the one problem of a cell that could not run in the directory world
-begins (its status is ``n/a``); the reason follows."""
+SKIPPED = "skipped in the "
+"""How the one problem of a cell that could not run in its world begins
+(its status is ``n/a``): ``skipped_in(world)``, then the reason."""
+
+
+def skipped_in(world: str) -> str:
+    """The start of the one problem of a cell that could not run in
+    ``world`` (``fake`` or ``directory``); its reason follows."""
+    return f"{SKIPPED}{world} world: "
 
 
 class Row(NamedTuple):
@@ -199,12 +205,13 @@ class MatrixReport:
         return counts
 
     def skipped(self) -> dict[tuple[str, str], int]:
-        """(fault, reason) -> how many cells were skipped in the directory
-        world for that reason, in column order."""
+        """(fault, why) -> how many cells could not run in their world for
+        that reason, in column order; ``why`` reads "in the <world> world:
+        <reason>"."""
         found: dict[tuple[str, str], int] = {}
         for cell in self.cells:
             if cell.status == "n/a" and cell.problems and cell.problems[0].startswith(SKIPPED):
-                key = (cell.fault, cell.problems[0][len(SKIPPED) :])
+                key = (cell.fault, cell.problems[0][len("skipped ") :])
                 found[key] = found.get(key, 0) + 1
         order = {fault: index for index, fault in enumerate(self.faults)}
         return dict(sorted(found.items(), key=lambda item: (order[item[0][0]], item[0][1])))

@@ -11,9 +11,8 @@ and no process it started left running. A handler that hides its
 process's death behind ``OK`` (a return code it never looked at) fails
 the cell.
 
-The fake world runs no process: the fault applies to tools that declare
-``world="directory"`` only (a tool the registry puts there by default is
-not seen by ``applies``, which knows the tool, not the registry).
+The fake world runs no process: there the cell is skipped, with that
+reason (``cannot_run_in``).
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ from typing import Any, cast
 from ..contract import CallState, ErrorCode
 from ..errors import ToolguardError
 from ..harness.child_processes import ChildProcess, on_start, processes_of
+from ..registry import WorldKind
 from .cell import Cell
 from .fault import AfterSuccess
 from .target import Target
@@ -38,7 +38,7 @@ class ProcessKilledHere(ToolguardError):
 
 class ProcessKilledFault(AfterSuccess):
     name = "process_killed"
-    applies_to = 'calls of tools declaring world="directory" that succeeded when recorded'
+    applies_to = "calls that succeeded when recorded, in the directory world (skipped in the fake)"
     injection = (
         "SIGKILL to the first process the handler starts, right after it starts; "
         "a handler that starts none runs in a process of its own, killed as it starts"
@@ -49,13 +49,15 @@ class ProcessKilledFault(AfterSuccess):
     )
 
     def applies(self, target: Target) -> bool:
-        return (
-            target.handler_can_run and target.spec is not None and target.spec.world == "directory"
-        )
+        return target.handler_can_run
+
+    def cannot_run_in(self, world: WorldKind) -> str | None:
+        return "the fake world starts no process" if world == "fake" else None
 
     def inject(self, cell: Cell) -> None:
         processes = processes_of(cell.world)
-        if processes is None:  # a fake world: nothing here starts a process
+        if processes is None:  # cannot_run_in keeps it from the fake world
+            cell.check(False, "process_killed ran in a world without processes")
             return
         killed: list[ChildProcess] = []
 

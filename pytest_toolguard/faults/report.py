@@ -188,11 +188,11 @@ def _fit_tables(
 
 
 def _markdown_skipped(report: MatrixReport) -> str:
-    """Each fault skipped in the directory world, with its reason."""
+    """Each fault that could not run in its world, with the reason."""
     skipped = report.skipped()
     if not skipped:
         return ""
-    lines = [f"### Skipped in the directory world ({sum(skipped.values())} cells)", ""]
+    lines = [f"### Skipped ({sum(skipped.values())} cells)", ""]
     for (fault, reason), count in skipped.items():
         lines.append(f"- {_md_code(fault)} ({count}): {_md_text(_cut(reason, PROBLEM_LIMIT))}")
     return "\n".join(lines) + "\n"
@@ -445,7 +445,7 @@ def terminal_grid(
     )
     lines += _terminal_columns(report, width)
     for (fault, reason), count in report.skipped().items():
-        lines.append(_fit(f"skipped in the directory world: {fault} ({count}): {reason}", width))
+        lines.append(_fit(f"skipped {fault} ({count}) {reason}", width))
 
     failures = report.failures()
     if failures:

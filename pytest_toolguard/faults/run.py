@@ -9,7 +9,7 @@ it: the recorded root is mapped to the world's in the calls' arguments
 (``directory.Operations``), the state before a target is kept in the
 ``PrefixCache`` as for the fake world (spelt with the recorded root), and
 a fault that cannot act on real files here
-is reported ``n/a`` with its reason (``Fault.cannot_run_in_directory``),
+is reported ``n/a`` with its reason (``Fault.cannot_run_in``),
 never passed.
 
 See ``cell`` for what a cell checks; ``run_cell`` never raises for what a
@@ -34,7 +34,7 @@ from ..replay.player import chosen_world
 from .cell import Cell
 from .directory import Operations
 from .fault import Fault
-from .outcome import SKIPPED, CellOutcome, CellStatus
+from .outcome import CellOutcome, CellStatus, skipped_in
 from .prefixes import PrefixCache
 from .target import Target
 
@@ -61,13 +61,13 @@ def run_cell(
     another); ``parent`` is where a directory world is made (default: the
     temporary directory)."""
     kind = chosen_world(target.cassette, registry, world)
-    skipped = fault.cannot_run_in_directory() if kind == "directory" else None
+    skipped = fault.cannot_run_in(kind)
     problems: tuple[str, ...]
     status: CellStatus
     if not fault.applies(target):
         problems, status = ("not applicable",), "n/a"
     elif skipped is not None:
-        problems, status = (SKIPPED + skipped,), "n/a"
+        problems, status = (skipped_in(kind) + skipped,), "n/a"
     elif kind == "directory":
         problems = tuple(_run_in_directory(fault, target, registry, secrets, parent, prefixes))
         status = "fail" if problems else "pass"

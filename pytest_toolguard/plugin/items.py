@@ -333,7 +333,7 @@ def run_fault_cell(
     )
     outcomes.leave(item, cell=outcome.as_dict())
     if outcome.status == "n/a" and outcome.problems[:1] != ("not applicable",):
-        pytest.skip(f"{fault.name}: {outcome.problems[0]}")  # skipped in the directory world
+        pytest.skip(f"{fault.name}: {outcome.problems[0]}")  # could not run in its world
     if outcome.status == "n/a":
         pytest.skip(f"{fault.name} does not apply to this call with the fixture's registry")
     if outcome.status == "fail":
