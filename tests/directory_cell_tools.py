@@ -407,6 +407,8 @@ def add_contact_beside(ctx: Any, name: str) -> dict[str, Any]:
 def count_lines_at(ctx: Any, path: str) -> dict[str, Any]:
     """Counts the lines of a file of the workspace named by its absolute path."""
     root = os.path.realpath(ctx.workspace.root)
+    if not os.path.realpath(path).startswith(root + os.sep):  # never open what is outside
+        raise PermissionError(f"{path} is outside the workspace")
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     with os.fdopen(fd, encoding="utf-8") as handle:
         where = os.path.realpath(f"/proc/self/fd/{fd}")

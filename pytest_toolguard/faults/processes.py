@@ -25,6 +25,8 @@ from typing import Any, cast
 from ..contract import CallState, ErrorCode
 from ..errors import ToolguardError
 from ..harness.child_processes import ChildProcess, on_start, processes_of
+from ..hooks import PostToolUse, PreToolUse
+from ..plan import PlanProgress
 from ..registry import WorldKind
 from .cell import Cell
 from .fault import AfterSuccess
@@ -49,7 +51,7 @@ class ProcessKilledFault(AfterSuccess):
     )
 
     def applies(self, target: Target) -> bool:
-        return target.handler_can_run
+        return target.handler_can_run and target.world == "directory"
 
     def cannot_run_in(self, world: WorldKind) -> str | None:
         return "the fake world starts no process" if world == "fake" else None
@@ -67,6 +69,8 @@ class ProcessKilledFault(AfterSuccess):
                 processes.kill(child)
 
         saved = cell.world.save_workspace()
+        # The plan's progress as it was, for a second try: the first moves it on.
+        hooks = [hook.copy() if isinstance(hook, PlanProgress) else hook for hook in cell.hooks]
         with on_start(cell.world, kill_first):
             result = cell.execute(cell.call(), judge_effects=False)
         if killed:
@@ -79,9 +83,9 @@ class ProcessKilledFault(AfterSuccess):
             return
         # No process: the handler's own process dies instead.
         cell.world.restore_workspace(saved)
-        self._kill_the_handlers_process(cell)
+        self._kill_the_handlers_process(cell, hooks)
 
-    def _kill_the_handlers_process(self, cell: Cell) -> None:
+    def _kill_the_handlers_process(self, cell: Cell, hooks: list[PreToolUse | PostToolUse]) -> None:
         test_process = os.getpid()
 
         def dying(handler: Callable[..., Any]) -> Callable[..., Any]:
@@ -96,7 +100,7 @@ class ProcessKilledFault(AfterSuccess):
         previous = cell.replace_handler(dying)
         try:
             # Process isolation: the handler runs in a child forked for the call.
-            runtime = cell.make_runtime(isolation=cast(Any, "process"))
+            runtime = cell.make_runtime(isolation=cast(Any, "process"), hooks=hooks)
             result = cell.execute(cell.call(), runtime, judge_effects=False)
         finally:
             cell.restore_handler(previous)

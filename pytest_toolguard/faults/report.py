@@ -194,7 +194,7 @@ def _markdown_skipped(report: MatrixReport) -> str:
         return ""
     lines = [f"### Skipped ({sum(skipped.values())} cells)", ""]
     for (fault, reason), count in skipped.items():
-        lines.append(f"- {_md_code(fault)} ({count}): {_md_text(_cut(reason, PROBLEM_LIMIT))}")
+        lines.append(f"- {_md_code(fault)} ({count}) {_md_text(_cut(reason, PROBLEM_LIMIT))}")
     return "\n".join(lines) + "\n"
 
 

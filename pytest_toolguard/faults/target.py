@@ -9,7 +9,8 @@ from typing import Any
 from ..capabilities import Risk
 from ..contract import ErrorCode, ToolCall
 from ..documents import parse_json
-from ..registry import PATH_ARGUMENT, ToolRegistry, ToolSpec
+from ..harness.branching import walked_world
+from ..registry import PATH_ARGUMENT, ToolRegistry, ToolSpec, WorldKind
 from ..replay.cassette import Cassette, Interaction
 
 
@@ -24,6 +25,8 @@ class Target:
     index: int
     """0-based position of the interaction in the file."""
     spec: ToolSpec | None
+    world: WorldKind = "fake"
+    """The world its cells run in (``harness.branching.walked_world``)."""
 
     @property
     def interaction(self) -> Interaction:
@@ -95,9 +98,14 @@ class Target:
         return tuple(names)
 
 
-def targets(cassette: Cassette, registry: ToolRegistry, source: str) -> list[Target]:
-    """Every interaction of ``cassette`` as a target, in file order."""
+def targets(
+    cassette: Cassette, registry: ToolRegistry, source: str, world: str = "auto"
+) -> list[Target]:
+    """Every interaction of ``cassette`` as a target, in file order; its
+    cells' world chosen as replay chooses it (``world``: ``auto``, ``fake``
+    or ``directory``)."""
+    kind = walked_world(cassette, registry, world)
     return [
-        Target(source, cassette, index, registry.get(interaction.call.tool_name))
+        Target(source, cassette, index, registry.get(interaction.call.tool_name), kind)
         for index, interaction in enumerate(cassette.interactions)
     ]

@@ -80,6 +80,7 @@ class CassetteFile(pytest.File):
         if not faults:
             return
         from ..faults import Target
+        from ..harness.branching import walked_world
         from ..replay.cassette import CassetteError
 
         try:
@@ -92,11 +93,12 @@ class CassetteFile(pytest.File):
             found = RegistryAtCollection(None, str(exc))
         registry = found.registry
         unknown: set[str] = set()
+        world = walked_world(cassette, registry, run_of(self.config).world) if registry else "fake"
         for index, interaction in enumerate(cassette.interactions):
             spec = registry.get(interaction.call.tool_name) if registry else None
             if spec is None and interaction.result.code != "TOOL_NOT_FOUND":
                 unknown.add(str(interaction.call.tool_name))
-            target = Target(self.shown, cassette, index, spec)
+            target = Target(self.shown, cassette, index, spec, world)
             applicable = tuple(fault for fault in faults if fault.applies(target))
             if applicable:
                 yield InteractionCells.from_parent(
@@ -310,6 +312,7 @@ def run_fault_cell(
     """The body of every FaultCell."""
     from ..faults import Target, run_cell
     from ..faults.report import rerun_command
+    from ..harness.branching import walked_world
 
     item, run = request.node, run_of(request.config)
     parent: InteractionCells = item.parent
@@ -320,6 +323,7 @@ def run_fault_cell(
         planned.cassette,
         planned.index,
         toolguard_registry.get(planned.call.tool_name),
+        walked_world(planned.cassette, toolguard_registry, run.world),
     )
     outcome = run_cell(
         fault,

@@ -52,7 +52,6 @@ from .checks import ReplayChecks, ReplayReport
 from .http import HttpPlayback
 from .recorded_spelling import RecordedSpelling
 from .redacting import redact_path
-from .root_map import RootMap
 
 ORPHAN_JOIN_SECONDS = 5.0
 """How long replay waits for a handler that overran its deadline."""

@@ -206,9 +206,7 @@ class Phases:
         self.runtime = runtime
         self.calls_per_phase = calls_per_phase
         self.tallies: list[Counter[tuple[str, ErrorCode]]] = [Counter() for _ in calls_per_phase]
-        self.audit_unavailable: list[list[tuple[ToolCall, Any]]] = [
-            [] for _ in calls_per_phase
-        ]
+        self.audit_unavailable: list[list[tuple[ToolCall, Any]]] = [[] for _ in calls_per_phase]
         self._barrier = threading.Barrier(THREADS + 1, timeout=BOUND)
         self._errors: list[BaseException] = []
         self._lock = threading.Lock()

@@ -51,9 +51,7 @@ def test_running_row_is_committed_before_a_write_handler_starts(
             other.close()
         return {}
 
-    runtime = toolguard_runtime(
-        registry_of(writer(spy, result=look)), WRITE_ANYWHERE, audit=store
-    )
+    runtime = toolguard_runtime(registry_of(writer(spy, result=look)), WRITE_ANYWHERE, audit=store)
     assert runtime.execute(call()).ok
     assert seen == [CallState.RUNNING]
     assert store.get("c1").state is CallState.SUCCEEDED

@@ -96,9 +96,7 @@ def test_close_closes_the_given_stores_connections_of_threads_that_ended(
     # A WRITE tool: its RUNNING row opens each thread's connection before the
     # handler (a READ call writes its one row after the barrier, and a thread
     # that ended meanwhile would have its connection closed already).
-    tool = spy_tool(
-        spy, risk=Risk.WRITE, result=lambda ctx, **arguments: {"at": together.wait()}
-    )
+    tool = spy_tool(spy, risk=Risk.WRITE, result=lambda ctx, **arguments: {"at": together.wait()})
     runtime = ToolRuntime(ToolRegistry([tool]), workspace_dir, WRITE_ANYWHERE, audit=store)
     threads = [
         threading.Thread(

@@ -396,8 +396,8 @@ def test_the_matrix_report_lists_each_skipped_fault_with_its_reason() -> None:
     report = MatrixReport.of(["timeout", "partial_write"], cells)
     assert report.skipped() == {("partial_write", skipped.removeprefix("skipped ")): 2}
     assert (
-        "`partial_write` (2): a full disk needs a private mount namespace: EPERM"
-        in render_markdown(report)
+        "`partial_write` (2) in the directory world: "
+        "a full disk needs a private mount namespace: EPERM" in render_markdown(report)
     )
     assert any("partial_write (2)" in line for line in terminal_grid(report, 200))
 

@@ -72,4 +72,4 @@ def test_a_fault_that_cannot_run_in_the_directory_world_is_a_skip_with_its_reaso
     result.stdout.fnmatch_lines(
         ["*partial_write: skipped in the directory world: a full disk needs a private mount*"]
     )
-    result.stdout.fnmatch_lines(["*skipped in the directory world: partial_write (2)*"])
+    result.stdout.fnmatch_lines(["*skipped partial_write (2) in the directory world: a full disk*"])
