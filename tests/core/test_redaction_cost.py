@@ -567,3 +567,93 @@ def test_texts_redacted_once_are_redacted_again_as_a_search_everywhere_does(
     redactor = Redactor()
     for name, text in placeholder_texts(rule).items():
         assert redactor.redact_text(text) == redactor._redact_text_exhaustive(text), name
+
+
+# --- what the confirming pass skips ----------------------------------------------------
+
+
+def redacted_scanning_every_pass(redactor: Redactor, text: str) -> str:
+    """``redact_text`` with every pass scanning its text with the rules
+    and the entropy pass afresh, as before the confirming pass skipped a
+    text it had found clean."""
+    for _ in range(4):
+        redacted = redactor._redact_text(text, exhaustive=False)
+        if redacted == text:
+            break
+        text = redacted
+    return text
+
+
+CONFIRMED_TEXTS = {
+    "labels repeated": "api_key: " * 40,
+    "assignments then a token": "password: hunter2hunter2\n" * 5 + f"ghp_{'a' * 36}\n",
+    "an assignment and a rule's match": "token: abc\nstripe: sk_live_4eC39HqLyjWDarjtT1zdp7dc\n",
+    "an assignment and entropy": "secret = x\nDB_KEY=Zx8vQ2mP9kL4nR7tY3wE6uI1oA5sD0fG\n",
+    "an assignment glued to a label": "password:password:password: x\n",
+}
+
+
+@pytest.mark.parametrize("extra_patterns", [(), (("x", r"@@"),)], ids=["no extras", "an extra"])
+@pytest.mark.parametrize(("name", "text"), list(CONFIRMED_TEXTS.items()))
+def test_a_confirming_pass_that_skips_a_text_found_clean_redacts_the_same(
+    name: str, text: str, extra_patterns: tuple[tuple[str, str], ...]
+) -> None:
+    redactor = Redactor(extra_patterns=extra_patterns)
+    for variant in (text, text.replace(": ", ":@@ "), f"curl -u @@ {text}"):
+        assert redactor.redact_text(variant) == redacted_scanning_every_pass(
+            Redactor(extra_patterns=extra_patterns), variant
+        ), variant
+
+
+@pytest.mark.parametrize("rule", default_rule_set().rules, ids=lambda rule: rule.id)
+def test_adversarial_texts_redact_the_same_with_the_confirming_scan_skipped(
+    rule: SecretRule,
+) -> None:
+    redactor = Redactor()
+    for name, text in sampled_texts(rule, 600).items():
+        assert redactor.redact_text(text) == redacted_scanning_every_pass(redactor, text), name
+
+
+def test_a_text_only_the_families_change_is_scanned_by_the_rules_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Two passes (the second confirms), one scan: the same text, scanned
+    # again, would be found clean again.
+    rules = default_rule_set()
+    scanned: list[int] = []
+    find = type(rules).find
+
+    def counting(self: SecretRuleSet, text: str, *args: object) -> object:
+        scanned.append(len(text))
+        return find(self, text, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(type(rules), "find", counting)
+    text = "api_key: " * 200
+    redacted = Redactor().redact_text(text)
+    assert redacted != text
+    # (The labels, redacted as pieces, are scanned too: short texts.)
+    assert [size for size in scanned if size > 100] == [len(redacted)]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "password: x\n@@abcdefgh12\n",
+        "@@abcdefgh12 password: x",
+        "api_key: api_key: @@abcdefgh12 @@abcdefgh12",
+        "@@abcdefgh12",
+    ],
+)
+def test_a_text_an_extra_pattern_changed_after_the_scan_is_scanned_again(text: str) -> None:
+    # The extra patterns run after the rules: what they leave (here a
+    # placeholder a rule matches from) is a text the rules have not seen.
+    rules = SecretRuleSet(
+        [SecretRule("after-x", r"(<redacted:x>\w{8,})", ("<redacted:x>",), min_length=20)]
+    )
+
+    def redactor() -> Redactor:
+        return Redactor(extra_patterns=[("x", "@@")], secret_rules=rules)
+
+    redacted = redactor().redact_text(text)
+    assert "<redacted:after_x>" in redacted
+    assert redacted == redacted_scanning_every_pass(redactor(), text)
