@@ -178,7 +178,12 @@ class SecretRule:
         rest, prefix, longest = split_lazy_prefix(self.pattern)
         fast = not exhaustive
         regex = compile_bounded(rest) if fast and prefix else self.regex()
-        tail = compile_bounded(f"{prefix}*\\Z") if fast and prefix else None
+        # The lazy run is one character class: where it starts is read
+        # backwards from the rest's match, in the text reversed (made at the
+        # first match). A search for a run ending there would try every
+        # place of its window, each up to the end: the square of the window.
+        run_back = compile_bounded(f"{prefix}*") if fast and prefix else None
+        backwards = ""
         seeds = iter(starts) if fast and starts is not None and self.anchored else None
         # Where a keyword is not followed by an assignment sign within reach,
         # the regex cannot match: a cheap look, where the regex would run
@@ -211,9 +216,12 @@ class SecretRule:
                 position = barrier
                 continue
             start = match.start()
-            if tail is not None:
-                run = tail.search(text, max(position, start - longest), start)
-                start = run.start() if run else start
+            if run_back is not None:
+                backwards = backwards or text[::-1]
+                size = len(text)
+                floor = max(position, start - longest)
+                run = run_back.match(backwards, size - start, size - floor)
+                start -= run.end() - (size - start) if run else 0
             yield match, start
             position = match.end() if match.end() > match.start() else match.start() + 1
 

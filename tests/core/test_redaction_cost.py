@@ -657,3 +657,63 @@ def test_a_text_an_extra_pattern_changed_after_the_scan_is_scanned_again(text: s
     redacted = redactor().redact_text(text)
     assert "<redacted:after_x>" in redacted
     assert redacted == redacted_scanning_every_pass(redactor(), text)
+
+
+# --- where a match's lazy leading run starts -------------------------------------------
+
+
+def lazily_led_rules() -> list[SecretRule]:
+    return [rule for rule in default_rule_set().rules if split_lazy_prefix(rule.pattern)[1]]
+
+
+@pytest.mark.parametrize("rule", lazily_led_rules(), ids=lambda rule: rule.id)
+def test_a_match_starts_where_its_lazy_leading_run_is_cut(rule: SecretRule) -> None:
+    # The fast scan runs the regex without its leading lazy run and finds
+    # where that run starts afterwards, reading the text backwards: as far
+    # back as the run's class and reach go, never before the text's start,
+    # the previous match's end or a placeholder's end. Texts with the run
+    # cut by each of these.
+    _, prefix, longest = split_lazy_prefix(rule.pattern)
+    in_class = compile_bounded(prefix)
+    texts = dict(sampled_texts(rule, 600))
+    for index, example in enumerate(examples(rule, 2)):
+        for before in ("", "x" * 120, "a.b-c_" * 15 + " ", "<redacted:x>", "n-"):
+            texts[f"example {index} after {before[:8]!r}"] = before + example.text
+            texts[f"example {index} twice after {before[:8]!r}"] = (
+                before + example.text + before + example.text
+            )
+        for glue in ("", "_", ".x-"):
+            texts[f"example {index} glued by {glue!r}"] = glue.join([example.text.strip()] * 3)
+    found = 0
+    for name, text in texts.items():
+        barriers = [m.span() for m in re.finditer(r"<redacted:[a-z0-9_]+>", text)]
+        cuts = {0, *(end for _, end in barriers)}
+        for match, start in rule.matches(text, False, barriers):
+            found += 1
+            run = text[start : match.start()]
+            assert len(run) <= longest and all(in_class.fullmatch(c) for c in run), name
+            assert (
+                start in cuts or len(run) == longest or not in_class.fullmatch(text[start - 1])
+            ), name
+            cuts.add(match.end())
+    assert found > 0
+
+
+@pytest.mark.parametrize(
+    ("text", "starts"),
+    [
+        ("key=abcdkey=efgh", [0, 8]),
+        ("x.y-key=abcd.key=efgh", [0, 12]),
+        ("a" * 60 + "key=abcd", [10]),
+        ("<redacted:x>zzkey=abcd", [12]),
+        ("ab cd-key=abcd", [3]),
+    ],
+)
+def test_a_lazy_leading_run_stops_at_the_previous_match_and_its_reach(
+    text: str, starts: list[int]
+) -> None:
+    rule = SecretRule("glued", r"[\w.\-]{0,50}?key=(\w{4})", ("key",), anchored=True)
+    barriers = [m.span() for m in re.finditer(r"<redacted:[a-z0-9_]+>", text)]
+    assert [start for _, start in rule.matches(text, False, barriers)] == starts
+    whole = [match.start() for match, _ in rule.matches(text, True, barriers)]
+    assert whole == starts
