@@ -357,7 +357,12 @@ class SecretRuleSet:
                     {p for word in self._rule_words[index] for p in places.get(word, ())}
                 )
             lists = (self.allowlist, *rule.allowlists) if self.allowlist else rule.allowlists
-            on_line = tuple(allowlist for allowlist in lists if allowlist.target == "line")
+            # Those that hold on no line of this text are not looked at again per match.
+            on_line = tuple(
+                allowlist
+                for allowlist in lists
+                if allowlist.target == "line" and not allowlist.holds_on_no_part_of(text)
+            )
             for match, start in rule.matches(text, exhaustive, barriers, starts):
                 finding = self._judge(rule, match, start, memo, lists, on_line)
                 if finding is not None:

@@ -32,7 +32,12 @@ from pytest_toolguard.redaction import (
     _combined,
 )
 from pytest_toolguard.secret_allowlists import _any_of, _shortest_lead
-from pytest_toolguard.secret_regex import compile_bounded, split_gap, split_lazy_prefix
+from pytest_toolguard.secret_regex import (
+    compile_bounded,
+    reads_around,
+    split_gap,
+    split_lazy_prefix,
+)
 from pytest_toolguard.secret_rules import (
     SCAN_LIMIT,
     Allowlist,
@@ -717,3 +722,71 @@ def test_a_lazy_leading_run_stops_at_the_previous_match_and_its_reach(
     assert [start for _, start in rule.matches(text, False, barriers)] == starts
     whole = [match.start() for match, _ in rule.matches(text, True, barriers)]
     assert whole == starts
+
+
+# --- allowlists that hold on no line of a text ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pattern", "reads"),
+    [
+        ("abc", False),
+        ("[a-z]+x{2,5}", False),
+        ("(a)(?(1)b|c)", False),
+        ("import[ \\t]+{[ \\t\\w,]+}[ \\t]+from", False),
+        ("(?i)x(?:y|z)+", False),
+        ("^abc", True),
+        ("abc$", True),
+        ("\\Aabc", True),
+        ("a\\bc", True),
+        ("(?:a|b\\Z)", True),
+        ("(?=x)a", True),
+        ("(?<!x)y", True),
+        ("(?>a\\B)", True),
+        ("(?i)x(?:y|(?:z|\\b))", True),
+        ("(?:ab){2,}(?!c)", True),
+    ],
+)
+def test_reads_around_names_anchors_boundaries_and_lookarounds(pattern: str, reads: bool) -> None:
+    assert reads_around(pattern) is reads
+
+
+def parts(text: str) -> list[str]:
+    return [text[start:end] for start in range(0, len(text), 7) for end in (start + 9, len(text))]
+
+
+@pytest.mark.parametrize(("where", "allowlist"), every_allowlist(), ids=lambda v: str(v)[:30])
+def test_an_allowlist_said_to_hold_on_no_part_of_a_text_holds_on_none(
+    where: str, allowlist: Allowlist
+) -> None:
+    texts = allowlist_texts()
+    texts += [f"x = 1\n{text}\ny = 2" for text in texts[:20]]
+    said = 0
+    for text in texts:
+        if allowlist.holds_on_no_part_of(text):
+            said += 1
+            for part in parts(text):
+                assert not allowlist.allows(part, part, part), (where, text, part)
+    assert said or allowlist.stopwords or _any_of(allowlist.regexes).reads_around
+
+
+LINE_ALLOWED = (
+    "RUN --mount=type=secret,id=x api_key=Zq8mK2pLx9vQ7wE4aB\n",
+    "import { token } from 'lib'; const api_key = 'Zq8mK2pLx9vQ7wE4aB'\n",
+    "api_key=Zq8mK2pLx9vQ7wE4aB\n",
+    "api_key=Zq8mK2pLx9vQ7wE4aB\nRUN --mount=type=secret,id=x\n",
+    'LICENSE = "MIT" api_key=Zq8mK2pLx9vQ7wE4aB\n',
+)
+
+
+@pytest.mark.parametrize("repeats", [1, 3])
+@pytest.mark.parametrize("text", LINE_ALLOWED)
+def test_line_allowlists_found_nowhere_are_skipped_without_changing_a_finding(
+    text: str, repeats: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rules = default_rule_set()
+    texts = [text * repeats, "".join(LINE_ALLOWED) * repeats]
+    fast = [rules.find(each) for each in texts]
+    monkeypatch.setattr(Allowlist, "holds_on_no_part_of", lambda self, text: False)
+    assert fast == [rules.find(each) for each in texts]
+    assert any(finding.rule == "generic-api-key" for found in fast for finding in found)
