@@ -159,6 +159,7 @@ class SecretRule:
         exhaustive: bool = False,
         barriers: Sequence[tuple[int, int]] = (),
         starts: Sequence[int] | None = None,
+        shared: dict[str, list[Any]] | None = None,
     ) -> Iterator[tuple[re.Match[str], int]]:
         """Each match in ``text`` as gitleaks finds them (leftmost, not
         overlapping), with where gitleaks' match starts; a match that would
@@ -170,10 +171,11 @@ class SecretRule:
         at every place) and finds where the run starts afterwards; for an
         ``anchored`` rule given the keywords' places (``starts``, sorted), it
         tries the regex there only. The same matches, in the same order.
-        ``exhaustive`` searches with the whole regex: the reference."""
+        ``exhaustive`` searches with the whole regex: the reference.
+        ``shared``: a dict the scans of one text share (``find`` passes one)."""
         gap = None if exhaustive else split_gap(self.pattern)
         if gap is not None:
-            yield from gap_matches(text, gap, barriers)
+            yield from gap_matches(text, gap, barriers, shared)
             return
         rest, prefix, longest = split_lazy_prefix(self.pattern)
         fast = not exhaustive
@@ -349,6 +351,7 @@ class SecretRuleSet:
             return []
         findings: list[tuple[int, bool, int, Finding]] = []
         memo = VerdictMemo()
+        shared: dict[str, list[Any]] = {}  # what scans of this text share (``gap_matches``)
         for order, index in enumerate(indexes):
             rule = self.rules[index]
             starts = None
@@ -363,7 +366,7 @@ class SecretRuleSet:
                 for allowlist in lists
                 if allowlist.target == "line" and not allowlist.holds_on_no_part_of(text)
             )
-            for match, start in rule.matches(text, exhaustive, barriers, starts):
+            for match, start in rule.matches(text, exhaustive, barriers, starts, shared):
                 finding = self._judge(rule, match, start, memo, lists, on_line)
                 if finding is not None:
                     generic = rule.id.startswith(GENERIC_RULE)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import pytest
 from adversarial_texts import generic_texts, rule_texts
@@ -46,7 +47,12 @@ from pytest_toolguard.secret_rules import (
     bounded_repeats,
     default_rule_set,
 )
-from pytest_toolguard.secret_scan import assignment_sign_reach, gated_starts, gates_of
+from pytest_toolguard.secret_scan import (
+    assignment_sign_reach,
+    gated_starts,
+    gates_of,
+    line_breaks,
+)
 
 _C = sre_constants
 _REPEATS = {_C.MAX_REPEAT, _C.MIN_REPEAT, getattr(_C, "POSSESSIVE_REPEAT", _C.MAX_REPEAT)}
@@ -790,3 +796,64 @@ def test_line_allowlists_found_nowhere_are_skipped_without_changing_a_finding(
     monkeypatch.setattr(Allowlist, "holds_on_no_part_of", lambda self, text: False)
     assert fast == [rules.find(each) for each in texts]
     assert any(finding.rule == "generic-api-key" for found in fast for finding in found)
+
+
+# --- what the line-gap rules share -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "\n",
+        "\n\n",
+        "abc",
+        "a\nb",
+        "a\nb\n",
+        "\r\n",
+        "a\rb\nc\r\n\r",
+        "x\u2028y\n\u0085z\n",
+        "é\nü",
+    ],
+)
+def test_line_breaks_are_where_each_break_is(text: str) -> None:
+    assert line_breaks(text) == [i for i, char in enumerate(text) if char in "\r\n"]
+
+
+CURL_TEXTS = (
+    'curl -u "alice:Zq8mK2pLx9" -H "Authorization: Bearer Zq8mK2pLx9vQ7wE4" https://x\n',
+    "curl https://x \\\n  --user alice:Zq8mK2pLx9 \\\n  --header 'X-Api-Key: Zq8mK2pLx9vQ7wE4'\n",
+    "curl\n.\n\nL. --header=\"x-KeY:\t\tro8gqPQw\"\r\ncurl -u 'alice:bcdefgh'\r\n",
+)
+
+
+@pytest.mark.parametrize("repeats", [1, 5])
+@pytest.mark.parametrize("text", CURL_TEXTS)
+def test_rules_with_one_head_share_its_places_and_the_breaks_without_changing_a_finding(
+    text: str, repeats: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rules = default_rule_set()
+    shared = rules.find(text * repeats)
+    assert {"curl-auth-user", "curl-auth-header"} <= {finding.rule for finding in shared}
+    matches = SecretRule.matches
+
+    def alone(self: SecretRule, *args: Any) -> Any:
+        return matches(self, *args[:4])  # no ``shared``: each scan on its own
+
+    monkeypatch.setattr(SecretRule, "matches", alone)
+    assert rules.find(text * repeats) == shared
+
+
+def test_rules_with_other_heads_do_not_share_them() -> None:
+    gap = r"\b{}\b(?:.*?|.*?(?:[\r\n]{{1,2}}.*?){{1,5}})[ \t\n\r]--password=(\w{{8,}})"
+    rules = SecretRuleSet(
+        SecretRule(name, gap.format(name), (name,), min_length=10) for name in ("wget", "curl")
+    )
+    assert all(split_gap(rule.pattern) is not None for rule in rules.rules)
+    text = "wget\n --password=Zq8mK2pLx9\ncurl x\n\n --password=Zq8mK2pLx9\n" * 3
+    alone = [finding for rule in rules.rules for finding in SecretRuleSet([rule]).find(text)]
+    together = rules.find(text)
+    assert {finding.rule for finding in together} == {"wget", "curl"}
+    assert sorted(together, key=lambda f: (f.start, f.rule)) == sorted(
+        alone, key=lambda f: (f.start, f.rule)
+    )
