@@ -842,10 +842,16 @@ class Redactor:
                 text, folded = redacted, _fold_case(redacted)
         findings: list[Finding] = []
         if text != scanned_clean:
-            if self._rules.rules:
-                findings = self._rules.find(text, folded, exhaustive)
+            entropy: list[Finding] = []
             if self._entropy != "off":
-                findings += high_entropy_assignments(text, self._entropy == "everywhere")
+                entropy = high_entropy_assignments(text, self._entropy == "everywhere")
+            if self._rules.rules:
+                # A finding that is exactly a placeholder, which replacing
+                # keeps, is left out (unjudged) unless another starts in it.
+                kept = [] if exhaustive else _placeholder_spans(text)
+                others = [finding.start for finding in entropy]
+                findings = self._rules.find(text, folded, exhaustive, kept=kept, others=others)
+            findings += entropy
         clean = None if findings else text
         if findings:
             text = _replace_findings(text, findings)
@@ -964,12 +970,19 @@ def _widened(kept: list[tuple[int, int]], position: int, edge: Callable[[int, in
     return position
 
 
+def _placeholder_spans(text: str) -> list[tuple[int, int]]:
+    """Where the placeholders of ``text`` are, as ``_replace_findings`` keeps them."""
+    if _PLACEHOLDER_PREFIX not in text:
+        return []
+    return [found.span() for found in _PLACEHOLDER.finditer(text)]
+
+
 def _replace_findings(text: str, findings: list[Finding]) -> str:
     """``text`` with each finding's span replaced by its placeholder.
     Overlapping findings merge (the first by start names the placeholder);
     placeholders already in the text stay as they are, and the text around
     them in a finding is replaced."""
-    kept = [m.span() for m in _PLACEHOLDER.finditer(text)] if _PLACEHOLDER_PREFIX in text else []
+    kept = _placeholder_spans(text)
     spans: list[list[Any]] = []
     for finding in sorted(findings, key=lambda finding: finding.start):
         # Never cut a placeholder in two (placeholders are sorted and apart).

@@ -50,6 +50,7 @@ loads the rule set and runs it; its public names are the ones callers use.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 import re
@@ -323,12 +324,28 @@ class SecretRuleSet:
         inside = set(self._keywords.occurrences("\0".join(inner)))
         return self._keywords.occurrences("".join(pieces)), inside
 
-    def find(self, text: str, folded: str | None = None, exhaustive: bool = False) -> list[Finding]:
+    def find(
+        self,
+        text: str,
+        folded: str | None = None,
+        exhaustive: bool = False,
+        *,
+        kept: Sequence[tuple[int, int]] = (),
+        others: Sequence[int] = (),
+    ) -> list[Finding]:
         """Every secret the rules find in ``text``, by start (see the module
         docstring). ``folded`` is ``text`` in lowercase, when the caller has
         it. ``exhaustive`` checks each rule's keywords with ``in`` and
         searches with its whole regex: the reference the fast way is tested
-        against."""
+        against.
+
+        ``kept``: spans (sorted) the caller keeps as they are when it
+        replaces findings, its placeholders; ``others``: where the caller's
+        other findings start. A finding whose secret is exactly a kept span
+        changes nothing when replaced, unless another finding starts inside
+        that span (the merged span takes the first one's keyword): such
+        findings are left out, unjudged. A text redacted once holds one per
+        placeholder for a rule whose secret may be any text."""
         if len(text) < self._shortest:
             return []
         lowered = text.lower() if folded is None else folded
@@ -352,6 +369,8 @@ class SecretRuleSet:
         findings: list[tuple[int, bool, int, Finding]] = []
         memo = VerdictMemo()
         shared: dict[str, list[Any]] = {}  # what scans of this text share (``gap_matches``)
+        kept_ends = dict(kept)
+        unchanging: list[tuple[int, int, Any]] = []  # (start, end, how to judge it)
         for order, index in enumerate(indexes):
             rule = self.rules[index]
             starts = None
@@ -366,11 +385,25 @@ class SecretRuleSet:
                 for allowlist in lists
                 if allowlist.target == "line" and not allowlist.holds_on_no_part_of(text)
             )
+            generic = rule.id.startswith(GENERIC_RULE)
             for match, start in rule.matches(text, exhaustive, barriers, starts, shared):
+                if kept_ends:
+                    span = _secret_span(rule, match)
+                    if span is not None and kept_ends.get(span[0]) == span[1]:
+                        judging = (rule, match, start, lists, on_line, generic, order)
+                        unchanging.append((*span, judging))
+                        continue
                 finding = self._judge(rule, match, start, memo, lists, on_line)
                 if finding is not None:
-                    generic = rule.id.startswith(GENERIC_RULE)
                     findings.append((finding.start, generic, order, finding))
+        if unchanging:
+            # Judged only when another finding starts inside its span.
+            taken = sorted([item[0] for item in findings] + [*others] + [u[0] for u in unchanging])
+            for begin, end, (rule, match, start, lists, on_line, generic, order) in unchanging:
+                if bisect.bisect_left(taken, end) - bisect.bisect_left(taken, begin) > 1:
+                    finding = self._judge(rule, match, start, memo, lists, on_line)
+                    if finding is not None:
+                        findings.append((finding.start, generic, order, finding))
         findings.sort(key=lambda item: item[:3])
         return [item[3] for item in findings]
 

@@ -29,6 +29,7 @@ from pytest_toolguard.redaction import (
     _EVERY_FAMILY,
     _PEM_BEGIN,
     FAMILY_LIMIT,
+    EntropyScope,
     Redactor,
     _combined,
 )
@@ -634,9 +635,9 @@ def test_a_text_only_the_families_change_is_scanned_by_the_rules_once(
     scanned: list[int] = []
     find = type(rules).find
 
-    def counting(self: SecretRuleSet, text: str, *args: object) -> object:
+    def counting(self: SecretRuleSet, text: str, *args: Any, **kwargs: Any) -> Any:
         scanned.append(len(text))
-        return find(self, text, *args)  # type: ignore[arg-type]
+        return find(self, text, *args, **kwargs)
 
     monkeypatch.setattr(type(rules), "find", counting)
     text = "api_key: " * 200
@@ -857,3 +858,74 @@ def test_rules_with_other_heads_do_not_share_them() -> None:
     assert sorted(together, key=lambda f: (f.start, f.rule)) == sorted(
         alone, key=lambda f: (f.start, f.rule)
     )
+
+
+# --- findings that are exactly a placeholder ----------------------------------------------
+
+_FILLED_HOLDERS = (
+    "<redacted:password>",
+    "<redacted:a1b2c3d4e5f6g7h8i9j0klmnopqrst>",
+    "<redacted:ghp_0123456789abcdefghijklmnopqrstuvwxyzAB>",
+    "<redacted:xoxb_1234567890_abcdefghij>",
+    f"<redacted:{'k' * 70}>",
+)
+
+
+@pytest.mark.parametrize("holder", _FILLED_HOLDERS)
+@pytest.mark.parametrize(
+    "around",
+    [
+        '<add key="Password" value="{h}"/>\n',
+        '<add key="Password" value="{h}"/>\n<add key="ClearTextPassword" value="{h}" />\n',
+        '<add key="Password" value="{h}x"/>\n',
+        'password: "{h}"\nsecret = {h}\n',
+        "curl -H 'Authorization: Bearer {h}' https://x\n",
+    ],
+)
+@pytest.mark.parametrize("entropy", ["config", "everywhere"])
+def test_findings_that_are_exactly_a_placeholder_are_left_out_only_when_they_change_nothing(
+    holder: str, around: str, entropy: EntropyScope
+) -> None:
+    # A rule whose secret may be any text matches each placeholder of a text
+    # redacted once; such a finding is judged only when another starts inside
+    # its placeholder (an entropy finding in a high-entropy keyword, a token
+    # in it), where the merged span takes its keyword. The exhaustive
+    # redaction judges every finding.
+    redactor = Redactor(entropy=entropy)
+    for text in (around.format(h=holder), around.format(h=holder) * 3):
+        assert redactor.redact_text(text) == redactor._redact_text_exhaustive(text), text
+
+
+def test_a_text_redacted_once_does_not_judge_again_its_placeholders(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rules = default_rule_set()
+    judged: list[str] = []
+    judge = SecretRuleSet._judge
+
+    def counting(self: SecretRuleSet, rule: SecretRule, *args: Any) -> Any:
+        judged.append(rule.id)
+        return judge(self, rule, *args)
+
+    text = Redactor().redact_text('<add key="Password" value="hunter2hunter2"/>\n' * 50)
+    assert text.count("<redacted:nuget_config_password>") == 50
+    monkeypatch.setattr(SecretRuleSet, "_judge", counting)
+    assert Redactor(secret_rules=rules).redact_text(text) == text
+    assert "nuget-config-password" not in judged
+
+
+@pytest.mark.parametrize("tail", ["xxxxxx", "xxxxxx yyy", 'xxxxxx"'])
+def test_a_placeholder_finding_names_the_span_a_finding_inside_it_runs_on_from(tail: str) -> None:
+    # Rule "a" matches the placeholder exactly; rule "b" from inside it on
+    # past its end: the merged span is named by "a", the first by start, so
+    # "a" must be judged, not left out as a finding that changes nothing.
+    rules = SecretRuleSet(
+        [
+            SecretRule("a", r'value="(<[^>]*>)', ("value",), min_length=8),
+            SecretRule("b", r'value="<redacted:(\w+>x+)', ("value",), min_length=8),
+        ]
+    )
+    redactor = Redactor(secret_rules=rules, entropy="off")
+    text = f'value="<redacted:abc>{tail}'
+    assert redactor.redact_text(text) == redactor._redact_text_exhaustive(text)
+    assert "<redacted:abc><redacted:a>" in redactor.redact_text(text)
