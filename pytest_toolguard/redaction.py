@@ -765,8 +765,9 @@ class Redactor:
         # A pass that replaced a secret can leave text a second pass would
         # match (a rule's scan went on after its match's end): repeat until
         # nothing changes, so that redaction is idempotent.
+        scanned_clean: str | None = None
         for _ in range(MAX_PASSES):
-            redacted = self._redact_text(text, exhaustive)
+            redacted, scanned_clean = self._pass(text, exhaustive, scanned_clean)
             if redacted == text:
                 break
             text = redacted
@@ -808,6 +809,17 @@ class Redactor:
         return self._redact_until_stable(text, exhaustive=True)
 
     def _redact_text(self, text: str, exhaustive: bool) -> str:
+        return self._pass(text, exhaustive, None)[0]
+
+    def _pass(
+        self, text: str, exhaustive: bool, scanned_clean: str | None
+    ) -> tuple[str, str | None]:
+        """One pass of redaction over ``text``, and the text the rules and
+        the entropy scan found nothing in, if they did not. ``scanned_clean``
+        is that text from the pass before: a pass changed only by the
+        families (an assignment's value replaced) leaves it as the next pass
+        scans it, and the scan of the same text finds the same, so the
+        confirming pass does not scan it again."""
         if "-----BEGIN" in text:
             text = _redact_pem_blocks(text)
         # Most text holds no clue of any family and is not scanned at all.
@@ -828,14 +840,24 @@ class Redactor:
             redacted = self._redact_patterns(text, families, exhaustive, starts)
             if redacted != text:
                 text, folded = redacted, _fold_case(redacted)
-        findings = self._rules.find(text, folded, exhaustive) if self._rules.rules else []
-        if self._entropy != "off":
-            findings += high_entropy_assignments(text, self._entropy == "everywhere")
+        findings: list[Finding] = []
+        if text != scanned_clean:
+            entropy: list[Finding] = []
+            if self._entropy != "off":
+                entropy = high_entropy_assignments(text, self._entropy == "everywhere")
+            if self._rules.rules:
+                # A finding that is exactly a placeholder, which replacing
+                # keeps, is left out (unjudged) unless another starts in it.
+                kept = [] if exhaustive else _placeholder_spans(text)
+                others = [finding.start for finding in entropy]
+                findings = self._rules.find(text, folded, exhaustive, kept=kept, others=others)
+            findings += entropy
+        clean = None if findings else text
         if findings:
             text = _replace_findings(text, findings)
         for extra in self._extra_patterns:
             text = extra.regex.sub(extra.replace, text)
-        return text
+        return text, clean
 
     def _redact_patterns(
         self, text: str, families: int, exhaustive: bool, starts: list[int] | None
@@ -948,12 +970,19 @@ def _widened(kept: list[tuple[int, int]], position: int, edge: Callable[[int, in
     return position
 
 
+def _placeholder_spans(text: str) -> list[tuple[int, int]]:
+    """Where the placeholders of ``text`` are, as ``_replace_findings`` keeps them."""
+    if _PLACEHOLDER_PREFIX not in text:
+        return []
+    return [found.span() for found in _PLACEHOLDER.finditer(text)]
+
+
 def _replace_findings(text: str, findings: list[Finding]) -> str:
     """``text`` with each finding's span replaced by its placeholder.
     Overlapping findings merge (the first by start names the placeholder);
     placeholders already in the text stay as they are, and the text around
     them in a finding is replaced."""
-    kept = [m.span() for m in _PLACEHOLDER.finditer(text)] if _PLACEHOLDER_PREFIX in text else []
+    kept = _placeholder_spans(text)
     spans: list[list[Any]] = []
     for finding in sorted(findings, key=lambda finding: finding.start):
         # Never cut a placeholder in two (placeholders are sorted and apart).

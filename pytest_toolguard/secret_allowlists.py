@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .secret_regex import LEADING_FLAGS, alternatives_of, compile_bounded
+from .secret_regex import LEADING_FLAGS, alternatives_of, compile_bounded, reads_around
 from .secret_scan import Keywords
 
 LINE_WINDOW = 1024
@@ -56,6 +56,22 @@ class Allowlist:
             bool(self.regexes) and _any_of(self.regexes).found_in(target)
         )
 
+    def holds_on_no_part_of(self, text: str) -> bool:
+        """True when this allowlist holds for no secret, match or line
+        taken from ``text``: it never holds here, or its regexes, none of
+        which reads around what it looks at (``reads_around``), are found
+        nowhere in the whole text and no stopword could hold it alone. One
+        search of the text, where a text packed with matches would search
+        each match's line. False when unsure."""
+        if self.condition == "and" and self.scoped:
+            return True
+        if not self.regexes:
+            return not self.stopwords
+        if self.stopwords and self.condition != "and":
+            return False
+        found = _any_of(self.regexes)
+        return not found.reads_around and not found.found_in(text)
+
     def _stopword_in(self, secret: str) -> bool:
         # One automaton pass, not one search per stopword (gitleaks' generic
         # rule has about 1,500 of them).
@@ -84,6 +100,9 @@ class _AnyOf:
 
     anchored: tuple[re.Pattern[str], ...]
     floating: tuple[re.Pattern[str], ...]
+    reads_around: bool = True
+    """Whether one of the regexes reads around what it looks at (see
+    ``secret_regex.reads_around``)."""
 
     def found_in(self, text: str) -> bool:
         """True when one of the regexes matches somewhere in ``text``."""
@@ -111,7 +130,8 @@ def _any_of(regexes: tuple[str, ...]) -> _AnyOf:
             else:
                 head = flags.group(0) if flags else ""
                 floating.append(compile_bounded(head + _shortest_lead(body)))
-    return _AnyOf(tuple(anchored), tuple(floating))
+    around = bool(anchored) or any(reads_around(regex.pattern) for regex in floating)
+    return _AnyOf(tuple(anchored), tuple(floating), around)
 
 
 _LEADING_REPEAT = re.compile(

@@ -379,6 +379,32 @@ def widest_match(pattern: str) -> int | None:
     return None if widest >= _sre_parse.MAXREPEAT else widest
 
 
+_CONTEXT_OPS = frozenset({"AT", "ASSERT", "ASSERT_NOT"})
+
+
+def reads_around(pattern: str) -> bool:
+    """True when ``pattern`` (Python syntax) holds an anchor, a word boundary
+    or a lookaround: what it finds in a part of a text then depends on what
+    surrounds that part. A pattern without any is found in a text whenever
+    it is found in a part of it."""
+    return _reads_around(_sre_parse.parse(pattern, _FLAGS))
+
+
+def _reads_around(items: Any) -> bool:
+    for op, value in items:
+        if str(op) in _CONTEXT_OPS:
+            return True
+        for part in value if isinstance(value, (tuple, list)) else (value,):
+            if isinstance(part, _sre_parse.SubPattern) and _reads_around(part):
+                return True
+            if isinstance(part, list) and any(
+                isinstance(branch, _sre_parse.SubPattern) and _reads_around(branch)
+                for branch in part
+            ):
+                return True
+    return False
+
+
 def alternatives_of(pattern: str) -> list[str]:
     """The top-level alternatives of ``pattern``, each with its leading
     flags; a plain group around the whole pattern, or around a whole

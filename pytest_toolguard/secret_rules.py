@@ -50,6 +50,7 @@ loads the rule set and runs it; its public names are the ones callers use.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 import re
@@ -159,6 +160,7 @@ class SecretRule:
         exhaustive: bool = False,
         barriers: Sequence[tuple[int, int]] = (),
         starts: Sequence[int] | None = None,
+        shared: dict[str, list[Any]] | None = None,
     ) -> Iterator[tuple[re.Match[str], int]]:
         """Each match in ``text`` as gitleaks finds them (leftmost, not
         overlapping), with where gitleaks' match starts; a match that would
@@ -170,15 +172,21 @@ class SecretRule:
         at every place) and finds where the run starts afterwards; for an
         ``anchored`` rule given the keywords' places (``starts``, sorted), it
         tries the regex there only. The same matches, in the same order.
-        ``exhaustive`` searches with the whole regex: the reference."""
+        ``exhaustive`` searches with the whole regex: the reference.
+        ``shared``: a dict the scans of one text share (``find`` passes one)."""
         gap = None if exhaustive else split_gap(self.pattern)
         if gap is not None:
-            yield from gap_matches(text, gap, barriers)
+            yield from gap_matches(text, gap, barriers, shared)
             return
         rest, prefix, longest = split_lazy_prefix(self.pattern)
         fast = not exhaustive
         regex = compile_bounded(rest) if fast and prefix else self.regex()
-        tail = compile_bounded(f"{prefix}*\\Z") if fast and prefix else None
+        # The lazy run is one character class: where it starts is read
+        # backwards from the rest's match, in the text reversed (made at the
+        # first match). A search for a run ending there would try every
+        # place of its window, each up to the end: the square of the window.
+        run_back = compile_bounded(f"{prefix}*") if fast and prefix else None
+        backwards = ""
         seeds = iter(starts) if fast and starts is not None and self.anchored else None
         # Where a keyword is not followed by an assignment sign within reach,
         # the regex cannot match: a cheap look, where the regex would run
@@ -211,9 +219,12 @@ class SecretRule:
                 position = barrier
                 continue
             start = match.start()
-            if tail is not None:
-                run = tail.search(text, max(position, start - longest), start)
-                start = run.start() if run else start
+            if run_back is not None:
+                backwards = backwards or text[::-1]
+                size = len(text)
+                floor = max(position, start - longest)
+                run = run_back.match(backwards, size - start, size - floor)
+                start -= run.end() - (size - start) if run else 0
             yield match, start
             position = match.end() if match.end() > match.start() else match.start() + 1
 
@@ -313,12 +324,28 @@ class SecretRuleSet:
         inside = set(self._keywords.occurrences("\0".join(inner)))
         return self._keywords.occurrences("".join(pieces)), inside
 
-    def find(self, text: str, folded: str | None = None, exhaustive: bool = False) -> list[Finding]:
+    def find(
+        self,
+        text: str,
+        folded: str | None = None,
+        exhaustive: bool = False,
+        *,
+        kept: Sequence[tuple[int, int]] = (),
+        others: Sequence[int] = (),
+    ) -> list[Finding]:
         """Every secret the rules find in ``text``, by start (see the module
         docstring). ``folded`` is ``text`` in lowercase, when the caller has
         it. ``exhaustive`` checks each rule's keywords with ``in`` and
         searches with its whole regex: the reference the fast way is tested
-        against."""
+        against.
+
+        ``kept``: spans (sorted) the caller keeps as they are when it
+        replaces findings, its placeholders; ``others``: where the caller's
+        other findings start. A finding whose secret is exactly a kept span
+        changes nothing when replaced, unless another finding starts inside
+        that span (the merged span takes the first one's keyword): such
+        findings are left out, unjudged. A text redacted once holds one per
+        placeholder for a rule whose secret may be any text."""
         if len(text) < self._shortest:
             return []
         lowered = text.lower() if folded is None else folded
@@ -341,6 +368,9 @@ class SecretRuleSet:
             return []
         findings: list[tuple[int, bool, int, Finding]] = []
         memo = VerdictMemo()
+        shared: dict[str, list[Any]] = {}  # what scans of this text share (``gap_matches``)
+        kept_ends = dict(kept)
+        unchanging: list[tuple[int, int, Any]] = []  # (start, end, how to judge it)
         for order, index in enumerate(indexes):
             rule = self.rules[index]
             starts = None
@@ -349,12 +379,31 @@ class SecretRuleSet:
                     {p for word in self._rule_words[index] for p in places.get(word, ())}
                 )
             lists = (self.allowlist, *rule.allowlists) if self.allowlist else rule.allowlists
-            on_line = tuple(allowlist for allowlist in lists if allowlist.target == "line")
-            for match, start in rule.matches(text, exhaustive, barriers, starts):
+            # Those that hold on no line of this text are not looked at again per match.
+            on_line = tuple(
+                allowlist
+                for allowlist in lists
+                if allowlist.target == "line" and not allowlist.holds_on_no_part_of(text)
+            )
+            generic = rule.id.startswith(GENERIC_RULE)
+            for match, start in rule.matches(text, exhaustive, barriers, starts, shared):
+                if kept_ends:
+                    span = _secret_span(rule, match)
+                    if span is not None and kept_ends.get(span[0]) == span[1]:
+                        judging = (rule, match, start, lists, on_line, generic, order)
+                        unchanging.append((*span, judging))
+                        continue
                 finding = self._judge(rule, match, start, memo, lists, on_line)
                 if finding is not None:
-                    generic = rule.id.startswith(GENERIC_RULE)
                     findings.append((finding.start, generic, order, finding))
+        if unchanging:
+            # Judged only when another finding starts inside its span.
+            taken = sorted([item[0] for item in findings] + [*others] + [u[0] for u in unchanging])
+            for begin, end, (rule, match, start, lists, on_line, generic, order) in unchanging:
+                if bisect.bisect_left(taken, end) - bisect.bisect_left(taken, begin) > 1:
+                    finding = self._judge(rule, match, start, memo, lists, on_line)
+                    if finding is not None:
+                        findings.append((finding.start, generic, order, finding))
         findings.sort(key=lambda item: item[:3])
         return [item[3] for item in findings]
 

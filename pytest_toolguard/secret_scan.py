@@ -21,6 +21,7 @@ import functools
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 from .secret_regex import (
@@ -207,7 +208,10 @@ class _Seeker:
 
 
 def gap_matches(
-    text: str, gap: LineGap, barriers: Sequence[tuple[int, int]]
+    text: str,
+    gap: LineGap,
+    barriers: Sequence[tuple[int, int]],
+    shared: dict[str, list[Any]] | None = None,
 ) -> Iterator[tuple[re.Match[str], int]]:
     """The matches of a rule split at a line gap, found tail first: each
     match of the tail that has a match of the head before it, with at most
@@ -215,12 +219,21 @@ def gap_matches(
     tail so placed is found (a backtracking engine tried from the head
     finds the last or the first one on the line only); and the text is
     scanned once for heads and once for tails, however many heads share a
-    line."""
-    heads = [(found.start(), found.end()) for found in compile_bounded(gap.head).finditer(text)]
+    line. ``shared``: what the other rules' scans of the same text found
+    (their heads, the line breaks), so rules with one head (the two curl
+    rules) look for it and for the breaks once."""
+    shared = {} if shared is None else shared
+    heads = shared.get(gap.head)
+    if heads is None:
+        heads = shared[gap.head] = [
+            found.span() for found in compile_bounded(gap.head).finditer(text)
+        ]
     if not heads:
         return
     ends = [end for _, end in heads]
-    breaks = [found.start() for found in _LINE_BREAK.finditer(text)]
+    breaks = shared.get("")
+    if breaks is None:
+        breaks = shared[""] = line_breaks(text)
     tail = compile_bounded(gap.tail)
     position = 0
     while position <= len(text):
@@ -245,6 +258,16 @@ def gap_matches(
 
 
 _LINE_BREAK = re.compile(r"[\r\n]")
+
+
+def line_breaks(text: str) -> list[int]:
+    """Where each ``\\r`` or ``\\n`` of ``text`` is, in order. Without ``\\r``,
+    from the lengths of the lines, summed in C, not match by match."""
+    if "\r" in text:
+        return [found.start() for found in _LINE_BREAK.finditer(text)]
+    # Each line's length plus its break, summed from -1: where each break is.
+    lines = text.split("\n")[:-1]
+    return list(accumulate(map((1).__add__, map(len, lines)), initial=-1))[1:]
 
 
 GENERIC_RULE = "generic"

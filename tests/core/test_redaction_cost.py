@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import pytest
 from adversarial_texts import generic_texts, rule_texts
@@ -28,11 +29,17 @@ from pytest_toolguard.redaction import (
     _EVERY_FAMILY,
     _PEM_BEGIN,
     FAMILY_LIMIT,
+    EntropyScope,
     Redactor,
     _combined,
 )
 from pytest_toolguard.secret_allowlists import _any_of, _shortest_lead
-from pytest_toolguard.secret_regex import compile_bounded, split_gap, split_lazy_prefix
+from pytest_toolguard.secret_regex import (
+    compile_bounded,
+    reads_around,
+    split_gap,
+    split_lazy_prefix,
+)
 from pytest_toolguard.secret_rules import (
     SCAN_LIMIT,
     Allowlist,
@@ -41,7 +48,12 @@ from pytest_toolguard.secret_rules import (
     bounded_repeats,
     default_rule_set,
 )
-from pytest_toolguard.secret_scan import assignment_sign_reach, gated_starts, gates_of
+from pytest_toolguard.secret_scan import (
+    assignment_sign_reach,
+    gated_starts,
+    gates_of,
+    line_breaks,
+)
 
 _C = sre_constants
 _REPEATS = {_C.MAX_REPEAT, _C.MIN_REPEAT, getattr(_C, "POSSESSIVE_REPEAT", _C.MAX_REPEAT)}
@@ -567,3 +579,353 @@ def test_texts_redacted_once_are_redacted_again_as_a_search_everywhere_does(
     redactor = Redactor()
     for name, text in placeholder_texts(rule).items():
         assert redactor.redact_text(text) == redactor._redact_text_exhaustive(text), name
+
+
+# --- what the confirming pass skips ----------------------------------------------------
+
+
+def redacted_scanning_every_pass(redactor: Redactor, text: str) -> str:
+    """``redact_text`` with every pass scanning its text with the rules
+    and the entropy pass afresh, as before the confirming pass skipped a
+    text it had found clean."""
+    for _ in range(4):
+        redacted = redactor._redact_text(text, exhaustive=False)
+        if redacted == text:
+            break
+        text = redacted
+    return text
+
+
+CONFIRMED_TEXTS = {
+    "labels repeated": "api_key: " * 40,
+    "assignments then a token": "password: hunter2hunter2\n" * 5 + f"ghp_{'a' * 36}\n",
+    "an assignment and a rule's match": "token: abc\nstripe: sk_live_4eC39HqLyjWDarjtT1zdp7dc\n",
+    "an assignment and entropy": "secret = x\nDB_KEY=Zx8vQ2mP9kL4nR7tY3wE6uI1oA5sD0fG\n",
+    "an assignment glued to a label": "password:password:password: x\n",
+}
+
+
+@pytest.mark.parametrize("extra_patterns", [(), (("x", r"@@"),)], ids=["no extras", "an extra"])
+@pytest.mark.parametrize(("name", "text"), list(CONFIRMED_TEXTS.items()))
+def test_a_confirming_pass_that_skips_a_text_found_clean_redacts_the_same(
+    name: str, text: str, extra_patterns: tuple[tuple[str, str], ...]
+) -> None:
+    redactor = Redactor(extra_patterns=extra_patterns)
+    for variant in (text, text.replace(": ", ":@@ "), f"curl -u @@ {text}"):
+        assert redactor.redact_text(variant) == redacted_scanning_every_pass(
+            Redactor(extra_patterns=extra_patterns), variant
+        ), variant
+
+
+@pytest.mark.parametrize("rule", default_rule_set().rules, ids=lambda rule: rule.id)
+def test_adversarial_texts_redact_the_same_with_the_confirming_scan_skipped(
+    rule: SecretRule,
+) -> None:
+    redactor = Redactor()
+    for name, text in sampled_texts(rule, 600).items():
+        assert redactor.redact_text(text) == redacted_scanning_every_pass(redactor, text), name
+
+
+def test_a_text_only_the_families_change_is_scanned_by_the_rules_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Two passes (the second confirms), one scan: the same text, scanned
+    # again, would be found clean again.
+    rules = default_rule_set()
+    scanned: list[int] = []
+    find = type(rules).find
+
+    def counting(self: SecretRuleSet, text: str, *args: Any, **kwargs: Any) -> Any:
+        scanned.append(len(text))
+        return find(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(type(rules), "find", counting)
+    text = "api_key: " * 200
+    redacted = Redactor().redact_text(text)
+    assert redacted != text
+    # (The labels, redacted as pieces, are scanned too: short texts.)
+    assert [size for size in scanned if size > 100] == [len(redacted)]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "password: x\n@@abcdefgh12\n",
+        "@@abcdefgh12 password: x",
+        "api_key: api_key: @@abcdefgh12 @@abcdefgh12",
+        "@@abcdefgh12",
+    ],
+)
+def test_a_text_an_extra_pattern_changed_after_the_scan_is_scanned_again(text: str) -> None:
+    # The extra patterns run after the rules: what they leave (here a
+    # placeholder a rule matches from) is a text the rules have not seen.
+    rules = SecretRuleSet(
+        [SecretRule("after-x", r"(<redacted:x>\w{8,})", ("<redacted:x>",), min_length=20)]
+    )
+
+    def redactor() -> Redactor:
+        return Redactor(extra_patterns=[("x", "@@")], secret_rules=rules)
+
+    redacted = redactor().redact_text(text)
+    assert "<redacted:after_x>" in redacted
+    assert redacted == redacted_scanning_every_pass(redactor(), text)
+
+
+# --- where a match's lazy leading run starts -------------------------------------------
+
+
+def lazily_led_rules() -> list[SecretRule]:
+    return [rule for rule in default_rule_set().rules if split_lazy_prefix(rule.pattern)[1]]
+
+
+@pytest.mark.parametrize("rule", lazily_led_rules(), ids=lambda rule: rule.id)
+def test_a_match_starts_where_its_lazy_leading_run_is_cut(rule: SecretRule) -> None:
+    # The fast scan runs the regex without its leading lazy run and finds
+    # where that run starts afterwards, reading the text backwards: as far
+    # back as the run's class and reach go, never before the text's start,
+    # the previous match's end or a placeholder's end. Texts with the run
+    # cut by each of these.
+    _, prefix, longest = split_lazy_prefix(rule.pattern)
+    in_class = compile_bounded(prefix)
+    texts = dict(sampled_texts(rule, 600))
+    for index, example in enumerate(examples(rule, 2)):
+        for before in ("", "x" * 120, "a.b-c_" * 15 + " ", "<redacted:x>", "n-"):
+            texts[f"example {index} after {before[:8]!r}"] = before + example.text
+            texts[f"example {index} twice after {before[:8]!r}"] = (
+                before + example.text + before + example.text
+            )
+        for glue in ("", "_", ".x-"):
+            texts[f"example {index} glued by {glue!r}"] = glue.join([example.text.strip()] * 3)
+    found = 0
+    for name, text in texts.items():
+        barriers = [m.span() for m in re.finditer(r"<redacted:[a-z0-9_]+>", text)]
+        cuts = {0, *(end for _, end in barriers)}
+        for match, start in rule.matches(text, False, barriers):
+            found += 1
+            run = text[start : match.start()]
+            assert len(run) <= longest and all(in_class.fullmatch(c) for c in run), name
+            assert (
+                start in cuts or len(run) == longest or not in_class.fullmatch(text[start - 1])
+            ), name
+            cuts.add(match.end())
+    assert found > 0
+
+
+@pytest.mark.parametrize(
+    ("text", "starts"),
+    [
+        ("key=abcdkey=efgh", [0, 8]),
+        ("x.y-key=abcd.key=efgh", [0, 12]),
+        ("a" * 60 + "key=abcd", [10]),
+        ("<redacted:x>zzkey=abcd", [12]),
+        ("ab cd-key=abcd", [3]),
+    ],
+)
+def test_a_lazy_leading_run_stops_at_the_previous_match_and_its_reach(
+    text: str, starts: list[int]
+) -> None:
+    rule = SecretRule("glued", r"[\w.\-]{0,50}?key=(\w{4})", ("key",), anchored=True)
+    barriers = [m.span() for m in re.finditer(r"<redacted:[a-z0-9_]+>", text)]
+    assert [start for _, start in rule.matches(text, False, barriers)] == starts
+    whole = [match.start() for match, _ in rule.matches(text, True, barriers)]
+    assert whole == starts
+
+
+# --- allowlists that hold on no line of a text ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pattern", "reads"),
+    [
+        ("abc", False),
+        ("[a-z]+x{2,5}", False),
+        ("(a)(?(1)b|c)", False),
+        ("import[ \\t]+{[ \\t\\w,]+}[ \\t]+from", False),
+        ("(?i)x(?:y|z)+", False),
+        ("^abc", True),
+        ("abc$", True),
+        ("\\Aabc", True),
+        ("a\\bc", True),
+        ("(?:a|b\\Z)", True),
+        ("(?=x)a", True),
+        ("(?<!x)y", True),
+        ("(?>a\\B)", True),
+        ("(?i)x(?:y|(?:z|\\b))", True),
+        ("(?:ab){2,}(?!c)", True),
+    ],
+)
+def test_reads_around_names_anchors_boundaries_and_lookarounds(pattern: str, reads: bool) -> None:
+    assert reads_around(pattern) is reads
+
+
+def parts(text: str) -> list[str]:
+    return [text[start:end] for start in range(0, len(text), 7) for end in (start + 9, len(text))]
+
+
+@pytest.mark.parametrize(("where", "allowlist"), every_allowlist(), ids=lambda v: str(v)[:30])
+def test_an_allowlist_said_to_hold_on_no_part_of_a_text_holds_on_none(
+    where: str, allowlist: Allowlist
+) -> None:
+    texts = allowlist_texts()
+    texts += [f"x = 1\n{text}\ny = 2" for text in texts[:20]]
+    said = 0
+    for text in texts:
+        if allowlist.holds_on_no_part_of(text):
+            said += 1
+            for part in parts(text):
+                assert not allowlist.allows(part, part, part), (where, text, part)
+    assert said or allowlist.stopwords or _any_of(allowlist.regexes).reads_around
+
+
+LINE_ALLOWED = (
+    "RUN --mount=type=secret,id=x api_key=Zq8mK2pLx9vQ7wE4aB\n",
+    "import { token } from 'lib'; const api_key = 'Zq8mK2pLx9vQ7wE4aB'\n",
+    "api_key=Zq8mK2pLx9vQ7wE4aB\n",
+    "api_key=Zq8mK2pLx9vQ7wE4aB\nRUN --mount=type=secret,id=x\n",
+    'LICENSE = "MIT" api_key=Zq8mK2pLx9vQ7wE4aB\n',
+)
+
+
+@pytest.mark.parametrize("repeats", [1, 3])
+@pytest.mark.parametrize("text", LINE_ALLOWED)
+def test_line_allowlists_found_nowhere_are_skipped_without_changing_a_finding(
+    text: str, repeats: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rules = default_rule_set()
+    texts = [text * repeats, "".join(LINE_ALLOWED) * repeats]
+    fast = [rules.find(each) for each in texts]
+    monkeypatch.setattr(Allowlist, "holds_on_no_part_of", lambda self, text: False)
+    assert fast == [rules.find(each) for each in texts]
+    assert any(finding.rule == "generic-api-key" for found in fast for finding in found)
+
+
+# --- what the line-gap rules share -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "\n",
+        "\n\n",
+        "abc",
+        "a\nb",
+        "a\nb\n",
+        "\r\n",
+        "a\rb\nc\r\n\r",
+        "x\u2028y\n\u0085z\n",
+        "é\nü",
+    ],
+)
+def test_line_breaks_are_where_each_break_is(text: str) -> None:
+    assert line_breaks(text) == [i for i, char in enumerate(text) if char in "\r\n"]
+
+
+CURL_TEXTS = (
+    'curl -u "alice:Zq8mK2pLx9" -H "Authorization: Bearer Zq8mK2pLx9vQ7wE4" https://x\n',
+    "curl https://x \\\n  --user alice:Zq8mK2pLx9 \\\n  --header 'X-Api-Key: Zq8mK2pLx9vQ7wE4'\n",
+    "curl\n.\n\nL. --header=\"x-KeY:\t\tro8gqPQw\"\r\ncurl -u 'alice:bcdefgh'\r\n",
+)
+
+
+@pytest.mark.parametrize("repeats", [1, 5])
+@pytest.mark.parametrize("text", CURL_TEXTS)
+def test_rules_with_one_head_share_its_places_and_the_breaks_without_changing_a_finding(
+    text: str, repeats: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rules = default_rule_set()
+    shared = rules.find(text * repeats)
+    assert {"curl-auth-user", "curl-auth-header"} <= {finding.rule for finding in shared}
+    matches = SecretRule.matches
+
+    def alone(self: SecretRule, *args: Any) -> Any:
+        return matches(self, *args[:4])  # no ``shared``: each scan on its own
+
+    monkeypatch.setattr(SecretRule, "matches", alone)
+    assert rules.find(text * repeats) == shared
+
+
+def test_rules_with_other_heads_do_not_share_them() -> None:
+    gap = r"\b{}\b(?:.*?|.*?(?:[\r\n]{{1,2}}.*?){{1,5}})[ \t\n\r]--password=(\w{{8,}})"
+    rules = SecretRuleSet(
+        SecretRule(name, gap.format(name), (name,), min_length=10) for name in ("wget", "curl")
+    )
+    assert all(split_gap(rule.pattern) is not None for rule in rules.rules)
+    text = "wget\n --password=Zq8mK2pLx9\ncurl x\n\n --password=Zq8mK2pLx9\n" * 3
+    alone = [finding for rule in rules.rules for finding in SecretRuleSet([rule]).find(text)]
+    together = rules.find(text)
+    assert {finding.rule for finding in together} == {"wget", "curl"}
+    assert sorted(together, key=lambda f: (f.start, f.rule)) == sorted(
+        alone, key=lambda f: (f.start, f.rule)
+    )
+
+
+# --- findings that are exactly a placeholder ----------------------------------------------
+
+_FILLED_HOLDERS = (
+    "<redacted:password>",
+    "<redacted:a1b2c3d4e5f6g7h8i9j0klmnopqrst>",
+    "<redacted:ghp_0123456789abcdefghijklmnopqrstuvwxyzAB>",
+    "<redacted:xoxb_1234567890_abcdefghij>",
+    f"<redacted:{'k' * 70}>",
+)
+
+
+@pytest.mark.parametrize("holder", _FILLED_HOLDERS)
+@pytest.mark.parametrize(
+    "around",
+    [
+        '<add key="Password" value="{h}"/>\n',
+        '<add key="Password" value="{h}"/>\n<add key="ClearTextPassword" value="{h}" />\n',
+        '<add key="Password" value="{h}x"/>\n',
+        'password: "{h}"\nsecret = {h}\n',
+        "curl -H 'Authorization: Bearer {h}' https://x\n",
+    ],
+)
+@pytest.mark.parametrize("entropy", ["config", "everywhere"])
+def test_findings_that_are_exactly_a_placeholder_are_left_out_only_when_they_change_nothing(
+    holder: str, around: str, entropy: EntropyScope
+) -> None:
+    # A rule whose secret may be any text matches each placeholder of a text
+    # redacted once; such a finding is judged only when another starts inside
+    # its placeholder (an entropy finding in a high-entropy keyword, a token
+    # in it), where the merged span takes its keyword. The exhaustive
+    # redaction judges every finding.
+    redactor = Redactor(entropy=entropy)
+    for text in (around.format(h=holder), around.format(h=holder) * 3):
+        assert redactor.redact_text(text) == redactor._redact_text_exhaustive(text), text
+
+
+def test_a_text_redacted_once_does_not_judge_again_its_placeholders(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rules = default_rule_set()
+    judged: list[str] = []
+    judge = SecretRuleSet._judge
+
+    def counting(self: SecretRuleSet, rule: SecretRule, *args: Any) -> Any:
+        judged.append(rule.id)
+        return judge(self, rule, *args)
+
+    text = Redactor().redact_text('<add key="Password" value="hunter2hunter2"/>\n' * 50)
+    assert text.count("<redacted:nuget_config_password>") == 50
+    monkeypatch.setattr(SecretRuleSet, "_judge", counting)
+    assert Redactor(secret_rules=rules).redact_text(text) == text
+    assert "nuget-config-password" not in judged
+
+
+@pytest.mark.parametrize("tail", ["xxxxxx", "xxxxxx yyy", 'xxxxxx"'])
+def test_a_placeholder_finding_names_the_span_a_finding_inside_it_runs_on_from(tail: str) -> None:
+    # Rule "a" matches the placeholder exactly; rule "b" from inside it on
+    # past its end: the merged span is named by "a", the first by start, so
+    # "a" must be judged, not left out as a finding that changes nothing.
+    rules = SecretRuleSet(
+        [
+            SecretRule("a", r'value="(<[^>]*>)', ("value",), min_length=8),
+            SecretRule("b", r'value="<redacted:(\w+>x+)', ("value",), min_length=8),
+        ]
+    )
+    redactor = Redactor(secret_rules=rules, entropy="off")
+    text = f'value="<redacted:abc>{tail}'
+    assert redactor.redact_text(text) == redactor._redact_text_exhaustive(text)
+    assert "<redacted:abc><redacted:a>" in redactor.redact_text(text)
