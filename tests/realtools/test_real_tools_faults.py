@@ -4,11 +4,8 @@ false positive), and a cell that cannot apply says why. One twin per
 oracle, each with one planted bug, fails the cell that should catch it,
 where its correct tool passes the same cell.
 
-Tools that need the directory world (SQLite, git, a server process) run in
-it only once fault cells and the fuzzer make one: until then the fake
-world refuses their real-disk reach and those cells fail. Those tests are
-marked xfail with the mechanism they wait for, and pass as xpass when it
-lands.
+Tools that need the directory world (SQLite, git, a server process) have
+their cells and fuzzing run in it, as replay runs them.
 """
 
 from __future__ import annotations
@@ -28,18 +25,6 @@ from pytest_toolguard.replay import load
 
 pytest.importorskip("mcp_server_time")
 pytest.importorskip("mcp_server_git")
-
-CELLS = "needs directory-world cells/fuzzer"
-NEEDS_DIRECTORY_CELLS = pytest.mark.xfail(
-    strict=False, reason=f"{CELLS}: cells run in the fake world"
-)
-NEEDS_DIRECTORY_FUZZ = pytest.mark.xfail(
-    strict=False, reason=f"{CELLS}: the fuzzer runs in the fake world"
-)
-
-
-def _param(name: str, needs: set[str], mark: Any) -> Any:
-    return pytest.param(name, marks=mark) if name in needs else name
 
 
 @pytest.fixture(scope="module")
@@ -72,13 +57,7 @@ def _failed(outcomes: list[CellOutcome]) -> list[str]:
     ]
 
 
-MATRIX_NEEDS = {"sqlite", "git", "server", "mcp_git"}
-"""Sessions whose tools reach files through C code or other processes."""
-
-
-@pytest.mark.parametrize(
-    "name", [_param(name, MATRIX_NEEDS, NEEDS_DIRECTORY_CELLS) for name in SESSIONS]
-)
+@pytest.mark.parametrize("name", list(SESSIONS))
 def test_the_full_fault_matrix_has_no_false_positive_on_a_real_tool(
     name: str, registry: Any, surroundings: Any, tmp_path: Path
 ) -> None:
@@ -151,10 +130,6 @@ def test_a_twin_with_a_planted_bug_fails_the_cell_its_correct_tool_passes(
 
 # -- fuzzing ---------------------------------------------------------------------------
 
-FUZZ_NEEDS = {"crm_add", "git_save", "ask_server"} | {
-    spec.name for spec in real_tools._quiet(real_tools.git_server_tools)
-}
-"""Tools that reach files through C code or other processes."""
 FUZZED = [
     "crm_add",
     "git_save",
@@ -170,9 +145,7 @@ FUZZED = [
 ]
 
 
-@pytest.mark.parametrize(
-    "name", [_param(name, FUZZ_NEEDS, NEEDS_DIRECTORY_FUZZ) for name in FUZZED]
-)
+@pytest.mark.parametrize("name", FUZZED)
 def test_fuzzing_a_real_tool_finds_nothing(name: str, registry: Any, surroundings: Any) -> None:
     before = surroundings.snapshots()
     with git_environment():
