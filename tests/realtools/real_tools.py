@@ -209,18 +209,44 @@ def _inside(root: str, path: str) -> str:
     return real
 
 
-def _write_atomically(ctx: Any, target: str, text: str) -> None:
-    """Write through a temporary file beside ``target``, removed on failure
-    or when the call was answered TIMEOUT meanwhile."""
-    fd, temporary = tempfile.mkstemp(dir=os.path.dirname(target), prefix=".tmp-")
+def _directory_inside(root: str, path: str) -> tuple[int, str]:
+    """The directory holding ``path`` opened, and the file's name in it.
+    It is opened one component at a time from the root, never through a
+    link (``O_NOFOLLOW``): a link swapped in after ``_inside`` looked is
+    refused there (``ELOOP``), never opened."""
+    real_root = os.path.realpath(root)
+    target = _inside(root, path)
+    relative = os.path.relpath(os.path.dirname(target), real_root)
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+    directory = os.open(real_root, flags)
+    for part in [] if relative == "." else relative.split(os.sep):
+        try:
+            inner = os.open(part, flags | os.O_NOFOLLOW, dir_fd=directory)
+        finally:
+            os.close(directory)
+        directory = inner
+    return directory, os.path.basename(target)
+
+
+def _write_atomically(ctx: Any, root: str, path: str, text: str) -> None:
+    """Write through a temporary file beside ``path`` (both named in the
+    directory ``_directory_inside`` opened), removed on failure or when the
+    call was answered TIMEOUT meanwhile."""
+    directory, name = _directory_inside(root, path)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        _late(ctx)
-        os.replace(temporary, target)
-    except BaseException:
-        os.unlink(temporary)
-        raise
+        temporary = f".tmp-{name}-{os.urandom(4).hex()}"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(temporary, flags, 0o644, dir_fd=directory)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            _late(ctx)
+            os.replace(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
+        except BaseException:
+            os.unlink(temporary, dir_fd=directory)
+            raise
+    finally:
+        os.close(directory)
 
 
 @tool(world="directory")
@@ -235,7 +261,7 @@ def read_at(ctx: Any, path: str) -> dict[str, Any]:
 @tool(risk=Risk.WRITE, world="directory", paths=[PathAccess.write("{path}", content="text")])
 def write_at(ctx: Any, path: str, text: str) -> dict[str, Any]:
     """Writes a text file named by its absolute path, inside the workspace."""
-    _write_atomically(ctx, _inside(ctx.workspace.root, path), text)
+    _write_atomically(ctx, ctx.workspace.root, path, text)
     return {"path": path, "bytes": len(text.encode())}
 
 
@@ -323,7 +349,7 @@ def read_at_by_prefix(ctx: Any, path: str) -> dict[str, Any]:
 def write_at_and_log(ctx: Any, path: str, text: str) -> dict[str, Any]:
     """Twin of write_at that also appends to a log of its own, outside the
     session's write roots (``notes``) and never declared."""
-    _write_atomically(ctx, _inside(ctx.workspace.root, path), text)
+    _write_atomically(ctx, ctx.workspace.root, path, text)
     log = os.path.join(ctx.workspace.root, "writes.log")
     with open(log, "a", encoding="utf-8") as handle:
         handle.write(f"{path}\n")

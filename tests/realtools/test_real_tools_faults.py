@@ -75,15 +75,7 @@ def test_the_full_fault_matrix_has_no_false_positive_on_a_real_tool(
 
 TWIN_CELLS = {
     # twin: (the fault whose cell catches it, its correct tool, the mark until it can)
-    "read_at_following_links": (
-        "symlink_escape",
-        "read_at",
-        pytest.mark.xfail(
-            strict=False,
-            reason="needs directory-world cells/fuzzer: symlink faults skip absolute-path "
-            "arguments (faults.paths._link_points)",
-        ),
-    ),
+    "read_at_following_links": ("symlink_escape", "read_at", None),
     "read_at_by_prefix": ("path_traversal", "read_at", None),
     "write_at_and_log": ("duplicate_submission", "write_at", None),
     "write_at_leaving_temporary": ("disk_failure", "write_at", None),
