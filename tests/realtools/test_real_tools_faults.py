@@ -74,32 +74,20 @@ def test_the_full_fault_matrix_has_no_false_positive_on_a_real_tool(
 # -- one twin per oracle ---------------------------------------------------------------
 
 TWIN_CELLS = {
-    # twin: (the fault whose cell catches it, its correct tool, the mark until it can)
-    "read_at_following_links": ("symlink_escape", "read_at", None),
-    "read_at_by_prefix": ("path_traversal", "read_at", None),
-    "write_at_and_log": ("duplicate_submission", "write_at", None),
-    "write_at_leaving_temporary": ("disk_failure", "write_at", None),
-    "ask_server_waiting": (
-        "process_killed",
-        "ask_server",
-        pytest.mark.xfail(
-            strict=False, reason="needs directory-world cells/fuzzer: the process_killed fault"
-        ),
-    ),
+    # twin: (the fault whose cell catches it, its correct tool)
+    "read_at_following_links": ("symlink_escape", "read_at"),
+    "read_at_by_prefix": ("path_traversal", "read_at"),
+    "write_at_and_log": ("duplicate_submission", "write_at"),
+    "write_at_leaving_temporary": ("disk_failure", "write_at"),
+    "ask_server_waiting": ("process_killed", "ask_server"),
 }
 
 
-@pytest.mark.parametrize(
-    "twin",
-    [
-        pytest.param(twin, marks=mark) if mark is not None else twin
-        for twin, (_fault, _correct, mark) in TWIN_CELLS.items()
-    ],
-)
+@pytest.mark.parametrize("twin", list(TWIN_CELLS))
 def test_a_twin_with_a_planted_bug_fails_the_cell_its_correct_tool_passes(
     twin: str, registry: Any, surroundings: Any, tmp_path: Path
 ) -> None:
-    fault_name, correct, _mark = TWIN_CELLS[twin]
+    fault_name, correct = TWIN_CELLS[twin]
     faults = select_faults(fault_name)
     caught = _matrix(twin, registry, surroundings, tmp_path / "twin", faults)
     assert [outcome.status for outcome in caught] == ["fail"], real_tools.TWINS[twin]
