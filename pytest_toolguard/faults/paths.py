@@ -169,7 +169,10 @@ def _swapping_first(
 
 def _link_points(target: Target) -> tuple[str, ...]:
     """The first components of the call's workspace paths (after filling
-    the tool's path templates), where a symlink can be put."""
+    the tool's path templates), where a symlink can be put. An absolute
+    path counts by its part beneath the workspace's root (the root the
+    cell's world spells: the recorded one in the fake world, the world's
+    own in the directory world); one naming anything else does not."""
     spec, arguments = target.spec, target.arguments
     if spec is None or arguments is None:
         return ()
@@ -181,15 +184,25 @@ def _link_points(target: Target) -> tuple[str, ...]:
             continue
     declared = {name for access in spec.paths for name in access.fields}
     paths += [arguments[name] for name in target.path_arguments if name not in declared]
+    root = posixpath.normpath(target.cassette.workspace.root)
     points: list[str] = []
     for path in paths:
         normal = posixpath.normpath(path)
-        if normal.startswith(("/", "..")) or normal == ".":
+        if normal.startswith("/"):
+            normal = _beneath(root, normal) or "."
+        if normal.startswith("..") or normal == ".":
             continue
         first = normal.split("/")[0]
         if first not in points:
             points.append(first)
     return tuple(points)
+
+
+def _beneath(root: str, path: str) -> str | None:
+    """``path`` (absolute, normalised) relative to ``root`` when it lies
+    beneath it; None for the root itself or anything else."""
+    top = root.rstrip("/") + "/"
+    return path[len(top) :] if path.startswith(top) and len(path) > len(top) else None
 
 
 def _plant_mirror(cell: Cell, first: str) -> str:

@@ -11,6 +11,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,47 @@ def shout(ctx: Any, text: str) -> dict[str, Any]:
     return {"answer": answer.strip()}
 
 
+def _ask(text: str, *, when_dead: Any) -> dict[str, Any]:
+    """``shout``'s exchange; an empty answer (the server died once it had
+    the question) is left to ``when_dead``, the planted bug."""
+    with subprocess.Popen(
+        [sys.executable, "-c", SERVE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as server:
+        assert server.stdin is not None and server.stdout is not None
+        try:
+            server.stdin.write(text + "\n")
+            server.stdin.flush()
+        except BrokenPipeError as exc:
+            raise RuntimeError("the server died") from exc
+        answer = server.stdout.readline()
+        if not answer:
+            return dict(when_dead())
+        server.stdin.close()
+    return {"answer": answer.strip()}
+
+
+def _wait_for_a_server_that_never_comes() -> dict[str, Any]:
+    threading.Event().wait(WAITED)  # bounded, for the tests' sake
+    raise RuntimeError("no server came back")
+
+
+WAITED = 2.0
+"""How long ``shout_waiting`` waits for its dead server: past its deadline."""
+
+
+@tool(risk=Risk.READ, world="directory", timeout_seconds=WAITED / 2)
+def shout_waiting(ctx: Any, text: str) -> dict[str, Any]:
+    """The twin that, when its server dies mid-call, waits for another one
+    that never comes: it answers only at its deadline, TIMEOUT."""
+    return _ask(text, when_dead=_wait_for_a_server_that_never_comes)
+
+
+@tool(risk=Risk.READ, world="directory")
+def shout_answering_empty(ctx: Any, text: str) -> dict[str, Any]:
+    """The twin that takes a dead server's silence for an empty answer: OK."""
+    return _ask(text, when_dead=lambda: {"answer": ""})
+
+
 @tool(risk=Risk.WRITE, world="directory")
 def add_row(ctx: Any, name: str) -> dict[str, Any]:
     """Adds a row to the workspace's SQLite database: no process of its own."""
@@ -106,7 +148,17 @@ def read_note(ctx: Any, path: str) -> dict[str, Any]:
     return {"text": ctx.workspace.read_text(path)}
 
 
-REGISTRY = ToolRegistry([sort_notes, sort_notes_ignoring_exit, shout, add_row, read_note])
+REGISTRY = ToolRegistry(
+    [
+        sort_notes,
+        sort_notes_ignoring_exit,
+        shout,
+        shout_waiting,
+        shout_answering_empty,
+        add_row,
+        read_note,
+    ]
+)
 
 
 def _record(tmp_path: Path, tool_name: str, arguments: dict[str, Any]) -> Cassette:
@@ -156,6 +208,25 @@ def test_a_tool_hiding_its_killed_process_behind_ok_fails(tmp_path: Path) -> Non
     outcome = _cell(tmp_path, "sort_notes_ignoring_exit", {"path": "notes.txt"})
     assert outcome.status == "fail"
     assert any("answered OK though the process it started" in p for p in outcome.problems)
+
+
+@pytest.mark.parametrize(
+    ("tool_name", "said"),
+    [
+        ("shout_waiting", "answered TIMEOUT: it waited until its deadline"),
+        ("shout_answering_empty", "answered OK though the process it started"),
+    ],
+)
+def test_a_server_dying_mid_call_is_noticed_in_the_wait_or_the_tool_fails(
+    tmp_path: Path, tool_name: str, said: str
+) -> None:
+    """Killed right after it starts, the server is mostly found dead by the
+    write of the question (a broken pipe), which both twins heed; killed
+    once the handler waits on its answer, it must be noticed there: the
+    mid-call kill is what catches them, whatever the first one found."""
+    outcome = _cell(tmp_path, tool_name, {"text": "hello"})
+    assert outcome.status == "fail"
+    assert any(said in problem and "killed mid-call" in problem for problem in outcome.problems)
 
 
 def test_process_killed_is_a_built_in_fault_the_fake_world_does_not_run(tmp_path: Path) -> None:

@@ -12,7 +12,9 @@ the twins below each carry one bug an oracle must catch.
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
+import stat
 import subprocess
 import sys
 import tempfile
@@ -46,6 +48,9 @@ NOTES_CAPS = Capabilities(allowed_risks=frozenset({Risk.READ, Risk.WRITE}), writ
 
 # -- a SQLite tool -----------------------------------------------------------------------
 
+DATABASE = "crm.db"
+"""The CRM database, at the workspace's top: what ``crm_add`` declares it writes."""
+
 
 def _late(ctx: Any) -> None:
     """Raise when the call was already answered TIMEOUT: a late handler
@@ -54,32 +59,66 @@ def _late(ctx: Any) -> None:
         raise TimeoutError("the call was answered TIMEOUT: nothing committed")
 
 
-def _count_after_insert(ctx: Any, database: str, name: str) -> int:
-    connection = sqlite3.connect(database)
+def _database_file(database: str) -> tuple[int, bool]:
+    """The database file opened never through a link (a link at its name is
+    refused, ``ELOOP``), made when absent; and whether this call made it."""
+    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        with connection:  # rolled back when _late raises
-            connection.execute("create table if not exists contacts (name text)")
-            connection.execute("insert into contacts values (?)", (name,))
-            _late(ctx)
-        count: int = connection.execute("select count(*) from contacts").fetchone()[0]
+        return os.open(database, flags | os.O_CREAT | os.O_EXCL, 0o644), True
+    except FileExistsError:
+        return os.open(database, flags), False
+
+
+def _count_after_insert(ctx: Any, database: str, name: str) -> int:
+    """One transaction: the table (when new) and the row, committed together
+    or not at all. A database this call made and could not commit is
+    removed: a failed call leaves the workspace as it found it."""
+    _late(ctx)  # answered TIMEOUT already: not even the database file is made
+    fd, created = _database_file(database)
+    try:
+        # SQLite opens the file the descriptor holds, whatever its name leads
+        # to by now. isolation_level=None: the module begins no transaction of
+        # its own, so the CREATE TABLE is in this one, not committed at once.
+        connection = sqlite3.connect(f"/proc/self/fd/{fd}", isolation_level=None)
+        try:
+            connection.execute("begin immediate")
+            try:
+                connection.execute("create table if not exists contacts (name text)")
+                connection.execute("insert into contacts values (?)", (name,))
+                count: int = connection.execute("select count(*) from contacts").fetchone()[0]
+                _late(ctx)
+                connection.execute("commit")
+            except BaseException:
+                if connection.in_transaction:
+                    connection.execute("rollback")
+                raise
+        finally:
+            connection.close()
+    except BaseException:
+        if created:
+            os.unlink(database)
+        raise
     finally:
-        connection.close()
+        os.close(fd)
     return count
 
 
-@tool(risk=Risk.WRITE, world="directory")
+@tool(risk=Risk.WRITE, world="directory", paths=[PathAccess.write(DATABASE)])
 def crm_add(ctx: Any, name: str) -> dict[str, Any]:
     """Adds a contact to the CRM database in the workspace; returns how many there are."""
-    return {"count": _count_after_insert(ctx, os.path.join(ctx.workspace.root, "crm.db"), name)}
+    return {"count": _count_after_insert(ctx, os.path.join(ctx.workspace.root, DATABASE), name)}
 
 
 # -- git as a subprocess -----------------------------------------------------------------
 
 
-def run_git(root: str, *arguments: str) -> str:
-    """``git`` in ``root``, with what makes its answers the same every run."""
+def run_git(root: str, *arguments: str, git_dir: int | None = None) -> str:
+    """``git`` in ``root``, with what makes its answers the same every run;
+    with ``git_dir``, the repository is the directory that descriptor holds."""
     environment = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": root}
     environment.update(GIT_ENVIRONMENT)
+    if git_dir is not None:
+        environment.update(GIT_DIR=f"/proc/self/fd/{git_dir}", GIT_WORK_TREE=root)
     done = subprocess.run(
         ["git", "-c", "init.defaultBranch=main", *arguments],
         cwd=root,
@@ -87,22 +126,72 @@ def run_git(root: str, *arguments: str) -> str:
         capture_output=True,
         text=True,
         check=True,
+        pass_fds=() if git_dir is None else (git_dir,),
     )
     return done.stdout
 
 
-@tool(risk=Risk.WRITE, world="directory")
+def _git_directory(root: str) -> tuple[int, bool]:
+    """The repository's ``.git`` opened never through a link (a link there
+    is refused, ``ELOOP``), made when absent; and whether this call made it."""
+    path = os.path.join(root, ".git")
+    try:
+        os.mkdir(path)
+        created = True
+    except FileExistsError:
+        created = False
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC), created
+
+
+def _remove_git_temporaries(git_dir: int) -> None:
+    """What a failed git command leaves (a full disk): temporary objects and locks."""
+    top = f"/proc/self/fd/{git_dir}"
+    for directory, _subdirs, names in os.walk(top):
+        for name in names:
+            if name.startswith("tmp_obj_") or name.endswith(".lock"):
+                os.unlink(os.path.join(directory, name))
+
+
+def _empty(directory: int) -> None:
+    """Everything in the directory the descriptor holds, removed (never
+    through a link)."""
+    for name in os.listdir(directory):
+        if stat.S_ISDIR(os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode):
+            shutil.rmtree(name, dir_fd=directory)
+        else:
+            os.unlink(name, dir_fd=directory)
+
+
+@tool(
+    risk=Risk.WRITE,
+    world="directory",
+    paths=[PathAccess.write("{name}", content="text"), PathAccess.write(".git")],
+)
 def git_save(ctx: Any, name: str, text: str) -> dict[str, Any]:
-    """Writes a file and commits it with git; returns the commit's one-line log."""
+    """Writes a file and commits it with git; returns the commit's one-line log.
+    The file is written through the workspace, which keeps it inside; git
+    works in the ``.git`` this call opened. A repository this call made and
+    could not commit to is removed; after any other failure, what git left
+    half done is."""
     root = ctx.workspace.root
     _late(ctx)
-    if not os.path.isdir(os.path.join(root, ".git")):
-        run_git(root, "init", "-q")
-    with open(os.path.join(root, name), "w", encoding="utf-8") as handle:
-        handle.write(text)
-    run_git(root, "add", name)
-    run_git(root, "commit", "-q", "-m", f"save {name}")
-    return {"log": run_git(root, "log", "--oneline")}
+    ctx.workspace.write_text(name, text)
+    git_dir, created = _git_directory(root)
+    try:
+        if created:
+            run_git(root, "init", "-q", git_dir=git_dir)
+        run_git(root, "add", "--", name, git_dir=git_dir)
+        run_git(root, "commit", "-q", "-m", f"save {name}", git_dir=git_dir)
+        return {"log": run_git(root, "log", "--oneline", git_dir=git_dir)}
+    except BaseException:
+        if created:
+            _empty(git_dir)
+            os.rmdir(os.path.join(root, ".git"))
+        else:
+            _remove_git_temporaries(git_dir)
+        raise
+    finally:
+        os.close(git_dir)
 
 
 # -- a tool that takes absolute paths ----------------------------------------------------
@@ -120,18 +209,44 @@ def _inside(root: str, path: str) -> str:
     return real
 
 
-def _write_atomically(ctx: Any, target: str, text: str) -> None:
-    """Write through a temporary file beside ``target``, removed on failure
-    or when the call was answered TIMEOUT meanwhile."""
-    fd, temporary = tempfile.mkstemp(dir=os.path.dirname(target), prefix=".tmp-")
+def _directory_inside(root: str, path: str) -> tuple[int, str]:
+    """The directory holding ``path`` opened, and the file's name in it.
+    It is opened one component at a time from the root, never through a
+    link (``O_NOFOLLOW``): a link swapped in after ``_inside`` looked is
+    refused there (``ELOOP``), never opened."""
+    real_root = os.path.realpath(root)
+    target = _inside(root, path)
+    relative = os.path.relpath(os.path.dirname(target), real_root)
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+    directory = os.open(real_root, flags)
+    for part in [] if relative == "." else relative.split(os.sep):
+        try:
+            inner = os.open(part, flags | os.O_NOFOLLOW, dir_fd=directory)
+        finally:
+            os.close(directory)
+        directory = inner
+    return directory, os.path.basename(target)
+
+
+def _write_atomically(ctx: Any, root: str, path: str, text: str) -> None:
+    """Write through a temporary file beside ``path`` (both named in the
+    directory ``_directory_inside`` opened), removed on failure or when the
+    call was answered TIMEOUT meanwhile."""
+    directory, name = _directory_inside(root, path)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        _late(ctx)
-        os.replace(temporary, target)
-    except BaseException:
-        os.unlink(temporary)
-        raise
+        temporary = f".tmp-{name}-{os.urandom(4).hex()}"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(temporary, flags, 0o644, dir_fd=directory)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            _late(ctx)
+            os.replace(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
+        except BaseException:
+            os.unlink(temporary, dir_fd=directory)
+            raise
+    finally:
+        os.close(directory)
 
 
 @tool(world="directory")
@@ -146,7 +261,7 @@ def read_at(ctx: Any, path: str) -> dict[str, Any]:
 @tool(risk=Risk.WRITE, world="directory", paths=[PathAccess.write("{path}", content="text")])
 def write_at(ctx: Any, path: str, text: str) -> dict[str, Any]:
     """Writes a text file named by its absolute path, inside the workspace."""
-    _write_atomically(ctx, _inside(ctx.workspace.root, path), text)
+    _write_atomically(ctx, ctx.workspace.root, path, text)
     return {"path": path, "bytes": len(text.encode())}
 
 
@@ -234,7 +349,7 @@ def read_at_by_prefix(ctx: Any, path: str) -> dict[str, Any]:
 def write_at_and_log(ctx: Any, path: str, text: str) -> dict[str, Any]:
     """Twin of write_at that also appends to a log of its own, outside the
     session's write roots (``notes``) and never declared."""
-    _write_atomically(ctx, _inside(ctx.workspace.root, path), text)
+    _write_atomically(ctx, ctx.workspace.root, path, text)
     log = os.path.join(ctx.workspace.root, "writes.log")
     with open(log, "a", encoding="utf-8") as handle:
         handle.write(f"{path}\n")

@@ -4,11 +4,8 @@ false positive), and a cell that cannot apply says why. One twin per
 oracle, each with one planted bug, fails the cell that should catch it,
 where its correct tool passes the same cell.
 
-Tools that need the directory world (SQLite, git, a server process) run in
-it only once fault cells and the fuzzer make one: until then the fake
-world refuses their real-disk reach and those cells fail. Those tests are
-marked xfail with the mechanism they wait for, and pass as xpass when it
-lands.
+Tools that need the directory world (SQLite, git, a server process) have
+their cells and fuzzing run in it, as replay runs them.
 """
 
 from __future__ import annotations
@@ -28,18 +25,6 @@ from pytest_toolguard.replay import load
 
 pytest.importorskip("mcp_server_time")
 pytest.importorskip("mcp_server_git")
-
-CELLS = "needs directory-world cells/fuzzer"
-NEEDS_DIRECTORY_CELLS = pytest.mark.xfail(
-    strict=False, reason=f"{CELLS}: cells run in the fake world"
-)
-NEEDS_DIRECTORY_FUZZ = pytest.mark.xfail(
-    strict=False, reason=f"{CELLS}: the fuzzer runs in the fake world"
-)
-
-
-def _param(name: str, needs: set[str], mark: Any) -> Any:
-    return pytest.param(name, marks=mark) if name in needs else name
 
 
 @pytest.fixture(scope="module")
@@ -72,13 +57,7 @@ def _failed(outcomes: list[CellOutcome]) -> list[str]:
     ]
 
 
-MATRIX_NEEDS = {"sqlite", "git", "server", "mcp_git"}
-"""Sessions whose tools reach files through C code or other processes."""
-
-
-@pytest.mark.parametrize(
-    "name", [_param(name, MATRIX_NEEDS, NEEDS_DIRECTORY_CELLS) for name in SESSIONS]
-)
+@pytest.mark.parametrize("name", list(SESSIONS))
 def test_the_full_fault_matrix_has_no_false_positive_on_a_real_tool(
     name: str, registry: Any, surroundings: Any, tmp_path: Path
 ) -> None:
@@ -95,40 +74,20 @@ def test_the_full_fault_matrix_has_no_false_positive_on_a_real_tool(
 # -- one twin per oracle ---------------------------------------------------------------
 
 TWIN_CELLS = {
-    # twin: (the fault whose cell catches it, its correct tool, the mark until it can)
-    "read_at_following_links": (
-        "symlink_escape",
-        "read_at",
-        pytest.mark.xfail(
-            strict=False,
-            reason="needs directory-world cells/fuzzer: symlink faults skip absolute-path "
-            "arguments (faults.paths._link_points)",
-        ),
-    ),
-    "read_at_by_prefix": ("path_traversal", "read_at", None),
-    "write_at_and_log": ("duplicate_submission", "write_at", None),
-    "write_at_leaving_temporary": ("disk_failure", "write_at", None),
-    "ask_server_waiting": (
-        "process_killed",
-        "ask_server",
-        pytest.mark.xfail(
-            strict=False, reason="needs directory-world cells/fuzzer: the process_killed fault"
-        ),
-    ),
+    # twin: (the fault whose cell catches it, its correct tool)
+    "read_at_following_links": ("symlink_escape", "read_at"),
+    "read_at_by_prefix": ("path_traversal", "read_at"),
+    "write_at_and_log": ("duplicate_submission", "write_at"),
+    "write_at_leaving_temporary": ("disk_failure", "write_at"),
+    "ask_server_waiting": ("process_killed", "ask_server"),
 }
 
 
-@pytest.mark.parametrize(
-    "twin",
-    [
-        pytest.param(twin, marks=mark) if mark is not None else twin
-        for twin, (_fault, _correct, mark) in TWIN_CELLS.items()
-    ],
-)
+@pytest.mark.parametrize("twin", list(TWIN_CELLS))
 def test_a_twin_with_a_planted_bug_fails_the_cell_its_correct_tool_passes(
     twin: str, registry: Any, surroundings: Any, tmp_path: Path
 ) -> None:
-    fault_name, correct, _mark = TWIN_CELLS[twin]
+    fault_name, correct = TWIN_CELLS[twin]
     faults = select_faults(fault_name)
     caught = _matrix(twin, registry, surroundings, tmp_path / "twin", faults)
     assert [outcome.status for outcome in caught] == ["fail"], real_tools.TWINS[twin]
@@ -151,10 +110,6 @@ def test_a_twin_with_a_planted_bug_fails_the_cell_its_correct_tool_passes(
 
 # -- fuzzing ---------------------------------------------------------------------------
 
-FUZZ_NEEDS = {"crm_add", "git_save", "ask_server"} | {
-    spec.name for spec in real_tools._quiet(real_tools.git_server_tools)
-}
-"""Tools that reach files through C code or other processes."""
 FUZZED = [
     "crm_add",
     "git_save",
@@ -170,9 +125,7 @@ FUZZED = [
 ]
 
 
-@pytest.mark.parametrize(
-    "name", [_param(name, FUZZ_NEEDS, NEEDS_DIRECTORY_FUZZ) for name in FUZZED]
-)
+@pytest.mark.parametrize("name", FUZZED)
 def test_fuzzing_a_real_tool_finds_nothing(name: str, registry: Any, surroundings: Any) -> None:
     before = surroundings.snapshots()
     with git_environment():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,27 @@ WRITES = {
 }
 
 
+@pytest.fixture
+def shared_tempdir() -> str:
+    """The temporary directory other processes of the suite share."""
+    return tempfile.gettempdir()
+
+
+@pytest.fixture(autouse=True)
+def private_tempdir(
+    shared_tempdir: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
+    """The inner run's temporary directory is this test's own (``TMPDIR`` and
+    ``tempfile.tempdir``, which the guard reads and xdist's workers inherit):
+    what another process makes in the shared one is never seen here, and
+    what this run leaves is."""
+    private = tmp_path / "tmp"
+    private.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    monkeypatch.setenv("TMPDIR", str(private))
+    yield private
+
+
 def _project(pytester: pytest.Pytester, body: str) -> None:
     (pytester.path / "cassettes").mkdir()
     (pytester.path / "cassettes" / "kept.yaml").write_text("kept\n")
@@ -67,27 +89,38 @@ def test_a_run_writing_outside_its_worlds_fails_naming_it(
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*written outside the worlds*", line])
     assert (os.environ.get("TMPDIR"), tempfile.tempdir) == (environment, tempdir)
+    assert os.listdir(tempdir) == []
 
 
-def test_a_clean_run_passes_and_leaves_nothing(pytester: pytest.Pytester) -> None:
+def test_a_clean_run_passes_and_leaves_nothing(
+    pytester: pytest.Pytester, private_tempdir: Path, shared_tempdir: str
+) -> None:
+    # While it runs, another process's run starts in the shared directory
+    # (an xdist worker's): none of this run's business.
     _project(
         pytester,
-        "assert tempfile.gettempdir() != os.environ.get('OUTER'); "
-        "open(os.path.join(tempfile.mkdtemp(), 'x'), 'w').write('x')",
+        f"assert os.path.dirname(tempfile.gettempdir()) == {str(private_tempdir)!r}; "
+        "assert os.path.basename(tempfile.gettempdir()).startswith('toolguard-suite-'); "
+        "open(os.path.join(tempfile.mkdtemp(), 'x'), 'w').write('x'); "
+        f"open(os.path.join({shared_tempdir!r}, 'elsewhere'), 'w').write("
+        f"tempfile.mkdtemp(prefix='toolguard-suite-', dir={shared_tempdir!r}))",
     )
-    before = set(os.listdir(tempfile.gettempdir()))
-    result = pytester.runpytest(*NO_XDIST)
+    try:
+        result = pytester.runpytest(*NO_XDIST)
+    finally:
+        elsewhere = Path(shared_tempdir, "elsewhere")
+        if elsewhere.exists():
+            os.rmdir(elsewhere.read_text())
+            elsewhere.unlink()
     assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(passed=1)
     assert "written outside the worlds" not in result.stdout.str()
-    assert not {
-        name
-        for name in set(os.listdir(tempfile.gettempdir())) - before
-        if name.startswith("toolguard-suite-")
-    }
+    assert os.listdir(private_tempdir) == []
+    assert (os.environ.get("TMPDIR"), tempfile.tempdir) == (str(private_tempdir),) * 2
 
 
 def test_under_xdist_the_controller_catches_what_a_worker_wrote(
-    pytester: pytest.Pytester,
+    pytester: pytest.Pytester, private_tempdir: Path
 ) -> None:
     """The workers inherit the suite's TMPDIR from the controller, which
     alone plants the decoys and judges them after every worker is done."""
@@ -99,3 +132,4 @@ def test_under_xdist_the_controller_catches_what_a_worker_wrote(
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*written outside the worlds*", WRITES["a decoy written"][1]])
+    assert os.listdir(private_tempdir) == []
