@@ -55,12 +55,14 @@ class ProcessKilledFault(AfterSuccess):
     name = "process_killed"
     applies_to = "calls that succeeded when recorded, in the directory world (skipped in the fake)"
     injection = (
-        "SIGKILL to the first process the handler starts, right after it starts; "
-        "a handler that starts none runs in a process of its own, killed as it starts"
+        "SIGKILL to the first process the handler starts, right after it starts; then, the "
+        "call run again, once the handler waits on it (its thread asleep in the kernel); a "
+        "handler that starts none runs in a process of its own, killed as it starts"
     )
     expected = (
-        "an error code, not OK (EXECUTION_ERROR when the handler's own process died), "
-        "state finished; its audit row finished, none RUNNING; no process left running"
+        "an error code, neither OK nor TIMEOUT (EXECUTION_ERROR when the handler's own "
+        "process died), state finished; its audit row finished, none RUNNING; handler ended; "
+        "no process left running"
     )
 
     def applies(self, target: Target) -> bool:
