@@ -33,6 +33,10 @@ STATUSES: tuple[CellStatus, ...] = get_args(CellStatus)
 
 _SEVERITY: Mapping[str, int] = {"n/a": 0, "pass": 1, "fail": 2}
 
+NOT_APPLICABLE = "not applicable"
+"""How the one problem of a cell whose fault does not apply to its call
+begins; ": applies to ..." (the fault's ``applies_to``) follows."""
+
 SKIPPED = "skipped in the "
 """How the one problem of a cell that could not run in its world begins
 (its status is ``n/a``): ``skipped_in(world)``, then the reason."""

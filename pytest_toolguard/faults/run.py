@@ -34,7 +34,7 @@ from ..replay.player import chosen_world
 from .cell import Cell
 from .directory import Operations
 from .fault import Fault
-from .outcome import CellOutcome, CellStatus, skipped_in
+from .outcome import NOT_APPLICABLE, CellOutcome, CellStatus, skipped_in
 from .prefixes import PrefixCache
 from .target import Target
 
@@ -65,7 +65,7 @@ def run_cell(
     problems: tuple[str, ...]
     status: CellStatus
     if not fault.applies(target):
-        problems, status = ("not applicable",), "n/a"
+        problems, status = (f"{NOT_APPLICABLE}: applies to {fault.applies_to}",), "n/a"
     elif skipped is not None:
         problems, status = (skipped_in(kind) + skipped,), "n/a"
     elif kind == "directory":

@@ -311,6 +311,7 @@ def run_fault_cell(
 ) -> None:
     """The body of every FaultCell."""
     from ..faults import Target, run_cell
+    from ..faults.outcome import NOT_APPLICABLE
     from ..faults.report import rerun_command
     from ..harness.branching import walked_world
 
@@ -336,7 +337,7 @@ def run_fault_cell(
         world=run.world,  # chosen as replay chooses it (faults/run.py)
     )
     outcomes.leave(item, cell=outcome.as_dict())
-    if outcome.status == "n/a" and outcome.problems[:1] != ("not applicable",):
+    if outcome.status == "n/a" and not outcome.problems[0].startswith(NOT_APPLICABLE):
         pytest.skip(f"{fault.name}: {outcome.problems[0]}")  # could not run in its world
     if outcome.status == "n/a":
         pytest.skip(f"{fault.name} does not apply to this call with the fixture's registry")

@@ -20,6 +20,7 @@ import pytest
 from pytest_toolguard import Capabilities, Risk, SQLiteAuditStore, ToolCall, ToolRuntime
 from pytest_toolguard.faults import BUILTIN_FAULTS, iter_cells, run_cell, select_faults
 from pytest_toolguard.faults.outcome import CellOutcome
+from pytest_toolguard.faults.processes import ProcessKilledFault
 from pytest_toolguard.faults.target import targets
 from pytest_toolguard.registry import ToolRegistry, tool
 from pytest_toolguard.replay import load, record_session
@@ -235,4 +236,5 @@ def test_process_killed_is_a_built_in_fault_the_fake_world_does_not_run(tmp_path
     (target,) = targets(cassette, REGISTRY, "session.yaml")
     (fault,) = select_faults("process_killed")
     outcome = run_cell(fault, target, REGISTRY)
-    assert outcome.status == "n/a" and outcome.problems == ("not applicable",)
+    assert outcome.status == "n/a"
+    assert outcome.problems == (f"not applicable: applies to {ProcessKilledFault.applies_to}",)
