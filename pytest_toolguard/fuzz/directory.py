@@ -43,7 +43,7 @@ from typing import Any
 from ..harness.directory_world import DirectoryWorld, remove_world
 from ..harness.escapes import Escape
 from ..harness.probes import OutsideSnapshot
-from ..harness.world import Decoys
+from ..harness.world import Decoys, running
 from ..replay.root_map import RootMap
 from .world import FUZZ_ROOT, FUZZ_WORKSPACE
 
@@ -90,16 +90,12 @@ class FuzzDirectory:
 
     @property
     def world(self) -> DirectoryWorld:
-        if self._world is None:
-            raise RuntimeError("the fuzz directory is not running: use it inside its with block")
-        return self._world
+        return running(self._world, "the fuzz directory")
 
     @property
     def top(self) -> str:
         """The container: nothing the world makes is outside it."""
-        if self._top is None:
-            raise RuntimeError("the fuzz directory is not running: use it inside its with block")
-        return self._top
+        return running(self._top, "the fuzz directory")
 
     @property
     def root(self) -> str:

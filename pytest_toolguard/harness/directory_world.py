@@ -74,6 +74,7 @@ from .world import (
     OUTSIDE_DIR,
     Decoys,
     WorkspaceEntry,
+    running,
 )
 
 WORLD_PREFIX = "toolguard-world-"
@@ -185,23 +186,17 @@ class DirectoryWorld:
     @property
     def around(self) -> str:
         """The world's own directory: the workspace and the decoys are in it."""
-        if self._around is None:
-            raise RuntimeError("the world is not running: use it inside its with block")
-        return self._around
+        return running(self._around)
 
     @property
     def root(self) -> str:
         """The workspace root in this world (``<around>/<name>``)."""
-        if self._root is None:
-            raise RuntimeError("the world is not running: use it inside its with block")
-        return self._root
+        return running(self._root)
 
     @property
     def root_map(self) -> RootMap:
         """The recorded root <-> this world's root."""
-        if self._map is None:
-            raise RuntimeError("the world is not running: use it inside its with block")
-        return self._map
+        return running(self._map)
 
     @property
     def accesses(self) -> KernelAccessLog | None:

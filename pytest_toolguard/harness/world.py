@@ -42,7 +42,7 @@ import stat
 from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from pyfakefs.fake_filesystem import FakeFilesystem
 
@@ -125,6 +125,17 @@ def where_checks_go_wrong(root: str) -> Decoys:
     )
 
 
+_Value = TypeVar("_Value")
+
+
+def running(value: _Value | None, what: str = "the world") -> _Value:
+    """``value``, set while a context manager's block runs; ``RuntimeError``
+    before or after it (``what`` names the manager in the message)."""
+    if value is None:
+        raise RuntimeError(f"{what} is not running: use it inside its with block")
+    return value
+
+
 class World:
     """A frozen clock and a fake filesystem holding ``state`` (see the
     module docstring). ``frozen_at`` None leaves the clock alone;
@@ -182,16 +193,12 @@ class World:
     @property
     def fs(self) -> FakeFilesystem:
         """The running fake filesystem; ``RuntimeError`` outside the block."""
-        if self._fs is None:
-            raise RuntimeError("the world is not running: use it inside its with block")
-        return self._fs
+        return running(self._fs)
 
     @property
     def accesses(self) -> AccessLog:
         """The paths handler runs resolved; ``RuntimeError`` outside the block."""
-        if self._accesses is None:
-            raise RuntimeError("the world is not running: use it inside its with block")
-        return self._accesses
+        return running(self._accesses)
 
     def escapes(self) -> tuple[Escape, ...]:
         """What handler runs reached of the real disk, and the writes beneath
