@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from trees import tree_snapshot
 
 from pytest_toolguard import SQLiteAuditStore, ToolCall, ToolRuntime
 from pytest_toolguard.amplify import amplify
@@ -95,20 +96,12 @@ def _recorded(tmp_path: Path, tool_name: str) -> Cassette:
     return load(path)
 
 
-def _snapshot(top: Path) -> dict[str, tuple[int, bytes]]:
-    found: dict[str, tuple[int, bytes]] = {}
-    for path in sorted(top.rglob("*")):
-        data = path.read_bytes() if path.is_file() and not path.is_symlink() else b""
-        found[str(path.relative_to(top))] = (path.lstat().st_mode, data)
-    return found
-
-
 def test_a_directory_world_cassette_is_amplified_on_real_files_and_its_variants_replay(
     tmp_path: Path,
 ) -> None:
     cassette = _recorded(tmp_path, "add_contact")
     recorded_root = cassette.workspace.root
-    outside = _snapshot(tmp_path / "rec")
+    outside = tree_snapshot(tmp_path / "rec")
     amplified, report = amplify(cassette, REGISTRY)
     assert report.ok, report.replay_differences
     variants = [v for i in amplified.interactions for v in i.variants]
@@ -120,7 +113,7 @@ def test_a_directory_world_cassette_is_amplified_on_real_files_and_its_variants_
     # Spelt as recorded: the world's temporary root never reaches a cassette.
     assert all(v.result.data["database"] == f"{recorded_root}/crm.db" for v in ran if v.result.ok)
     assert replay_variants(amplified, REGISTRY).differences == ()
-    assert _snapshot(tmp_path / "rec") == outside
+    assert tree_snapshot(tmp_path / "rec") == outside
 
 
 def test_the_walk_runs_in_the_world_replay_chooses(tmp_path: Path) -> None:
@@ -149,7 +142,7 @@ def test_a_variant_that_reached_beyond_its_world_is_dropped_and_says_why(
     tmp_path: Path, tool_name: str, says: str
 ) -> None:
     cassette = _recorded(tmp_path, tool_name)
-    outside = _snapshot(tmp_path / "rec")
+    outside = tree_snapshot(tmp_path / "rec")
     amplified, report = amplify(cassette, REGISTRY)
     assert report.ok, report.replay_differences
     reached = [d for d in report.dropped if "reached beyond its world" in d.reason]
@@ -160,4 +153,4 @@ def test_a_variant_that_reached_beyond_its_world_is_dropped_and_says_why(
     assert all(v.arguments.get("name") != "" for v in kept)
     assert kept, "the other variants are still recorded"
     assert replay_variants(amplified, REGISTRY).differences == ()
-    assert _snapshot(tmp_path / "rec") == outside
+    assert tree_snapshot(tmp_path / "rec") == outside

@@ -6,7 +6,6 @@ no cell writes outside its world."""
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 
 import directory_cell_tools as tools
 import pytest
+from trees import tree_snapshot
 
 from pytest_toolguard import SQLiteAuditStore, ToolCall, ToolRuntime
 from pytest_toolguard.faults import (
@@ -103,23 +103,6 @@ def _remove(top: Path) -> None:
     top.rmdir()
 
 
-def _snapshot(top: Path) -> dict[str, tuple[int, bytes]]:
-    """Every entry under ``top``: its mode and bytes (a link's target)."""
-    entries: dict[str, tuple[int, bytes]] = {}
-    for directory, subdirs, names in os.walk(top):
-        for name in subdirs + names:
-            path = os.path.join(directory, name)
-            st = os.lstat(path)
-            if stat.S_ISLNK(st.st_mode):
-                data = os.fsencode(os.readlink(path))
-            elif stat.S_ISREG(st.st_mode):
-                data = Path(path).read_bytes()
-            else:
-                data = b""
-            entries[os.path.relpath(path, top)] = (st.st_mode, data)
-    return entries
-
-
 @pytest.fixture
 def parent(tmp_path: Path) -> Iterator[Path]:
     """Where the cells' worlds are made: it holds a decoy tree of its own,
@@ -128,9 +111,9 @@ def parent(tmp_path: Path) -> Iterator[Path]:
     (where / "proj2").mkdir(parents=True)
     (where / "proj2" / "keep.txt").write_text("keep\n")
     (where / "secret.txt").write_text("secret\n")
-    before = _snapshot(where)
+    before = tree_snapshot(where)
     yield where
-    assert _snapshot(where) == before
+    assert tree_snapshot(where) == before
     assert not [name for name in os.listdir(where) if name.startswith(WORLD_PREFIX)]
 
 

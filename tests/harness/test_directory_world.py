@@ -65,25 +65,6 @@ def _record(
     return path, workspace
 
 
-def _snapshot(top: Path) -> dict[str, tuple[int, bytes]]:
-    """Every entry under ``top``: its mode and bytes (a link's target)."""
-    entries: dict[str, tuple[int, bytes]] = {}
-    if not top.exists():
-        return entries
-    for directory, subdirs, names in os.walk(top):
-        for name in subdirs + names:
-            path = os.path.join(directory, name)
-            st = os.lstat(path)
-            if stat.S_ISLNK(st.st_mode):
-                data = os.fsencode(os.readlink(path))
-            elif stat.S_ISREG(st.st_mode):
-                data = Path(path).read_bytes()
-            else:
-                data = b""
-            entries[os.path.relpath(path, top)] = (st.st_mode, data)
-    return entries
-
-
 def _git_repository(workspace: Path) -> None:
     """A workspace that is a git repository with one commit, before recording."""
     (workspace / "README.md").write_text("hello\n")

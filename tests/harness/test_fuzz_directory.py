@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from trees import tree_snapshot
 
 from pytest_toolguard.capabilities import Risk
 from pytest_toolguard.fuzz import Problem, check_call, fuzz_tool
@@ -91,16 +92,6 @@ def append_link_followed(ctx: Any, path: str, text: str) -> dict[str, Any]:
     return _append(spelt, text)
 
 
-def _snapshot(top: Path) -> dict[str, tuple[int, bytes]]:
-    """Every entry under ``top``: its mode and, for a file, its bytes."""
-    found: dict[str, tuple[int, bytes]] = {}
-    for path in sorted(top.rglob("*")):
-        st = path.lstat()
-        data = path.read_bytes() if path.is_file() and not path.is_symlink() else b""
-        found[str(path.relative_to(top))] = (st.st_mode, data)
-    return found
-
-
 @pytest.fixture
 def temporary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The temporary directory worlds are made in, with a decoy file in it;
@@ -116,12 +107,12 @@ def temporary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_a_correct_directory_tool_is_fuzzed_with_no_false_positive_and_nothing_outside(
     spec: ToolSpec, temporary: Path
 ) -> None:
-    before = _snapshot(temporary)
+    before = tree_snapshot(temporary)
     report = fuzz_tool(spec, examples=EXAMPLES, seed=3)
     assert report.failures == (), report.format()
     assert report.skipped is None
     assert report.handler_calls > 0
-    assert _snapshot(temporary) == before  # every world and container removed, decoy intact
+    assert tree_snapshot(temporary) == before  # every world and container removed, decoy intact
 
 
 @pytest.mark.parametrize(
@@ -138,13 +129,13 @@ def test_a_correct_directory_tool_is_fuzzed_with_no_false_positive_and_nothing_o
 def test_a_twin_reaching_outside_is_one_outside_change(
     spec: ToolSpec, arguments: dict[str, Any], temporary: Path
 ) -> None:
-    before = _snapshot(temporary)
+    before = tree_snapshot(temporary)
     failures = check_call(spec, arguments)
     problems = {failure.problem for failure in failures}
     assert Problem.OUTSIDE_CHANGED in problems, failures
     detail = next(f.detail for f in failures if f.problem is Problem.OUTSIDE_CHANGED)
     assert f"{FUZZ_ROOT}/" in detail  # spelt as the fuzz world spells it, not the temp path
-    assert _snapshot(temporary) == before
+    assert tree_snapshot(temporary) == before
     assert check_call(append_checked, arguments) == ()
 
 

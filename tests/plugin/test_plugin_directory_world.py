@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 import directory_tools
 import pytest
 from directory_tools import CAPS, REGISTRY
+from trees import tree_snapshot
 
 from pytest_toolguard import SQLiteAuditStore, ToolCall, ToolRuntime
 from pytest_toolguard.harness.directory_world import world_directories
@@ -54,17 +54,6 @@ def _git_repository(workspace: Path) -> None:
 
 def _notes(workspace: Path) -> None:
     (workspace / "notes.txt").write_text("one\ntwo\n")
-
-
-def _snapshot(top: Path) -> dict[str, tuple[int, bytes]]:
-    entries: dict[str, tuple[int, bytes]] = {}
-    for directory, subdirs, names in os.walk(top):
-        for name in subdirs + names:
-            path = os.path.join(directory, name)
-            st = os.lstat(path)
-            data = Path(path).read_bytes() if stat.S_ISREG(st.st_mode) else b""
-            entries[os.path.relpath(path, top)] = (st.st_mode, data)
-    return entries
 
 
 @pytest.fixture
@@ -110,12 +99,12 @@ def test_directory_world_cassettes_replay_green_twice_and_change_nothing_outside
         "recorded parent": project,
         "cassettes": pytester.path / "cassettes",
     }
-    before = {name: _snapshot(top) for name, top in watched.items()}
+    before = {name: tree_snapshot(top) for name, top in watched.items()}
     assert list(world_directories()) == []
     for _ in range(2):
         result = pytester.runpytest("--toolguard-replay", *NO_XDIST)
         result.assert_outcomes(passed=3)
-    assert {name: _snapshot(top) for name, top in watched.items()} == before
+    assert {name: tree_snapshot(top) for name, top in watched.items()} == before
     assert os.listdir(project) == []  # no recorded root made again
     assert list(world_directories()) == []
 

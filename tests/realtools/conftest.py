@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from sessions import snapshot
+from trees import tree_snapshot
 
 from pytest_toolguard.harness.directory_world import world_directories
 
@@ -26,7 +26,10 @@ class Surroundings:
     recorded: Path
 
     def snapshots(self) -> dict[str, dict[str, tuple[int, bytes]]]:
-        return {"decoys": snapshot(self.decoys), "recorded parent": snapshot(self.recorded)}
+        return {
+            "decoys": tree_snapshot(self.decoys),
+            "recorded parent": tree_snapshot(self.recorded),
+        }
 
     def worlds_left(self) -> list[str]:
         return list(world_directories(str(self.temporary)))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -173,22 +172,3 @@ def _with_root(value: Any, root: str) -> Any:
 def delete(workspace: Path) -> None:
     """The recorded root and the directory made for it, gone."""
     shutil.rmtree(workspace.parent)
-
-
-def snapshot(top: Path) -> dict[str, tuple[int, bytes]]:
-    """Every entry under ``top``: its mode and bytes (a link's target)."""
-    entries: dict[str, tuple[int, bytes]] = {}
-    if not top.exists():
-        return entries
-    for directory, subdirs, names in os.walk(top):
-        for name in subdirs + names:
-            path = os.path.join(directory, name)
-            st = os.lstat(path)
-            if stat.S_ISLNK(st.st_mode):
-                data = os.fsencode(os.readlink(path))
-            elif stat.S_ISREG(st.st_mode):
-                data = Path(path).read_bytes()
-            else:
-                data = b""
-            entries[os.path.relpath(path, top)] = (st.st_mode, data)
-    return entries

@@ -15,6 +15,7 @@ import pytest
 import real_tools
 import sessions
 from sessions import SESSIONS, git_environment, record
+from trees import tree_snapshot
 
 from pytest_toolguard.replay import load, replay
 
@@ -79,11 +80,11 @@ def test_pytest_toolguard_replay_replays_every_real_tool_with_its_root_deleted(
     ]
     for workspace in workspaces:
         sessions.delete(workspace)
-    watched = {**surroundings.snapshots(), "cassettes": sessions.snapshot(cassettes)}
+    watched = {**surroundings.snapshots(), "cassettes": tree_snapshot(cassettes)}
     with git_environment():
         result = pytester.runpytest("--toolguard-replay", *NO_XDIST)
     result.assert_outcomes(passed=len(SESSIONS))
-    assert {**surroundings.snapshots(), "cassettes": sessions.snapshot(cassettes)} == watched
+    assert {**surroundings.snapshots(), "cassettes": tree_snapshot(cassettes)} == watched
     assert not any(workspace.exists() for workspace in workspaces)
     assert surroundings.worlds_left() == []
 
