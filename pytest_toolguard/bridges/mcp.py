@@ -479,10 +479,11 @@ def from_mcp_command(
     (added to the SDK's default environment) and ``cwd`` is the root of
     the world a call runs in. One server per world, started on its first
     call and again after it died; at a call's deadline the request is
-    cancelled and a server that does not answer a ping within a second is
-    killed with its children. ``BridgeError`` (naming the command, what it
-    wrote, its stderr's end) for a server that does not start, exits, or
-    does not speak MCP within ``startup_timeout`` seconds."""
+    cancelled (``notifications/cancelled``), the next call goes to a new
+    server, and the old one is killed with its children a second later.
+    ``BridgeError`` (naming the command, what it wrote, its stderr's end)
+    for a server that does not start, exits, or does not speak MCP within
+    ``startup_timeout`` seconds."""
     from .mcp_stdio import from_mcp_command as started  # the SDK only when asked
 
     return started(

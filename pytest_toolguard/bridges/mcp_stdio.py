@@ -56,7 +56,7 @@ STARTUP_SECONDS = 30.0
 
 KILL_AFTER_SECONDS = 1.0
 """After a call's deadline (``notifications/cancelled`` sent), how long the
-server has to answer a ping before it is killed with its children."""
+server may go on before it is killed with its children."""
 
 STDERR_TAIL = 4096
 """The bytes of a server's stderr an error shows (its last ones)."""
@@ -180,12 +180,13 @@ class StdioServer:
             await session.initialize()
 
     def _not_started(self, exc: BaseException | None) -> BridgeError:
-        if isinstance(exc, OSError):
-            why = f"cannot be started: {exc.strerror or exc}"
-        elif self._first_garbage is not None:
+        exc = _leaf(exc)
+        if self._first_garbage is not None:
             why = f"does not speak MCP on stdout; it wrote {self._first_garbage!r}"
         elif isinstance(exc, TimeoutError):
             why = f"did not answer initialize within {self._startup_timeout:g} s"
+        elif isinstance(exc, OSError):
+            why = f"cannot be started: {exc.strerror or exc}"
         elif self.closed.is_set() or exc is None:
             why = "exited before answering initialize"
         else:
@@ -193,7 +194,8 @@ class StdioServer:
         self.kill()
         tail = self.stderr_tail()
         return BridgeError(
-            f"MCP server {self.label} {why}" + (f"; its stderr ends: {tail}" if tail else "")
+            " ".join(f"MCP server {self.label} {why}".split())
+            + (f"; its stderr ends: {tail}" if tail else "")
         )
 
     def stop(self) -> None:
@@ -218,11 +220,13 @@ class StdioServer:
                 os.kill(pid, signal.SIGKILL)
 
     def stderr_tail(self) -> str:
-        """The last ``STDERR_TAIL`` bytes the server wrote to stderr."""
+        """The last ``STDERR_TAIL`` bytes the server wrote to stderr, on one
+        line (its lines joined with `` | ``)."""
         with contextlib.suppress(OSError, ValueError):
             size = self._stderr.seek(0, os.SEEK_END)
             self._stderr.seek(max(0, size - STDERR_TAIL))
-            return self._stderr.read().decode("utf-8", "replace").strip()
+            text = self._stderr.read().decode("utf-8", "replace")
+            return " | ".join(line.strip() for line in text.splitlines() if line.strip())
         return ""
 
     # -- calls
@@ -240,6 +244,23 @@ class StdioServer:
             return future.result()
         except concurrent.futures.CancelledError as exc:
             raise self.died() from exc
+        except BaseException:
+            # Interrupted while waiting (inline isolation's deadline): the
+            # request is abandoned (the SDK says notifications/cancelled) and
+            # a server that no longer answers is killed a bound later.
+            future.cancel()
+            with contextlib.suppress(RuntimeError):
+                asyncio.run_coroutine_threadsafe(self._retire(), self._loop)
+            raise
+
+    async def _retire(self) -> None:
+        """After an abandoned call: no new call comes here (the next one
+        starts a new server), and ``KILL_AFTER_SECONDS`` later the server
+        is killed with its children, whatever it is doing (its work on
+        the call may go on after a cancellation: nothing shows it ended)."""
+        self.closed.set()
+        await anyio.sleep(KILL_AFTER_SECONDS)
+        self.kill()
 
     def died(self) -> MCPServerDied:
         tail = self.stderr_tail()
@@ -267,8 +288,8 @@ class StdioServer:
     ) -> dict[str, Any]:
         """The ``CallToolResult`` wire dict of one call. When ``cancelled``
         is set first (the deadline passed): the request is abandoned (the
-        SDK sends ``notifications/cancelled``), and a server that does not
-        answer a ping within ``KILL_AFTER_SECONDS`` is killed."""
+        SDK sends ``notifications/cancelled``) and the server retired
+        (``_retire``)."""
 
         async def called(session: ClientSession) -> Any:
             answer: list[Any] = []
@@ -286,10 +307,7 @@ class StdioServer:
                 group.cancel_scope.cancel()
             if answer:
                 return answer[0]
-            with anyio.move_on_after(KILL_AFTER_SECONDS):
-                await session.send_ping()
-                return None
-            self.kill()
+            await self._retire()
             return None
 
         try:
@@ -341,6 +359,8 @@ class StdioServers:
         handler's thread), started (again) if needed."""
         key = f"{root}\0{_mount_namespace()}"
         with self._lock:
+            for gone in [k for k in self._servers if not os.path.isdir(k.partition("\0")[0])]:
+                self._servers.pop(gone).stop()  # its world ended: nothing will call it again
             server = self._servers.get(key)
             if server is not None and server.closed.is_set():
                 server.stop()
@@ -360,12 +380,15 @@ class StdioServers:
         """The handler sending a call to ``name`` on its world's server."""
 
         def call_mcp_command_tool(ctx: Any, **arguments: Any) -> Any:
+            cancelled = getattr(ctx, "cancelled", None)
+            if cancelled is not None and cancelled.is_set():  # the deadline passed already
+                raise MCPServerDied(f"MCP server {self.label}: the call's deadline passed")
             root = os.fspath(ctx.workspace.root)
             try:
                 server = self.of(root)
             except BridgeError as exc:
                 raise MCPServerDied(str(exc)) from None
-            wire = server.call(name, arguments, getattr(ctx, "cancelled", None))
+            wire = server.call(name, arguments, cancelled)
             ok, data, message = call_tool_outcome(wire)
             if not ok:
                 raise MCPToolError(message or "the tool reported an error")
@@ -443,6 +466,15 @@ def _input_of(exc: Exception) -> str:
                     text = value if isinstance(value, str) else value.decode("utf-8", "replace")
                     return text[:FIRST_BYTES]
     return str(exc)[:FIRST_BYTES]
+
+
+def _leaf(exc: BaseException | None) -> BaseException | None:
+    """The first error an exception group (a task group's) holds, itself otherwise."""
+    inner = getattr(exc, "exceptions", None)
+    while inner:
+        exc = inner[0]
+        inner = getattr(exc, "exceptions", None)
+    return exc
 
 
 def _mount_namespace() -> str:

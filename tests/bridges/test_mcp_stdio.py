@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import select
 import shutil
-import signal
 import sys
 import warnings
 from collections.abc import Iterator
@@ -178,8 +177,207 @@ def test_a_correct_server_passes_every_cell_of_the_full_matrix(
     path, workspace = record(files, FILE_CALLS, tmp_path)
     shutil.rmtree(workspace.parent)
     outcomes = matrix(files, path)
-    assert failed(outcomes) == [], '\n'.join(failed(outcomes))
+    assert failed(outcomes) == [], "\n".join(failed(outcomes))
     passed = {o.fault for o in outcomes if o.status == "pass"}
     assert {"path_traversal", "timeout", "process_killed", "disk_failure"} <= passed
     assert all(o.problems for o in outcomes if o.status == "n/a")
     assert list(world_directories(str(tmp_path / "tmp"))) == []
+
+
+def test_fuzzing_a_correct_server_finds_nothing(files: ToolRegistry) -> None:
+    for name in ("read_note", "write_note"):
+        report = fuzz_tool(
+            files.get(name), examples=5, seed=0, registry=files, timeout_seconds=60.0
+        )
+        assert [(f.problem, f.detail, f.arguments) for f in report.failures] == []
+        assert report.skipped is None and report.handler_calls > 0
+
+
+TIME = [PYTHON, "-m", "mcp_server_time", "--local-timezone", "UTC"]
+TIME_CALLS = (
+    (
+        "convert_time",
+        {"source_timezone": "Europe/Warsaw", "time": "12:00", "target_timezone": "Asia/Kolkata"},
+    ),
+)
+
+
+def test_mcp_server_time_over_stdio_records_replays_and_passes_the_matrix(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("mcp_server_time")
+    registry = ToolRegistry(quiet_specs(TIME))
+    assert {spec.name for spec in registry} >= {"convert_time", "get_current_time"}
+    path, workspace = record(registry, TIME_CALLS, tmp_path, setup=None)
+    shutil.rmtree(workspace.parent)
+    report = replay(load(path), registry)
+    assert report.ok, [(d, r.message) for d in report.differences for r in report.results][:3]
+    outcomes = matrix(registry, path)
+    assert failed(outcomes) == [], "\n".join(failed(outcomes))
+    assert any(o.status == "pass" for o in outcomes)
+    assert list(world_directories(str(tmp_path / "tmp"))) == []
+
+
+# -- servers that misbehave ----------------------------------------------------------
+
+MISBEHAVING = [PYTHON, str(SERVERS / "misbehaving_server.py")]
+DEADLINE = 0.5
+
+
+@pytest.fixture(scope="module")
+def misbehaving() -> ToolRegistry:
+    return ToolRegistry(quiet_specs(MISBEHAVING))
+
+
+@pytest.fixture(params=["no world", "directory world"])
+def place(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Where the calls run: a plain workspace (as when recording), or a
+    directory world (as when replaying or testing)."""
+    if request.param == "no world":
+        root = tmp_path / "ws"
+        root.mkdir()
+        yield str(root)
+        return
+    with DirectoryWorld(WorkspaceState(root=str(tmp_path / "recorded" / "proj"))) as world:
+        yield world.root
+
+
+def _runtime(registry: ToolRegistry, root: str) -> tuple[ToolRuntime, SQLiteAuditStore]:
+    store = SQLiteAuditStore(":memory:")
+    runtime = ToolRuntime(registry, root, CAPS, store, timeouts={"stall": DEADLINE})
+    return runtime, store
+
+
+def test_a_stalled_server_is_killed_at_the_deadline_plus_the_bound_and_answers_timeout(
+    misbehaving: ToolRegistry, place: str
+) -> None:
+    from pytest_toolguard.bridges.mcp_stdio import KILL_AFTER_SECONDS
+
+    runtime, store = _runtime(misbehaving, place)
+    with runtime:
+        first = runtime.execute(ToolCall("1", "pid", {}))
+        assert first.ok
+        server = int(first.data["result"])
+        stalled = runtime.execute(ToolCall("2", "stall", {"seconds": 3600}))
+        assert stalled.code is ErrorCode.TIMEOUT
+        assert _ended(server, DEADLINE + KILL_AFTER_SECONDS + 10.0)
+        assert not _running(server)
+        again = runtime.execute(ToolCall("3", "pid", {}))  # a new server, started again
+        assert again.ok and int(again.data["result"]) != server
+        assert runtime.execute(ToolCall("4", "hello", {"name": "x"})).data == {"result": "hello x"}
+    states = [row.state.value for row in store.rows()]
+    assert "RUNNING" not in states and states.count("TIMED_OUT") == 1
+
+
+@pytest.mark.parametrize("code", [0, 3, 137])
+def test_a_server_dying_mid_call_answers_a_stable_code_and_no_running_row(
+    misbehaving: ToolRegistry, place: str, code: int
+) -> None:
+    runtime, store = _runtime(misbehaving, place)
+    with runtime:
+        server = int(runtime.execute(ToolCall("1", "pid", {})).data["result"])
+        died = runtime.execute(ToolCall("2", "die", {"code": code}))
+        assert died.code is ErrorCode.EXECUTION_ERROR
+        assert "exited during the call" in died.message
+        assert _ended(server, 10.0)
+        again = runtime.execute(ToolCall("3", "hello", {"name": "y"}))
+        assert again.ok and again.data == {"result": "hello y"}
+    states = [row.state.value for row in store.rows()]
+    assert states == ["SUCCEEDED", "FAILED", "SUCCEEDED"]
+
+
+def test_what_a_server_started_dies_with_the_world(
+    misbehaving: ToolRegistry, tmp_path: Path
+) -> None:
+    with DirectoryWorld(WorkspaceState(root=str(tmp_path / "recorded" / "proj"))) as world:
+        runtime, _store = _runtime(misbehaving, world.root)
+        with runtime:
+            server = int(runtime.execute(ToolCall("1", "pid", {})).data["result"])
+            spawned = runtime.execute(ToolCall("2", "spawn", {}))
+            assert spawned.ok, spawned.message
+            children = [int(pid) for pid in spawned.data["result"]]
+            assert all(_running(pid) for pid in [server, *children])
+    for pid in [server, *children]:
+        assert _ended(pid, 10.0), pid
+        assert not _running(pid)
+
+
+def test_a_server_whose_world_directory_is_gone_is_stopped(
+    misbehaving: ToolRegistry, tmp_path: Path
+) -> None:
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    runtime, _store = _runtime(misbehaving, str(gone))
+    with runtime:
+        server = int(runtime.execute(ToolCall("1", "pid", {})).data["result"])
+    shutil.rmtree(gone)
+    other = tmp_path / "other"
+    other.mkdir()
+    runtime, _store = _runtime(misbehaving, str(other))
+    with runtime:
+        assert runtime.execute(ToolCall("1", "hello", {"name": "z"})).ok
+    assert _ended(server, 10.0)
+
+
+# -- servers that are not servers: one error line -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "says"),
+    [
+        pytest.param(
+            [PYTHON, str(SERVERS / "garbage_server.py")],
+            ["does not speak MCP", "Welcome to the notes server", "starting up"],
+            id="garbage",
+        ),
+        pytest.param(
+            [PYTHON, "-c", "import sys; sys.stderr.write('bad config\\nline two\\n'); sys.exit(2)"],
+            ["exited before answering initialize", "bad config | line two"],
+            id="exits-at-once",
+        ),
+        pytest.param(["no-such-mcp-server-anywhere", "--flag"], ["not found"], id="not-found"),
+        pytest.param(
+            [str(SERVERS / "garbage_server.py")], ["cannot be started"], id="not-executable"
+        ),
+        pytest.param(
+            [PYTHON, "-c", "import time; time.sleep(120)"],
+            ["did not answer initialize within 1 s"],
+            id="silent",
+        ),
+        pytest.param(
+            [PYTHON, "-c", 'import sys; sys.stdout.write(\'{"jsonrpc": "1.0"}\\n\'); input()'],
+            ["does not speak MCP", "jsonrpc"],
+            id="wrong-json",
+        ),
+    ],
+)
+def test_a_command_that_gives_no_mcp_server_is_one_bridge_error_line(
+    command: list[str], says: list[str]
+) -> None:
+    before = _servers_running()
+    with pytest.raises(BridgeError) as raised:
+        from_mcp_command(command, startup_timeout=1.0)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert command[0] in message
+    for part in says:
+        assert part in message
+    assert _servers_running() - before == set()
+
+
+def _servers_running() -> set[int]:
+    """The processes carrying a server's marker (what from_mcp_command started)."""
+    found = set()
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/environ", "rb") as handle:
+                if b"TOOLGUARD_MCP_SERVER=" in handle.read() and _running(int(name)):
+                    found.add(int(name))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_string_command_is_refused() -> None:
+    with pytest.raises(BridgeError):
+        from_mcp_command("python server.py")  # type: ignore[arg-type]

@@ -46,7 +46,7 @@ def die(code: int) -> str:
 def spawn() -> list[int]:
     """Starts a child, and a grandchild in a session of its own; their pids."""
     child = subprocess.Popen(["sleep", "300"])
-    script = "sleep 300 & echo $!"
+    script = "sleep 300 >/dev/null 2>&1 & echo $!"
     grandchild = subprocess.run(
         ["setsid", "sh", "-c", script], capture_output=True, text=True, check=True
     )
