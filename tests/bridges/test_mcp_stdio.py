@@ -38,6 +38,7 @@ from pytest_toolguard.harness.directory_world import (  # noqa: E402
 )
 from pytest_toolguard.replay import load, record_session, replay  # noqa: E402
 from pytest_toolguard.replay.cassette import WorkspaceState  # noqa: E402
+from pytest_toolguard.replay.root_map import ROOT_PLACEHOLDER  # noqa: E402
 
 SERVERS = Path(__file__).resolve().parent.parent / "mcp_servers"
 PYTHON = sys.executable
@@ -141,6 +142,7 @@ def _running(pid: int) -> bool:
 
 PATHS = {
     "read_note": [PathAccess.read("{path}")],
+    "read_at": [PathAccess.read("{path}")],
     "write_note": [PathAccess.write("{path}")],
 }
 """The agent developer's view: the paths each tool reaches, declared."""
@@ -152,7 +154,8 @@ def files(request: pytest.FixtureRequest) -> ToolRegistry:
 
 
 def test_the_servers_tools_are_mapped_as_an_in_process_servers(files: ToolRegistry) -> None:
-    assert {spec.name: (spec.risk, spec.idempotent, spec.world) for spec in files} == {
+    mapped = {spec.name: (spec.risk, spec.idempotent, spec.world) for spec in files}
+    assert {name: mapped[name] for name in ("read_note", "write_note")} == {
         "read_note": (Risk.READ, False, "directory"),
         "write_note": (Risk.WRITE, True, "directory"),
     }
@@ -182,6 +185,25 @@ def test_a_correct_server_passes_every_cell_of_the_full_matrix(
     assert {"path_traversal", "timeout", "process_killed", "disk_failure"} <= passed
     assert all(o.problems for o in outcomes if o.status == "n/a")
     assert list(world_directories(str(tmp_path / "tmp"))) == []
+
+
+def test_an_absolute_path_argument_is_recorded_with_the_root_placeholder_and_mapped_on_replay(
+    tmp_path: Path,
+) -> None:
+    registry = ToolRegistry(from_mcp_command(COMMANDS["python"], paths=PATHS))
+    workspace = tmp_path / "recorded" / "proj"
+    calls = (("read_at", {"path": f"{workspace}/notes/a.md"}),)
+    path, workspace = record(registry, calls, tmp_path)
+    text = path.read_text()
+    assert f"path: '{ROOT_PLACEHOLDER}/notes/a.md'" in text
+    assert text.count(str(workspace)) == 1  # the recorded root, said once
+    shutil.rmtree(workspace.parent)
+    report = replay(load(path), registry)
+    assert report.ok, [(d, r.message) for d in report.differences for r in report.results][:3]
+    assert report.results[0].data == {"result": "first\n"}
+    outcomes = matrix(registry, path)
+    assert failed(outcomes) == [], "\n".join(failed(outcomes))
+    assert not workspace.exists()
 
 
 def test_fuzzing_a_correct_server_finds_nothing(files: ToolRegistry) -> None:

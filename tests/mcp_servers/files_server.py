@@ -45,6 +45,15 @@ def read_note(path: str) -> str:
         return stream.read(1_000_000).decode("utf-8", "replace")
 
 
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False))
+def read_at(path: str) -> str:
+    """Read a note named by its absolute path (inside the notes' root)."""
+    prefix = ROOT.rstrip("/") + "/"
+    if not path.startswith(prefix):
+        raise ValueError(f"{path}: not inside {ROOT}")
+    return read_note(path[len(prefix) :])
+
+
 @server.tool(
     annotations=ToolAnnotations(destructiveHint=False, openWorldHint=False, idempotentHint=True)
 )
