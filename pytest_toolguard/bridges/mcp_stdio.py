@@ -34,7 +34,7 @@ import threading
 import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import IO, Any
+from typing import IO, Any, TextIO, cast
 
 import anyio
 from mcp.client.session import ClientSession
@@ -142,7 +142,8 @@ class StdioServer:
     async def _main(self) -> None:
         self._stop = asyncio.Event()
         try:
-            async with stdio_client(self._params, errlog=self._stderr) as (read, write):
+            errlog = cast(TextIO, self._stderr)  # a file with a descriptor is what it needs
+            async with stdio_client(self._params, errlog=errlog) as (read, write):
                 relay_send, relay_receive = anyio.create_memory_object_stream[Any](0)
                 async with anyio.create_task_group() as group:
                     group.start_soon(self._relay, read, relay_send)
