@@ -105,6 +105,9 @@ class StdioServer:
         self._stop: asyncio.Event | None = None
         self._session: ClientSession | None = None
         self._first_garbage: str | None = None
+        self._flight_lock = threading.Lock()
+        self._in_flight: dict[concurrent.futures.Future[Any], threading.Event] = {}
+        self._wake = asyncio.Event()
         self.closed = threading.Event()
         """Set once the server's connection ended (it exited, was killed or stopped)."""
 
@@ -147,6 +150,7 @@ class StdioServer:
                 relay_send, relay_receive = anyio.create_memory_object_stream[Any](0)
                 async with anyio.create_task_group() as group:
                     group.start_soon(self._relay, read, relay_send)
+                    group.start_soon(self._watcher)
                     async with ClientSession(relay_receive, write) as session:
                         await self._initialize(session)
                         self._session = session
@@ -232,8 +236,14 @@ class StdioServer:
 
     # -- calls
 
-    def submit(self, make: Callable[[ClientSession], Any]) -> Any:
-        """``await make(session)`` on the server's loop, from any thread."""
+    def submit(
+        self, make: Callable[[ClientSession], Any], cancelled: threading.Event | None = None
+    ) -> Any:
+        """``await make(session)`` on the server's loop, from any thread.
+        When ``cancelled`` is set first (the call's deadline passed), or the
+        wait is interrupted (inline isolation's deadline), the request is
+        abandoned (the SDK sends ``notifications/cancelled``) and the
+        server retired (``_retire``)."""
         session = self._session
         if session is None or self.closed.is_set():
             raise MCPServerDied(f"MCP server {self.label} is not running")
@@ -241,18 +251,53 @@ class StdioServer:
             future = asyncio.run_coroutine_threadsafe(make(session), self._loop)
         except RuntimeError as exc:  # its loop ended
             raise MCPServerDied(f"MCP server {self.label} is not running") from exc
+        if cancelled is not None:
+            self._watch(future, cancelled)
         try:
             return future.result()
         except concurrent.futures.CancelledError as exc:
+            if cancelled is not None and cancelled.is_set():
+                raise MCPServerDied(
+                    f"MCP server {self.label}: the call was cancelled at its deadline"
+                ) from None
             raise self.died() from exc
         except BaseException:
-            # Interrupted while waiting (inline isolation's deadline): the
-            # request is abandoned (the SDK says notifications/cancelled) and
-            # a server that no longer answers is killed a bound later.
             future.cancel()
-            with contextlib.suppress(RuntimeError):
-                asyncio.run_coroutine_threadsafe(self._retire(), self._loop)
+            self._abandoned()
             raise
+
+    def _watch(self, future: concurrent.futures.Future[Any], cancelled: threading.Event) -> None:
+        """Cancel ``future`` once ``cancelled`` is set (checked by one task
+        per server, every ``_WATCH_SECONDS`` while calls are in flight)."""
+        with self._flight_lock:
+            self._in_flight[future] = cancelled
+            wake = len(self._in_flight) == 1
+        future.add_done_callback(self._landed)
+        if wake:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._wake.set)
+
+    def _landed(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._flight_lock:
+            self._in_flight.pop(future, None)
+
+    async def _watcher(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while True:
+                with self._flight_lock:
+                    flights = list(self._in_flight.items())
+                if not flights:
+                    break
+                for future, cancelled in flights:
+                    if cancelled.is_set() and future.cancel():
+                        self._abandoned()
+                await asyncio.sleep(_WATCH_SECONDS)
+
+    def _abandoned(self) -> None:
+        with contextlib.suppress(RuntimeError):
+            asyncio.run_coroutine_threadsafe(self._retire(), self._loop)
 
     async def _retire(self) -> None:
         """After an abandoned call: no new call comes here (the next one
@@ -287,40 +332,19 @@ class StdioServer:
     def call(
         self, name: str, arguments: Mapping[str, Any], cancelled: threading.Event | None
     ) -> dict[str, Any]:
-        """The ``CallToolResult`` wire dict of one call. When ``cancelled``
-        is set first (the deadline passed): the request is abandoned (the
-        SDK sends ``notifications/cancelled``) and the server retired
-        (``_retire``)."""
+        """The ``CallToolResult`` wire dict of one call (see ``submit``)."""
 
         async def called(session: ClientSession) -> Any:
-            answer: list[Any] = []
-            async with anyio.create_task_group() as group:
-
-                async def watch() -> None:
-                    while cancelled is not None and not cancelled.is_set():
-                        await anyio.sleep(_WATCH_SECONDS)
-                    if cancelled is not None:
-                        group.cancel_scope.cancel()
-
-                if cancelled is not None:
-                    group.start_soon(watch)
-                answer.append(await session.call_tool(name, dict(arguments)))
-                group.cancel_scope.cancel()
-            if answer:
-                return answer[0]
-            await self._retire()
-            return None
+            return await session.call_tool(name, dict(arguments))
 
         try:
-            result = self.submit(called)
+            result = self.submit(called, cancelled)
         except MCPServerDied:
             raise
         except Exception as exc:
             if self.closed.is_set() or _is_closed(exc):
                 raise self.died() from exc
             raise
-        if result is None:
-            raise MCPServerDied(f"MCP server {self.label}: the call was cancelled at its deadline")
         return result_wire(result)
 
 
@@ -360,13 +384,13 @@ class StdioServers:
         handler's thread), started (again) if needed."""
         key = f"{root}\0{_mount_namespace()}"
         with self._lock:
-            for gone in [k for k in self._servers if not os.path.isdir(k.partition("\0")[0])]:
-                self._servers.pop(gone).stop()  # its world ended: nothing will call it again
             server = self._servers.get(key)
             if server is not None and server.closed.is_set():
                 server.stop()
                 server = None
             if server is None:
+                for gone in [k for k in self._servers if not os.path.isdir(k.partition("\0")[0])]:
+                    self._servers.pop(gone).stop()  # its world ended: nothing will call it again
                 server = self._servers[key] = self.start(root)
             return server
 
