@@ -262,8 +262,9 @@ class StdioServer:
                 ) from None
             raise self.died() from exc
         except BaseException:
-            future.cancel()
-            self._abandoned()
+            if not future.done():  # interrupted while waiting, not the call's own error
+                future.cancel()
+                self._abandoned()
             raise
 
     def _watch(self, future: concurrent.futures.Future[Any], cancelled: threading.Event) -> None:
@@ -296,8 +297,11 @@ class StdioServer:
                 await asyncio.sleep(_WATCH_SECONDS)
 
     def _abandoned(self) -> None:
-        with contextlib.suppress(RuntimeError):
-            asyncio.run_coroutine_threadsafe(self._retire(), self._loop)
+        retiring = self._retire()
+        try:
+            asyncio.run_coroutine_threadsafe(retiring, self._loop)
+        except RuntimeError:  # its loop ended: the server with it
+            retiring.close()
 
     async def _retire(self) -> None:
         """After an abandoned call: no new call comes here (the next one
@@ -381,8 +385,9 @@ class StdioServers:
     def of(self, root: str) -> StdioServer:
         """The running server of ``root``'s world as the calling thread sees
         it (its mount namespace: a full-disk fault mounts one for the
-        handler's thread), started (again) if needed."""
-        key = f"{root}\0{_mount_namespace()}"
+        handler's thread), started (again) if needed; a forked process
+        (process isolation) gets its own, as it has no loop thread."""
+        key = f"{root}\0{_mount_namespace()}\0{os.getpid()}"
         with self._lock:
             server = self._servers.get(key)
             if server is not None and server.closed.is_set():

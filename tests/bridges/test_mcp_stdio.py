@@ -264,18 +264,26 @@ def place(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield world.root
 
 
-def _runtime(registry: ToolRegistry, root: str) -> tuple[ToolRuntime, SQLiteAuditStore]:
+def _runtime(
+    registry: ToolRegistry, root: str, isolation: Any = "thread"
+) -> tuple[ToolRuntime, SQLiteAuditStore]:
     store = SQLiteAuditStore(":memory:")
-    runtime = ToolRuntime(registry, root, CAPS, store, timeouts={"stall": DEADLINE})
+    runtime = ToolRuntime(
+        registry, root, CAPS, store, timeouts={"stall": DEADLINE}, isolation=isolation
+    )
     return runtime, store
 
 
+@pytest.mark.parametrize("isolation", ["thread", "inline"])
 def test_a_stalled_server_is_killed_at_the_deadline_plus_the_bound_and_answers_timeout(
-    misbehaving: ToolRegistry, place: str
+    misbehaving: ToolRegistry, place: str, isolation: str
 ) -> None:
+    """Thread mode sets ``ctx.cancelled`` at the deadline; inline mode
+    interrupts the handler's wait: either way the request is cancelled and
+    the server killed a bound later."""
     from pytest_toolguard.bridges.mcp_stdio import KILL_AFTER_SECONDS
 
-    runtime, store = _runtime(misbehaving, place)
+    runtime, store = _runtime(misbehaving, place, isolation)
     with runtime:
         first = runtime.execute(ToolCall("1", "pid", {}))
         assert first.ok
@@ -322,6 +330,25 @@ def test_what_a_server_started_dies_with_the_world(
     for pid in [server, *children]:
         assert _ended(pid, 10.0), pid
         assert not _running(pid)
+
+
+def test_in_a_directory_world_the_server_is_the_worlds_process(
+    misbehaving: ToolRegistry, tmp_path: Path
+) -> None:
+    """Started from the first call's handler run, so the world's
+    ``ChildProcesses`` starts it: it carries the world's marker (killed with
+    the world) and the recorded time where libfaketime is installed."""
+    from pytest_toolguard.harness.child_processes import MARKER
+
+    with DirectoryWorld(WorkspaceState(root=str(tmp_path / "recorded" / "proj"))) as world:
+        runtime, _store = _runtime(misbehaving, world.root)
+        with runtime:
+            server = int(runtime.execute(ToolCall("1", "pid", {})).data["result"])
+            with open(f"/proc/{server}/environ", "rb") as handle:
+                environ = handle.read().split(b"\0")
+            assert any(entry.startswith(f"{MARKER}={world.around}#".encode()) for entry in environ)
+            assert [p.pid for p in world.processes.started] == [server]
+    assert _ended(server, 10.0)
 
 
 def test_a_server_whose_world_directory_is_gone_is_stopped(
