@@ -30,7 +30,7 @@ from pytest_toolguard import (  # noqa: E402
 )
 from pytest_toolguard.bridges.definitions import BridgeError  # noqa: E402
 from pytest_toolguard.bridges.mcp import from_mcp_command  # noqa: E402
-from pytest_toolguard.faults import BUILTIN_FAULTS, run_cell, targets  # noqa: E402
+from pytest_toolguard.faults import BUILTIN_FAULTS, run_cell, select_faults, targets  # noqa: E402
 from pytest_toolguard.fuzz import fuzz_tool  # noqa: E402
 from pytest_toolguard.harness.directory_world import (  # noqa: E402
     DirectoryWorld,
@@ -204,6 +204,30 @@ def test_an_absolute_path_argument_is_recorded_with_the_root_placeholder_and_map
     outcomes = matrix(registry, path)
     assert failed(outcomes) == [], "\n".join(failed(outcomes))
     assert not workspace.exists()
+
+
+@pytest.mark.parametrize(
+    ("fault", "contained"), [("path_traversal", True), ("symlink_escape", False)]
+)
+def test_a_leaky_twin_is_caught_in_the_authors_view(
+    tmp_path: Path, fault: str, contained: bool
+) -> None:
+    """The author's view (no paths declared): the payloads reach the server
+    and the world's oracles see it read outside. The agent developer's view
+    (paths declared): the policy refuses a traversal before the server, but
+    a link swapped in during the call only the server itself can refuse
+    (the correct server passes that cell: the full matrix above)."""
+    leaky = [*COMMANDS["python"], "--leaky"]
+    authors = ToolRegistry(quiet_specs(leaky, tools=["read_note"]))
+    developers = ToolRegistry(from_mcp_command(leaky, paths=PATHS, tools=["read_note"]))
+    path, workspace = record(developers, FILE_CALLS[:1], tmp_path)
+    shutil.rmtree(workspace.parent)
+    (chosen,) = select_faults(fault)
+    (target,) = targets(load(path), developers, str(path))
+    caught = run_cell(chosen, target, authors)
+    assert caught.status == "fail", caught
+    in_the_developers_view = run_cell(chosen, target, developers)
+    assert in_the_developers_view.status == ("pass" if contained else "fail")
 
 
 def test_fuzzing_a_correct_server_finds_nothing(files: ToolRegistry) -> None:

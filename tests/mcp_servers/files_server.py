@@ -13,6 +13,9 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import ToolAnnotations
 
 ROOT = sys.argv[1]
+LEAKY = "--leaky" in sys.argv[2:]
+"""The twin with a planted bug: ``read_note`` joins the path to the root
+and opens it, following ``..`` and links wherever they lead."""
 server = MCPServer("files")
 
 
@@ -36,6 +39,9 @@ def _parent_fd(path: str) -> tuple[int, str]:
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False))
 def read_note(path: str) -> str:
     """Read a note (a path relative to the notes' root)."""
+    if LEAKY:
+        with open(os.path.join(ROOT, path), encoding="utf-8", errors="replace") as stream:
+            return stream.read()
     fd, name = _parent_fd(path)
     try:
         handle = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
