@@ -34,6 +34,9 @@ server's own ``call_tool``. ``call_tool_outcome`` maps the
 is the text blocks, ``structuredContent`` is the data (else the text, else
 the content blocks).
 
+``from_mcp_command(command)`` wraps a server started as a command (any
+language), spoken to over stdio (``bridges.mcp_stdio``).
+
 ``read_jsonrpc_log(text)`` reads a JSON-RPC log (one message per line, or
 a JSON array): ``tools/call`` requests and their responses.
 """

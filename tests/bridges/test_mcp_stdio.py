@@ -454,3 +454,26 @@ def _servers_running() -> set[int]:
 def test_a_string_command_is_refused() -> None:
     with pytest.raises(BridgeError):
         from_mcp_command("python server.py")  # type: ignore[arg-type]
+
+
+def test_a_thread_serving_the_world_is_never_a_thread_left_running() -> None:
+    """A server's loop thread lives as long as its world, across calls: the
+    oracles of threads left running pass it over, and only it."""
+    import threading
+
+    from pytest_toolguard.harness.probes import ThreadWatch, serving_the_world, still_working
+
+    watch = ThreadWatch()
+    stop = threading.Event()
+    served = threading.Thread(target=stop.wait, name="served")
+    plain = threading.Thread(target=stop.wait, name="plain")
+    serving_the_world(served)
+    served.start()
+    plain.start()
+    try:
+        assert watch.leftover(0.0) == ["plain"]
+        assert not still_working(served) and still_working(plain)
+    finally:
+        stop.set()
+        served.join()
+        plain.join()
