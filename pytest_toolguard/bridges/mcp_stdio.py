@@ -453,7 +453,8 @@ def from_mcp_command(
     if isinstance(command, (str, bytes)) or not command:
         raise BridgeError("from_mcp_command: the command is a list of its words, not empty")
     servers = StdioServers(command, env=env, cwd=cwd, startup_timeout=startup_timeout)
-    if shutil.which(servers.command[0]) is None and not os.path.exists(servers.command[0]):
+    program = servers.command[0]
+    if WORKSPACE not in program and shutil.which(program) is None and not os.path.exists(program):
         raise BridgeError(f"MCP server {servers.label} cannot be started: command not found")
     listing_root = tempfile.mkdtemp(prefix="toolguard-mcp-list-")
     try:
