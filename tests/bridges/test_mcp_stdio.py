@@ -477,3 +477,44 @@ def test_a_thread_serving_the_world_is_never_a_thread_left_running() -> None:
         stop.set()
         served.join()
         plain.join()
+
+
+# -- the plugin: pytest --toolguard-replay --toolguard-faults=all -------------------------
+
+PLUGIN_REGISTRY = """
+import warnings
+from pytest_toolguard import PathAccess, ToolRegistry
+from pytest_toolguard.bridges.mcp import from_mcp_command
+
+PATHS = {{
+    "read_note": [PathAccess.read("{{path}}")],
+    "write_note": [PathAccess.write("{{path}}")],
+}}
+
+
+def registry():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ToolRegistry(from_mcp_command({command!r}, paths=PATHS))
+"""
+
+
+def test_the_plugin_replays_and_runs_every_cell_of_a_stdio_servers_cassette(
+    pytester: pytest.Pytester, tmp_path: Path, _own_temporary: Path
+) -> None:
+    pytester.makeini("[pytest]\npythonpath = .\ntoolguard_registry = stdio_registry:registry\n")
+    command = COMMANDS["node"]
+    (pytester.path / "stdio_registry.py").write_text(PLUGIN_REGISTRY.format(command=command))
+    registry = ToolRegistry(from_mcp_command(command, paths=PATHS))
+    path, workspace = record(registry, FILE_CALLS, tmp_path)
+    shutil.rmtree(workspace.parent)
+    (pytester.path / "cassettes").mkdir()
+    shutil.copy(path, pytester.path / "cassettes" / "notes.yaml")
+    before = _servers_running()
+    result = pytester.runpytest(
+        "--toolguard-replay", "--toolguard-faults=all", "-p", "no:xdist", "-p", "no:randomly"
+    )
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) == 0 and outcomes["passed"] > 20, result.stdout.str()[-3000:]
+    assert list(world_directories(str(_own_temporary))) == []
+    assert _servers_running() - before == set()
