@@ -107,7 +107,6 @@ class StdioServer:
         self._first_garbage: str | None = None
         self._flight_lock = threading.Lock()
         self._in_flight: dict[concurrent.futures.Future[Any], threading.Event] = {}
-        self._wake = asyncio.Event()
         self.closed = threading.Event()
         """Set once the server's connection ended (it exited, was killed or stopped)."""
 
@@ -269,14 +268,11 @@ class StdioServer:
 
     def _watch(self, future: concurrent.futures.Future[Any], cancelled: threading.Event) -> None:
         """Cancel ``future`` once ``cancelled`` is set (checked by one task
-        per server, every ``_WATCH_SECONDS`` while calls are in flight)."""
+        per server every ``_WATCH_SECONDS``: waking the loop for each call
+        cost more than the checks)."""
         with self._flight_lock:
             self._in_flight[future] = cancelled
-            wake = len(self._in_flight) == 1
         future.add_done_callback(self._landed)
-        if wake:
-            with contextlib.suppress(RuntimeError):
-                self._loop.call_soon_threadsafe(self._wake.set)
 
     def _landed(self, future: concurrent.futures.Future[Any]) -> None:
         with self._flight_lock:
@@ -284,17 +280,12 @@ class StdioServer:
 
     async def _watcher(self) -> None:
         while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while True:
-                with self._flight_lock:
-                    flights = list(self._in_flight.items())
-                if not flights:
-                    break
-                for future, cancelled in flights:
-                    if cancelled.is_set() and future.cancel():
-                        self._abandoned()
-                await asyncio.sleep(_WATCH_SECONDS)
+            with self._flight_lock:
+                flights = list(self._in_flight.items())
+            for future, cancelled in flights:
+                if cancelled.is_set() and future.cancel():
+                    self._abandoned()
+            await asyncio.sleep(_WATCH_SECONDS)
 
     def _abandoned(self) -> None:
         retiring = self._retire()
