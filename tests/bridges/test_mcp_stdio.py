@@ -159,7 +159,8 @@ def test_the_servers_tools_are_mapped_as_an_in_process_servers(files: ToolRegist
         "read_note": (Risk.READ, False, "directory"),
         "write_note": (Risk.WRITE, True, "directory"),
     }
-    assert files.get("write_note").input_schema["required"] == ["path", "text"]
+    write_note = files.get("write_note")
+    assert write_note is not None and write_note.input_schema["required"] == ["path", "text"]
 
 
 def test_a_correct_server_replays_twice_with_its_recorded_root_deleted(
@@ -232,9 +233,9 @@ def test_a_leaky_twin_is_caught_in_the_authors_view(
 
 def test_fuzzing_a_correct_server_finds_nothing(files: ToolRegistry) -> None:
     for name in ("read_note", "write_note"):
-        report = fuzz_tool(
-            files.get(name), examples=5, seed=0, registry=files, timeout_seconds=60.0
-        )
+        spec = files.get(name)
+        assert spec is not None
+        report = fuzz_tool(spec, examples=5, seed=0, registry=files, timeout_seconds=60.0)
         assert [(f.problem, f.detail, f.arguments) for f in report.failures] == []
         assert report.skipped is None and report.handler_calls > 0
 
@@ -453,7 +454,7 @@ def _servers_running() -> set[int]:
 
 def test_a_string_command_is_refused() -> None:
     with pytest.raises(BridgeError):
-        from_mcp_command("python server.py")  # type: ignore[arg-type]
+        from_mcp_command("python server.py")  # a str is a Sequence[str]: refused at run time
 
 
 def test_a_thread_serving_the_world_is_never_a_thread_left_running() -> None:
