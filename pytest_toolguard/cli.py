@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 from . import options as options_names
 from .cli_mcp import UsageError as UsageError
-from .cli_mcp import add_command_option, add_mcp_command, command_registry
+from .cli_mcp import add_command_option, add_mcp_command, command_registry, tools_from
 from .documents import MAX_DOCUMENT_BYTES, DocumentRefused, parse_yaml, read_text
 
 USAGE_ERROR = 2
@@ -336,8 +336,8 @@ def _import(options: argparse.Namespace, passthrough: list[str]) -> int:
             output=options.output,
             capabilities=capabilities,
             root=options.root,
-            recorded_by=f"toolguard import {options.format} {options.file} --registry "
-            f"{options.registry} --workspace {options.workspace} -o {options.output}",
+            recorded_by=f"toolguard import {options.format} {options.file} {tools_from(options)} "
+            f"--workspace {options.workspace} -o {options.output}",
             progress=progress,
         )
     except BridgeError as exc:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import os
 import shlex
 import sys
@@ -141,23 +142,22 @@ def server_registry(
     """The ``ToolRegistry`` of the server ``command`` starts; a server that
     cannot be started or listed is a ``UsageError``, one line."""
     from .bridges import BridgeError, BridgeWarning
+    from .bridges.mcp import from_mcp_command
     from .registry import ToolRegistry
 
     if not command:
         raise UsageError("no server command: put it after --, e.g. -- python server.py {workspace}")
-    try:
-        from .bridges.mcp import from_mcp_command  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:  # pragma: no cover - an install without the stdio bridge
-        raise UsageError("this install cannot start MCP servers over stdio") from None
     options: dict[str, Any] = {} if timeout is None else {"startup_timeout": timeout}
     shown = shlex.join(command)
+    quiet_sdk_logs()
     try:
-        with warnings.catch_warnings():
-            if paths is None:  # the author's view leaves paths undeclared on purpose
-                warnings.simplefilter("ignore", BridgeWarning)
+        with warnings.catch_warnings():  # a path left undeclared is the view chosen
+            warnings.simplefilter("ignore", BridgeWarning)
             specs = from_mcp_command(list(command), paths=paths, **options)
-    except (BridgeError, OSError, ValueError, TimeoutError) as exc:
-        raise UsageError(_one_line(f"{shown}: {exc}")) from None
+    except (BridgeError, OSError, ValueError, TimeoutError) as exc:  # it names the command
+        raise UsageError(_one_line(str(exc) or f"{shown}: {type(exc).__name__}")) from None
+    except ImportError as exc:  # the SDK, an extra
+        raise UsageError(f"{exc}: pip install 'pytest-toolguard[mcp]'") from None
     if paths is None:
         specs = [_anywhere_inside(spec) for spec in specs]
     if paths:
@@ -168,11 +168,21 @@ def server_registry(
     return ToolRegistry(specs)
 
 
+def quiet_sdk_logs() -> None:
+    """The SDK logs a server's unreadable line with its traceback; the
+    command says what went wrong in one line of its own instead."""
+    sdk = logging.getLogger("mcp")
+    if not sdk.handlers:
+        sdk.addHandler(logging.NullHandler())
+        sdk.propagate = False
+
+
 def _anywhere_inside(spec: Any) -> Any:
     """In the author's view a tool that may write may write anything in its
     workspace: only what it reached outside is held against it (no argument
     is checked, so the faults' escapes reach the server)."""
-    from .registry import PathAccess, Risk
+    from .capabilities import Risk
+    from .registry import PathAccess
 
     if spec.risk is Risk.READ or spec.paths:
         return spec
@@ -193,21 +203,28 @@ def command_of(options: argparse.Namespace, passthrough: Sequence[str]) -> list[
     return list(given or passthrough)
 
 
+def tools_from(options: argparse.Namespace) -> str:
+    """How ``import`` was told where the tools are, for ``recorded_by``."""
+    if getattr(options, "server", None):
+        return f"--command {shlex.quote(shlex.join(options.server))}"
+    return f"--registry {options.registry}"
+
+
 def command_registry(
     options: argparse.Namespace, passthrough: Sequence[str], transcript: Any
 ) -> Any:
     """The registry ``import`` re-executes against when a server command is
     given (None when not): every tool the transcript names must be one of
     the server's."""
-    command = command_of(options, passthrough)
+    command = options.server = command_of(options, passthrough)
     if not command:
         return None
     registry = server_registry(command, declared_paths(options.path))
-    unknown_tools(transcript, registry, options.file, shlex.join(command))
+    unknown_tools(transcript, registry, options.file)
     return registry
 
 
-def unknown_tools(transcript: Any, registry: Any, log: str, shown: str) -> None:
+def unknown_tools(transcript: Any, registry: Any, log: str) -> None:
     """``UsageError`` naming the first call of a tool the server lacks."""
     from .bridges.transcript import registry_name
     from .redaction import Redactor
@@ -216,7 +233,7 @@ def unknown_tools(transcript: Any, registry: Any, log: str, shown: str) -> None:
         if registry_name(call.tool_name, registry) not in registry:
             said = Redactor().redact_text(call.tool_name)
             raise UsageError(
-                f"{log} {call.where}: tool {said!r} is not one of {shown}'s tools "
+                f"{log} {call.where}: tool {said!r} is not one of the server's tools "
                 f"({', '.join(registry.names()) or 'none'})"
             )
 
@@ -247,11 +264,14 @@ def run_check(options: argparse.Namespace, command: list[str]) -> int:
     shown = shlex.join(command)
     view = "the agent developer's view (paths declared)" if paths else "the author's view"
     out = [f"{shown}: {len(registry)} tool(s): {', '.join(registry.names())}; {view}"]
-    found, body = False, {"command": shown, "tools": registry.names(), "paths_declared": bool(paths)}
+    found, body = (
+        False,
+        {"command": shown, "tools": registry.names(), "paths_declared": bool(paths)},
+    )
     cassette, source = None, options.cassette or options.calls
     with tempfile.TemporaryDirectory(prefix="toolguard-mcp-check-") as scratch:
         if transcript is not None:
-            unknown_tools(transcript, registry, options.calls, shown)
+            unknown_tools(transcript, registry, options.calls)
             cassette, lines, imported_clean = _imported(transcript, registry, options, scratch)
             out += lines
             found |= not imported_clean
@@ -354,8 +374,13 @@ def _imported(
 
 def _replayed(cassette: Any, registry: Any) -> list[str]:
     from .replay.player import replay
+    from .replay.report import show
 
-    return [str(difference) for difference in replay(cassette, registry, world="directory").differences]
+    return [
+        f"{difference.where}: {difference.field}: recorded {show(difference.recorded)}, "
+        f"replayed {show(difference.replayed)}"
+        for difference in replay(cassette, registry, world="directory").differences
+    ]
 
 
 def _matrix(cassette: Any, registry: Any, source: str, faults: Sequence[Any], parent: str) -> Any:
@@ -366,7 +391,9 @@ def _matrix(cassette: Any, registry: Any, source: str, faults: Sequence[Any], pa
     for target in targets(cassette, registry, source, "directory"):
         for fault in faults:
             cells.append(
-                run_cell(fault, target, registry, prefixes=prefixes, world="directory", parent=parent)
+                run_cell(
+                    fault, target, registry, prefixes=prefixes, world="directory", parent=parent
+                )
             )
     return MatrixReport.of((fault.name for fault in faults), cells)
 
