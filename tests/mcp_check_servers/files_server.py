@@ -5,7 +5,8 @@ read_file, write_file and list_dir under the root given as its argument.
 from ROOT's descriptor, refusing ``..``, absolute paths and links, so a
 link swapped in later is never followed. ``files_server.py ROOT
 --unconfined`` is its twin with a planted bug: it opens ``ROOT/path`` as
-given, so ``../x`` or a link leads out.
+given, so ``../x`` or a link leads out. The confined one never serves a
+``.env`` file (the fuzzer plants one in the workspace).
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ def _parent_fd(path: str) -> tuple[int, str]:
     names = [name for name in path.split("/") if name not in ("", ".")]
     if not names or ".." in names:
         raise Refused(f"{path}: outside the workspace")
+    if names[-1].lower().startswith(".env"):  # secrets are never served
+        raise Refused(f"{path}: a secrets file")
     fd = os.open(ROOT, os.O_RDONLY | os.O_DIRECTORY)
     try:
         for name in names[:-1]:
