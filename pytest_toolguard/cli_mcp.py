@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import shlex
-import sys
 import tempfile
 import warnings
 from collections.abc import Callable, Sequence
@@ -79,13 +78,24 @@ def add_mcp_command(command: Callable[..., Any]) -> None:
     )
     sub.add_argument("--report", help=f"write the report ({' or '.join(REPORT_SUFFIXES)})")
     add_path_option(sub)
-    sub.add_argument(
-        "--startup-timeout", type=float, help="seconds the server may take to answer initialize"
-    )
 
 
 def add_path_option(parser: argparse.ArgumentParser) -> None:
-    """``--path TOOL=TEMPLATE[:MODE]``, repeatable: the agent developer's view."""
+    """How the server is started (``--cwd``, ``--env``, ``--startup-timeout``)
+    and ``--path TOOL=TEMPLATE[:MODE]``, repeatable: the agent developer's view."""
+    parser.add_argument(
+        "--cwd", help="the server's working directory ({workspace}: the world's root)"
+    )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an environment variable for the server (repeat; {workspace} is filled in)",
+    )
+    parser.add_argument(
+        "--startup-timeout", type=float, help="seconds the server may take to answer initialize"
+    )
     parser.add_argument(
         "--path",
         action="append",
@@ -114,6 +124,17 @@ def add_command_option(parser: argparse.ArgumentParser) -> None:
 # -- the server ---------------------------------------------------------------
 
 
+def environment(given: Sequence[str]) -> dict[str, str] | None:
+    """``--env`` values as a mapping; None for none."""
+    pairs = {}
+    for text in given:
+        name, equals, value = text.partition("=")
+        if not equals or not name:
+            raise UsageError(f"--env {text!r}: expected NAME=VALUE")
+        pairs[name] = value
+    return pairs or None
+
+
 def declared_paths(given: Sequence[str]) -> dict[str, list[Any]] | None:
     """``--path`` values as ``from_mcp_command``'s ``paths``; None for none."""
     from .registry import PathAccess
@@ -137,9 +158,10 @@ def declared_paths(given: Sequence[str]) -> dict[str, list[Any]] | None:
 
 
 def server_registry(
-    command: Sequence[str], paths: dict[str, list[Any]] | None, timeout: float | None = None
+    command: Sequence[str], paths: dict[str, list[Any]] | None, options: argparse.Namespace
 ) -> Any:
-    """The ``ToolRegistry`` of the server ``command`` starts; a server that
+    """The ``ToolRegistry`` of the server ``command`` starts (with
+    ``options``' ``--cwd``, ``--env``, ``--startup-timeout``); a server that
     cannot be started or listed is a ``UsageError``, one line."""
     from .bridges import BridgeError, BridgeWarning
     from .bridges.mcp import from_mcp_command
@@ -147,13 +169,15 @@ def server_registry(
 
     if not command:
         raise UsageError("no server command: put it after --, e.g. -- python server.py {workspace}")
-    options: dict[str, Any] = {} if timeout is None else {"startup_timeout": timeout}
+    started: dict[str, Any] = {"cwd": options.cwd, "env": environment(options.env)}
+    if options.startup_timeout is not None:
+        started["startup_timeout"] = options.startup_timeout
     shown = shlex.join(command)
     quiet_sdk_logs()
     try:
         with warnings.catch_warnings():  # a path left undeclared is the view chosen
             warnings.simplefilter("ignore", BridgeWarning)
-            specs = from_mcp_command(list(command), paths=paths, **options)
+            specs = from_mcp_command(list(command), paths=paths, **started)
     except (BridgeError, OSError, ValueError, TimeoutError) as exc:  # it names the command
         raise UsageError(_one_line(str(exc) or f"{shown}: {type(exc).__name__}")) from None
     except ImportError as exc:  # the SDK, an extra
@@ -219,7 +243,7 @@ def command_registry(
     command = options.server = command_of(options, passthrough)
     if not command:
         return None
-    registry = server_registry(command, declared_paths(options.path))
+    registry = server_registry(command, declared_paths(options.path), options)
     unknown_tools(transcript, registry, options.file)
     return registry
 
@@ -260,10 +284,12 @@ def run_check(options: argparse.Namespace, command: list[str]) -> int:
     paths = declared_paths(options.path)
     transcript = _transcript(options.calls) if options.calls else None
     cassette_text = _read(options.cassette) if options.cassette else None
-    registry = server_registry(command, paths, options.startup_timeout)
+    registry = server_registry(command, paths, options)
     shown = shlex.join(command)
     view = "the agent developer's view (paths declared)" if paths else "the author's view"
     out = [f"{shown}: {len(registry)} tool(s): {', '.join(registry.names())}; {view}"]
+    if not any("{workspace}" in part for part in [*command, options.cwd or ""]):
+        out.append("note: no {workspace} in the command or --cwd: the server works where it runs")
     found, body = (
         False,
         {"command": shown, "tools": registry.names(), "paths_declared": bool(paths)},
@@ -310,6 +336,7 @@ def run_check(options: argparse.Namespace, command: list[str]) -> int:
             found |= bool(report.failures)
         body["fuzz"] = [report.as_dict() for report in fuzzed]
     out.append("problems found" if found else "clean")
+    body["clean"] = not found
     print("\n".join(out))
     if options.report:
         _write_report(options.report, matrix, body, out)
@@ -418,7 +445,7 @@ def _write_report(path: str, matrix: Any, body: dict[str, Any], summary: list[st
     try:
         write_atomically(Path(path), text, new_mode=SHARED_MODE)
     except OSError as exc:
-        print(f"toolguard: cannot write {path}: {exc.strerror}", file=sys.stderr)
+        raise UsageError(f"cannot write {path}: {exc.strerror}") from None
 
 
 def _one_line(message: str) -> str:

@@ -150,6 +150,11 @@ BAD_INPUTS = {
         "mcp", "check", "--path", "read_file", "--", *FILES,
     ],
     "--fuzz 0": lambda t, log: ["mcp", "check", "--fuzz", "0", "--", *FILES],
+    "--env without =": lambda t, log: ["mcp", "check", "--env", "ROOT", "--", *FILES],
+    "report cannot be written": lambda t, log: [
+        "mcp", "check", "--calls", log, "--faults", "timeout", "--report", f"{os.devnull}/r.md",
+        "--", *FILES,
+    ],
     "not a cassette": lambda t, log: ["mcp", "check", "--cassette", log, "--", *FILES],
     "import: command not found": lambda t, log: [
         "import", "mcp", log, "--workspace", str(t), "-o", str(t / "c.yaml"),
