@@ -122,7 +122,7 @@ class StdioServer:
         finally:
             # asyncio's child watcher may wait for the process on a thread of its own.
             for thread in set(threading.enumerate()) - before:
-                if thread.name.startswith("waitpid-"):
+                if "waitpid" in thread.name:  # asyncio-waitpid-N
                     serving_the_world(thread)
         return self
 
@@ -336,14 +336,17 @@ class StdioServers:
         ).start()
 
     def of(self, root: str) -> StdioServer:
-        """The running server of ``root``'s world, started (again) if needed."""
+        """The running server of ``root``'s world as the calling thread sees
+        it (its mount namespace: a full-disk fault mounts one for the
+        handler's thread), started (again) if needed."""
+        key = f"{root}\0{_mount_namespace()}"
         with self._lock:
-            server = self._servers.get(root)
+            server = self._servers.get(key)
             if server is not None and server.closed.is_set():
                 server.stop()
                 server = None
             if server is None:
-                server = self._servers[root] = self.start(root)
+                server = self._servers[key] = self.start(root)
             return server
 
     def close(self) -> None:
@@ -440,6 +443,14 @@ def _input_of(exc: Exception) -> str:
                     text = value if isinstance(value, str) else value.decode("utf-8", "replace")
                     return text[:FIRST_BYTES]
     return str(exc)[:FIRST_BYTES]
+
+
+def _mount_namespace() -> str:
+    """The calling thread's mount namespace (a private one is per thread)."""
+    try:
+        return os.readlink(f"/proc/self/task/{threading.get_native_id()}/ns/mnt")
+    except OSError:
+        return ""
 
 
 def _is_closed(exc: BaseException) -> bool:
