@@ -305,35 +305,13 @@ def run_check(options: argparse.Namespace, command: list[str]) -> int:
             cassette = _cassette(cassette_text, options.cassette)
         matrix = None
         if cassette is not None:
-            replayed = _replayed(cassette, registry)
-            out.append(
-                f"replay: {len(cassette.interactions)} call(s), "
-                + (f"{len(replayed)} difference(s)" if replayed else "as recorded")
-            )
-            out += [f"  differs: {_one_line(line)}" for line in replayed[:SHOWN_FAILURES]]
-            body["replay_differences"] = replayed
-            matrix = _matrix(cassette, registry, source, faults, scratch)
-            counts = matrix.counts()
-            out.append(
-                f"matrix: {len(matrix.cells)} cell(s): {counts['pass']} pass, "
-                f"{counts['fail']} fail, {counts['n/a']} n/a"
-            )
-            failed = [cell for cell in matrix.cells if cell.status == "fail"]
-            for cell in failed[:SHOWN_FAILURES]:
-                why = "; ".join(_one_line(problem) for problem in cell.problems[:2])
-                out.append(f"  fail: {cell.interaction}. {cell.tool} x {cell.fault}: {why[:300]}")
-            found |= bool(replayed or failed)
+            matrix, lines, failing = _cells(cassette, registry, source, faults, scratch, body)
+            out += lines
+            found |= failing
         examples = options.fuzz or (None if cassette is not None else DEFAULT_FUZZ_EXAMPLES)
         fuzzed = _fuzzed(registry, examples, options.seed) if examples else []
-        for report in fuzzed:
-            state = (
-                f"skipped ({report.skipped})"
-                if report.skipped
-                else f"{len(report.failures)} problem(s)"
-            )
-            out.append(f"fuzz {report.tool}: {report.valid_calls} valid call(s), {state}")
-            out += [f"  {_one_line(failure.format())[:300]}" for failure in report.failures]
-            found |= bool(report.failures)
+        out += _fuzz_lines(fuzzed)
+        found |= any(report.failures for report in fuzzed)
         body["fuzz"] = [report.as_dict() for report in fuzzed]
     out.append("problems found" if found else "clean")
     body["clean"] = not found
@@ -341,6 +319,51 @@ def run_check(options: argparse.Namespace, command: list[str]) -> int:
     if options.report:
         _write_report(options.report, matrix, body, out)
     return FOUND if found else CLEAN
+
+
+def _cells(
+    cassette: Any,
+    registry: Any,
+    source: str,
+    faults: Sequence[Any],
+    scratch: str,
+    body: dict[str, Any],
+) -> tuple[Any, list[str], bool]:
+    """The cassette replayed, then its fault matrix: (the matrix, summary
+    lines, whether anything differed or failed)."""
+    replayed = _replayed(cassette, registry)
+    lines = [
+        f"replay: {len(cassette.interactions)} call(s), "
+        + (f"{len(replayed)} difference(s)" if replayed else "as recorded")
+    ]
+    lines += [f"  differs: {_one_line(line)}" for line in replayed[:SHOWN_FAILURES]]
+    body["replay_differences"] = replayed
+    matrix = _matrix(cassette, registry, source, faults, scratch)
+    counts = matrix.counts()
+    lines.append(
+        f"matrix: {len(matrix.cells)} cell(s): {counts['pass']} pass, "
+        f"{counts['fail']} fail, {counts['n/a']} n/a"
+    )
+    failed = [cell for cell in matrix.cells if cell.status == "fail"]
+    for cell in failed[:SHOWN_FAILURES]:
+        why = "; ".join(_one_line(problem) for problem in cell.problems[:2])
+        lines.append(f"  fail: {cell.interaction}. {cell.tool} x {cell.fault}: {why[:300]}")
+    if len(failed) > SHOWN_FAILURES:
+        lines.append(f"  and {len(failed) - SHOWN_FAILURES} more failing cell(s) (--report)")
+    return matrix, lines, bool(replayed or failed)
+
+
+def _fuzz_lines(fuzzed: Sequence[Any]) -> list[str]:
+    lines = []
+    for report in fuzzed:
+        state = (
+            f"skipped ({report.skipped})"
+            if report.skipped
+            else f"{len(report.failures)} problem(s)"
+        )
+        lines.append(f"fuzz {report.tool}: {report.valid_calls} valid call(s), {state}")
+        lines += [f"  {_one_line(failure.format())[:300]}" for failure in report.failures]
+    return lines
 
 
 def _read(path: str) -> str:
