@@ -23,6 +23,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import shlex
 import tempfile
 import warnings
@@ -345,8 +346,10 @@ def _cells(
         f"{counts['fail']} fail, {counts['n/a']} n/a"
     )
     failed = [cell for cell in matrix.cells if cell.status == "fail"]
+    # Each cell's world is a fresh directory in the scratch one: named alike.
+    world = re.compile(re.escape(scratch) + r"/toolguard-world-[^/]+")
     for cell in failed[:SHOWN_FAILURES]:
-        why = "; ".join(_one_line(problem) for problem in cell.problems[:2])
+        why = world.sub("<world>", "; ".join(_one_line(p) for p in cell.problems[:2]))
         lines.append(f"  fail: {cell.interaction}. {cell.tool} x {cell.fault}: {why[:300]}")
     if len(failed) > SHOWN_FAILURES:
         lines.append(f"  and {len(failed) - SHOWN_FAILURES} more failing cell(s) (--report)")

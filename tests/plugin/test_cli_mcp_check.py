@@ -219,6 +219,7 @@ def test_the_authors_view_catches_the_unconfined_twin(
     failed = [line for line in out.splitlines() if line.strip().startswith("fail:")]
     reading = [line for line in failed if f"read_file x {fault}" in line]
     assert reading and "outside" in reading[0], out
+    assert "toolguard-world-" not in out  # a cell's fresh world is <world>
 
 
 @pytest.mark.parametrize("fault", ["path_traversal", "symlink_escape"])
