@@ -58,6 +58,10 @@ def add_mcp_command(command: Callable[..., Any]) -> None:
         "{workspace} in the command is the root of the world each call runs in.",
         run_check,
     )
+    sub.usage = (
+        "toolguard mcp check [--cassette C | --calls LOG [--workspace DIR]] [--faults all|NAMES]"
+        " [--fuzz N] [--report FILE] [--path TOOL=TEMPLATE[:MODE]] ... -- COMMAND ..."
+    )
     sub.add_argument("action", choices=("check",), help="check: the one action")
     given = sub.add_mutually_exclusive_group()
     given.add_argument("--cassette", help="a cassette of this server's calls to replay")

@@ -91,6 +91,7 @@ def test_the_help_names_every_option_and_an_example(capsys: pytest.CaptureFixtur
         assert option in shown
     assert "--path" in shown and "TOOL=TEMPLATE" in shown
     assert "-- python server.py {workspace}" in shown  # the example
+    assert "-- COMMAND ..." in shown  # the usage line
     assert "exit 0 clean, 1 a problem found, 2 a usage error" in " ".join(shown.split())
 
 
