@@ -54,6 +54,11 @@ ROWS = (
     ),
     Row("directory_cell_empty", "directory-world cell / empty pytest test", 10.0),
     Row("directory_fake_cell", "directory-world cell / fake-world cell", 2.0),
+    Row(
+        "mcp_stdio_guard_bare",
+        "stdio call through the guard / same call through the bare SDK client",
+        1.2,
+    ),
     Row("redaction_adversarial", "worst adversarial 100 KB / plain 100 KB (redaction)", 5.0),
     Row(
         "load_10k",

@@ -19,17 +19,14 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from . import options as options_names
+from .cli_mcp import UsageError as UsageError
+from .cli_mcp import add_command_option, add_mcp_command, command_registry, tools_from
 from .documents import MAX_DOCUMENT_BYTES, DocumentRefused, parse_yaml, read_text
-from .errors import ToolguardError
 
 USAGE_ERROR = 2
 
 FORMATS = ("claude-code", "openai-chat", "openai-responses", "anthropic", "mcp")
 DEFAULT_HOOK_AUDIT = ".toolguard/audit.db"
-
-
-class UsageError(ToolguardError):
-    """A mistake in what the command was given: printed as one line, exit 2."""
 
 
 # -- entry point --------------------------------------------------------------
@@ -126,6 +123,7 @@ def _parser() -> argparse.ArgumentParser:
         "it or the session's root mapped there); if it changes anyway, no cassette is written",
     )
     sub.add_argument("-o", "--output", required=True, help="the cassette to write")
+    add_command_option(sub)
     sub.add_argument(
         "--allow-risk",
         action="append",
@@ -222,6 +220,8 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument("action", choices=("check", "upgrade"))
     sub.add_argument("files", nargs="+")
 
+    add_mcp_command(command)
+
     sub = command(
         "hook",
         "a Claude Code / Agent SDK hook command: reads the hook's JSON on stdin",
@@ -290,7 +290,7 @@ def reader(format: str) -> Callable[[str], Any]:
     return readers[format]
 
 
-def _import(options: argparse.Namespace, _: list[str]) -> int:
+def _import(options: argparse.Namespace, passthrough: list[str]) -> int:
     from .bridges import BridgeError
     from .bridges.transcript import IMPORT_CAPABILITIES, transcript_to_cassette, undecodable
     from .capabilities import Capabilities
@@ -298,7 +298,8 @@ def _import(options: argparse.Namespace, _: list[str]) -> int:
     transcript = reader(options.format)(_read(options.file))
     if (bad_text := undecodable(transcript)) is not None:
         raise UsageError(f"{options.file}: {bad_text}: it cannot be recorded as it is")
-    registry = _load_registry(options.registry)
+    registry = command_registry(options, passthrough, transcript)
+    registry = _load_registry(options.registry) if registry is None else registry
     capabilities = IMPORT_CAPABILITIES
     if options.allow_risk or options.write_root:
         try:
@@ -335,8 +336,8 @@ def _import(options: argparse.Namespace, _: list[str]) -> int:
             output=options.output,
             capabilities=capabilities,
             root=options.root,
-            recorded_by=f"toolguard import {options.format} {options.file} --registry "
-            f"{options.registry} --workspace {options.workspace} -o {options.output}",
+            recorded_by=f"toolguard import {options.format} {options.file} {tools_from(options)} "
+            f"--workspace {options.workspace} -o {options.output}",
             progress=progress,
         )
     except BridgeError as exc:

@@ -34,6 +34,9 @@ server's own ``call_tool``. ``call_tool_outcome`` maps the
 is the text blocks, ``structuredContent`` is the data (else the text, else
 the content blocks).
 
+``from_mcp_command(command)`` wraps a server started as a command (any
+language), spoken to over stdio (``bridges.mcp_stdio``).
+
 ``read_jsonrpc_log(text)`` reads a JSON-RPC log (one message per line, or
 a JSON array): ``tools/call`` requests and their responses.
 """
@@ -458,6 +461,45 @@ def from_mcp_server(
                 warnings.warn_explicit(said.message, said.category, said.filename, said.lineno)
         return specs
     raise BridgeError("from_mcp_server() called inside an event loop: await afrom_mcp_server()")
+
+
+def from_mcp_command(
+    command: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    risks: Mapping[str, Risk | str] | None = None,
+    paths: Paths | None = None,
+    trust_annotations: bool = True,
+    default_risk: Risk | str = Risk.DANGEROUS,
+    startup_timeout: float = 30.0,
+    tools: Sequence[str] | None = None,
+) -> list[ToolSpec]:
+    """``ToolSpec``s for the tools of the MCP server ``command`` starts (a
+    list of words, any language), spoken to over stdio with the ``mcp``
+    SDK's client; mapped as ``from_mcp_server``'s, each with
+    ``world="directory"``. ``{workspace}`` in ``command``, ``env``
+    (added to the SDK's default environment) and ``cwd`` is the root of
+    the world a call runs in. One server per world, started on its first
+    call and again after it died; at a call's deadline the request is
+    cancelled (``notifications/cancelled``), the next call goes to a new
+    server, and the old one is killed with its children a second later.
+    ``BridgeError`` (naming the command, what it wrote, its stderr's end)
+    for a server that does not start, exits, or does not speak MCP within
+    ``startup_timeout`` seconds."""
+    from .mcp_stdio import from_mcp_command as started  # the SDK only when asked
+
+    return started(
+        command,
+        env=env,
+        cwd=cwd,
+        risks=risks,
+        paths=paths,
+        trust_annotations=trust_annotations,
+        default_risk=default_risk,
+        startup_timeout=startup_timeout,
+        tools=tools,
+    )
 
 
 @contextlib.contextmanager

@@ -24,6 +24,7 @@ import stat
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
@@ -66,12 +67,23 @@ def _within(module: str, packages: Sequence[str]) -> bool:
     return any(module == package or module.startswith(package + ".") for package in packages)
 
 
+_WORLD_SERVICES: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+
+
+def serving_the_world(thread: threading.Thread) -> None:
+    """Count ``thread`` as the world's, not as a handler's: it serves every
+    call of the world (a server a bridge starts on the first call and the
+    world's end stops), so it is never a thread a handler left running."""
+    _WORLD_SERVICES.add(thread)
+
+
 def still_working(thread: threading.Thread) -> bool:
     """Whether ``thread`` is alive and running work: any thread but a pool's
     worker (``POOL_LOOPS``) waiting for its next task. The runtime's own
     workers never count: the runtime reports a handler past its deadline
-    itself (``ToolRuntime.close``)."""
-    if not thread.is_alive():
+    itself (``ToolRuntime.close``); nor do threads serving the world
+    (``serving_the_world``)."""
+    if not thread.is_alive() or thread in _WORLD_SERVICES:
         return False
     frame = sys._current_frames().get(thread.ident or 0)
     above: list[FrameType] = []
@@ -361,6 +373,7 @@ class ThreadWatch:
         for thread in threading.enumerate():
             if (
                 thread in self._before
+                or thread in _WORLD_SERVICES
                 or thread is threading.current_thread()
                 or isinstance(thread, threading._DummyThread)  # not joinable; not started by us
             ):

@@ -1,0 +1,535 @@
+"""MCP servers started as commands, spoken to over stdio with the ``mcp``
+SDK's own client (``stdio_client`` + ``ClientSession``).
+
+``from_mcp_command`` (re-exported by ``bridges.mcp``) lists the server's
+tools once, in a temporary directory, and gives each a handler that talks
+to the server of the world the call runs in: ``StdioServers`` keeps one
+``StdioServer`` per workspace root, started on the first call there with
+``{workspace}`` in the command, its environment and its working directory
+spelt as that root. Each server has an event loop on a thread of its own,
+so the runtime's synchronous workers can call it.
+
+In a directory world the server's process is started from a handler run,
+so the world's ``ChildProcesses`` starts it (the recorded time, the
+recorded root mounted, killed with everything it started when the world
+ends); the server's threads are marked as the world's
+(``probes.serving_the_world``), not as threads a handler left running.
+A server that died (``process_killed``, a crash) is started again by the
+next call in its world.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import contextlib
+import dataclasses
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import uuid
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from typing import IO, Any, TextIO, cast
+
+import anyio
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from ..capabilities import Risk
+from ..errors import ToolguardError
+from ..harness.probes import serving_the_world
+from ..registry import Handler, ToolSpec
+from .definitions import BridgeError, Paths
+from .mcp import MCPToolError, call_tool_outcome, from_mcp, result_wire, tool_wire
+
+WORKSPACE = "{workspace}"
+"""Spelt as the root of the world a call runs in, in the command, its
+environment and its working directory."""
+
+STARTUP_SECONDS = 30.0
+"""How long a server may take to answer ``initialize``."""
+
+KILL_AFTER_SECONDS = 1.0
+"""After a call's deadline (``notifications/cancelled`` sent), how long the
+server may go on before it is killed with its children."""
+
+STDERR_TAIL = 4096
+"""The bytes of a server's stderr an error shows (its last ones)."""
+
+FIRST_BYTES = 200
+"""The bytes of what a server wrote instead of MCP that an error shows."""
+
+MARKER = "TOOLGUARD_MCP_SERVER"
+"""The environment variable each server gets (a fresh id): what it starts
+inherits it, so the server's whole tree can be found and killed."""
+
+_WATCH_SECONDS = 0.02
+
+
+class MCPServerDied(ToolguardError):
+    """The server's process ended (or was killed) during a call."""
+
+
+class StdioServer:
+    """One running server: its process (through ``stdio_client``), its
+    ``ClientSession``, and the event loop thread they live on. ``start``
+    raises ``BridgeError`` when the server does not become an MCP server."""
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        *,
+        env: Mapping[str, str] | None,
+        cwd: str | None,
+        startup_timeout: float,
+        label: str,
+    ) -> None:
+        self.label = label
+        self.marker = uuid.uuid4().hex
+        self._params = StdioServerParameters(
+            command=command[0],
+            args=list(command[1:]),
+            env={**(env or {}), MARKER: self.marker},
+            cwd=cwd,
+        )
+        self._startup_timeout = startup_timeout
+        self._stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed by _run
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="toolguard-mcp-stdio", daemon=True)
+        self._ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._stop: asyncio.Event | None = None
+        self._session: ClientSession | None = None
+        self._first_garbage: str | None = None
+        self._flight_lock = threading.Lock()
+        self._in_flight: dict[concurrent.futures.Future[Any], threading.Event] = {}
+        self.closed = threading.Event()
+        """Set once the server's connection ended (it exited, was killed or stopped)."""
+
+    # -- life
+
+    def start(self) -> StdioServer:
+        before = set(threading.enumerate())
+        serving_the_world(self._thread)
+        self._thread.start()
+        try:
+            self._ready.result()
+        except BridgeError:
+            self._thread.join(5.0)
+            raise
+        finally:
+            # asyncio's child watcher may wait for the process on a thread of its own.
+            for thread in set(threading.enumerate()) - before:
+                if "waitpid" in thread.name:  # asyncio-waitpid-N
+                    serving_the_world(thread)
+        return self
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self._main())
+        finally:
+            pending = asyncio.all_tasks(self._loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            self._loop.close()
+            self._stderr.close()
+
+    async def _main(self) -> None:
+        self._stop = asyncio.Event()
+        try:
+            errlog = cast(TextIO, self._stderr)  # a file with a descriptor is what it needs
+            async with stdio_client(self._params, errlog=errlog) as (read, write):
+                relay_send, relay_receive = anyio.create_memory_object_stream[Any](0)
+                async with anyio.create_task_group() as group:
+                    group.start_soon(self._relay, read, relay_send)
+                    group.start_soon(self._watcher)
+                    async with ClientSession(relay_receive, write) as session:
+                        await self._initialize(session)
+                        self._session = session
+                        self._ready.set_result(None)
+                        await self._stop.wait()
+                    group.cancel_scope.cancel()
+        except BaseException as exc:  # noqa: BLE001 - every way to fail is said as one error
+            if not self._ready.done():
+                self._ready.set_exception(self._not_started(exc))
+        finally:
+            self.closed.set()
+            if not self._ready.done():
+                self._ready.set_exception(self._not_started(None))
+
+    async def _relay(self, read: Any, send: Any) -> None:
+        """What the server writes, on to the session; the first line that is
+        not JSON-RPC kept for the error; the end of stdout closes the server."""
+        async with send:
+            async for item in read:
+                if isinstance(item, Exception) and self._first_garbage is None:
+                    self._first_garbage = _input_of(item)
+                    if not self._ready.done():  # garbage before initialize: not MCP
+                        break
+                with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    await send.send(item)
+        self.closed.set()
+        if self._stop is not None:
+            self._stop.set()
+
+    async def _initialize(self, session: ClientSession) -> None:
+        with anyio.fail_after(self._startup_timeout):
+            await session.initialize()
+
+    def _not_started(self, exc: BaseException | None) -> BridgeError:
+        exc = _leaf(exc)
+        if self._first_garbage is not None:
+            why = f"does not speak MCP on stdout; it wrote {self._first_garbage!r}"
+        elif isinstance(exc, TimeoutError):
+            why = f"did not answer initialize within {self._startup_timeout:g} s"
+        elif isinstance(exc, OSError):
+            why = f"cannot be started: {exc.strerror or exc}"
+        elif self.closed.is_set() or exc is None:
+            why = "exited before answering initialize"
+        else:
+            why = f"failed to start: {type(exc).__name__}: {exc}"
+        self.kill()
+        tail = self.stderr_tail()
+        return BridgeError(
+            " ".join(f"MCP server {self.label} {why}".split())
+            + (f"; its stderr ends: {tail}" if tail else "")
+        )
+
+    def stop(self) -> None:
+        """End the session and the server (its stdin closed, then killed)."""
+        if self._stop is not None and not self._loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                self._loop.call_soon_threadsafe(self._stop.set)
+        self.kill()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(10.0)
+
+    def kill(self) -> None:
+        """``SIGKILL`` to every process carrying this server's marker and to
+        their process groups: the server and what it started."""
+        wanted = f"{MARKER}={self.marker}".encode()
+        for pid in _pids_with(wanted):
+            with contextlib.suppress(OSError):
+                group = os.getpgid(pid)
+                if group != os.getpgrp():
+                    os.killpg(group, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+    def stderr_tail(self) -> str:
+        """The last ``STDERR_TAIL`` bytes the server wrote to stderr, on one
+        line (its lines joined with `` | ``)."""
+        with contextlib.suppress(OSError, ValueError):
+            size = self._stderr.seek(0, os.SEEK_END)
+            self._stderr.seek(max(0, size - STDERR_TAIL))
+            text = self._stderr.read().decode("utf-8", "replace")
+            return " | ".join(line.strip() for line in text.splitlines() if line.strip())
+        return ""
+
+    # -- calls
+
+    def submit(
+        self, make: Callable[[ClientSession], Any], cancelled: threading.Event | None = None
+    ) -> Any:
+        """``await make(session)`` on the server's loop, from any thread.
+        When ``cancelled`` is set first (the call's deadline passed), or the
+        wait is interrupted (inline isolation's deadline), the request is
+        abandoned (the SDK sends ``notifications/cancelled``) and the
+        server retired (``_retire``)."""
+        session = self._session
+        if session is None or self.closed.is_set():
+            raise MCPServerDied(f"MCP server {self.label} is not running")
+        try:
+            future = asyncio.run_coroutine_threadsafe(make(session), self._loop)
+        except RuntimeError as exc:  # its loop ended
+            raise MCPServerDied(f"MCP server {self.label} is not running") from exc
+        if cancelled is not None:
+            self._watch(future, cancelled)
+        try:
+            return future.result()
+        except concurrent.futures.CancelledError as exc:
+            if cancelled is not None and cancelled.is_set():
+                raise MCPServerDied(
+                    f"MCP server {self.label}: the call was cancelled at its deadline"
+                ) from None
+            raise self.died() from exc
+        except BaseException:
+            if not future.done():  # interrupted while waiting, not the call's own error
+                future.cancel()
+                self._abandoned()
+            raise
+
+    def _watch(self, future: concurrent.futures.Future[Any], cancelled: threading.Event) -> None:
+        """Cancel ``future`` once ``cancelled`` is set (checked by one task
+        per server every ``_WATCH_SECONDS``: waking the loop for each call
+        cost more than the checks)."""
+        with self._flight_lock:
+            self._in_flight[future] = cancelled
+        future.add_done_callback(self._landed)
+
+    def _landed(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._flight_lock:
+            self._in_flight.pop(future, None)
+
+    async def _watcher(self) -> None:
+        while True:
+            with self._flight_lock:
+                flights = list(self._in_flight.items())
+            for future, cancelled in flights:
+                if cancelled.is_set() and future.cancel():
+                    self._abandoned()
+            await asyncio.sleep(_WATCH_SECONDS)
+
+    def _abandoned(self) -> None:
+        retiring = self._retire()
+        try:
+            asyncio.run_coroutine_threadsafe(retiring, self._loop)
+        except RuntimeError:  # its loop ended: the server with it
+            retiring.close()
+
+    async def _retire(self) -> None:
+        """After an abandoned call: no new call comes here (the next one
+        starts a new server), and ``KILL_AFTER_SECONDS`` later the server
+        is killed with its children, whatever it is doing (its work on
+        the call may go on after a cancellation: nothing shows it ended)."""
+        self.closed.set()
+        await anyio.sleep(KILL_AFTER_SECONDS)
+        self.kill()
+
+    def died(self) -> MCPServerDied:
+        tail = self.stderr_tail()
+        return MCPServerDied(
+            f"MCP server {self.label} exited during the call"
+            + (f"; its stderr ends: {tail[-500:]}" if tail else "")
+        )
+
+    def list_tools(self) -> list[Any]:
+        async def listed(session: ClientSession) -> list[Any]:
+            tools: list[Any] = []
+            cursor: str | None = None
+            while True:
+                params = None if cursor is None else {"cursor": cursor}
+                page = await session.list_tools(params=params)  # type: ignore[arg-type]
+                tools.extend(page.tools)
+                cursor = page.next_cursor
+                if not cursor:
+                    return tools
+
+        return list(self.submit(listed))
+
+    def call(
+        self, name: str, arguments: Mapping[str, Any], cancelled: threading.Event | None
+    ) -> dict[str, Any]:
+        """The ``CallToolResult`` wire dict of one call (see ``submit``)."""
+
+        async def called(session: ClientSession) -> Any:
+            return await session.call_tool(name, dict(arguments))
+
+        try:
+            result = self.submit(called, cancelled)
+        except MCPServerDied:
+            raise
+        except Exception as exc:
+            if self.closed.is_set() or _is_closed(exc):
+                raise self.died() from exc
+            raise
+        return result_wire(result)
+
+
+class StdioServers:
+    """The servers of one ``from_mcp_command``: one per workspace root."""
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        *,
+        env: Mapping[str, str] | None,
+        cwd: str | None,
+        startup_timeout: float,
+    ) -> None:
+        self.command = tuple(command)
+        self.env = dict(env) if env is not None else None
+        self.cwd = cwd
+        self.startup_timeout = startup_timeout
+        self.label = " ".join(self.command)
+        self._lock = threading.Lock()
+        self._servers: dict[str, StdioServer] = {}
+        _ALL.add(self)
+
+    def start(self, root: str) -> StdioServer:
+        """A new server with ``{workspace}`` spelt as ``root``."""
+        return StdioServer(
+            [_spelt(part, root) for part in self.command],
+            env={key: _spelt(value, root) for key, value in (self.env or {}).items()},
+            cwd=_spelt(self.cwd, root) if self.cwd is not None else None,
+            startup_timeout=self.startup_timeout,
+            label=self.label,
+        ).start()
+
+    def of(self, root: str) -> StdioServer:
+        """The running server of ``root``'s world as the calling thread sees
+        it (its mount namespace: a full-disk fault mounts one for the
+        handler's thread), started (again) if needed; a forked process
+        (process isolation) gets its own, as it has no loop thread."""
+        key = f"{root}\0{_mount_namespace()}\0{os.getpid()}"
+        with self._lock:
+            server = self._servers.get(key)
+            if server is not None and server.closed.is_set():
+                server.stop()
+                server = None
+            if server is None:
+                for gone in [k for k in self._servers if not os.path.isdir(k.partition("\0")[0])]:
+                    self._servers.pop(gone).stop()  # its world ended: nothing will call it again
+                server = self._servers[key] = self.start(root)
+            return server
+
+    def close(self) -> None:
+        """Stop every server."""
+        with self._lock:
+            servers, self._servers = list(self._servers.values()), {}
+        for server in servers:
+            server.stop()
+
+    def handler(self, name: str) -> Handler:
+        """The handler sending a call to ``name`` on its world's server."""
+
+        def call_mcp_command_tool(ctx: Any, **arguments: Any) -> Any:
+            cancelled = getattr(ctx, "cancelled", None)
+            if cancelled is not None and cancelled.is_set():  # the deadline passed already
+                raise MCPServerDied(f"MCP server {self.label}: the call's deadline passed")
+            root = os.fspath(ctx.workspace.root)
+            try:
+                server = self.of(root)
+            except BridgeError as exc:
+                raise MCPServerDied(str(exc)) from None
+            wire = server.call(name, arguments, cancelled)
+            ok, data, message = call_tool_outcome(wire)
+            if not ok:
+                raise MCPToolError(message or "the tool reported an error")
+            return data
+
+        call_mcp_command_tool.__name__ = f"mcp_{name}"
+        return call_mcp_command_tool
+
+
+_ALL: weakref.WeakSet[StdioServers] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for servers in list(_ALL):
+        servers.close()
+
+
+def from_mcp_command(
+    command: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    risks: Mapping[str, Risk | str] | None = None,
+    paths: Paths | None = None,
+    trust_annotations: bool = True,
+    default_risk: Risk | str = Risk.DANGEROUS,
+    startup_timeout: float = STARTUP_SECONDS,
+    tools: Sequence[str] | None = None,
+) -> list[ToolSpec]:
+    """See ``bridges.mcp.from_mcp_command``."""
+    if isinstance(command, (str, bytes)) or not command:
+        raise BridgeError("from_mcp_command: the command is a list of its words, not empty")
+    servers = StdioServers(command, env=env, cwd=cwd, startup_timeout=startup_timeout)
+    program = servers.command[0]
+    if WORKSPACE not in program and shutil.which(program) is None and not os.path.exists(program):
+        raise BridgeError(f"MCP server {servers.label} cannot be started: command not found")
+    listing_root = tempfile.mkdtemp(prefix="toolguard-mcp-list-")
+    try:
+        server = servers.start(listing_root)
+        try:
+            listed = server.list_tools()
+        finally:
+            server.stop()
+    finally:
+        shutil.rmtree(listing_root, ignore_errors=True)
+    wires = [tool_wire(tool) for tool in listed]
+    names = [str(wire.get("name")) for wire in wires if isinstance(wire, Mapping)]
+    chosen = [wire for wire in wires if tools is None or wire.get("name") in tools]
+    specs = from_mcp(
+        chosen,
+        handlers={name: servers.handler(name) for name in names},
+        paths=paths,
+        default_risk=default_risk,
+        trust_annotations=trust_annotations,
+        risks=risks,
+    )
+    return [dataclasses.replace(spec, world="directory") for spec in specs]
+
+
+# -- helpers ----------------------------------------------------------------------
+
+
+def _spelt(text: str, root: str) -> str:
+    return text.replace(WORKSPACE, root)
+
+
+def _input_of(exc: Exception) -> str:
+    """The raw line a parse error was about (pydantic keeps it), cut short."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        with contextlib.suppress(Exception):
+            for error in errors():
+                value = error.get("input")
+                if isinstance(value, (str, bytes)):
+                    text = value if isinstance(value, str) else value.decode("utf-8", "replace")
+                    return text[:FIRST_BYTES]
+    return str(exc)[:FIRST_BYTES]
+
+
+def _leaf(exc: BaseException | None) -> BaseException | None:
+    """The first error an exception group (a task group's) holds, itself otherwise."""
+    inner = getattr(exc, "exceptions", None)
+    while inner:
+        exc = inner[0]
+        inner = getattr(exc, "exceptions", None)
+    return exc
+
+
+def _mount_namespace() -> str:
+    """The calling thread's mount namespace (a private one is per thread)."""
+    try:
+        return os.readlink(f"/proc/self/task/{threading.get_native_id()}/ns/mnt")
+    except OSError:
+        return ""
+
+
+def _is_closed(exc: BaseException) -> bool:
+    """Whether the SDK's error says the connection closed."""
+    return "closed" in str(exc).lower() or isinstance(
+        exc, (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream)
+    )
+
+
+def _pids_with(entry: bytes) -> list[int]:
+    """The processes (never this one) whose environment holds ``entry``."""
+    me = os.getpid()
+    found: list[int] = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if not name.isdigit() or int(name) == me:
+            continue
+        with contextlib.suppress(OSError), open(f"/proc/{name}/environ", "rb") as handle:
+            if entry in handle.read().split(b"\0"):
+                found.append(int(name))
+    return found
+
+
+if sys.platform == "win32":  # pragma: no cover - /proc and process groups are POSIX
+    raise ImportError("from_mcp_command needs a POSIX system")

@@ -1,0 +1,1 @@
+"""Small stdio MCP servers for ``toolguard mcp check``'s tests."""
