@@ -18,6 +18,7 @@ stack: a 100,000-deep list crashes the process instead of raising).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -87,16 +88,15 @@ class SchemaValidator:
         containers), so jsonschema-rs never descends deeper than the schema
         itself, however deep a value is: the depth walk before it (a pass
         over every node, a tenth of a second on a 6 MB document) is skipped."""
-        try:
-            Draft202012Validator.check_schema(schema)
-        except SchemaError as exc:
-            raise InvalidSchema(
-                f"invalid JSON Schema at {format_path('schema', exc.path)}: {exc.message}"
-            ) from None
+        key = _canonical(schema)
+        if key is None:
+            validator, quick = _compile(schema, fast, regexes_agree)
+        else:
+            validator, quick = _compile_once(key, fast, regexes_agree)
         self.schema = schema
         self.root = root
-        self._validator = Draft202012Validator(schema)
-        self._fast = _fast_validator(schema, regexes_agree) if fast else None
+        self._validator = validator
+        self._fast = quick
         self._depth_bounded = depth_bounded
 
     @property
@@ -186,6 +186,36 @@ def _shallow(value: Any) -> bool:
                 return False
             stack.extend((child, depth + 1) for child in item)
     return True
+
+
+def _compile(schema: Mapping[str, Any], fast: bool, regexes_agree: bool) -> tuple[Any, Any]:
+    """The checked schema's validator, and jsonschema-rs's when it may answer."""
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        raise InvalidSchema(
+            f"invalid JSON Schema at {format_path('schema', exc.path)}: {exc.message}"
+        ) from None
+    return Draft202012Validator(schema), _fast_validator(schema, regexes_agree) if fast else None
+
+
+@functools.lru_cache(maxsize=1024)
+def _compile_once(key: str, fast: bool, regexes_agree: bool) -> tuple[Any, Any]:
+    """``_compile`` for a schema spelt as canonical JSON: the harness copies
+    tools (each fault cell, each fuzzed tool) and checking a schema against
+    the metaschema costs milliseconds, the same every time. An invalid
+    schema raises and is never cached."""
+    return _compile(json.loads(key), fast, regexes_agree)
+
+
+def _canonical(schema: Mapping[str, Any]) -> str | None:
+    """``schema`` as sorted JSON, when reading that back gives an equal
+    schema (plain JSON data: no tuples, no non-string keys); else None."""
+    try:
+        key = json.dumps(schema, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        return key if json.loads(key) == schema else None
+    except (TypeError, ValueError, RecursionError):
+        return None
 
 
 def _fast_validator(schema: Mapping[str, Any], regexes_agree: bool = False) -> Any:

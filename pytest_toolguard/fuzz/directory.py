@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from typing import Any
 
-from ..harness.directory_world import DirectoryWorld, remove_world
+from ..harness.directory_world import DirectoryWorld, remove_world, world_parent
 from ..harness.escapes import Escape
 from ..harness.probes import OutsideSnapshot
 from ..harness.world import Decoys, running
@@ -70,7 +70,7 @@ class FuzzDirectory:
 
     def __enter__(self) -> FuzzDirectory:
         with ExitStack() as stack:
-            top = tempfile.mkdtemp(prefix=CONTAINER_PREFIX, dir=self._parent)
+            top = tempfile.mkdtemp(prefix=CONTAINER_PREFIX, dir=self._parent or world_parent())
             stack.callback(remove_world, top)
             slash = os.path.join(top, *(["up"] * LEVELS_ABOVE))
             os.makedirs(slash)

@@ -1,7 +1,11 @@
 """Compiled input schemas and their error paths."""
 
+import json
+import uuid
+
 import pytest
 
+from pytest_toolguard import schema as schema_module
 from pytest_toolguard.schema import InvalidSchema, SchemaValidator
 
 WRITE_JSON = {
@@ -169,3 +173,72 @@ def test_keys_in_error_paths_can_be_redacted():
 def test_no_keyword_lets_a_value_or_key_into_the_message(schema, value):
     errors = SchemaValidator(schema).errors(value)
     assert errors and not any("SECRET" in e for e in errors)
+
+
+# -- compiling a schema once ----------------------------------------------------
+
+
+def _counting_checks(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Every schema ``check_schema`` is asked to check, from here on."""
+    seen: list[object] = []
+    check = schema_module.Draft202012Validator.check_schema
+
+    def counted(schema: object, *args: object, **kwargs: object) -> None:
+        seen.append(schema)
+        check(schema, *args, **kwargs)
+
+    monkeypatch.setattr(schema_module.Draft202012Validator, "check_schema", counted)
+    return seen
+
+
+def test_an_equal_schema_is_checked_once_and_validates_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    checks = _counting_checks(monkeypatch)
+    unique = f"once-{uuid.uuid4()}"  # never compiled before in this process
+    first = {"type": "object", "properties": {unique: {"type": "integer"}}, "required": [unique]}
+    second = json.loads(json.dumps(first))  # equal, another object, other key order
+    second["properties"] = dict(reversed(list(second["properties"].items())))
+    one, two = SchemaValidator(first), SchemaValidator(second)
+    assert len(checks) == 1
+    for value in ({unique: 1}, {unique: "x"}, {}, [], {unique: 2**70}):
+        assert one.errors(value) == two.errors(value)
+        assert one.is_valid(value) is two.is_valid(value)
+    assert two.schema is second
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": {"n": {"type": "nope"}}},
+        {"type": "object", "required": "n"},
+        {"minimum": "zero"},
+    ],
+)
+def test_an_invalid_schema_is_refused_every_time(schema: dict[str, object]) -> None:
+    for _ in range(2):
+        with pytest.raises(InvalidSchema):
+            SchemaValidator(schema)
+
+
+@pytest.mark.parametrize(
+    "schema, good, bad",
+    [
+        # not plain JSON (a tuple): compiled as given, never looked up by its spelling
+        ({"enum": [(1, 2)]}, [1, 2], [2, 1]),
+        ({"enum": [{"a": (1,)}]}, {"a": [1]}, {"a": [2]}),
+        # values Python calls equal across types: each keeps its own meaning
+        ({"const": 1}, 1, True),
+        ({"const": True}, True, 1),
+        ({"enum": [1.0]}, 1, "1"),
+        ({"type": "integer", "maximum": 2**70}, 2**69, 2**71),
+    ],
+)
+def test_a_schema_that_is_not_plain_json_still_validates(
+    monkeypatch: pytest.MonkeyPatch, schema: dict[str, object], good: object, bad: object
+) -> None:
+    checks = _counting_checks(monkeypatch)
+    validator = SchemaValidator(schema)
+    assert validator.is_valid(good) and validator.errors(good) == []
+    assert not validator.is_valid(bad) and validator.errors(bad)
+    assert len(checks) <= 1

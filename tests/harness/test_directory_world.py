@@ -582,3 +582,64 @@ def test_git_is_installed() -> None:
     """The git tests need the binary (``.ci/run`` installs it)."""
     assert subprocess.run(["git", "--version"], capture_output=True, check=False).returncode == 0
     assert tempfile.gettempdir()
+
+
+# -- where worlds are made -------------------------------------------------------
+
+
+def _memory_dir_here() -> bool:
+    """Whether this machine's /dev/shm is a writable tmpfs with room, read
+    independently of the code under test (``df``-style, from ``stat -f``)."""
+    found = subprocess.run(
+        ["stat", "-f", "-c", "%T %a %S", "/dev/shm"], capture_output=True, text=True, check=False
+    )
+    kind, blocks, size = (found.stdout.split() + ["", "0", "0"])[:3]
+    return kind == "tmpfs" and int(blocks) * int(size) >= 1 << 30 and os.access("/dev/shm", os.W_OK)
+
+
+@pytest.fixture
+def no_temporary_setting(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """No ``TMPDIR``/``TEMP``/``TMP``/``TOOLGUARD_WORLD_DIR``; the temporary
+    directory itself private (``tempfile.tempdir``)."""
+    for name in ("TMPDIR", "TEMP", "TMP", "TOOLGUARD_WORLD_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    private = tmp_path / "tmp"
+    private.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    return private
+
+
+@pytest.mark.parametrize("variable", ["TMPDIR", "TEMP", "TMP"])
+def test_a_named_temporary_directory_holds_the_worlds(
+    no_temporary_setting: Path, monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    monkeypatch.setenv(variable, str(no_temporary_setting))
+    with DirectoryWorld(STATE) as world:
+        assert os.path.dirname(world.around) == str(no_temporary_setting)
+        assert list(world_directories()) == [world.around]
+    assert list(world_directories()) == []
+
+
+def test_toolguard_world_dir_wins_over_tmpdir(
+    no_temporary_setting: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    chosen = tmp_path / "worlds"
+    chosen.mkdir()
+    monkeypatch.setenv("TMPDIR", str(no_temporary_setting))
+    monkeypatch.setenv("TOOLGUARD_WORLD_DIR", str(chosen))
+    with DirectoryWorld(STATE) as world:
+        assert os.path.dirname(world.around) == str(chosen)
+        assert os.path.isdir(world.root)
+    assert os.listdir(chosen) == [] and os.listdir(no_temporary_setting) == []
+
+
+def test_with_nothing_named_worlds_go_to_memory_when_it_has_room(
+    no_temporary_setting: Path,
+) -> None:
+    expected = "/dev/shm" if _memory_dir_here() else str(no_temporary_setting)
+    with DirectoryWorld(STATE) as world:
+        assert os.path.dirname(world.around) == expected
+        around = world.around
+        assert os.path.isdir(world.root)
+    assert not os.path.exists(around)
+    assert os.listdir(no_temporary_setting) == []
