@@ -109,15 +109,13 @@ def toolguard_wrap_tool_call(
     def wrap_tool_call(request: Any, handler: Callable[[Any], Any]) -> Any:
         tool_call = request.tool_call
         call_id = str(tool_call.get("id") or "")
-        refusal = admit(
-            runtime,
-            ToolCall(
-                call_id=call_id,
-                tool_name=str(tool_call.get("name") or ""),
-                arguments=tool_call.get("args") or {},
-                session_id=session_id,
-            ),
+        call = ToolCall(
+            call_id=call_id,
+            tool_name=str(tool_call.get("name") or ""),
+            arguments=tool_call.get("args") or {},
+            session_id=session_id,
         )
+        refusal = admit(runtime, call)
         if refusal is not None:
             return ToolMessage(
                 content=f"toolguard refused the call ({refusal.code.value}): {refusal.message}",
@@ -128,7 +126,9 @@ def toolguard_wrap_tool_call(
         try:
             outcome = handler(request)
         except Exception as exc:
-            finish_admitted(runtime, call_id, ok=False, message=f"{type(exc).__name__}: {exc}")
+            finish_admitted(
+                runtime, call_id, ok=False, message=f"{type(exc).__name__}: {exc}", call=call
+            )
             raise
         status = getattr(outcome, "status", "success")
         content = getattr(outcome, "content", None)
@@ -138,6 +138,7 @@ def toolguard_wrap_tool_call(
             ok=status != "error",
             data=content if isinstance(content, (str, list, dict)) else None,
             message=str(content) if status == "error" else "",
+            call=call,
         )
         return outcome
 

@@ -285,11 +285,19 @@ def toolguard_output_guardrail(runtime: ToolRuntime) -> Any:
     changes the output."""
     from agents import ToolGuardrailFunctionOutput, tool_output_guardrail
 
-    from .gate import finish_admitted
+    from .gate import finish_admitted, stored_id
 
     @tool_output_guardrail
     def toolguard_finish(data: Any) -> Any:
-        finish_admitted(runtime, data.context.tool_call_id, ok=True, data=_plain(data.output))
+        context = data.context
+        row = runtime.audit.get(stored_id(runtime, context.tool_call_id))
+        call = ToolCall(
+            call_id=context.tool_call_id,
+            tool_name=context.tool_name,
+            arguments=context.tool_arguments,
+            session_id=row.session_id if row is not None else "default",
+        )
+        finish_admitted(runtime, context.tool_call_id, ok=True, data=_plain(data.output), call=call)
         return ToolGuardrailFunctionOutput.allow()
 
     return toolguard_finish
