@@ -13,8 +13,9 @@ parameters, output_schema}``) and the Agents SDK's ``FunctionTool``
 Responses ``function_call {call_id, name, arguments}`` items matched to
 ``function_call_output {call_id, output}``; Chat ``tool_calls`` matched to
 ``{"role": "tool", "tool_call_id"}`` messages. Neither format marks a
-failed call; an output that is a JSON object with ``"ok": false`` (as
-``ToolResult.to_observation()`` writes) or an ``"error"`` key counts as one.
+failed call: a call's outcome is unknown (never compared with the
+re-executed one) unless its output is an observation toolguard wrote
+(``ToolResult.to_observation()``), which says it.
 
 The Agents SDK parts (``pip install pytest-toolguard[openai-agents]``):
 ``guarded_function_tool(runtime, name)`` is a ``FunctionTool`` that runs
@@ -192,16 +193,25 @@ def _is_json(value: Any) -> bool:
 
 
 def output_result(output: Any) -> TranscriptResult:
-    """A tool message's content as a result: a failure when it is a JSON
-    object with ``"ok": false`` or an ``"error"`` key."""
+    """A tool message's content as a result. Neither OpenAI format says
+    whether a call failed, so the outcome is unknown (``ok`` None: never
+    compared) unless the content is an observation toolguard wrote
+    (``ToolResult.to_observation()``: a JSON object with a boolean
+    ``"ok"`` and a string ``"code"``), which says it."""
     parsed = output
     if isinstance(output, str):
         try:
             parsed = documents.parse_json(output)
         except ValueError:  # not JSON, or over a limit (DocumentRefused): a text
             parsed = None
-    failed = isinstance(parsed, Mapping) and (parsed.get("ok") is False or "error" in parsed)
-    return TranscriptResult(ok=not failed, content=output)
+    said = None
+    if (
+        isinstance(parsed, Mapping)
+        and isinstance(parsed.get("ok"), bool)
+        and isinstance(parsed.get("code"), str)
+    ):
+        said = bool(parsed["ok"])
+    return TranscriptResult(ok=said, content=output)
 
 
 def read_responses(text: str) -> Transcript:
