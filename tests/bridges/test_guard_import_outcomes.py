@@ -60,7 +60,7 @@ def responses(path: str, content: str, flag: Flag) -> str:
 
 
 def anthropic(path: str, content: str, flag: Flag) -> str:
-    result = {"type": "tool_result", "tool_use_id": "c1", "content": content}
+    result: dict[str, object] = {"type": "tool_result", "tool_use_id": "c1", "content": content}
     if flag is not None:
         result["is_error"] = flag
     return json.dumps(
