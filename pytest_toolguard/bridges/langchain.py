@@ -20,6 +20,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .. import documents
 from ..capabilities import Risk
 from ..context import workspace_of_call
 from ..contract import ToolCall
@@ -99,6 +100,25 @@ def from_langchain(
     return specs
 
 
+def tool_output(content: Any) -> Any:
+    """What a tool returned, from the ``ToolMessage`` content LangChain made
+    of it: LangChain writes a value that is not text as its JSON
+    (``json.dumps(value, ensure_ascii=False)``), so content that is exactly
+    that JSON of an object, array, number, boolean or null is taken as the
+    value (what the tool's handler gives again on replay). A tool that
+    returned such JSON text itself is read as the value too: its replay
+    then reports the data as different, never as equal by mistake."""
+    if not isinstance(content, str):
+        return content
+    try:
+        value = documents.parse_json(content)
+    except ValueError:  # not JSON, or over a limit: the text itself
+        return content
+    if isinstance(value, str) or json.dumps(value, ensure_ascii=False) != content:
+        return content
+    return value
+
+
 def toolguard_wrap_tool_call(
     runtime: ToolRuntime,
     *,
@@ -155,7 +175,7 @@ def toolguard_wrap_tool_call(
             runtime,
             call_id,
             ok=status != "error",
-            data=content if isinstance(content, (str, list, dict)) else None,
+            data=tool_output(content) if isinstance(content, (str, list, dict)) else None,
             message=str(content) if status == "error" else "",
             call=call,
         )
