@@ -22,7 +22,13 @@ The Agents SDK parts (``pip install pytest-toolguard[openai-agents]``):
 the registry's tool through ``ToolRuntime.aexecute``;
 ``toolguard_input_guardrail(runtime)`` and
 ``toolguard_output_guardrail(runtime)`` keep the SDK's own tools but let our
-policy decide each call first (and finish its audit row afterwards).
+policy decide each call first (and finish its audit row afterwards, which
+also tells ``record_session`` the call). ``guarded_function_tool`` and the
+input guardrail take ``idempotency_key=``, a function of the SDK's
+``ToolContext`` giving each call's key. A ``FunctionTool`` the runtime runs
+itself (imported with ``from_openai``) gets the call's ``ToolContext`` as
+the run's ``context`` when no Runner gave one, and
+``pytest_toolguard.current_workspace()`` in any case.
 """
 
 from __future__ import annotations
@@ -361,8 +367,13 @@ def toolguard_input_guardrail(
 
 def toolguard_output_guardrail(runtime: ToolRuntime) -> Any:
     """The Agents SDK tool output guardrail that finishes the audit row an
-    admitted call left (SUCCEEDED, with a preview of the output). It never
-    changes the output."""
+    admitted call left (SUCCEEDED, with a preview of the output), stores
+    the outcome under the call's idempotency key (as the row keeps it: a
+    key the redactor would redact never matches, and later calls with it
+    are refused DUPLICATE_CALL, never run twice) and tells the runtime's
+    listeners. It never changes the output. A tool the SDK's failure
+    formatter answered for is finished SUCCEEDED: the SDK does not tell a
+    guardrail that the tool raised."""
     from agents import ToolGuardrailFunctionOutput, tool_output_guardrail
 
     from .gate import finish_admitted, stored_id
