@@ -5,7 +5,6 @@ from .audit import SQLiteAuditStore as SQLiteAuditStore
 from .capabilities import Capabilities as Capabilities
 from .capabilities import Risk as Risk
 from .context import ToolContext as ToolContext
-from .context import current_workspace as current_workspace
 from .contract import CallState as CallState
 from .contract import ErrorCode as ErrorCode
 from .contract import ToolCall as ToolCall

@@ -22,9 +22,9 @@ from pytest_toolguard import (
     ToolCall,
     ToolRegistry,
     ToolRuntime,
-    current_workspace,
     tool,
 )
+from pytest_toolguard.context import current_workspace
 from pytest_toolguard.replay import load, record_session, replay
 
 with contextlib.suppress(ImportError):  # the tests that need it skip
