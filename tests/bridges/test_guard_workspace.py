@@ -182,12 +182,25 @@ def test_no_workspace_outside_a_call_nor_after_one(tmp_path: Path) -> None:
         seen.append(current_workspace())
         return "seen"
 
+    @tool(risk="read")
+    async def look_async(ctx: Any) -> str:
+        await asyncio.sleep(0)
+        seen.append(current_workspace())
+        return "seen"
+
+    async def on_a_loop(runtime: ToolRuntime) -> None:
+        await runtime.aexecute(ToolCall("c2", "look", {}))  # a thread of the loop's executor
+        await runtime.aexecute(ToolCall("c3", "look_async", {}))  # a task on the loop
+        seen.append(current_workspace())  # the caller's task, after the call
+
     assert current_workspace() is None
-    with ToolRuntime(ToolRegistry([look]), tmp_path) as runtime:
+    with ToolRuntime(ToolRegistry([look, look_async]), tmp_path) as runtime:
         runtime.execute(ToolCall("c1", "look", {}))
-        asyncio.run(runtime.aexecute(ToolCall("c2", "look", {})))
+        runtime.execute(ToolCall("c4", "look_async", {}))  # a loop of the worker thread
+        asyncio.run(on_a_loop(runtime))
     assert current_workspace() is None
-    assert [w.root if w else None for w in seen] == [str(tmp_path)] * 2
+    # c1, c4, c2, c3 saw the workspace; the caller's task after them does not.
+    assert [w.root if w else None for w in seen] == [str(tmp_path)] * 4 + [None]
 
 
 def test_two_threads_see_their_own_call_workspace(tmp_path: Path) -> None:
