@@ -7,7 +7,9 @@ reverse is on ``ToolSpec``: ``to_mcp()``, ``to_openai()``,
 ``to_anthropic()``. Session readers (Claude Code JSONL, OpenAI Responses
 and Chat, Anthropic Messages, MCP JSON-RPC logs) live in the module of
 their ecosystem and give a ``Transcript``; ``transcript_to_cassette``
-re-executes one through a registry into a cassette.
+re-executes one through a registry into a cassette. A tool of another
+ecosystem, which gets no ``ToolContext``, finds the workspace of the call it
+runs in with ``pytest_toolguard.context.current_workspace()``.
 
 The public names are listed once, in ``__init__.pyi``, and load on first
 use, like the package's own (``pytest_toolguard.lazy_exports``).

@@ -335,7 +335,9 @@ def post_tool_use(event: Mapping[str, Any], runtime: ToolRuntime) -> ToolResult 
         return None
     code = ErrorCode.EXECUTION_ERROR if failed else ErrorCode.OK
     state = CallState.FAILED if failed else CallState.SUCCEEDED
-    if not close_admitted(runtime, row, state=state, code=code, data=response, message=message):
+    if not close_admitted(
+        runtime, row, state=state, code=code, data=response, message=message, call=call
+    ):
         return None
     return ToolResult(
         call_id=row.call_id,  # as stored: the row is found again by it

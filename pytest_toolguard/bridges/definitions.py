@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from ..capabilities import Risk
@@ -27,6 +27,17 @@ DIALECT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 
 Paths = Mapping[str, Sequence[PathAccess]]
 """``{tool name: [PathAccess, ...]}``: the paths each imported tool touches."""
+
+Idempotent = bool | Collection[str]
+"""Which imported tools are idempotent: all (True), none (False), or the
+names given."""
+
+
+def declared_idempotent(name: str, idempotent: Idempotent) -> bool:
+    """Whether ``idempotent`` (an importer's argument) declares tool ``name``."""
+    if isinstance(idempotent, bool):
+        return idempotent
+    return name in ({idempotent} if isinstance(idempotent, str) else set(idempotent))
 
 
 class BridgeWarning(UserWarning):

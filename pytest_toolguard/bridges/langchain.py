@@ -16,14 +16,17 @@ and its audit row is finished with the outcome
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .. import documents
 from ..capabilities import Risk
+from ..context import workspace_of_call
 from ..contract import ToolCall
 from ..registry import Handler, ToolSpec
 from ..runtime import ToolRuntime
-from .definitions import BridgeError, Paths, as_list, build_spec
+from .definitions import BridgeError, Idempotent, Paths, as_list, build_spec, declared_idempotent
 
 
 def tool_schema(tool: Any) -> dict[str, Any]:
@@ -72,10 +75,11 @@ def from_langchain(
     paths: Paths | None = None,
     default_risk: Risk | str = Risk.READ,
     risks: Mapping[str, Risk | str] | None = None,
+    idempotent: Idempotent = False,
 ) -> list[ToolSpec]:
     """``ToolSpec``s from LangChain tools (one or a list), each running the
-    tool's own function. ``risks``, ``default_risk``, ``handlers`` and
-    ``paths`` as for ``from_openai``."""
+    tool's own function. ``risks``, ``default_risk``, ``idempotent``,
+    ``handlers`` and ``paths`` as for ``from_openai``."""
     specs = []
     for definition in as_list(tools):
         name = getattr(definition, "name", None)
@@ -90,18 +94,44 @@ def from_langchain(
                 handler=handlers[name] if handlers and name in handlers else _handler(definition),
                 risk=Risk(risks[name]) if risks and name in risks else Risk(default_risk),
                 paths=paths,
+                idempotent=declared_idempotent(name, idempotent),
             )
         )
     return specs
 
 
+def tool_output(content: Any) -> Any:
+    """What a tool returned, from the ``ToolMessage`` content LangChain made
+    of it: LangChain writes a value that is not text as its JSON
+    (``json.dumps(value, ensure_ascii=False)``), so content that is exactly
+    that JSON of an object, array, number, boolean or null is taken as the
+    value (what the tool's handler gives again on replay). A tool that
+    returned such JSON text itself is read as the value too: its replay
+    then reports the data as different, never as equal by mistake."""
+    if not isinstance(content, str):
+        return content
+    try:
+        value = documents.parse_json(content)
+    except ValueError:  # not JSON, or over a limit: the text itself
+        return content
+    if isinstance(value, str) or json.dumps(value, ensure_ascii=False) != content:
+        return content
+    return value
+
+
 def toolguard_wrap_tool_call(
-    runtime: ToolRuntime, *, session_id: str = "default"
+    runtime: ToolRuntime,
+    *,
+    session_id: str = "default",
+    idempotency_key: Callable[[Any], str | None] | None = None,
 ) -> Callable[[Any, Callable[[Any], Any]], Any]:
     """LangGraph's ``wrap_tool_call``: our pipeline decides each call
     (``ToolNode(tools, wrap_tool_call=toolguard_wrap_tool_call(runtime))``).
     The registry must hold a spec of each tool's name (``from_langchain``
-    makes them)."""
+    makes them). While the tool runs, ``current_workspace()`` is the
+    runtime's workspace. ``idempotency_key(request)`` gives a call's key
+    (``lambda request: request.tool_call["id"]``): a call whose key has an
+    outcome already gets it back without the tool running."""
     from langchain_core.messages import ToolMessage
 
     from .gate import admit, finish_admitted
@@ -109,26 +139,35 @@ def toolguard_wrap_tool_call(
     def wrap_tool_call(request: Any, handler: Callable[[Any], Any]) -> Any:
         tool_call = request.tool_call
         call_id = str(tool_call.get("id") or "")
-        refusal = admit(
-            runtime,
-            ToolCall(
-                call_id=call_id,
-                tool_name=str(tool_call.get("name") or ""),
-                arguments=tool_call.get("args") or {},
-                session_id=session_id,
-            ),
+        call = ToolCall(
+            call_id=call_id,
+            tool_name=str(tool_call.get("name") or ""),
+            arguments=tool_call.get("args") or {},
+            session_id=session_id,
+            idempotency_key=idempotency_key(request) if idempotency_key is not None else None,
         )
-        if refusal is not None:
+        answer = admit(runtime, call)
+        if answer is not None:
+            if answer.ok:  # the outcome the call's key already holds
+                data = answer.data
+                return ToolMessage(
+                    content=data if isinstance(data, str) else json.dumps(data),
+                    tool_call_id=call_id,
+                    name=tool_call.get("name"),
+                )
             return ToolMessage(
-                content=f"toolguard refused the call ({refusal.code.value}): {refusal.message}",
+                content=f"toolguard refused the call ({answer.code.value}): {answer.message}",
                 tool_call_id=call_id,
                 name=tool_call.get("name"),
                 status="error",
             )
         try:
-            outcome = handler(request)
+            with workspace_of_call(runtime.workspace):
+                outcome = handler(request)
         except Exception as exc:
-            finish_admitted(runtime, call_id, ok=False, message=f"{type(exc).__name__}: {exc}")
+            finish_admitted(
+                runtime, call_id, ok=False, message=f"{type(exc).__name__}: {exc}", call=call
+            )
             raise
         status = getattr(outcome, "status", "success")
         content = getattr(outcome, "content", None)
@@ -136,8 +175,9 @@ def toolguard_wrap_tool_call(
             runtime,
             call_id,
             ok=status != "error",
-            data=content if isinstance(content, (str, list, dict)) else None,
+            data=tool_output(content) if isinstance(content, (str, list, dict)) else None,
             message=str(content) if status == "error" else "",
+            call=call,
         )
         return outcome
 

@@ -13,21 +13,28 @@ parameters, output_schema}``) and the Agents SDK's ``FunctionTool``
 Responses ``function_call {call_id, name, arguments}`` items matched to
 ``function_call_output {call_id, output}``; Chat ``tool_calls`` matched to
 ``{"role": "tool", "tool_call_id"}`` messages. Neither format marks a
-failed call; an output that is a JSON object with ``"ok": false`` (as
-``ToolResult.to_observation()`` writes) or an ``"error"`` key counts as one.
+failed call: a call's outcome is unknown (never compared with the
+re-executed one) unless its output is an observation toolguard wrote
+(``ToolResult.to_observation()``), which says it.
 
 The Agents SDK parts (``pip install pytest-toolguard[openai-agents]``):
 ``guarded_function_tool(runtime, name)`` is a ``FunctionTool`` that runs
 the registry's tool through ``ToolRuntime.aexecute``;
 ``toolguard_input_guardrail(runtime)`` and
 ``toolguard_output_guardrail(runtime)`` keep the SDK's own tools but let our
-policy decide each call first (and finish its audit row afterwards).
+policy decide each call first (and finish its audit row afterwards, which
+also tells ``record_session`` the call). ``guarded_function_tool`` and the
+input guardrail take ``idempotency_key=``, a function of the SDK's
+``ToolContext`` giving each call's key. A ``FunctionTool`` the runtime runs
+itself (imported with ``from_openai``) gets the call's ``ToolContext`` as
+the run's ``context`` when no Runner gave one, and
+``pytest_toolguard.current_workspace()`` in any case.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import documents
@@ -35,7 +42,15 @@ from ..capabilities import Risk
 from ..contract import ToolCall
 from ..registry import Handler, ToolSpec
 from ..runtime import ToolRuntime
-from .definitions import BridgeError, Paths, as_list, build_spec, handler_for
+from .definitions import (
+    BridgeError,
+    Idempotent,
+    Paths,
+    as_list,
+    build_spec,
+    declared_idempotent,
+    handler_for,
+)
 from .transcript import CallCollector, Transcript, TranscriptResult, json_records
 
 AGENTS_CONTEXT = "openai_agents_tool_context"
@@ -50,16 +65,22 @@ def from_openai(
     paths: Paths | None = None,
     default_risk: Risk | str = Risk.READ,
     risks: Mapping[str, Risk | str] | None = None,
+    idempotent: Idempotent = False,
 ) -> list[ToolSpec]:
     """``ToolSpec``s from OpenAI function tools (Chat or Responses dicts,
     or Agents SDK ``FunctionTool`` objects; one or a list). OpenAI tools
     carry no risk: each gets ``risks[name]``, else ``default_risk``
     (raised to WRITE for a ``FunctionTool`` with ``needs_approval``).
-    ``handlers`` and ``paths`` as for ``from_mcp``."""
+    ``idempotent`` declares tools idempotent (``ToolSpec.idempotent``):
+    all (True) or those named. ``handlers`` and ``paths`` as for
+    ``from_mcp``. A ``FunctionTool`` that raises fails the call
+    (EXECUTION_ERROR), whatever its ``failure_error_function``."""
     specs = []
     for index, definition in enumerate(as_list(definitions)):
         if hasattr(definition, "params_json_schema") and hasattr(definition, "on_invoke_tool"):
-            specs.append(_function_tool_spec(definition, handlers, paths, default_risk, risks))
+            specs.append(
+                _function_tool_spec(definition, handlers, paths, default_risk, risks, idempotent)
+            )
             continue
         if not isinstance(definition, Mapping):
             raise BridgeError(
@@ -83,6 +104,7 @@ def from_openai(
                 handler=handler_for(str(name), handlers, lambda: None),
                 risk=_risk(str(name), default_risk, risks),
                 paths=paths,
+                idempotent=declared_idempotent(str(name), idempotent),
                 extra=definition,
             )
         )
@@ -99,6 +121,7 @@ def _function_tool_spec(
     paths: Paths | None,
     default_risk: Risk | str,
     risks: Mapping[str, Risk | str] | None,
+    idempotent: Idempotent,
 ) -> ToolSpec:
     name = str(tool.name)
     risk = _risk(name, default_risk, risks)
@@ -113,13 +136,18 @@ def _function_tool_spec(
         handler=handler_for(name, handlers, lambda: _invoking(tool)),
         risk=risk,
         paths=paths,
+        idempotent=declared_idempotent(name, idempotent),
         timeout_seconds=tool.timeout_seconds,
     )
 
 
-def _invoking(tool: Any) -> Handler:
+def _invoking(function_tool: Any) -> Handler:
     """A handler calling a ``FunctionTool``'s ``on_invoke_tool`` with the
-    SDK's ``ToolContext`` (from the call's metadata, or a fresh one)."""
+    SDK's ``ToolContext`` (from the call's metadata, or a fresh one). The
+    tool's exception is raised (the call fails with EXECUTION_ERROR), never
+    turned into text by the tool's ``failure_error_function``: that text
+    would be an OK result with the failure hidden in its data."""
+    tool = _raising(function_tool)
 
     async def invoke_function_tool(ctx: Any, **arguments: Any) -> Any:
         text = json.dumps(arguments, ensure_ascii=False)
@@ -127,14 +155,36 @@ def _invoking(tool: Any) -> Handler:
         if tool_context is None:
             from agents.tool_context import ToolContext
 
+            # Run by the runtime, not by a Runner: the run's context is ours.
             tool_context = ToolContext(
-                context=None, tool_name=tool.name, tool_call_id=ctx.call_id, tool_arguments=text
+                context=ctx, tool_name=tool.name, tool_call_id=ctx.call_id, tool_arguments=text
             )
         output = await tool.on_invoke_tool(tool_context, text)
         return output if _is_json(output) else str(output)
 
     invoke_function_tool.__name__ = f"function_tool_{tool.name}"
     return invoke_function_tool
+
+
+def _raising(tool: Any) -> Any:
+    """A copy of ``tool`` whose failure formatter raises the tool's own
+    exception again (the SDK's ``set_function_tool_failure_error_function``;
+    a copy made with ``copy.copy`` rebinds its invoker to the copy). A tool
+    the SDK cannot copy or re-format is used as it is."""
+    import copy
+
+    try:
+        from agents.tool import set_function_tool_failure_error_function
+    except ImportError:  # an SDK without it, or a FunctionTool-like object
+        return tool
+    try:
+        return set_function_tool_failure_error_function(copy.copy(tool), _raise_again)
+    except Exception:  # noqa: BLE001 - not a FunctionTool the SDK knows: used as given
+        return tool
+
+
+def _raise_again(context: Any, error: Exception) -> str:
+    raise error
 
 
 def _is_json(value: Any) -> bool:
@@ -149,16 +199,25 @@ def _is_json(value: Any) -> bool:
 
 
 def output_result(output: Any) -> TranscriptResult:
-    """A tool message's content as a result: a failure when it is a JSON
-    object with ``"ok": false`` or an ``"error"`` key."""
+    """A tool message's content as a result. Neither OpenAI format says
+    whether a call failed, so the outcome is unknown (``ok`` None: never
+    compared) unless the content is an observation toolguard wrote
+    (``ToolResult.to_observation()``: a JSON object with a boolean
+    ``"ok"`` and a string ``"code"``), which says it."""
     parsed = output
     if isinstance(output, str):
         try:
             parsed = documents.parse_json(output)
         except ValueError:  # not JSON, or over a limit (DocumentRefused): a text
             parsed = None
-    failed = isinstance(parsed, Mapping) and (parsed.get("ok") is False or "error" in parsed)
-    return TranscriptResult(ok=not failed, content=output)
+    said = None
+    if (
+        isinstance(parsed, Mapping)
+        and isinstance(parsed.get("ok"), bool)
+        and isinstance(parsed.get("code"), str)
+    ):
+        said = bool(parsed["ok"])
+    return TranscriptResult(ok=said, content=output)
 
 
 def read_responses(text: str) -> Transcript:
@@ -210,10 +269,19 @@ def read_chat(text: str) -> Transcript:
 # -- the Agents SDK -----------------------------------------------------------
 
 
-def guarded_function_tool(runtime: ToolRuntime, name: str) -> Any:
+def guarded_function_tool(
+    runtime: ToolRuntime,
+    name: str,
+    *,
+    idempotency_key: Callable[[Any], str | None] | None = None,
+) -> Any:
     """An Agents SDK ``FunctionTool`` for the registry's tool ``name`` that
     runs every call through ``runtime.aexecute``: the model sees our
-    schema, and gets the data (JSON text) or the refusal's observation."""
+    schema, and gets the data (JSON text) or the refusal's observation.
+    ``idempotency_key(tool_context)`` gives each call's idempotency key
+    from the SDK's ``ToolContext`` (``lambda ctx: ctx.tool_call_id``: a
+    call the SDK runs again, on a resumed run, gets the first one's
+    outcome instead of running twice); None: no key."""
     from agents import FunctionTool
 
     spec = runtime.registry.get(name)
@@ -221,11 +289,13 @@ def guarded_function_tool(runtime: ToolRuntime, name: str) -> Any:
         raise BridgeError(f"no tool {name!r} in the runtime's registry")
 
     async def on_invoke_tool(tool_context: Any, arguments: str) -> str:
+        key = idempotency_key(tool_context) if idempotency_key is not None else None
         result = await runtime.aexecute(
             ToolCall(
                 call_id=getattr(tool_context, "tool_call_id", "") or "",
                 tool_name=name,
                 arguments=arguments,
+                idempotency_key=key,
                 metadata={AGENTS_CONTEXT: tool_context},
             )
         )
@@ -243,12 +313,21 @@ def guarded_function_tool(runtime: ToolRuntime, name: str) -> Any:
     )
 
 
-def toolguard_input_guardrail(runtime: ToolRuntime, *, session_id: str = "default") -> Any:
+def toolguard_input_guardrail(
+    runtime: ToolRuntime,
+    *,
+    session_id: str = "default",
+    idempotency_key: Callable[[Any], str | None] | None = None,
+) -> Any:
     """An Agents SDK tool input guardrail deciding each call with our
     pipeline (schema, policy, hooks) before the SDK runs the tool: a
     refusal becomes ``reject_content(message)`` (for a DANGEROUS tool,
     ``raise_exception()``: the run stops); an admitted call leaves its
-    RUNNING audit row, which ``toolguard_output_guardrail`` finishes."""
+    RUNNING audit row, which ``toolguard_output_guardrail`` finishes.
+    ``idempotency_key(tool_context)`` gives a call's key (as for
+    ``guarded_function_tool``): a call whose key already has an outcome is
+    answered it (``reject_content`` with the stored data) and the tool does
+    not run."""
     from agents import ToolGuardrailFunctionOutput, tool_input_guardrail
 
     from .gate import admit
@@ -263,10 +342,17 @@ def toolguard_input_guardrail(runtime: ToolRuntime, *, session_id: str = "defaul
                 tool_name=context.tool_name,
                 arguments=context.tool_arguments,
                 session_id=session_id,
+                idempotency_key=idempotency_key(context) if idempotency_key else None,
             ),
         )
         if refusal is None:
             return ToolGuardrailFunctionOutput.allow()
+        if refusal.ok:  # the outcome the call's key already holds: the tool does not run
+            stored = refusal.data
+            return ToolGuardrailFunctionOutput.reject_content(
+                stored if isinstance(stored, str) else json.dumps(stored, ensure_ascii=False),
+                output_info={"code": refusal.code.value},
+            )
         spec = runtime.registry.get(context.tool_name)
         info = {"code": refusal.code.value, "message": refusal.message}
         if spec is not None and spec.risk is Risk.DANGEROUS:
@@ -281,15 +367,31 @@ def toolguard_input_guardrail(runtime: ToolRuntime, *, session_id: str = "defaul
 
 def toolguard_output_guardrail(runtime: ToolRuntime) -> Any:
     """The Agents SDK tool output guardrail that finishes the audit row an
-    admitted call left (SUCCEEDED, with a preview of the output). It never
-    changes the output."""
+    admitted call left (SUCCEEDED, with a preview of the output), stores
+    the outcome under the call's idempotency key (as the row keeps it: a
+    key the redactor would redact never matches, and later calls with it
+    are refused DUPLICATE_CALL, never run twice) and tells the runtime's
+    listeners. It never changes the output. A tool the SDK's failure
+    formatter answered for is finished SUCCEEDED: the SDK does not tell a
+    guardrail that the tool raised."""
     from agents import ToolGuardrailFunctionOutput, tool_output_guardrail
 
-    from .gate import finish_admitted
+    from .gate import finish_admitted, stored_id
 
     @tool_output_guardrail
     def toolguard_finish(data: Any) -> Any:
-        finish_admitted(runtime, data.context.tool_call_id, ok=True, data=_plain(data.output))
+        context = data.context
+        row = runtime.audit.get(stored_id(runtime, context.tool_call_id))
+        # The key and session as the row keeps them (the input guardrail's
+        # own are not passed on): the outcome is stored under that key.
+        call = ToolCall(
+            call_id=context.tool_call_id,
+            tool_name=context.tool_name,
+            arguments=context.tool_arguments,
+            session_id=row.session_id if row is not None else "default",
+            idempotency_key=row.idempotency_key if row is not None else None,
+        )
+        finish_admitted(runtime, context.tool_call_id, ok=True, data=_plain(data.output), call=call)
         return ToolGuardrailFunctionOutput.allow()
 
     return toolguard_finish

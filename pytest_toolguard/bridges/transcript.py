@@ -21,7 +21,9 @@ replay acts on the user's directory. An import during which the directory
 named, or the scratch directory around the copy, changed writes no
 cassette: its report names what changed. Each interaction
 keeps the transcript's own result as ``transcript_result``, and the report
-lists the calls whose re-executed outcome differs (ok against error).
+lists the calls whose re-executed outcome differs (ok against error); an
+outcome the transcript's format cannot say (``TranscriptResult.ok`` None:
+OpenAI Chat and Responses) is never compared, only counted.
 
 Nothing from the transcript reaches the cassette unredacted: the calls'
 arguments and results are redacted by the recorder, the transcript's
@@ -73,7 +75,10 @@ replay) as APPROVAL_REQUIRED."""
 class TranscriptResult:
     """What the transcript says a call returned."""
 
-    ok: bool
+    ok: bool | None
+    """Whether the call succeeded; None when the format cannot say (OpenAI
+    Chat and Responses carry no error flag): such an outcome is never
+    compared with the re-executed one."""
     content: Any = None
     """The result as the transcript holds it: text, content blocks or JSON."""
     data: Any = None
@@ -394,6 +399,9 @@ class ImportReport:
     directory named (``workspace/<path>``) or beside the copy
     (``beside the copy/<path>``), redacted. When there are any, the
     cassette was not written."""
+    unknown_outcomes: int = 0
+    """Calls whose transcript holds a result that does not say whether it
+    failed (OpenAI Chat and Responses): not compared."""
 
     @property
     def written(self) -> bool:
@@ -416,6 +424,11 @@ class ImportReport:
         out += [f"  changed outside: {path}" for path in self.changed_outside]
         out += [f"  problem: {problem}" for problem in self.problems]
         out += [f"  differs: {mismatch}" for mismatch in self.mismatches]
+        if self.unknown_outcomes:
+            out.append(
+                f"  not compared: {self.unknown_outcomes} call(s) whose transcript result "
+                "does not say whether it failed"
+            )
         return out
 
 
@@ -474,6 +487,7 @@ def transcript_to_cassette(
         raise BridgeError(f"workspace {os.fspath(workspace)!r} is not a directory")
     calls = transcript.calls
     mismatches: list[Mismatch] = []
+    unknown = 0
     named = os.path.realpath(source)
     named_before = entries(named)
     with tempfile.TemporaryDirectory(prefix="toolguard-import-") as scratch:
@@ -511,13 +525,16 @@ def transcript_to_cassette(
                 redactor = tool_redactor(registry, tool_name, runtime.redactor)
                 shown = None if item.result is None else kept_result(item.result, redactor)
                 kept.append((stored_id(runtime, item.call_id), shown))
-                if item.result is not None and item.result.ok != result.ok:
+                said = None if item.result is None else item.result.ok
+                if item.result is not None and said is None:
+                    unknown += 1  # the format cannot say: never compared
+                elif said is not None and said != result.ok:
                     mismatches.append(
                         Mismatch(
                             stored_id(runtime, item.call_id),
                             stored_id(runtime, item.tool_name),
                             item.where,
-                            item.result.ok,
+                            said,
                             result,
                         )
                     )
@@ -576,6 +593,7 @@ def transcript_to_cassette(
         imported=len(interactions),
         problems=tuple(problem.shown(runtime.redactor) for problem in transcript.problems),
         mismatches=tuple(mismatches),
+        unknown_outcomes=unknown,
         changed_outside=tuple(
             storable_text(redact_path(runtime.redactor, path)) for path in changed
         ),

@@ -60,7 +60,7 @@ from ..audit import AuditStore, SQLiteAuditStore
 from ..audit_stores import open_audit_store
 from ..capabilities import Capabilities, Risk, under_root
 from ..contract import CallState, ErrorCode, ToolCall, ToolResult
-from ..hooks import PostToolUse, PreToolUse
+from ..hooks import Approval, PostToolUse, PreToolUse
 from ..isolation import IsolationMode, make_isolation
 from ..recovery import Recovery, recover_calls
 from ..redaction import Redactor
@@ -346,6 +346,21 @@ class ToolRuntime:
         the call was refused before the hooks). Returns the function that
         removes it. A listener that raises is reported as a RuntimeWarning."""
         return self._observers.add_listener(listener)
+
+    def tell_listeners(
+        self,
+        call: ToolCall,
+        result: ToolResult,
+        stored_data: object = None,
+        approval: Approval | None = None,
+    ) -> None:
+        """Tell every listener (``add_listener``) the outcome of a call
+        ``admit`` let through and another program ran: what ``execute``
+        does after a call, for a call it never ran
+        (``pytest_toolguard.bridges.gate`` does once the call's row is
+        finished, so that a recorder hears of every call a guard saw).
+        ``stored_data`` must already be redacted and cut."""
+        self._observers.tell_listeners(call, result, stored_data, approval)
 
     def watch_files(self, watcher: FileWatcher) -> Callable[[], None]:
         """Call ``watcher(call_id, paths)`` once a handler has run, with every

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..audit import storable_data
-from ..context import ToolContext
+from ..context import ToolContext, workspace_of_call
 from ..contract import CallState, ErrorCode, ToolResult
 from ..isolation import ChildLog, CoroutineRunner, HandlerTimeout, Isolation, ThreadIsolation
 from ..policy import PolicyDecision
@@ -102,9 +102,10 @@ class HandlerRun:
 
     def run(self) -> Outcome:
         try:
-            value = self.handler(self.ctx, **self.arguments)
-            if _awaitable(value):
-                value = self._await(value)
+            with workspace_of_call(self.ctx.workspace):
+                value = self.handler(self.ctx, **self.arguments)
+                if _awaitable(value):
+                    value = self._await(value)
             return True, value, self.accessed
         except BaseException as exc:  # SystemExit from a handler is its failure too
             return False, exc, self.accessed
@@ -117,7 +118,8 @@ class HandlerRun:
         returns is kept in ``awaiting`` (None returned) for ``settle``."""
         kept = False
         try:
-            value = self.handler(self.ctx, **self.arguments)
+            with workspace_of_call(self.ctx.workspace):
+                value = self.handler(self.ctx, **self.arguments)
             if _awaitable(value):
                 self.awaiting, kept = value, True
                 return None
@@ -132,7 +134,9 @@ class HandlerRun:
         """The awaitable ``call_inline`` kept, run to its end on a loop of
         its own (closed unstarted once the call is cancelled)."""
         try:
-            return True, self._await(self.awaiting), self.accessed
+            with workspace_of_call(self.ctx.workspace):
+                value = self._await(self.awaiting)
+            return True, value, self.accessed
         except BaseException as exc:
             return False, exc, self.accessed
         finally:
@@ -160,9 +164,10 @@ class HandlerRun:
 
     async def arun(self) -> Outcome:
         try:
-            value = self.handler(self.ctx, **self.arguments)
-            if inspect.isawaitable(value):
-                value = await value
+            with workspace_of_call(self.ctx.workspace):
+                value = self.handler(self.ctx, **self.arguments)
+                if inspect.isawaitable(value):
+                    value = await value
             return True, value, self.accessed
         except BaseException as exc:  # CancelledError too: aexecute's caller was not cancelled
             return False, exc, self.accessed

@@ -204,7 +204,7 @@ OUTPUTS = {
 @pytest.mark.parametrize("output", list(OUTPUTS.values()), ids=list(OUTPUTS))
 def test_a_tool_output_nested_past_the_limit_is_read_as_text(output: str) -> None:
     result = output_result(output)
-    assert result.ok is True
+    assert result.ok is None  # a text: the format does not say whether it failed
     assert result.content == output
 
 
@@ -226,12 +226,13 @@ def test_a_chat_transcript_with_a_deep_tool_output_is_read(output: str) -> None:
     transcript = read_chat(json.dumps(messages))
     assert [call.call_id for call in transcript.calls] == ["call_1"]
     result = transcript.calls[0].result
-    assert result is not None and result.ok is True
+    assert result is not None and result.ok is None
 
 
 def test_a_tool_output_within_the_limit_is_still_judged() -> None:
-    assert output_result('{"error": "no such file"}').ok is False
-    assert output_result(deep_json(10, "x")).ok is True
+    observation = '{"ok": false, "code": "NOT_FOUND", "data": ' + deep_json(10, "x") + "}"
+    assert output_result(observation).ok is False
+    assert output_result(deep_json(10, "x")).ok is None
 
 
 # -- a plan artifact a handler wrote ---------------------------------------------------------
