@@ -26,7 +26,11 @@ naming the recorded root name the world's instead (``root_map``, a
 ``frozen_at`` as in the fake world. ``tree()``, ``outside()``,
 ``plant(decoys)``, ``plant_forbidden()``, ``resolve_inside()``,
 ``save_workspace()`` and ``restore_workspace()`` answer as ``World``'s do,
-on the real files.
+on the real files. The process's working directory is the workspace root
+(``working_directory``), as the fake world's is: a relative path a handler
+opens, hands to C code (``sqlite3.connect("crm.db")``) or to a process it
+starts with no ``cwd`` lands in the world, never in the directory the test
+run started in, which is the working directory again once the block ends.
 
 Guarantees: the around directory is new (never an existing directory),
 private (0700) and removed with everything in it when the block ends,
@@ -55,6 +59,7 @@ import posixpath
 import shutil
 import stat
 import tempfile
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
 from datetime import datetime
@@ -157,7 +162,8 @@ class DirectoryWorld:
 
     def __enter__(self) -> DirectoryWorld:
         with ExitStack() as stack:
-            around = tempfile.mkdtemp(prefix=WORLD_PREFIX, dir=self._parent)
+            # Absolute: the world's paths must not move when the working directory does.
+            around = os.path.abspath(tempfile.mkdtemp(prefix=WORLD_PREFIX, dir=self._parent))
             stack.callback(remove_world, around)
             name = posixpath.basename(self.recorded_root) or DEFAULT_NAME
             self._around, self._root = around, os.path.join(around, name)
@@ -172,6 +178,8 @@ class DirectoryWorld:
             self.processes = stack.enter_context(ChildProcesses.of(self))
             if self.frozen_at is not None:
                 stack.enter_context(frozen_clock(self.frozen_at))
+            # Last in, first undone: the user's directory is back before the world goes.
+            stack.enter_context(working_directory(self._root))
             self._stack = stack.pop_all()
         return self
 
@@ -515,6 +523,59 @@ def make_removable(top: str) -> None:
         except OSError:
             continue
         pending.extend(entry.path for entry in entries if entry.is_dir(follow_symlinks=False))
+
+
+class _Left:
+    """The directory a ``working_directory`` block left, held open: put
+    back by descriptor, so that it is found even when its path no longer
+    leads to it (renamed, or removed by the test)."""
+
+    __slots__ = ("descriptor",)
+
+    def __init__(self, descriptor: int) -> None:
+        self.descriptor = descriptor
+
+
+_BLOCKS: list[_Left] = []
+"""The ``working_directory`` blocks running in this process, in the order they began."""
+_BLOCKS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def working_directory(path: str) -> Iterator[None]:
+    """The process's working directory is ``path`` while the block runs:
+    a relative path (``open("notes.txt")``, ``sqlite3.connect("crm.db")``,
+    a process started with no ``cwd``) resolves there, never in the
+    directory the process was in. When the block ends, even by
+    ``KeyboardInterrupt``, that directory is the working directory again.
+
+    The working directory is the process's, not a thread's: blocks on
+    several threads at once change it for each other. Blocks ended out of
+    order still end where the first began (the block that began inside an
+    ended one goes back where the ended one came from)."""
+    left = _Left(os.open(".", getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY))
+    with _BLOCKS_LOCK:
+        _BLOCKS.append(left)
+    try:
+        os.chdir(path)
+        yield
+    finally:
+        _leave(left)
+
+
+def _leave(left: _Left) -> None:
+    with _BLOCKS_LOCK:
+        index = next(i for i, block in enumerate(_BLOCKS) if block is left)
+        del _BLOCKS[index]
+        if index < len(_BLOCKS):  # a later block still runs: it goes back where this one came from
+            later = _BLOCKS[index]
+            os.close(later.descriptor)
+            later.descriptor = left.descriptor
+            return
+        try:
+            os.fchdir(left.descriptor)
+        finally:
+            os.close(left.descriptor)
 
 
 def world_directories(parent: str | None = None) -> Iterator[str]:
