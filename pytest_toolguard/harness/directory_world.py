@@ -59,7 +59,6 @@ import posixpath
 import shutil
 import stat
 import tempfile
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
 from datetime import datetime
@@ -72,6 +71,7 @@ from .clock import DEFAULT_TIME, frozen_clock
 from .files import read_tree_through_os
 from .kernel_watch import UNKNOWN, KernelAccessLog, watching
 from .probes import OutsideSnapshot
+from .working_directory import working_directory
 from .world import (
     DECOY_MARKER,
     FORBIDDEN_MARKER,
@@ -523,59 +523,6 @@ def make_removable(top: str) -> None:
         except OSError:
             continue
         pending.extend(entry.path for entry in entries if entry.is_dir(follow_symlinks=False))
-
-
-class _Left:
-    """The directory a ``working_directory`` block left, held open: put
-    back by descriptor, so that it is found even when its path no longer
-    leads to it (renamed, or removed by the test)."""
-
-    __slots__ = ("descriptor",)
-
-    def __init__(self, descriptor: int) -> None:
-        self.descriptor = descriptor
-
-
-_BLOCKS: list[_Left] = []
-"""The ``working_directory`` blocks running in this process, in the order they began."""
-_BLOCKS_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def working_directory(path: str) -> Iterator[None]:
-    """The process's working directory is ``path`` while the block runs:
-    a relative path (``open("notes.txt")``, ``sqlite3.connect("crm.db")``,
-    a process started with no ``cwd``) resolves there, never in the
-    directory the process was in. When the block ends, even by
-    ``KeyboardInterrupt``, that directory is the working directory again.
-
-    The working directory is the process's, not a thread's: blocks on
-    several threads at once change it for each other. Blocks ended out of
-    order still end where the first began (the block that began inside an
-    ended one goes back where the ended one came from)."""
-    left = _Left(os.open(".", getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY))
-    with _BLOCKS_LOCK:
-        _BLOCKS.append(left)
-    try:
-        os.chdir(path)
-        yield
-    finally:
-        _leave(left)
-
-
-def _leave(left: _Left) -> None:
-    with _BLOCKS_LOCK:
-        index = next(i for i, block in enumerate(_BLOCKS) if block is left)
-        del _BLOCKS[index]
-        if index < len(_BLOCKS):  # a later block still runs: it goes back where this one came from
-            later = _BLOCKS[index]
-            os.close(later.descriptor)
-            later.descriptor = left.descriptor
-            return
-        try:
-            os.fchdir(left.descriptor)
-        finally:
-            os.close(left.descriptor)
 
 
 def world_directories(parent: str | None = None) -> Iterator[str]:
