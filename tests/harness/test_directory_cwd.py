@@ -98,8 +98,25 @@ def git_init_relative(ctx: Any, repo_path: str) -> dict[str, Any]:
     return {"code": done.returncode}
 
 
+@tool(risk=Risk.WRITE, world="directory", paths=[PathAccess.write("{repo_path}")])
+def gitpython_init_relative(ctx: Any, repo_path: str) -> dict[str, Any]:
+    """GitPython given the repository path as sent, as mcp-server-git gives it."""
+    import git
+
+    repository = git.Repo.init(repo_path, mkdir=True, initial_branch="main")
+    repository.close()
+    return {"bare": repository.bare}
+
+
 REGISTRY = ToolRegistry(
-    [write_relative, add_relative, where_am_i, shell_relative, git_init_relative]
+    [
+        write_relative,
+        add_relative,
+        where_am_i,
+        shell_relative,
+        git_init_relative,
+        gitpython_init_relative,
+    ]
 )
 
 CALLS: dict[str, tuple[str, dict[str, Any], str | None]] = {
@@ -109,6 +126,11 @@ CALLS: dict[str, tuple[str, dict[str, Any], str | None]] = {
     "os.getcwd": ("where_am_i", {}, None),
     "process with no cwd": ("shell_relative", {"path": "out.txt", "text": "hi"}, "out.txt"),
     "git, a relative repository": ("git_init_relative", {"repo_path": "repo"}, "repo/.git/HEAD"),
+    "GitPython, a relative repository": (
+        "gitpython_init_relative",
+        {"repo_path": "repo"},
+        "repo/.git/HEAD",
+    ),
 }
 
 
@@ -173,6 +195,8 @@ def _remove(top: Path) -> None:
 def test_a_replayed_call_resolves_its_relative_paths_in_the_world(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, project: Path, variant: str
 ) -> None:
+    if variant.startswith("GitPython"):
+        pytest.importorskip("git")
     cassette = _recorded(tmp_path, monkeypatch, variant)
     report = replay(cassette, REGISTRY)
     assert report.ok, report.differences
