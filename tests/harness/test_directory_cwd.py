@@ -11,11 +11,14 @@ directory of its own that must hold none once it is done."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import sqlite3
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -341,6 +344,40 @@ def test_worlds_ended_out_of_order_still_end_where_the_first_began(project: Path
     finally:
         second.__exit__(None, None, None)
     assert os.getcwd() == str(project)
+
+
+def test_pwd_names_the_world_while_it_runs(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PWD", str(project))
+    with DirectoryWorld(STATE) as world:
+        assert os.environ["PWD"] == world.root
+        shown = subprocess.run(
+            [sys.executable, "-c", "import os; print(os.environ['PWD'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert shown.stdout.strip() == world.root
+    assert os.environ["PWD"] == str(project)
+
+
+@pytest.mark.parametrize("entry", ["", "."])
+def test_a_relative_import_path_never_imports_from_the_world(
+    project: Path, monkeypatch: pytest.MonkeyPatch, entry: str
+) -> None:
+    name = "toolguard_cwd_probe"
+    (project / f"{name}.py").write_text("WHERE = 'project'\n")
+    monkeypatch.setattr(sys, "path", [entry, *sys.path])
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    planted = replace(STATE, files={**STATE.files, f"{name}.py": b"WHERE = 'world'\n"})
+    try:
+        with DirectoryWorld(planted):
+            module = importlib.import_module(name)
+        assert module.WHERE == "project"
+        assert sys.path[0] == entry
+    finally:
+        sys.modules.pop(name, None)
+        (project / f"{name}.py").unlink()
 
 
 def test_recording_changes_no_working_directory(tmp_path: Path, project: Path) -> None:
