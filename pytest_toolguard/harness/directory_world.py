@@ -47,7 +47,9 @@ accesses are observed through the kernel's notifications
 ``inotify-simple`` is installed (``accesses_observed``; otherwise said
 once); a file made immutable (``chattr +i``) or a
 mount made under the world cannot be removed, and ``__exit__`` raises
-``OSError`` naming the directory left behind.
+``OSError`` naming the directory left behind; the working directory is
+the process's, so a thread of the test's own that resolves a relative
+path while the world runs resolves it in the world too.
 """
 
 from __future__ import annotations
