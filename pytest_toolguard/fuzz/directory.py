@@ -23,6 +23,10 @@ would still land outside the container, read as a path from the workspace
 the tool: the example is not run (``outside_container``), since a tool on
 the real disk would really reach it.
 
+A relative path resolves from the workspace root, which is the process's
+working directory while the world runs (``DirectoryWorld``), for the
+handler, the C code it calls and the processes it starts alike.
+
 What is judged is the real tree: ``outside()`` is every entry of the
 container but the workspace (so a write beside the workspace, through a
 link, or above the world is seen), ``tree()`` the workspace's files.
@@ -70,7 +74,9 @@ class FuzzDirectory:
 
     def __enter__(self) -> FuzzDirectory:
         with ExitStack() as stack:
-            top = tempfile.mkdtemp(prefix=CONTAINER_PREFIX, dir=self._parent or world_parent())
+            # Absolute: the world's block moves the working directory into it.
+            parent = self._parent or world_parent()
+            top = os.path.abspath(tempfile.mkdtemp(prefix=CONTAINER_PREFIX, dir=parent))
             stack.callback(remove_world, top)
             slash = os.path.join(top, *(["up"] * LEVELS_ABOVE))
             os.makedirs(slash)

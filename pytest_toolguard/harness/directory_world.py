@@ -26,7 +26,11 @@ naming the recorded root name the world's instead (``root_map``, a
 ``frozen_at`` as in the fake world. ``tree()``, ``outside()``,
 ``plant(decoys)``, ``plant_forbidden()``, ``resolve_inside()``,
 ``save_workspace()`` and ``restore_workspace()`` answer as ``World``'s do,
-on the real files.
+on the real files. The process's working directory is the workspace root
+(``working_directory``), as the fake world's is: a relative path a handler
+opens, hands to C code (``sqlite3.connect("crm.db")``) or to a process it
+starts with no ``cwd`` lands in the world, never in the directory the test
+run started in, which is the working directory again once the block ends.
 
 Guarantees: the around directory is new (never an existing directory),
 private (0700) and removed with everything in it when the block ends,
@@ -43,7 +47,9 @@ accesses are observed through the kernel's notifications
 ``inotify-simple`` is installed (``accesses_observed``; otherwise said
 once); a file made immutable (``chattr +i``) or a
 mount made under the world cannot be removed, and ``__exit__`` raises
-``OSError`` naming the directory left behind.
+``OSError`` naming the directory left behind; the working directory is
+the process's, so a thread of the test's own that resolves a relative
+path while the world runs resolves it in the world too.
 """
 
 from __future__ import annotations
@@ -67,6 +73,7 @@ from .clock import DEFAULT_TIME, frozen_clock
 from .files import read_tree_through_os
 from .kernel_watch import UNKNOWN, KernelAccessLog, watching
 from .probes import OutsideSnapshot
+from .working_directory import working_directory
 from .world import (
     DECOY_MARKER,
     FORBIDDEN_MARKER,
@@ -165,7 +172,9 @@ class DirectoryWorld:
 
     def __enter__(self) -> DirectoryWorld:
         with ExitStack() as stack:
-            around = tempfile.mkdtemp(prefix=WORLD_PREFIX, dir=self._parent or world_parent())
+            # Absolute: the world's paths must not move when the working directory does.
+            parent = self._parent or world_parent()
+            around = os.path.abspath(tempfile.mkdtemp(prefix=WORLD_PREFIX, dir=parent))
             stack.callback(remove_world, around)
             name = posixpath.basename(self.recorded_root) or DEFAULT_NAME
             self._around, self._root = around, os.path.join(around, name)
@@ -180,6 +189,8 @@ class DirectoryWorld:
             self.processes = stack.enter_context(ChildProcesses.of(self))
             if self.frozen_at is not None:
                 stack.enter_context(frozen_clock(self.frozen_at))
+            # Last in, first undone: the user's directory is back before the world goes.
+            stack.enter_context(working_directory(self._root))
             self._stack = stack.pop_all()
         return self
 

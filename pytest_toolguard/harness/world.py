@@ -7,6 +7,9 @@ unloads modules first imported while it is active, so the clock's backend
 is imported first). Inside it:
 
 - ``world.fs`` is the pyfakefs ``FakeFilesystem`` (``set_disk_usage``, ...);
+- the working directory (``os.getcwd()``) is the workspace root: a
+  relative path a handler opens is the workspace's, as in the directory
+  world;
 - ``world.plant(decoys)`` puts files outside the workspace for an escape to
   meet, each holding ``DECOY_MARKER``; ``world.plant_forbidden()`` puts
   ``.env`` files (several spellings and depths, each holding
@@ -175,6 +178,9 @@ class World:
                 stack.enter_context(frozen_clock(self.frozen_at))
             self._fs = stack.enter_context(self._fake_world.filesystem(self.state))
             self._fake_world.map_real_paths(self._fs, self.root)
+            # A relative path is the workspace's, as in the directory world.
+            stack.callback(setattr, self._fs, "cwd", self._fs.cwd)
+            self._fs.cwd = self.root
             stack.enter_context(guarding(self._escapes))
             read_only = ReadOnlyPaths(self._fs, real_paths, self._escapes)
             read_only.install()  # before the access log, which wraps what it finds
