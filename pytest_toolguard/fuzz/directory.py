@@ -44,10 +44,11 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from typing import Any
 
-from ..harness.directory_world import DirectoryWorld, remove_world, world_parent
+from ..harness.directory_world import DirectoryWorld, remove_world
 from ..harness.escapes import Escape
 from ..harness.probes import OutsideSnapshot
 from ..harness.world import Decoys, running
+from ..harness.world_parent import world_parent
 from ..replay.root_map import RootMap
 from .world import FUZZ_ROOT, FUZZ_WORKSPACE
 
