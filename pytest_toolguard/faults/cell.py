@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import stat
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -103,6 +104,12 @@ class CleanRun:
     world, its Python-level file operations (``directory.Operations``)."""
     growths: int
     """Times its handler grew a file (0 in the directory world: not seen)."""
+    paths: tuple[tuple[str, ...], ...] = ()
+    """For each of those operations, in order, the paths it named or
+    reached (absolute as the world spells them; a relative or unknown one
+    as given, or empty)."""
+    directories: frozenset[str] = frozenset()
+    """The workspace's directories it left, by relative path (empty ones too)."""
 
 
 class Cell:
@@ -466,11 +473,15 @@ class Cell:
         accesses = getattr(log, "count", 0)
         growths = getattr(log, "growths", 0)
         result = self.execute(self.call(), self.make_runtime(hooks=[]))
+        count = getattr(log, "count", 0)
+        left = self.world.save_workspace()
         clean = CleanRun(
             result,
             self.tree(),
-            getattr(log, "count", 0) - accesses,
+            count - accesses,
             getattr(log, "growths", 0) - growths,
+            _operation_paths(log, accesses, count),
+            frozenset(relative for relative, mode, _data in left if stat.S_ISDIR(mode)),
         )
         self.world.restore_workspace(saved)
         return clean
@@ -587,6 +598,19 @@ class Cell:
             self.check(
                 not changes, f"outside the workspace changed: {', '.join(changes.paths[:5])}"
             )
+
+
+def _operation_paths(log: Any, first: int, last: int) -> tuple[tuple[str, ...], ...]:
+    """The paths of operations ``first + 1`` to ``last`` of ``log``: the
+    directory world's ``Operations`` (one path each) or the fake world's
+    ``AccessLog`` (what each resolved, given and reached)."""
+    if isinstance(log, Operations):
+        return tuple((path,) for path in log.paths[first:last])
+    named: list[list[str]] = [[] for _ in range(last - first)]
+    for access in list(getattr(log, "accesses", ())):
+        if first < access.index <= last:
+            named[access.index - first - 1] += [access.given, access.path]
+    return tuple(tuple(dict.fromkeys(path for path in paths if path)) for paths in named)
 
 
 def _short(text: str, limit: int = 160) -> str:
