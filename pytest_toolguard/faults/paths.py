@@ -18,7 +18,7 @@ from urllib.parse import unquote
 from ..contract import ErrorCode, ToolResult
 from ..harness.accesses import is_ancestor, is_within
 from ..harness.directory_world import DirectoryWorld
-from ..harness.world import DECOY_MARKER
+from ..harness.world import DECOY_MARKER, FORBIDDEN_SPELLINGS
 from .cell import Cell, CleanRun
 from .fault import Fault
 from .target import Target
@@ -463,16 +463,45 @@ def escapes(path: str) -> bool:
     return False
 
 
+_INSIDE_STEPS = ("..%2f", "%2e%2e%2f", "%252e%252e%252f", "\u2025/")
+"""How the inside payloads climb one directory, each in a spelling the
+executor reads literally (one odd file name beside the others) and a
+handler that decodes or normalises after the check reads as ``../``."""
+
+MOVED_NAME = "toolguard-moved.txt"
+"""The file an inside payload aims a writing tool at, climbed out of the
+directory its declaration names."""
+
+
+def inside_payloads(value: str, depth: int, *, writes: bool) -> tuple[str, ...]:
+    """Payloads that stay inside the workspace but leave the directory a
+    path argument's recorded ``value`` names (``depth`` components below
+    the root, the tool's template filled): its last component replaced by
+    a climb of one directory, and one all the way to the root, in each of
+    ``_INSIDE_STEPS``' spellings, to ``MOVED_NAME`` (a tool that writes)
+    or to the forbidden ``.env`` (one that reads). Judged by what the call
+    changed against its declarations and write roots, and by the forbidden
+    file's marker: never as an escape."""
+    target = MOVED_NAME if writes else FORBIDDEN_SPELLINGS[0]
+    prefix = value.rsplit("/", 1)[0] + "/" if "/" in value else ""
+    climbs = sorted({1, depth}) if depth > 0 else []
+    return tuple(prefix + step * climb + target for climb in climbs for step in _INSIDE_STEPS)
+
+
 class PathTraversalFault(Fault):
     name = "path_traversal"
     applies_to = "calls with a path argument"
     injection = (
         f"each path argument replaced by {len(traversal_payloads())} payloads "
         "(traversal corpus styles, raw and decoded; dot-dots climbing past the root "
-        "whatever its depth; siblings sharing the root's prefix; ~, $HOME and /tmp)"
+        "whatever its depth; siblings sharing the root's prefix; ~, $HOME and /tmp), "
+        "then by payloads climbing out of its own directory but not the workspace, "
+        "spelt so that only a decoding or normalising handler climbs"
     )
     expected = (
-        "every escaping path refused (in a declared path argument); nothing outside read or changed"
+        "every path that a payload makes (the tool's template filled) and that leads "
+        "outside refused (in a declared path argument); nothing outside read or changed; "
+        "nothing changed beyond what the call declared, or outside the write roots"
     )
 
     def applies(self, target: Target) -> bool:
@@ -484,12 +513,77 @@ class PathTraversalFault(Fault):
         within = cell.world.around if isinstance(cell.world, DirectoryWorld) else None
         payloads = traversal_payloads(cell.root, within=within)
         for name in cell.target.path_arguments:
-            for payload in payloads:
-                result = cell.execute(cell.call({**arguments, name: payload}))
+            value = arguments.get(name)
+            inside = inside_payloads(
+                value if isinstance(value, str) else "",
+                _depth(cell, arguments, name),
+                writes=cell.target.writes,
+            )
+            for payload in payloads + inside:
+                called = {**arguments, name: payload}
+                result = cell.execute(cell.call(called))
                 # An argument only named like a path may not be one (a
                 # language's "source"): there, the decoy and outside checks judge.
-                if name in declared and escapes(payload):
-                    cell.check(
-                        not result.ok,
-                        f"{name}={payload!r} escapes the workspace but the call succeeded",
-                    )
+                if name not in declared or not result.ok:
+                    continue
+                outside = _outside_paths(cell, called, name, payload)
+                cell.check(
+                    not outside,
+                    f"{name}={payload!r} escapes the workspace but the call succeeded: "
+                    f"it makes {', '.join(map(repr, outside[:2]))}",
+                )
+
+
+def _expanded(cell: Cell, arguments: dict[str, Any], name: str) -> list[str] | None:
+    """The paths the tool's templates naming ``name`` make of
+    ``arguments``; None when they cannot be filled."""
+    spec = cell.target.spec
+    if spec is None:
+        return None
+    variables = cell.target.cassette.session.variables
+    paths: list[str] = []
+    for access in spec.paths:
+        if any(
+            field == name or field.startswith((name + ".", name + "[")) for field in access.fields
+        ):
+            try:
+                paths += access.expand(arguments, variables)
+            except (KeyError, ValueError):
+                return None
+    return paths
+
+
+def _outside_paths(cell: Cell, arguments: dict[str, Any], name: str, payload: str) -> list[str]:
+    """The paths a payload made that lead outside the workspace, read as
+    POSIX paths: absolute and not beneath the root, or climbing above it.
+    Judged on the filled template, never on the payload alone
+    (``outbox/{id}.md`` with ``..`` is ``outbox/...md``); the payload
+    itself where the templates cannot be filled."""
+    paths = _expanded(cell, arguments, name)
+    if paths is None:
+        paths = [payload]
+    root = posixpath.normpath(cell.root)
+    outside = []
+    for path in paths:
+        if path.startswith("/"):
+            if not is_within(posixpath.normpath(path), root):
+                outside.append(path)
+        elif escapes(path):
+            outside.append(path)
+    return outside
+
+
+def _depth(cell: Cell, arguments: dict[str, Any], name: str) -> int:
+    """How many directories below the root the argument's recorded value
+    sits (its deepest filled path's parent), 0 when it cannot be told."""
+    paths = _expanded(cell, arguments, name) or [str(arguments.get(name, ""))]
+    root = posixpath.normpath(cell.root)
+    depths = [0]
+    for path in paths:
+        normal = posixpath.normpath(path)
+        if normal.startswith("/"):
+            normal = _beneath(root, normal) or "."
+        if escapes(normal) or normal == ".":
+            continue
+        depths.append(normal.count("/"))
+    return max(depths)
