@@ -494,7 +494,9 @@ def terminal_grid(
 
     failures = report.failures()
     if failures:
-        lines.append(f"failed cells ({len(failures)}, problems {problems_digest(failures)}):")
+        lines.append(
+            _fit(f"failed cells ({len(failures)}, problems {problems_digest(failures)}):", width)
+        )
         for cell in failures[:max_failures]:
             lines.append(f"  {cell_label(cell)}")  # whole: it is pasted to rerun the cell
             if cell.problems:
