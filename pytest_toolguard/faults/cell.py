@@ -80,7 +80,7 @@ from ..registry import ToolRegistry, ToolSpec
 from ..replay.approvals import approval_hooks
 from ..replay.http import HttpPlayback
 from ..runtime import ToolRuntime
-from .directory import Operations, WorldFiles
+from .directory import Operations, WorldFiles, operation_paths
 from .prefixes import SavedPrefix
 from .target import Target
 
@@ -98,18 +98,15 @@ class CleanRun:
 
     result: ToolResult
     tree: dict[str, bytes]
-    """The workspace's files it left."""
+    """The workspace's files it left (``directories``: its directories)."""
     accesses: int
     """Paths its handler resolved (``harness.accesses``); in the directory
     world, its Python-level file operations (``directory.Operations``)."""
     growths: int
     """Times its handler grew a file (0 in the directory world: not seen)."""
     paths: tuple[tuple[str, ...], ...] = ()
-    """For each of those operations, in order, the paths it named or
-    reached (absolute as the world spells them; a relative or unknown one
-    as given, or empty)."""
+    """Per operation, in order, the paths it named or reached (``operation_paths``)."""
     directories: frozenset[str] = frozenset()
-    """The workspace's directories it left, by relative path (empty ones too)."""
 
 
 class Cell:
@@ -465,22 +462,20 @@ class Cell:
     def clean_run(self) -> CleanRun:
         """The target's call once with nothing injected, through a runtime
         of its own (no plan), then the workspace put back as it was: what
-        it answered, the files it left, how many filesystem accesses and
-        growths its handler made. What a call under a fault that answers
-        OK must leave too."""
+        it answered and left, its handler's operations and growths. What a
+        call under a fault that answers OK must leave too."""
         saved = self.world.save_workspace()
         log = self.files.access_log if not self.directory else self.operations
         accesses = getattr(log, "count", 0)
         growths = getattr(log, "growths", 0)
         result = self.execute(self.call(), self.make_runtime(hooks=[]))
-        count = getattr(log, "count", 0)
-        left = self.world.save_workspace()
+        count, left = getattr(log, "count", 0), self.world.save_workspace()
         clean = CleanRun(
             result,
             self.tree(),
             count - accesses,
             getattr(log, "growths", 0) - growths,
-            _operation_paths(log, accesses, count),
+            operation_paths(log, accesses, count),
             frozenset(relative for relative, mode, _data in left if stat.S_ISDIR(mode)),
         )
         self.world.restore_workspace(saved)
@@ -598,19 +593,6 @@ class Cell:
             self.check(
                 not changes, f"outside the workspace changed: {', '.join(changes.paths[:5])}"
             )
-
-
-def _operation_paths(log: Any, first: int, last: int) -> tuple[tuple[str, ...], ...]:
-    """The paths of operations ``first + 1`` to ``last`` of ``log``: the
-    directory world's ``Operations`` (one path each) or the fake world's
-    ``AccessLog`` (what each resolved, given and reached)."""
-    if isinstance(log, Operations):
-        return tuple((path,) for path in log.paths[first:last])
-    named: list[list[str]] = [[] for _ in range(last - first)]
-    for access in list(getattr(log, "accesses", ())):
-        if first < access.index <= last:
-            named[access.index - first - 1] += [access.given, access.path]
-    return tuple(tuple(dict.fromkeys(path for path in paths if path)) for paths in named)
 
 
 def _short(text: str, limit: int = 160) -> str:

@@ -294,6 +294,20 @@ class WorldFiles:
             fs.create_file(path, contents=data)
 
 
+def operation_paths(log: Any, first: int, last: int) -> tuple[tuple[str, ...], ...]:
+    """The paths of operations ``first + 1`` to ``last`` of ``log``, one
+    tuple each: the directory world's ``Operations`` (the path it named)
+    or the fake world's ``AccessLog`` (what it was given and reached);
+    absolute as the world spells them, a relative one as given."""
+    if isinstance(log, Operations):
+        return tuple((path,) for path in log.paths[first:last])
+    named: list[list[str]] = [[] for _ in range(last - first)]
+    for access in list(getattr(log, "accesses", ())):
+        if first < access.index <= last:
+            named[access.index - first - 1] += [access.given, access.path]
+    return tuple(tuple(dict.fromkeys(path for path in paths if path)) for paths in named)
+
+
 class _Hook:
     def __init__(self) -> None:
         self.lock = threading.Lock()

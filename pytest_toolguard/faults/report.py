@@ -21,12 +21,9 @@ reruns it::
 - ``terminal_grid``: lines for pytest's terminal summary, none wider than
   ``width`` characters (tool names, paths and problems are cut with ``…``).
 
-A cell's status alone hides a regression in a cell that already failed:
-its problems change, its ``fail`` does not. So every rendering names the
-failed cells' problems by a digest (``problems_digest``): one for the
-whole matrix beside the failures' count, and (Markdown, HTML) one per
-failed cell. Two runs
-whose digests differ failed differently, even where every status agrees.
+A status hides a regression in a cell that already failed, so every
+rendering names the failed cells' problems by a digest
+(``problems_digest``): the matrix's, and (Markdown, HTML) each cell's.
 
 Nothing here imports pytest.
 """
@@ -97,20 +94,12 @@ _WORLD_PATH = re.compile(r"[^\s'\"]*toolguard-world-[^/\s'\"]+")
 
 
 def problems_digest(cells: CellOutcome | tuple[CellOutcome, ...]) -> str:
-    """12 hex digits naming the problems of failed ``cells`` (one cell, or
-    all of a report's: ``report.failures()``), each with where it is: the
-    same problems give the same digest, any change in them another. A
-    directory world's own path (``toolguard-world-…``, new each run) is
-    read as one placeholder."""
+    """12 hex digits naming the problems of the failed ``cells`` (one, or
+    ``report.failures()``) and where each is: any change, another digest.
+    A directory world's own path (new each run) reads as a placeholder."""
     failed = (cells,) if isinstance(cells, CellOutcome) else cells
     named = sorted(
-        (
-            cell.source,
-            cell.interaction,
-            cell.tool,
-            cell.fault,
-            [_WORLD_PATH.sub("<world>", problem) for problem in cell.problems],
-        )
+        (*cell.row, cell.fault, [_WORLD_PATH.sub("<world>", line) for line in cell.problems])
         for cell in failed
         if cell.status == "fail"
     )
@@ -240,8 +229,7 @@ def _markdown_failures(report: MatrixReport, max_failures: int) -> str:
     lines = [
         f"### Failures ({len(failures)})",
         "",
-        f"Problems digest: {_md_code(problems_digest(failures))} (changes whenever a failed "
-        "cell's problems change, even where its status does not)",
+        f"Problems digest: {_md_code(problems_digest(failures))} (any change in them changes it)",
         "",
     ]
     for cell in failures[:max_failures]:
