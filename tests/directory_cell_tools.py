@@ -405,15 +405,25 @@ def add_contact_beside(ctx: Any, name: str) -> dict[str, Any]:
     world="directory",
 )
 def count_lines_at(ctx: Any, path: str) -> dict[str, Any]:
-    """Counts the lines of a file of the workspace named by its absolute path."""
-    root = os.path.realpath(ctx.workspace.root)
-    if not os.path.realpath(path).startswith(root + os.sep):  # never open what is outside
+    """Counts the lines of a file of the workspace named by its absolute path:
+    each component opened beneath its parent's descriptor, links refused
+    (a link swapped in after a realpath check would be followed)."""
+    root = ctx.workspace.root
+    *parents, name = os.path.relpath(os.path.normpath(path), root).split(os.sep)
+    if ".." in parents or name in ("..", "."):
         raise PermissionError(f"{path} is outside the workspace")
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(fd, encoding="utf-8") as handle:
-        where = os.path.realpath(f"/proc/self/fd/{fd}")
-        if not where.startswith(root + os.sep):
-            raise PermissionError(f"{path} is outside the workspace")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    for part in parents:
+        try:
+            fd_below = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+        finally:
+            os.close(fd)
+        fd = fd_below
+    try:
+        file_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
+    finally:
+        os.close(fd)
+    with os.fdopen(file_fd, encoding="utf-8") as handle:
         return {"path": path, "lines": sum(1 for _ in handle)}
 
 

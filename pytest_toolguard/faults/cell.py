@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import stat
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -79,7 +80,7 @@ from ..registry import ToolRegistry, ToolSpec
 from ..replay.approvals import approval_hooks
 from ..replay.http import HttpPlayback
 from ..runtime import ToolRuntime
-from .directory import Operations, WorldFiles
+from .directory import Operations, WorldFiles, operation_paths
 from .prefixes import SavedPrefix
 from .target import Target
 
@@ -97,12 +98,15 @@ class CleanRun:
 
     result: ToolResult
     tree: dict[str, bytes]
-    """The workspace's files it left."""
+    """The workspace's files it left (``directories``: its directories)."""
     accesses: int
     """Paths its handler resolved (``harness.accesses``); in the directory
     world, its Python-level file operations (``directory.Operations``)."""
     growths: int
     """Times its handler grew a file (0 in the directory world: not seen)."""
+    paths: tuple[tuple[str, ...], ...] = ()
+    """Per operation, in order, the paths it named or reached (``operation_paths``)."""
+    directories: frozenset[str] = frozenset()
 
 
 class Cell:
@@ -458,19 +462,21 @@ class Cell:
     def clean_run(self) -> CleanRun:
         """The target's call once with nothing injected, through a runtime
         of its own (no plan), then the workspace put back as it was: what
-        it answered, the files it left, how many filesystem accesses and
-        growths its handler made. What a call under a fault that answers
-        OK must leave too."""
+        it answered and left, its handler's operations and growths. What a
+        call under a fault that answers OK must leave too."""
         saved = self.world.save_workspace()
         log = self.files.access_log if not self.directory else self.operations
         accesses = getattr(log, "count", 0)
         growths = getattr(log, "growths", 0)
         result = self.execute(self.call(), self.make_runtime(hooks=[]))
+        count, left = getattr(log, "count", 0), self.world.save_workspace()
         clean = CleanRun(
             result,
             self.tree(),
-            getattr(log, "count", 0) - accesses,
+            count - accesses,
             getattr(log, "growths", 0) - growths,
+            operation_paths(log, accesses, count),
+            frozenset(relative for relative, mode, _data in left if stat.S_ISDIR(mode)),
         )
         self.world.restore_workspace(saved)
         return clean

@@ -11,14 +11,19 @@ process, ...: ``OPERATION_EVENTS``) while it is installed, and calls
 ``before(index, event, path)`` before the k-th one happens: the
 callback may act on the real tree (``symlink_race`` swaps a link in) or
 raise an ``OSError``, which the operation then raises (``disk_failure``'s
-EIO). Where it stops: a ``stat``, ``exists``, ``realpath`` or ``lstat``
-raises no audit event, so a check made that way is never a swap point,
-only the operation after it is (which is where a check-then-use race
-lands). Threads a handler run starts count as the handler's (and threads
-they start, while the object is installed). Not seen: reads and writes
-on an open descriptor, a C library's own ``open(2)`` (SQLite's after
-``connect``) and what a started process does (its start is seen); a
-thread of a pool made before the handler ran is not the handler's.
+EIO). A look that raises no audit event (``os.stat``, ``os.lstat``,
+``os.access``, ``os.readlink``, ``os.path.realpath``, and what builds on
+them: ``os.path.exists``, ``isdir``, ``pathlib``'s ``stat``, ``exists``,
+``resolve``) is counted too, through ``METADATA_CALLS`` replaced on the
+``os`` modules while installed: a check-then-use race needs a swap point
+between the check and the use, whichever API made each. One call is one
+operation (``realpath``'s own ``lstat``s are not counted again); a handler
+that bound ``from os import stat`` before is not seen. Threads a handler
+run starts count as the handler's (and threads they start, while the
+object is installed). Not seen: reads and writes on an open descriptor,
+a C library's own ``open(2)`` (SQLite's after ``connect``) and what a
+started process does (its start is seen); a thread of a pool made before
+the handler ran is not the handler's.
 
 ``FullDisk`` runs a block on a thread of its own in a private mount
 namespace where the workspace is a tmpfs of a given size: the handler's
@@ -75,6 +80,17 @@ OPERATION_EVENTS: dict[str, int] = {
 """The audit events that are one operation of a handler, and which of
 their arguments is the path (or what the process runs)."""
 
+METADATA_CALLS: tuple[tuple[Any, str, str], ...] = (
+    (os, "stat", "os.stat"),
+    (os, "lstat", "os.lstat"),
+    (os, "access", "os.access"),
+    (os, "readlink", "os.readlink"),
+    (os.path, "realpath", "os.path.realpath"),
+)
+"""Looks at the filesystem that raise no audit event: (module, attribute,
+operation name), each replaced while an ``Operations`` is installed and
+counted like an audit event (its first argument the path)."""
+
 T = TypeVar("T")
 
 VOLATILE_CONTENT = b"<volatile: compared for being there, not for its bytes>"
@@ -91,6 +107,9 @@ class Operations:
         """Operations seen since this object was made."""
         self.opened: list[str] = []
         """The absolute paths the handler's ``open`` events named, in order."""
+        self.paths: list[str] = []
+        """The path each counted operation named (``paths[k - 1]`` for the
+        k-th; absolute when given so, empty when it named none)."""
         self.before: Callable[[int, str, str], None] | None = None
         """Called before the k-th operation (index, event, path); may raise
         ``OSError`` to fail it."""
@@ -100,6 +119,8 @@ class Operations:
         """Threads a handler run started (and threads they started)."""
         self._start: Callable[[threading.Thread], None] | None = None
         self._starting: Callable[[threading.Thread], None] | None = None
+        self._replaced: list[tuple[Any, str, Any, Any]] = []
+        """(module, attribute, original, replacement) of ``METADATA_CALLS``."""
 
     def __enter__(self) -> Operations:
         with _HOOK.lock:
@@ -119,6 +140,11 @@ class Operations:
 
             self._starting = starting
             setattr(threading.Thread, "start", starting)  # noqa: B010 (a method replaced)
+            for module, attribute, name in METADATA_CALLS:
+                original = getattr(module, attribute)
+                counted = self._counting(original, name)
+                self._replaced.append((module, attribute, original, counted))
+                setattr(module, attribute, counted)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -127,6 +153,28 @@ class Operations:
                 _HOOK.current = None
             if vars(threading.Thread).get("start") is self._starting:  # not replaced since
                 setattr(threading.Thread, "start", self._start)  # noqa: B010
+            for module, attribute, original, counted in reversed(self._replaced):
+                if getattr(module, attribute) is counted:  # not replaced since
+                    setattr(module, attribute, original)
+            self._replaced = []
+
+    def _counting(self, original: Callable[..., Any], name: str) -> Callable[..., Any]:
+        """``original`` counted as one operation named ``name`` (what it
+        calls inside is part of it, not counted again)."""
+        local = self._local
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            if getattr(local, "inside", 0):
+                return original(*args, **kwargs)
+            self._seen(name, args)
+            local.inside = 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                local.inside = 0
+
+        counted.__wrapped__ = original  # type: ignore[attr-defined]
+        return counted
 
     def _handlers(self) -> bool:
         """Whether the calling code is a handler run's, or runs on a thread one started."""
@@ -144,12 +192,14 @@ class Operations:
             self._local.quiet = depth
 
     def _seen(self, event: str, args: tuple[Any, ...]) -> None:
-        if getattr(self._local, "quiet", 0) or not self._handlers():
+        local = self._local
+        if getattr(local, "quiet", 0) or getattr(local, "inside", 0) or not self._handlers():
             return
         path = _path_of(event, args)
         with self._lock:
             self.count += 1
             index = self.count
+            self.paths.append(path)
             if event == "open" and path:
                 self.opened.append(os.path.abspath(path))
         before = self.before
@@ -244,6 +294,20 @@ class WorldFiles:
             fs.create_file(path, contents=data)
 
 
+def operation_paths(log: Any, first: int, last: int) -> tuple[tuple[str, ...], ...]:
+    """The paths of operations ``first + 1`` to ``last`` of ``log``, one
+    tuple each: the directory world's ``Operations`` (the path it named)
+    or the fake world's ``AccessLog`` (what it was given and reached);
+    absolute as the world spells them, a relative one as given."""
+    if isinstance(log, Operations):
+        return tuple((path,) for path in log.paths[first:last])
+    named: list[list[str]] = [[] for _ in range(last - first)]
+    for access in list(getattr(log, "accesses", ())):
+        if first < access.index <= last:
+            named[access.index - first - 1] += [access.given, access.path]
+    return tuple(tuple(dict.fromkeys(path for path in paths if path)) for paths in named)
+
+
 class _Hook:
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -263,7 +327,7 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
 
 def _path_of(event: str, args: tuple[Any, ...]) -> str:
     try:
-        value = args[OPERATION_EVENTS[event]]
+        value = args[OPERATION_EVENTS.get(event, 0)]
     except (IndexError, KeyError):
         return ""
     if isinstance(value, bytes):

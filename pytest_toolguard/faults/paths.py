@@ -16,14 +16,16 @@ from typing import Any
 from urllib.parse import unquote
 
 from ..contract import ErrorCode, ToolResult
+from ..harness.accesses import is_ancestor, is_within
 from ..harness.directory_world import DirectoryWorld
-from ..harness.world import DECOY_MARKER
-from .cell import Cell
+from ..harness.world import DECOY_MARKER, FORBIDDEN_SPELLINGS
+from .cell import Cell, CleanRun
 from .fault import Fault
 from .target import Target
 
-MAX_SWAPS = 12
-"""At most this many k for the swap between a handler's operations."""
+MAX_SWAPS = 64
+"""At most this many swap points per link point for ``symlink_race``: more
+are thinned evenly, the first and the last kept."""
 
 _REFUSED = (
     ErrorCode.PATH_OUTSIDE_WORKSPACE,
@@ -32,13 +34,18 @@ _REFUSED = (
     ErrorCode.PERMISSION_DENIED,
 )
 
+_KIND_ERRORS = ("NotADirectoryError", "FileExistsError", "IsADirectoryError")
+"""Errors an entry of the wrong kind raises: where the decoy is of another
+kind than what a clean run found there, the harness caused them."""
+
 
 class SymlinkEscapeFault(Fault):
     name = "symlink_escape"
     applies_to = "successful calls with a path argument inside the workspace"
     injection = (
-        "the path's first component replaced by a symlink to a decoy directory outside: "
-        "before the call, and again swapped in after the policy check, as the handler starts"
+        "the path's first component replaced by a symlink to a decoy outside (a directory "
+        "where a clean run had or made one): before the call, and again swapped in after "
+        "the policy check, as the handler starts"
     )
     expected = "refused (PATH_OUTSIDE_WORKSPACE or a refused open); nothing outside read or changed"
 
@@ -47,58 +54,92 @@ class SymlinkEscapeFault(Fault):
 
     def inject(self, cell: Cell) -> None:
         points = _link_points(cell.target)
-        decoys = {first: _plant_mirror(cell, first) for first in points}
+        clean = _clean_run(cell)
+        decoys = {first: _plant_mirror(cell, first, clean) for first in points}
         cell.outside_planted()  # once, before any call: an escape must not be absorbed
         for first, decoy in decoys.items():
             with _Swapped(cell, first, decoy):
                 result = cell.execute(cell.call())
-            self._refused(cell, result, f"{first} was a symlink to outside before the call")
+            _refused(
+                cell, clean, first, result, f"{first} was a symlink to outside before the call"
+            )
 
             original = cell.replace_handler(_swapping_first(cell, first, decoy))
             result = cell.execute(cell.call())
-            self._refused(cell, result, f"{first} became a symlink to outside during the call")
+            _refused(
+                cell, clean, first, result, f"{first} became a symlink to outside during the call"
+            )
             cell.restore_handler(original)
 
-    @staticmethod
-    def _refused(cell: Cell, result: ToolResult, when: str) -> None:
-        if result.ok:
-            # A listing or search may succeed by skipping the link; it must
-            # not have gone through it (the decoy marker check sees that).
-            cell.check(
-                DECOY_MARKER not in json.dumps(result.data, default=str),
-                f"{when}: the call read through it",
-            )
-        else:
-            cell.check(
-                result.code in _REFUSED or result.code is ErrorCode.EXECUTION_ERROR,
-                f"{when}: expected a refusal, got {result.code.value}",
-            )
+
+def _clean_run(cell: Cell) -> CleanRun:
+    """A clean run, before any decoy of these faults is planted: what it
+    changed outside is a problem now (the planting re-takes the picture)."""
+    clean = cell.clean_run()
+    cell.check_outside()
+    return clean
+
+
+def _refused(cell: Cell, clean: CleanRun, first: str, result: ToolResult, when: str) -> None:
+    """The call under a swapped link read nothing outside (when it
+    succeeded) or was refused. A failure counts as a refusal only where
+    the harness did not cause it: the call succeeds with nothing injected,
+    and its error is not one of an entry of the wrong kind where the decoy
+    is of another kind than what the clean run found."""
+    if result.ok:
+        # A listing or search may succeed by skipping the link; it must
+        # not have gone through it (the decoy marker check sees that).
+        cell.check(
+            DECOY_MARKER not in json.dumps(result.data, default=str),
+            f"{when}: the call read through it",
+        )
+        return
+    if result.code in _REFUSED:
+        return
+    if result.code is not ErrorCode.EXECUTION_ERROR:
+        cell.check(False, f"{when}: expected a refusal, got {result.code.value}")
+    elif not clean.result.ok:
+        cell.check(
+            False,
+            f"{when}: inconclusive, the call fails with nothing injected too "
+            f"({clean.result.code.value}): its failure here is no refusal",
+        )
+    elif _is_dir_decoy(cell, first) != _was_dir(cell, clean, first) and any(
+        error in result.message for error in _KIND_ERRORS
+    ):
+        cell.check(
+            False,
+            f"{when}: inconclusive, the call failed on the decoy's kind "
+            f"({result.message[:160]}), not on the link",
+        )
 
 
 class SymlinkRaceFault(Fault):
     name = "symlink_race"
-    applies_to = "successful calls of tools that write, with a path argument inside the workspace"
+    applies_to = "successful calls with a path argument inside the workspace"
     injection = (
-        "the path's first component swapped for a symlink to a decoy directory outside right "
-        "after the handler's k-th filesystem operation (its own stat, exists, realpath or "
-        f"islink), for each k of a clean run's (at most {MAX_SWAPS})"
+        "the path's first component swapped for a symlink to a decoy outside (a directory "
+        "where a clean run had or made one) between two of the handler's filesystem "
+        "operations, whichever API made them (open, stat, exists, realpath, lstat, "
+        "readlink, listdir, ...): before each operation of a clean run that names a path "
+        f"at, beneath or above it (at most {MAX_SWAPS}, thinned evenly)"
     )
     expected = (
-        "refused or done inside: nothing outside opened or changed (a handler's own "
-        "check-then-open race)"
+        "refused or done inside: nothing outside read, opened or changed (a handler's own "
+        "check-then-use race)"
     )
 
     def applies(self, target: Target) -> bool:
-        return target.handler_can_run and target.writes and bool(_link_points(target))
+        return target.handler_can_run and bool(_link_points(target))
 
     def inject(self, cell: Cell) -> None:
-        decoys = {first: _plant_mirror(cell, first) for first in _link_points(cell.target)}
+        clean = _clean_run(cell)
+        decoys = {first: _plant_mirror(cell, first, clean) for first in _link_points(cell.target)}
         cell.outside_planted()
-        clean = cell.clean_run()
         saved = cell.world.save_workspace()
         runtime = cell.make_runtime(hooks=[])  # the plan has moved on by now
         for first, decoy in decoys.items():
-            for k in range(1, min(clean.accesses, MAX_SWAPS) + 1):
+            for k in swap_points(cell, clean, first):
                 cell.world.restore_workspace(saved)
                 swap = _Swapped(cell, first, decoy)
                 try:
@@ -108,11 +149,41 @@ class SymlinkRaceFault(Fault):
                 finally:
                     if os.path.islink(swap.path) or swap.moved:
                         swap.__exit__()
-                where = "before operation" if cell.directory else "after operation"
-                SymlinkEscapeFault._refused(
-                    cell, result, f"{first} became a symlink to outside {where} {k}"
-                )
+                where = f"before operation {k}" if cell.directory else f"after operation {k}"
+                _refused(cell, clean, first, result, f"{first} became a symlink to outside {where}")
         cell.world.restore_workspace(saved)
+
+
+def swap_points(cell: Cell, clean: CleanRun, first: str) -> list[int]:
+    """The k at which ``symlink_race`` swaps ``first`` in: before the k-th
+    operation in the directory world, after it in the fake world. Every
+    gap before an operation of the clean run that names a path at,
+    beneath or above the link point (or a relative one: a ``dir_fd``'s,
+    unknown), whichever API made it; at most ``MAX_SWAPS``, thinned evenly.
+    Without the clean run's paths, every operation."""
+    link = posixpath.join(cell.root, first)
+    if len(clean.paths) != clean.accesses:
+        touching = list(range(1, clean.accesses + 1))
+    else:
+        touching = [
+            index
+            for index, paths in enumerate(clean.paths, 1)
+            if not paths or any(_touches(path, link) for path in paths)
+        ]
+    if not cell.directory:  # after the operation before it
+        touching = [index - 1 for index in touching if index > 1]
+    if len(touching) <= MAX_SWAPS:
+        return touching
+    last = len(touching) - 1
+    picked = {touching[round(step * last / (MAX_SWAPS - 1))] for step in range(MAX_SWAPS)}
+    return sorted(picked)
+
+
+def _touches(path: str, link: str) -> bool:
+    if not path.startswith("/"):
+        return True
+    path = posixpath.normpath(path)
+    return is_within(path, link) or is_ancestor(path, link)
 
 
 @contextmanager
@@ -120,9 +191,8 @@ def _swap_at(cell: Cell, k: int, swap: _Swapped) -> Iterator[None]:
     """Within the block, ``swap`` happens at the handler's k-th filesystem
     operation: after the k-th path it resolves in the fake world
     (``AccessLog.after_access``); before its k-th Python-level operation in
-    the directory world (``Operations.before``: a ``stat`` or ``realpath``
-    raises no audit event, so the swap lands after such a check and before
-    the open, rename or process start that follows it)."""
+    the directory world (``Operations.before``, which counts a ``stat`` or
+    ``realpath`` too)."""
     log: Any = cell.operations if cell.directory else cell.files.access_log
     at = log.count + k
 
@@ -205,12 +275,23 @@ def _beneath(root: str, path: str) -> str | None:
     return path[len(top) :] if path.startswith(top) and len(path) > len(top) else None
 
 
-def _plant_mirror(cell: Cell, first: str) -> str:
-    """A decoy copy of ``first`` outside the workspace: every file beneath
-    it with decoy content, plus a file whose name is the marker."""
+def _was_dir(cell: Cell, clean: CleanRun, first: str) -> bool:
+    """Whether ``first`` is a directory now or in what the clean run left."""
+    return first in clean.directories or cell.files.is_dir(posixpath.join(cell.root, first))
+
+
+def _is_dir_decoy(cell: Cell, first: str) -> bool:
+    return cell.files.is_dir(posixpath.join(cell.outside_dir, "mirror", first))
+
+
+def _plant_mirror(cell: Cell, first: str, clean: CleanRun) -> str:
+    """A decoy copy of ``first`` outside the workspace, of the kind a clean
+    run found or made there (a directory the recording left out, empty, is
+    still one): every file beneath it now or after the clean run with
+    decoy content, plus a file whose name is the marker."""
     decoy = posixpath.join(cell.outside_dir, "mirror", first)
-    if cell.files.is_dir(posixpath.join(cell.root, first)):
-        for relative in cell.tree():
+    if _was_dir(cell, clean, first):
+        for relative in sorted(set(cell.tree()) | set(clean.tree)):
             if relative.startswith(first + "/"):
                 path = posixpath.join(cell.outside_dir, "mirror", relative)
                 cell.files.write_file(path, f"{DECOY_MARKER} {relative}\n")
@@ -382,16 +463,45 @@ def escapes(path: str) -> bool:
     return False
 
 
+_INSIDE_STEPS = ("..%2f", "%2e%2e%2f", "%252e%252e%252f", "\u2025/")
+"""How the inside payloads climb one directory, each in a spelling the
+executor reads literally (one odd file name beside the others) and a
+handler that decodes or normalises after the check reads as ``../``."""
+
+MOVED_NAME = "toolguard-moved.txt"
+"""The file an inside payload aims a writing tool at, climbed out of the
+directory its declaration names."""
+
+
+def inside_payloads(value: str, depth: int, *, writes: bool) -> tuple[str, ...]:
+    """Payloads that stay inside the workspace but leave the directory a
+    path argument's recorded ``value`` names (``depth`` components below
+    the root, the tool's template filled): its last component replaced by
+    a climb of one directory, and one all the way to the root, in each of
+    ``_INSIDE_STEPS``' spellings, to ``MOVED_NAME`` (a tool that writes)
+    or to the forbidden ``.env`` (one that reads). Judged by what the call
+    changed against its declarations and write roots, and by the forbidden
+    file's marker: never as an escape."""
+    target = MOVED_NAME if writes else FORBIDDEN_SPELLINGS[0]
+    prefix = value.rsplit("/", 1)[0] + "/" if "/" in value else ""
+    climbs = sorted({1, depth}) if depth > 0 else []
+    return tuple(prefix + step * climb + target for climb in climbs for step in _INSIDE_STEPS)
+
+
 class PathTraversalFault(Fault):
     name = "path_traversal"
     applies_to = "calls with a path argument"
     injection = (
         f"each path argument replaced by {len(traversal_payloads())} payloads "
         "(traversal corpus styles, raw and decoded; dot-dots climbing past the root "
-        "whatever its depth; siblings sharing the root's prefix; ~, $HOME and /tmp)"
+        "whatever its depth; siblings sharing the root's prefix; ~, $HOME and /tmp), "
+        "then by payloads climbing out of its own directory but not the workspace, "
+        "spelt so that only a decoding or normalising handler climbs"
     )
     expected = (
-        "every escaping path refused (in a declared path argument); nothing outside read or changed"
+        "every path that a payload makes (the tool's template filled) and that leads "
+        "outside refused (in a declared path argument); nothing outside read or changed; "
+        "nothing changed beyond what the call declared, or outside the write roots"
     )
 
     def applies(self, target: Target) -> bool:
@@ -403,12 +513,77 @@ class PathTraversalFault(Fault):
         within = cell.world.around if isinstance(cell.world, DirectoryWorld) else None
         payloads = traversal_payloads(cell.root, within=within)
         for name in cell.target.path_arguments:
-            for payload in payloads:
-                result = cell.execute(cell.call({**arguments, name: payload}))
+            value = arguments.get(name)
+            inside = inside_payloads(
+                value if isinstance(value, str) else "",
+                _depth(cell, arguments, name),
+                writes=cell.target.writes,
+            )
+            for payload in payloads + inside:
+                called = {**arguments, name: payload}
+                result = cell.execute(cell.call(called))
                 # An argument only named like a path may not be one (a
                 # language's "source"): there, the decoy and outside checks judge.
-                if name in declared and escapes(payload):
-                    cell.check(
-                        not result.ok,
-                        f"{name}={payload!r} escapes the workspace but the call succeeded",
-                    )
+                if name not in declared or not result.ok:
+                    continue
+                outside = _outside_paths(cell, called, name, payload)
+                cell.check(
+                    not outside,
+                    f"{name}={payload!r} escapes the workspace but the call succeeded: "
+                    f"it makes {', '.join(map(repr, outside[:2]))}",
+                )
+
+
+def _expanded(cell: Cell, arguments: dict[str, Any], name: str) -> list[str] | None:
+    """The paths the tool's templates naming ``name`` make of
+    ``arguments``; None when they cannot be filled."""
+    spec = cell.target.spec
+    if spec is None:
+        return None
+    variables = cell.target.cassette.session.variables
+    paths: list[str] = []
+    for access in spec.paths:
+        if any(
+            field == name or field.startswith((name + ".", name + "[")) for field in access.fields
+        ):
+            try:
+                paths += access.expand(arguments, variables)
+            except (KeyError, ValueError):
+                return None
+    return paths
+
+
+def _outside_paths(cell: Cell, arguments: dict[str, Any], name: str, payload: str) -> list[str]:
+    """The paths a payload made that lead outside the workspace, read as
+    POSIX paths: absolute and not beneath the root, or climbing above it.
+    Judged on the filled template, never on the payload alone
+    (``outbox/{id}.md`` with ``..`` is ``outbox/...md``); the payload
+    itself where the templates cannot be filled."""
+    paths = _expanded(cell, arguments, name)
+    if paths is None:
+        paths = [payload]
+    root = posixpath.normpath(cell.root)
+    outside = []
+    for path in paths:
+        if path.startswith("/"):
+            if not is_within(posixpath.normpath(path), root):
+                outside.append(path)
+        elif escapes(path):
+            outside.append(path)
+    return outside
+
+
+def _depth(cell: Cell, arguments: dict[str, Any], name: str) -> int:
+    """How many directories below the root the argument's recorded value
+    sits (its deepest filled path's parent), 0 when it cannot be told."""
+    paths = _expanded(cell, arguments, name) or [str(arguments.get(name, ""))]
+    root = posixpath.normpath(cell.root)
+    depths = [0]
+    for path in paths:
+        normal = posixpath.normpath(path)
+        if normal.startswith("/"):
+            normal = _beneath(root, normal) or "."
+        if escapes(normal) or normal == ".":
+            continue
+        depths.append(normal.count("/"))
+    return max(depths)

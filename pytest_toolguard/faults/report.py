@@ -21,14 +21,20 @@ reruns it::
 - ``terminal_grid``: lines for pytest's terminal summary, none wider than
   ``width`` characters (tool names, paths and problems are cut with ``…``).
 
+A status hides a regression in a cell that already failed, so every
+rendering names the failed cells' problems by a digest
+(``problems_digest``): the matrix's, and (Markdown, HTML) each cell's.
+
 Nothing here imports pytest.
 """
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
 import os
+import re
 import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -81,6 +87,24 @@ def rerun_command(cell: CellOutcome) -> str:
     if not target.startswith("'"):
         target = f"'{target}'"
     return f"pytest {REPLAY} {FAULTS}={shlex.quote(cell.fault)} {target}"
+
+
+_WORLD_PATH = re.compile(r"[^\s'\"]*toolguard-world-[^/\s'\"]+")
+"""A directory world's own path: new for every cell, so not part of a digest."""
+
+
+def problems_digest(cells: CellOutcome | tuple[CellOutcome, ...]) -> str:
+    """12 hex digits naming the problems of the failed ``cells`` (one, or
+    ``report.failures()``) and where each is: any change, another digest.
+    A directory world's own path (new each run) reads as a placeholder."""
+    failed = (cells,) if isinstance(cells, CellOutcome) else cells
+    named = sorted(
+        (*cell.row, cell.fault, [_WORLD_PATH.sub("<world>", line) for line in cell.problems])
+        for cell in failed
+        if cell.status == "fail"
+    )
+    text = json.dumps(named, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
 
 def cell_label(cell: CellOutcome) -> str:
@@ -202,9 +226,14 @@ def _markdown_failures(report: MatrixReport, max_failures: int) -> str:
     failures = report.failures()
     if not failures:
         return ""
-    lines = [f"### Failures ({len(failures)})", ""]
+    lines = [
+        f"### Failures ({len(failures)})",
+        "",
+        f"Problems digest: {_md_code(problems_digest(failures))} (any change in them changes it)",
+        "",
+    ]
     for cell in failures[:max_failures]:
-        lines.append(f"- {_md_code(cell_label(cell))}")
+        lines.append(f"- {_md_code(cell_label(cell))} (problems {_md_code(problems_digest(cell))})")
         for problem in cell.problems[:PROBLEMS_PER_FAILURE]:
             lines.append(f"  - {_md_text(_cut(_one_line(problem), PROBLEM_LIMIT))}")
         if len(cell.problems) > PROBLEMS_PER_FAILURE:
@@ -252,9 +281,10 @@ def _md_text(text: str) -> str:
 def render_json(report: MatrixReport) -> str:
     """The matrix as JSON: ``format_version``, ``ok``, ``faults`` (column
     order), ``totals`` (the grid: ``cells``, one count per status,
-    ``interactions``, ``sources``) and ``cells`` (the outcomes collected, in
-    row then column order, as ``CellOutcome.as_dict``). Same report, same
-    text."""
+    ``interactions``, ``sources``), ``cells`` (the outcomes collected, in
+    row then column order, as ``CellOutcome.as_dict``) and
+    ``problems_digest`` (of every failed cell's problems). Same report,
+    same text."""
     counts = report.counts()
     totals: dict[str, int] = {"cells": sum(counts.values())}
     totals.update((str(status), count) for status, count in counts.items())
@@ -266,6 +296,7 @@ def render_json(report: MatrixReport) -> str:
         "faults": list(report.faults),
         "totals": totals,
         "cells": [cell.as_dict() for cell in report.cells],
+        "problems_digest": problems_digest(report.failures()),
     }
     return json.dumps(body, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
 
@@ -324,11 +355,13 @@ def render_html(report: MatrixReport) -> str:
         parts.append(_html_table(report, source, anchors))
     if failures:
         parts.append(f"<h2>Failures ({len(failures)})</h2>")
+        parts.append(f"<p>Problems digest: <code>{_h(problems_digest(failures))}</code></p>")
         parts.append('<ol class="failures">')
         for cell in failures:
             problems = "".join(f"<li>{_h(problem)}</li>" for problem in cell.problems)
             parts.append(
                 f'<li id="{anchors[(cell.row, cell.fault)]}"><code>{_h(cell_label(cell))}</code>'
+                f" (problems <code>{_h(problems_digest(cell))}</code>)"
                 + (f"<ul>{problems}</ul>" if problems else "")
                 + f"rerun: <code>{_h(rerun_command(cell))}</code></li>"
             )
@@ -449,7 +482,9 @@ def terminal_grid(
 
     failures = report.failures()
     if failures:
-        lines.append(f"failed cells ({len(failures)}):")
+        lines.append(
+            _fit(f"failed cells ({len(failures)}, problems {problems_digest(failures)}):", width)
+        )
         for cell in failures[:max_failures]:
             lines.append(f"  {cell_label(cell)}")  # whole: it is pasted to rerun the cell
             if cell.problems:

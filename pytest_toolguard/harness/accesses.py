@@ -50,6 +50,10 @@ a write there is refused and reported by ``harness.escapes``). A
 the link's doing (the check that looks refuses it): what it resolves on
 the way, and a later look at where it led, are recorded, not judged.
 
+``os.listdir(fd)`` lists the directory the descriptor is open on, as the
+kernel does (pyfakefs would resolve its path again, through a link
+swapped in since).
+
 ``os.open(path, O_NOFOLLOW)`` of a symbolic link is one access of
 the link itself, as the kernel refuses it (ELOOP) without looking at the
 target; pyfakefs's own ``open`` looks first, which is not the handler's
@@ -303,10 +307,32 @@ class AccessLog:
                         before(index, _text(file_path))
             change_disk_usage(usage_change, file_path, st_dev)
 
+        listdir = fs.listdir
+
+        def listing(target_directory: Any) -> Any:
+            # pyfakefs lists a descriptor by its path, resolved again (links
+            # swapped in since followed); the kernel lists the directory it
+            # is open on: the entries of that very object.
+            if not isinstance(target_directory, int):
+                return listdir(target_directory)
+            with self.quiet():
+                directory: Any = fs.get_open_file(target_directory).get_object()
+            entries = getattr(directory, "entries", None)
+            if entries is None:  # not a directory: as pyfakefs answers
+                return listdir(target_directory)
+
+            def run() -> Any:
+                return list(entries.keys())
+
+            if self._state() != "top":
+                return run()
+            return self._counted(target_directory, True, run)
+
         wrappers: dict[str, Callable[..., Any]] = {
             "resolve_path": recording_resolve_path,
             "lresolve": recording_lresolve,
             "change_disk_usage": growing,
+            "listdir": listing,
         }
         for name in _ATOMIC:
             wrappers[name] = self._atomic(getattr(fs, name))

@@ -10,7 +10,9 @@ the calls touched, as they were before the first call, and the same files
 after the last call: the paths their tools declare (``PathAccess``) and
 every path a handler actually asked ``ctx.workspace`` about (read, listed,
 checked, written), declared or not; a directory means everything beneath
-it. A session that called a tool running in the directory world
+it. The directories those paths go through are kept too, empty ones
+included: a tool writing ``outbox/{id}.md`` found ``outbox/`` there. A
+session that called a tool running in the directory world
 (``world="directory"``, which may reach any file through C code or another
 process) keeps the whole workspace instead: every file (up to
 ``MAX_WORKSPACE_BYTES``), directory, link and unusual permission bits, as
@@ -248,7 +250,11 @@ class Recorder:
             workspace=WorkspaceState(
                 root=runtime.workspace.root,
                 files={shown(path): data for path, data in before.items()},
-                directories=tuple(shown(d) for d in self._directories if kept(d)),
+                directories=tuple(
+                    shown(d)
+                    for d in self._directories
+                    if kept(d) or any(under_root(path, d) for path in touched)
+                ),
                 symlinks={
                     shown(link): shown(target)
                     for link, target in self._symlinks.items()

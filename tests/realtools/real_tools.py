@@ -253,8 +253,14 @@ def _write_atomically(ctx: Any, root: str, path: str, text: str) -> None:
 def read_at(ctx: Any, path: str) -> dict[str, Any]:
     """Reads a text file named by its absolute path, inside the workspace.
     No ``PathAccess``: the tool confines itself, and the faults' payloads
-    reach it (the server author's view)."""
-    with open(_inside(ctx.workspace.root, path), encoding="utf-8") as handle:
+    reach it (the server author's view). Opened beneath the directory
+    ``_directory_inside`` opened, never through a link swapped in since."""
+    directory, name = _directory_inside(ctx.workspace.root, path)
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
+    finally:
+        os.close(directory)
+    with os.fdopen(fd, encoding="utf-8") as handle:
         return {"path": path, "text": handle.read()}
 
 
