@@ -2,12 +2,18 @@
 SDK's own client (``stdio_client`` + ``ClientSession``).
 
 ``from_mcp_command`` (re-exported by ``bridges.mcp``) lists the server's
-tools once, in a temporary directory, and gives each a handler that talks
+tools once, in a temporary directory (or ``list_in``), and gives each a handler that talks
 to the server of the world the call runs in: ``StdioServers`` keeps one
-``StdioServer`` per workspace root, started on the first call there with
+``StdioServer`` per workspace root, started for the first call there with
 ``{workspace}`` in the command, its environment and its working directory
 spelt as that root. Each server has an event loop on a thread of its own,
 so the runtime's synchronous workers can call it.
+
+The start is the handler's ``prepare``, which the runtime runs before the
+call's deadline starts, bounded by ``startup_timeout`` alone: a slow start
+(``npx -y`` fetching a package) is never the call's TIMEOUT, and a start
+that fails is the call's EXECUTION_ERROR. (A fault that wraps the handler
+hides ``prepare``: that call starts the server within its deadline.)
 
 In a directory world the server's process is started from a handler run,
 so the world's ``ChildProcesses`` starts it (the recorded time, the
@@ -25,6 +31,7 @@ import atexit
 import concurrent.futures
 import contextlib
 import dataclasses
+import logging
 import os
 import shutil
 import signal
@@ -54,6 +61,10 @@ environment and its working directory."""
 STARTUP_SECONDS = 30.0
 """How long a server may take to answer ``initialize``."""
 
+PREPARE_MARGIN_SECONDS = 10.0
+"""Beyond ``startup_timeout``, how long starting a server (spawning it,
+killing it after a failed start) may take before the runtime gives up."""
+
 KILL_AFTER_SECONDS = 1.0
 """After a call's deadline (``notifications/cancelled`` sent), how long the
 server may go on before it is killed with its children."""
@@ -69,6 +80,21 @@ MARKER = "TOOLGUARD_MCP_SERVER"
 inherits it, so the server's whole tree can be found and killed."""
 
 _WATCH_SECONDS = 0.02
+
+LOOP_THREAD = "toolguard-mcp-stdio"
+"""The name of each server's event loop thread."""
+
+
+class _OnOurLoops(logging.Filter):
+    """Drops what the SDK's stdio client logs on our servers' loop threads:
+    a traceback for each line a server writes that is not JSON-RPC (the
+    relay keeps the first for the error), the end of a process we kill."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.threadName != LOOP_THREAD
+
+
+logging.getLogger("mcp.client.stdio").addFilter(_OnOurLoops())
 
 
 class MCPServerDied(ToolguardError):
@@ -100,7 +126,7 @@ class StdioServer:
         self._startup_timeout = startup_timeout
         self._stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed by _run
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, name="toolguard-mcp-stdio", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=LOOP_THREAD, daemon=True)
         self._ready: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._stop: asyncio.Event | None = None
         self._session: ClientSession | None = None
@@ -399,24 +425,51 @@ class StdioServers:
 
     def handler(self, name: str) -> Handler:
         """The handler sending a call to ``name`` on its world's server."""
+        return _CommandTool(self, name)
 
-        def call_mcp_command_tool(ctx: Any, **arguments: Any) -> Any:
-            cancelled = getattr(ctx, "cancelled", None)
-            if cancelled is not None and cancelled.is_set():  # the deadline passed already
-                raise MCPServerDied(f"MCP server {self.label}: the call's deadline passed")
-            root = os.fspath(ctx.workspace.root)
-            try:
-                server = self.of(root)
-            except BridgeError as exc:
-                raise MCPServerDied(str(exc)) from None
-            wire = server.call(name, arguments, cancelled)
-            ok, data, message = call_tool_outcome(wire)
-            if not ok:
-                raise MCPToolError(message or "the tool reported an error")
-            return data
 
-        call_mcp_command_tool.__name__ = f"mcp_{name}"
-        return call_mcp_command_tool
+class _CommandTool:
+    """A tool of a server started as a command. ``prepare`` (which the
+    runtime runs before the call's deadline starts) starts its world's
+    server when none runs, bounded by the start-up timeout alone; the call
+    itself only talks to it."""
+
+    def __init__(self, servers: StdioServers, name: str) -> None:
+        self.servers = servers
+        self.name = name
+        self.__name__ = f"mcp_{name}"
+        self.prepare = _Prepare(self)
+
+    def server(self, ctx: Any) -> StdioServer:
+        """The running server of the call's world, started when none runs."""
+        try:
+            return self.servers.of(os.fspath(ctx.workspace.root))
+        except BridgeError as exc:
+            raise MCPServerDied(str(exc)) from None
+
+    def __call__(self, ctx: Any, **arguments: Any) -> Any:
+        cancelled = getattr(ctx, "cancelled", None)
+        if cancelled is not None and cancelled.is_set():  # the deadline passed already
+            raise MCPServerDied(f"MCP server {self.servers.label}: the call's deadline passed")
+        wire = self.server(ctx).call(self.name, arguments, cancelled)
+        ok, data, message = call_tool_outcome(wire)
+        if not ok:
+            raise MCPToolError(message or "the tool reported an error")
+        return data
+
+
+class _Prepare:
+    """``_CommandTool.prepare``: its ``timeout_seconds`` is the runtime's
+    bound on it (the start-up timeout, and a margin to spawn the process)."""
+
+    def __init__(self, tool: _CommandTool) -> None:
+        self.tool = tool
+        self.timeout_seconds = tool.servers.startup_timeout + PREPARE_MARGIN_SECONDS
+
+    def __call__(self, ctx: Any) -> None:
+        cancelled = getattr(ctx, "cancelled", None)
+        if cancelled is None or not cancelled.is_set():
+            self.tool.server(ctx)
 
 
 _ALL: weakref.WeakSet[StdioServers] = weakref.WeakSet()
@@ -439,6 +492,7 @@ def from_mcp_command(
     default_risk: Risk | str = Risk.DANGEROUS,
     startup_timeout: float = STARTUP_SECONDS,
     tools: Sequence[str] | None = None,
+    list_in: str | os.PathLike[str] | None = None,
 ) -> list[ToolSpec]:
     """See ``bridges.mcp.from_mcp_command``."""
     if isinstance(command, (str, bytes)) or not command:
@@ -447,15 +501,18 @@ def from_mcp_command(
     program = servers.command[0]
     if WORKSPACE not in program and shutil.which(program) is None and not os.path.exists(program):
         raise BridgeError(f"MCP server {servers.label} cannot be started: command not found")
-    listing_root = tempfile.mkdtemp(prefix="toolguard-mcp-list-")
+    if list_in is not None and not os.path.isdir(list_in):
+        raise BridgeError(f"MCP server {servers.label}: list_in {list_in!r} is not a directory")
+    listing_root = tempfile.mkdtemp(prefix="toolguard-mcp-list-") if list_in is None else None
     try:
-        server = servers.start(listing_root)
+        server = servers.start(listing_root or os.path.abspath(os.fspath(list_in or ".")))
         try:
             listed = server.list_tools()
         finally:
             server.stop()
     finally:
-        shutil.rmtree(listing_root, ignore_errors=True)
+        if listing_root is not None:
+            shutil.rmtree(listing_root, ignore_errors=True)
     wires = [tool_wire(tool) for tool in listed]
     names = [str(wire.get("name")) for wire in wires if isinstance(wire, Mapping)]
     chosen = [wire for wire in wires if tools is None or wire.get("name") in tools]

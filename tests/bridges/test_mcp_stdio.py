@@ -5,8 +5,6 @@ die mid-call, start children, write garbage or do not start."""
 
 from __future__ import annotations
 
-import os
-import select
 import shutil
 import sys
 import warnings
@@ -17,6 +15,8 @@ from typing import Any
 import pytest
 
 pytest.importorskip("mcp")
+
+from mcp_servers.processes import ended, running, servers_running  # noqa: E402
 
 from pytest_toolguard import (  # noqa: E402
     Capabilities,
@@ -113,28 +113,6 @@ def failed(outcomes: list[Any]) -> list[str]:
         for o in outcomes
         if o.status == "fail"
     ]
-
-
-def _ended(pid: int, timeout: float) -> bool:
-    """Whether ``pid`` ended within ``timeout`` s (waited for on a pidfd)."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        readable, _, _ = select.select([fd], [], [], timeout)
-        return bool(readable)
-    finally:
-        os.close(fd)
-
-
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            state = handle.read().rpartition(b")")[2].split()[0]
-    except OSError:
-        return False
-    return state not in (b"Z", b"X")
 
 
 # -- correct servers, any language: record, replay, matrix, fuzz ------------------------
@@ -315,8 +293,8 @@ def test_a_stalled_server_is_killed_at_the_deadline_plus_the_bound_and_answers_t
         server = int(first.data["result"])
         stalled = runtime.execute(ToolCall("2", "stall", {"seconds": 3600}))
         assert stalled.code is ErrorCode.TIMEOUT
-        assert _ended(server, DEADLINE + KILL_AFTER_SECONDS + 10.0)
-        assert not _running(server)
+        assert ended(server, DEADLINE + KILL_AFTER_SECONDS + 10.0)
+        assert not running(server)
         again = runtime.execute(ToolCall("3", "pid", {}))  # a new server, started again
         assert again.ok and int(again.data["result"]) != server
         assert runtime.execute(ToolCall("4", "hello", {"name": "x"})).data == {"result": "hello x"}
@@ -334,7 +312,7 @@ def test_a_server_dying_mid_call_answers_a_stable_code_and_no_running_row(
         died = runtime.execute(ToolCall("2", "die", {"code": code}))
         assert died.code is ErrorCode.EXECUTION_ERROR
         assert "exited during the call" in died.message
-        assert _ended(server, 10.0)
+        assert ended(server, 10.0)
         again = runtime.execute(ToolCall("3", "hello", {"name": "y"}))
         assert again.ok and again.data == {"result": "hello y"}
     states = [row.state.value for row in store.rows()]
@@ -351,10 +329,10 @@ def test_what_a_server_started_dies_with_the_world(
             spawned = runtime.execute(ToolCall("2", "spawn", {}))
             assert spawned.ok, spawned.message
             children = [int(pid) for pid in spawned.data["result"]]
-            assert all(_running(pid) for pid in [server, *children])
+            assert all(running(pid) for pid in [server, *children])
     for pid in [server, *children]:
-        assert _ended(pid, 10.0), pid
-        assert not _running(pid)
+        assert ended(pid, 10.0), pid
+        assert not running(pid)
 
 
 def test_in_a_directory_world_the_server_is_the_worlds_process(
@@ -373,7 +351,7 @@ def test_in_a_directory_world_the_server_is_the_worlds_process(
                 environ = handle.read().split(b"\0")
             assert any(entry.startswith(f"{MARKER}={world.around}#".encode()) for entry in environ)
             assert [p.pid for p in world.processes.started] == [server]
-    assert _ended(server, 10.0)
+    assert ended(server, 10.0)
 
 
 def test_a_server_whose_world_directory_is_gone_is_stopped(
@@ -390,7 +368,7 @@ def test_a_server_whose_world_directory_is_gone_is_stopped(
     runtime, _store = _runtime(misbehaving, str(other))
     with runtime:
         assert runtime.execute(ToolCall("1", "hello", {"name": "z"})).ok
-    assert _ended(server, 10.0)
+    assert ended(server, 10.0)
 
 
 # -- servers that are not servers: one error line -------------------------------------
@@ -428,7 +406,7 @@ def test_a_server_whose_world_directory_is_gone_is_stopped(
 def test_a_command_that_gives_no_mcp_server_is_one_bridge_error_line(
     command: list[str], says: list[str]
 ) -> None:
-    before = _servers_running(command)
+    before = servers_running(command)
     # Only a silent server is meant to run out of start-up time; the others
     # answer (or die) at once, and a loaded machine may take seconds to start
     # Python.
@@ -440,28 +418,7 @@ def test_a_command_that_gives_no_mcp_server_is_one_bridge_error_line(
     assert command[0] in message
     for part in says:
         assert part in message
-    assert _servers_running(command) - before == set()
-
-
-def _servers_running(command: list[str] | None = None) -> set[int]:
-    """The processes carrying a server's marker (what from_mcp_command
-    started), of ``command`` only when given: other workers of the run start
-    servers of their own meanwhile."""
-    words = [] if command is None else command
-    fixed = words[: words.index("{workspace}")] if "{workspace}" in words else words
-    wanted = "\0".join(fixed).encode()
-    found = set()
-    for name in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{name}/environ", "rb") as handle:
-                marked = b"TOOLGUARD_MCP_SERVER=" in handle.read()
-            with open(f"/proc/{name}/cmdline", "rb") as handle:
-                ours = wanted in handle.read()
-        except OSError:
-            continue
-        if marked and ours and _running(int(name)):
-            found.add(int(name))
-    return found
+    assert servers_running(command) - before == set()
 
 
 def test_a_string_command_is_refused() -> None:
@@ -523,11 +480,11 @@ def test_the_plugin_replays_and_runs_every_cell_of_a_stdio_servers_cassette(
     shutil.rmtree(workspace.parent)
     (pytester.path / "cassettes").mkdir()
     shutil.copy(path, pytester.path / "cassettes" / "notes.yaml")
-    before = _servers_running(command)
+    before = servers_running(command)
     result = pytester.runpytest(
         "--toolguard-replay", "--toolguard-faults=all", "-p", "no:xdist", "-p", "no:randomly"
     )
     outcomes = result.parseoutcomes()
     assert outcomes.get("failed", 0) == 0 and outcomes["passed"] > 20, result.stdout.str()[-3000:]
     assert list(world_directories(str(_own_temporary))) == []
-    assert _servers_running(command) - before == set()
+    assert servers_running(command) - before == set()
