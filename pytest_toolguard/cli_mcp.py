@@ -19,7 +19,6 @@ re-exports it) raise the error ``cli.main`` prints as one line, exit 2.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import os
@@ -187,8 +186,6 @@ def server_registry(
         raise UsageError(_one_line(str(exc) or f"{shown}: {type(exc).__name__}")) from None
     except ImportError as exc:  # the SDK, an extra
         raise UsageError(f"{exc}: pip install 'pytest-toolguard[mcp]'") from None
-    if paths is None:
-        specs = [_anywhere_inside(spec) for spec in specs]
     if paths:
         known = {spec.name for spec in specs}
         unknown = sorted(set(paths) - known)
@@ -204,18 +201,6 @@ def quiet_sdk_logs() -> None:
     if not sdk.handlers:
         sdk.addHandler(logging.NullHandler())
         sdk.propagate = False
-
-
-def _anywhere_inside(spec: Any) -> Any:
-    """In the author's view a tool that may write may write anything in its
-    workspace: only what it reached outside is held against it (no argument
-    is checked, so the faults' escapes reach the server)."""
-    from .capabilities import Risk
-    from .registry import PathAccess
-
-    if spec.risk is Risk.READ or spec.paths:
-        return spec
-    return dataclasses.replace(spec, paths=(PathAccess(".", "write"),))
 
 
 def command_of(options: argparse.Namespace, passthrough: Sequence[str]) -> list[str]:

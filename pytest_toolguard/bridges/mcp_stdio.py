@@ -50,7 +50,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from ..capabilities import Risk
 from ..errors import ToolguardError
 from ..harness.probes import serving_the_world
-from ..registry import Handler, ToolSpec
+from ..registry import Handler, PathAccess, ToolSpec
 from .definitions import BridgeError, Paths
 from .mcp import MCPToolError, call_tool_outcome, from_mcp, result_wire, tool_wire
 
@@ -524,7 +524,19 @@ def from_mcp_command(
         trust_annotations=trust_annotations,
         risks=risks,
     )
-    return [dataclasses.replace(spec, world="directory") for spec in specs]
+    return [_in_its_workspace(dataclasses.replace(spec, world="directory")) for spec in specs]
+
+
+def _in_its_workspace(spec: ToolSpec) -> ToolSpec:
+    """A tool that may change files and declares no path may change any
+    file of its workspace (``PathAccess(".", "write")``: the session's write
+    roots must hold the workspace): the server is started for that
+    workspace. The boundary checks no argument of it, so escapes reach the
+    server, and only what it reached or changed outside is held against
+    it: the server author's view (``paths=None``)."""
+    if spec.risk is Risk.READ or spec.paths:
+        return spec
+    return dataclasses.replace(spec, paths=(PathAccess(".", "write"),))
 
 
 # -- helpers ----------------------------------------------------------------------

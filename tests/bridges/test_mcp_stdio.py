@@ -153,15 +153,20 @@ def test_a_correct_server_replays_twice_with_its_recorded_root_deleted(
     assert list(world_directories(str(tmp_path / "tmp"))) == []
 
 
-def test_a_correct_server_passes_every_cell_of_the_full_matrix(
-    files: ToolRegistry, tmp_path: Path
+def test_a_correct_server_passes_every_cell_of_the_full_matrix_in_the_authors_view(
+    tmp_path: Path,
 ) -> None:
-    path, workspace = record(files, FILE_CALLS, tmp_path)
+    """No path declared: every escape reaches the server, which refuses it
+    on its own; a tool that writes may write anywhere in its workspace.
+    (node: the same matrix over the SDK's Python server takes minutes.)"""
+    authors = ToolRegistry(quiet_specs(COMMANDS["node"]))
+    path, workspace = record(authors, FILE_CALLS, tmp_path)
     shutil.rmtree(workspace.parent)
-    outcomes = matrix(files, path)
+    outcomes = matrix(authors, path)
     assert failed(outcomes) == [], "\n".join(failed(outcomes))
     passed = {o.fault for o in outcomes if o.status == "pass"}
-    assert {"path_traversal", "timeout", "process_killed", "disk_failure"} <= passed
+    assert {"path_traversal", "symlink_escape", "timeout", "process_killed"} <= passed
+    assert {"disk_failure", "partial_write"} <= passed
     assert all(o.problems for o in outcomes if o.status == "n/a")
     assert list(world_directories(str(tmp_path / "tmp"))) == []
 
@@ -185,26 +190,49 @@ def test_an_absolute_path_argument_is_recorded_with_the_root_placeholder_and_map
     assert not workspace.exists()
 
 
+def test_a_tool_that_writes_and_declares_no_path_may_write_its_workspace() -> None:
+    """Its server is started for that workspace: the boundary checks none
+    of its arguments, and the session's write roots must hold the root."""
+    for paths in (None, {"read_note": PATHS["read_note"]}):
+        specs = {spec.name: spec for spec in quiet_specs(COMMANDS["node"], paths=paths)}
+        assert specs["write_note"].paths == (PathAccess.write("."),)
+        assert specs["read_note"].paths == (() if paths is None else tuple(PATHS["read_note"]))
+    declared = {spec.name: spec for spec in quiet_specs(COMMANDS["node"], paths=PATHS)}
+    assert declared["write_note"].paths == tuple(PATHS["write_note"])
+
+
+@pytest.fixture(scope="module")
+def leaky_cassette(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A read and a write recorded with the correct server, its root deleted."""
+    place = tmp_path_factory.mktemp("leaky")
+    path, workspace = record(
+        ToolRegistry(from_mcp_command(COMMANDS["node"])), FILE_CALLS[:2], place
+    )
+    shutil.rmtree(workspace.parent)
+    return str(path)
+
+
+@pytest.mark.parametrize("tool", ["read_note", "write_note"])
 @pytest.mark.parametrize(
     ("fault", "contained"), [("path_traversal", True), ("symlink_escape", False)]
 )
 def test_a_leaky_twin_is_caught_in_the_authors_view(
-    tmp_path: Path, fault: str, contained: bool
+    leaky_cassette: str, tool: str, fault: str, contained: bool
 ) -> None:
-    """The author's view (no paths declared): the payloads reach the server
-    and the world's oracles see it read outside. The agent developer's view
-    (paths declared): the policy refuses a traversal before the server, but
-    a link swapped in during the call only the server itself can refuse
-    (the correct server passes that cell: the full matrix above)."""
-    leaky = [*COMMANDS["python"], "--leaky"]
-    authors = ToolRegistry(quiet_specs(leaky, tools=["read_note"]))
-    developers = ToolRegistry(from_mcp_command(leaky, paths=PATHS, tools=["read_note"]))
-    path, workspace = record(developers, FILE_CALLS[:1], tmp_path)
-    shutil.rmtree(workspace.parent)
+    """The twin joins the path to its root as given and follows links. The
+    author's view (no paths declared): the payloads reach the server and
+    the world's oracles see it reach outside. The agent developer's view
+    (paths declared): the boundary refuses a traversal before the server,
+    but a link swapped in during the call only the server itself can
+    refuse (the correct server passes that cell: the full matrix above)."""
+    leaky = [*COMMANDS["node"], "--leaky"]
+    authors = ToolRegistry(quiet_specs(leaky))
+    developers = ToolRegistry(from_mcp_command(leaky, paths=PATHS))
     (chosen,) = select_faults(fault)
-    (target,) = targets(load(path), developers, str(path))
+    (target,) = [t for t in targets(load(leaky_cassette), developers, leaky_cassette)
+                 if t.call.tool_name == tool]  # fmt: skip
     caught = run_cell(chosen, target, authors)
-    assert caught.status == "fail", caught
+    assert caught.status == "fail" and "outside" in " ".join(caught.problems), caught
     in_the_developers_view = run_cell(chosen, target, developers)
     assert in_the_developers_view.status == ("pass" if contained else "fail")
 
