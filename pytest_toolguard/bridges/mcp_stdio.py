@@ -39,7 +39,6 @@ import sys
 import tempfile
 import threading
 import uuid
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any, TextIO, cast
 
@@ -133,6 +132,7 @@ class StdioServer:
         self._first_garbage: str | None = None
         self._flight_lock = threading.Lock()
         self._in_flight: dict[concurrent.futures.Future[Any], threading.Event] = {}
+        self._retired = False
         self.closed = threading.Event()
         """Set once the server's connection ended (it exited, was killed or stopped)."""
 
@@ -141,6 +141,8 @@ class StdioServer:
     def start(self) -> StdioServer:
         before = set(threading.enumerate())
         serving_the_world(self._thread)
+        with _LIVE_LOCK:
+            _LIVE.add(self)
         self._thread.start()
         try:
             self._ready.result()
@@ -165,7 +167,11 @@ class StdioServer:
             if pending:
                 self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             self._loop.close()
+            if self._retired:  # its loop ended before the bound: killed now
+                self.kill()
             self._stderr.close()
+            with _LIVE_LOCK:
+                _LIVE.discard(self)
 
     async def _main(self) -> None:
         self._stop = asyncio.Event()
@@ -326,6 +332,7 @@ class StdioServer:
         is killed with its children, whatever it is doing (its work on
         the call may go on after a cancellation: nothing shows it ended)."""
         self.closed.set()
+        self._retired = True
         await anyio.sleep(KILL_AFTER_SECONDS)
         self.kill()
 
@@ -387,7 +394,6 @@ class StdioServers:
         self.label = " ".join(self.command)
         self._lock = threading.Lock()
         self._servers: dict[str, StdioServer] = {}
-        _ALL.add(self)
 
     def start(self, root: str) -> StdioServer:
         """A new server with ``{workspace}`` spelt as ``root``."""
@@ -472,13 +478,21 @@ class _Prepare:
             self.tool.server(ctx)
 
 
-_ALL: weakref.WeakSet[StdioServers] = weakref.WeakSet()
+_LIVE: set[StdioServer] = set()
+"""Every server whose loop runs, held here (not through its registry,
+which may be collected first) so that none outlives this process."""
+_LIVE_LOCK = threading.Lock()
 
 
 @atexit.register
 def _stop_all() -> None:
-    for servers in list(_ALL):
-        servers.close()
+    """At exit, every server still running is stopped with what it
+    started: one that is blocked never sees its stdin close, and one
+    retired at a deadline may not have reached its bound yet."""
+    with _LIVE_LOCK:
+        servers = list(_LIVE)
+    for server in servers:
+        server.stop()
 
 
 def from_mcp_command(

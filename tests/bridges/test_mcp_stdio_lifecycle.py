@@ -264,3 +264,81 @@ def test_a_handlers_prepare_runs_before_the_deadline_under_its_own_bound(
     assert (result.code, _states(store)) == (code, [state]), result.message
     if code is ErrorCode.OK:
         assert result.data == str(tmp_path)
+
+
+# -- amplification over stdio -------------------------------------------------------
+
+
+def test_a_stdio_servers_cassette_is_amplified_and_its_variants_replay(tmp_path: Path) -> None:
+    """Variants of each call recorded against the server in a world of
+    their own, spelt as recorded, replayed through fresh branches."""
+    from pytest_toolguard import PathAccess
+    from pytest_toolguard.amplify import amplify
+    from pytest_toolguard.replay import load, record_session
+    from pytest_toolguard.replay.variants import replay_variants
+
+    files = str(Path(SERVER).with_name("files_server.js"))
+    paths = {"read_note": [PathAccess.read("{path}")], "write_note": [PathAccess.write("{path}")]}
+    registry = ToolRegistry(from_mcp_command(["node", files, "{workspace}"], paths=paths))
+    workspace = tmp_path / "recorded" / "proj"
+    (workspace / "notes").mkdir(parents=True)
+    (workspace / "notes" / "a.md").write_text("first\n")
+    caps = Capabilities(allowed_risks=frozenset({Risk.READ, Risk.WRITE}), write_roots=(".",))
+    runtime = ToolRuntime(registry, str(workspace), caps, SQLiteAuditStore(":memory:"))
+    path = tmp_path / "session.yaml"
+    with record_session(runtime, path):
+        calls = [
+            ("write_note", {"path": "notes/b.md", "text": "two\n"}),
+            ("read_note", {"path": "notes/b.md"}),
+        ]
+        assert all(runtime.execute(ToolCall(f"c{i}", *call)).ok for i, call in enumerate(calls))
+    runtime.close()
+    shutil.rmtree(workspace.parent)
+    amplified, report = amplify(load(path), registry)
+    assert report.ok, report.lines()
+    ran = [v for i in amplified.interactions for v in i.variants if not v.refused]
+    assert ran, report.lines()
+    assert "toolguard-world-" not in str([v.result.data for v in ran])  # spelt as recorded
+    assert replay_variants(amplified, registry).differences == ()
+    assert not workspace.exists()
+
+
+# -- nothing outlives the test process -------------------------------------------------
+
+ABANDONING = """
+import gc, sys
+from pytest_toolguard import (
+    Capabilities, Risk, SQLiteAuditStore, ToolCall, ToolRegistry, ToolRuntime,
+)
+from pytest_toolguard.bridges.mcp import from_mcp_command
+
+registry = ToolRegistry(from_mcp_command({command!r}))
+runtime = ToolRuntime(registry, sys.argv[1], Capabilities(allowed_risks=frozenset({{Risk.READ}})),
+                      SQLiteAuditStore(":memory:"), timeouts={{"stall": 0.2}})
+print(runtime.execute(ToolCall("1", "pid", {{}})).data, flush=True)
+print(runtime.execute(ToolCall("2", "stall", {{"seconds": 3600}})).code.value, flush=True)
+runtime.close()
+del runtime, registry
+gc.collect()
+"""
+
+
+def test_a_stalled_server_does_not_outlive_a_process_that_exits_at_once(tmp_path: Path) -> None:
+    """The process ends within the bound after the stall's deadline, its
+    registry already collected: the server (blocked, deaf to its closed
+    stdin) is still killed, at exit."""
+    import os
+    import subprocess
+    import sys
+
+    script = ABANDONING.format(command=["node", SERVER])
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    server, code = done.stdout.split()
+    assert code == "TIMEOUT", done.stderr
+    assert ended(int(server), 10.0)
