@@ -24,6 +24,7 @@ import logging
 import os
 import re
 import shlex
+import shutil
 import tempfile
 import warnings
 from collections.abc import Callable, Sequence
@@ -179,9 +180,11 @@ def server_registry(
     shown = shlex.join(command)
     quiet_sdk_logs()
     try:
-        with warnings.catch_warnings():  # a path left undeclared is the view chosen
-            warnings.simplefilter("ignore", BridgeWarning)
-            specs = from_mcp_command(list(command), paths=paths, **started)
+        with warnings.catch_warnings(), tempfile.TemporaryDirectory() as scratch:
+            warnings.simplefilter("ignore", BridgeWarning)  # a path left undeclared: the view
+            specs = from_mcp_command(
+                list(command), paths=paths, list_in=_listing_copy(options, scratch), **started
+            )
     except (BridgeError, OSError, ValueError, TimeoutError) as exc:  # it names the command
         raise UsageError(_one_line(str(exc) or f"{shown}: {type(exc).__name__}")) from None
     except ImportError as exc:  # the SDK, an extra
@@ -192,6 +195,18 @@ def server_registry(
         if unknown:
             raise UsageError(f"--path names {', '.join(unknown)}, not a tool of {shown}")
     return ToolRegistry(specs)
+
+
+def _listing_copy(options: argparse.Namespace, scratch: str) -> str | None:
+    """A copy of ``--workspace`` in ``scratch`` for the server to list its
+    tools in (a server may refuse an empty directory: a git server wants
+    its repository), never the workspace itself; None without one."""
+    workspace = getattr(options, "workspace", None)
+    if not workspace:
+        return None
+    copy = os.path.join(scratch, os.path.basename(os.path.abspath(workspace)) or "workspace")
+    shutil.copytree(workspace, copy, symlinks=True)
+    return copy
 
 
 def quiet_sdk_logs() -> None:

@@ -2,18 +2,17 @@
 SDK's own client (``stdio_client`` + ``ClientSession``).
 
 ``from_mcp_command`` (re-exported by ``bridges.mcp``) lists the server's
-tools once, in a temporary directory (or ``list_in``), and gives each a handler that talks
-to the server of the world the call runs in: ``StdioServers`` keeps one
+tools once, in a temporary directory (or ``list_in``), and gives each a
+handler that talks to the server of the world the call runs in: ``StdioServers`` keeps one
 ``StdioServer`` per workspace root, started for the first call there with
 ``{workspace}`` in the command, its environment and its working directory
 spelt as that root. Each server has an event loop on a thread of its own,
 so the runtime's synchronous workers can call it.
 
-The start is the handler's ``prepare``, which the runtime runs before the
-call's deadline starts, bounded by ``startup_timeout`` alone: a slow start
-(``npx -y`` fetching a package) is never the call's TIMEOUT, and a start
-that fails is the call's EXECUTION_ERROR. (A fault that wraps the handler
-hides ``prepare``: that call starts the server within its deadline.)
+The start is the handler's ``prepare``, run before the call's deadline
+starts, bounded by ``startup_timeout`` alone: a slow start (``npx -y``) is
+never the call's TIMEOUT, a failed one is its EXECUTION_ERROR. (A fault
+wrapping the handler hides ``prepare``: the start is then in the deadline.)
 
 In a directory world the server's process is started from a handler run,
 so the world's ``ChildProcesses`` starts it (the recorded time, the
@@ -61,8 +60,7 @@ STARTUP_SECONDS = 30.0
 """How long a server may take to answer ``initialize``."""
 
 PREPARE_MARGIN_SECONDS = 10.0
-"""Beyond ``startup_timeout``, how long starting a server (spawning it,
-killing it after a failed start) may take before the runtime gives up."""
+"""Beyond ``startup_timeout``, the time to spawn a server (or kill it)."""
 
 KILL_AFTER_SECONDS = 1.0
 """After a call's deadline (``notifications/cancelled`` sent), how long the
@@ -80,14 +78,12 @@ inherits it, so the server's whole tree can be found and killed."""
 
 _WATCH_SECONDS = 0.02
 
-LOOP_THREAD = "toolguard-mcp-stdio"
-"""The name of each server's event loop thread."""
+LOOP_THREAD = "toolguard-mcp-stdio"  # each server's event loop thread
 
 
 class _OnOurLoops(logging.Filter):
-    """Drops what the SDK's stdio client logs on our servers' loop threads:
-    a traceback for each line a server writes that is not JSON-RPC (the
-    relay keeps the first for the error), the end of a process we kill."""
+    """Drops what the SDK's stdio client logs on our loop threads: a
+    traceback per line that is not JSON-RPC (the relay keeps the first)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return record.threadName != LOOP_THREAD
@@ -422,29 +418,27 @@ class StdioServers:
                 server = self._servers[key] = self.start(root)
             return server
 
-    def close(self) -> None:
-        """Stop every server."""
-        with self._lock:
-            servers, self._servers = list(self._servers.values()), {}
-        for server in servers:
-            server.stop()
-
     def handler(self, name: str) -> Handler:
         """The handler sending a call to ``name`` on its world's server."""
         return _CommandTool(self, name)
 
 
 class _CommandTool:
-    """A tool of a server started as a command. ``prepare`` (which the
-    runtime runs before the call's deadline starts) starts its world's
-    server when none runs, bounded by the start-up timeout alone; the call
-    itself only talks to it."""
+    """A tool of a server started as a command: ``prepare`` (run before the
+    deadline starts) starts its world's server; the call talks to it."""
 
     def __init__(self, servers: StdioServers, name: str) -> None:
         self.servers = servers
         self.name = name
         self.__name__ = f"mcp_{name}"
-        self.prepare = _Prepare(self)
+
+        def prepare(ctx: Any) -> None:
+            if not getattr(ctx, "cancelled", threading.Event()).is_set():
+                self.server(ctx)
+
+        # The runtime's bound on it: the start-up timeout, and time to spawn and kill.
+        prepare.__dict__["timeout_seconds"] = servers.startup_timeout + PREPARE_MARGIN_SECONDS
+        self.prepare = prepare
 
     def server(self, ctx: Any) -> StdioServer:
         """The running server of the call's world, started when none runs."""
@@ -464,31 +458,15 @@ class _CommandTool:
         return data
 
 
-class _Prepare:
-    """``_CommandTool.prepare``: its ``timeout_seconds`` is the runtime's
-    bound on it (the start-up timeout, and a margin to spawn the process)."""
-
-    def __init__(self, tool: _CommandTool) -> None:
-        self.tool = tool
-        self.timeout_seconds = tool.servers.startup_timeout + PREPARE_MARGIN_SECONDS
-
-    def __call__(self, ctx: Any) -> None:
-        cancelled = getattr(ctx, "cancelled", None)
-        if cancelled is None or not cancelled.is_set():
-            self.tool.server(ctx)
-
-
 _LIVE: set[StdioServer] = set()
-"""Every server whose loop runs, held here (not through its registry,
-which may be collected first) so that none outlives this process."""
+"""Every server whose loop runs (its registry may be collected first)."""
 _LIVE_LOCK = threading.Lock()
 
 
 @atexit.register
 def _stop_all() -> None:
-    """At exit, every server still running is stopped with what it
-    started: one that is blocked never sees its stdin close, and one
-    retired at a deadline may not have reached its bound yet."""
+    """At exit, every server still running is stopped with what it started:
+    a blocked one never sees its stdin close, nor a retired one its bound."""
     with _LIVE_LOCK:
         servers = list(_LIVE)
     for server in servers:

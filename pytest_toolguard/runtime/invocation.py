@@ -26,6 +26,7 @@ from typing import Any
 from ..audit import storable_data
 from ..context import ToolContext
 from ..contract import CallState, ErrorCode, ToolResult
+from ..errors import ToolguardError
 from ..isolation import ChildLog, CoroutineRunner, HandlerTimeout, Isolation, ThreadIsolation
 from ..policy import PolicyDecision
 from ..registry import ToolSpec
@@ -51,7 +52,7 @@ _PLAIN_DATA = frozenset({dict, list, str, int, float, bool, type(None)})
 """Result types that cannot be awaitable: the check is skipped for them."""
 
 
-class PrepareOverran(Exception):
+class PrepareOverran(ToolguardError):
     """A handler's ``prepare`` ran past its own bound."""
 
 

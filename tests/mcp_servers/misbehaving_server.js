@@ -6,7 +6,9 @@
 // `garble` writes a line that is not JSON-RPC, then answers.
 // Options: `--slow-start FILE` blocks, before reading anything, for the
 // milliseconds FILE holds when it exists (a slow start, in one world only);
-// `--garbage` writes a banner to stdout first; `--exit` exits at once.
+// `--garbage` writes a banner to stdout first; `--exit` exits at once;
+// `--needs FILE` exits at once unless FILE exists (a server that wants
+// its workspace set up, as a git server wants a repository).
 "use strict";
 const childProcess = require("child_process");
 const fs = require("fs");
@@ -21,6 +23,11 @@ function block(milliseconds) {
 const slow = options.indexOf("--slow-start");
 if (slow >= 0 && fs.existsSync(options[slow + 1])) {
   block(Number(fs.readFileSync(options[slow + 1], "utf8")));
+}
+const needs = options.indexOf("--needs");
+if (needs >= 0 && !fs.existsSync(options[needs + 1])) {
+  process.stderr.write("no " + options[needs + 1] + "\n");
+  process.exit(2);
 }
 if (options.includes("--exit")) {
   process.stderr.write("bad config\nline two\n");

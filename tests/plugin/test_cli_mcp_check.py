@@ -416,3 +416,34 @@ def test_a_server_or_log_that_is_wrong_says_so_without_a_traceback(
         assert len(err.splitlines()) == 1 and err.startswith("toolguard: "), err
         assert not (tmp_path / "c.yaml").exists()
     assert said in out + err, out + err
+
+
+def test_a_server_that_needs_its_workspace_lists_its_tools_in_a_copy_of_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The server exits unless its workspace holds a file: listed in a copy
+    of --workspace (never the workspace itself, which stays as it was)."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "config.json").write_text("{}")
+    before = tree(workspace)
+    log = tmp_path / "hello.jsonl"
+    call = {"name": "hello", "arguments": {"name": "x"}}
+    log.write_text(
+        json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call})
+        + "\n"
+        + json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "result": {"content": [{"type": "text", "text": "hello x"}]},
+            }
+        )
+        + "\n"
+    )
+    server = ["node", NODE_SERVER, "--needs", "{workspace}/config.json"]
+    arguments = ["--calls", str(log), "--workspace", str(workspace), "--faults", "timeout"]
+    status, out = check(capsys, *arguments, "--", *server)
+    assert status == 0, out + capsys.readouterr().err
+    assert "replay: 1 call(s), as recorded" in out
+    assert tree(workspace) == before
