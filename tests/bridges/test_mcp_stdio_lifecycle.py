@@ -342,3 +342,14 @@ def test_a_stalled_server_does_not_outlive_a_process_that_exits_at_once(tmp_path
     server, code = done.stdout.split()
     assert code == "TIMEOUT", done.stderr
     assert ended(int(server), 10.0)
+
+
+def test_a_probe_passes_on_the_prepare_of_the_handler_it_wraps_even_when_a_fault_wraps_it() -> None:
+    from pytest_toolguard.harness.probes import HandlerProbe
+
+    handler = _Prepared(0.0)
+    probe = HandlerProbe(handler)
+    assert probe.prepare is handler.prepare
+    probe.handler = lambda ctx: "a fault's wrapper"  # as Cell.replace_handler does
+    assert probe.prepare is handler.prepare
+    assert HandlerProbe(lambda ctx: None).prepare is None
