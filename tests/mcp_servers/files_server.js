@@ -19,6 +19,12 @@ const TOOLS = [
     annotations: { readOnlyHint: true, openWorldHint: false },
   },
   {
+    name: "read_at",
+    description: "Read a note by its absolute path.",
+    inputSchema: { type: "object", properties: { path: { type: "string" } }, required: ["path"] },
+    annotations: { readOnlyHint: true, openWorldHint: false },
+  },
+  {
     name: "write_note",
     description: "Write a note.",
     inputSchema: {
@@ -44,6 +50,12 @@ function call(name, args) {
     const nofollow = LEAKY ? 0 : fs.constants.O_NOFOLLOW;
     const fd = fs.openSync(inside(args.path), fs.constants.O_RDONLY | nofollow);
     try { return fs.readFileSync(fd, "utf8"); } finally { fs.closeSync(fd); }
+  }
+  if (name === "read_at") {
+    const given = String(args.path);
+    const base = [process.argv[2], ROOT].map((root) => root.replace(/\/$/, "") + "/").find((root) => given.startsWith(root));
+    if (base === undefined) throw new Error(given + ": not inside " + ROOT);
+    return call("read_note", { path: given.slice(base.length) });
   }
   if (name === "write_note") {
     const target = inside(args.path);
