@@ -11,7 +11,9 @@ the caller's loop.
 What it returns must be JSON data matching the output schema
 (OUTPUT_INVALID otherwise) and is cut to the tool's result limit; what it
 raises is EXECUTION_ERROR (a sandbox refusal keeps its own code); a
-handler that overruns its deadline is answered TIMEOUT.
+handler that overruns its deadline is answered TIMEOUT. A handler's
+``prepare(ctx)`` (a server it talks to, started) runs before the deadline
+starts, under its own bound (``Invocation.prepared``).
 """
 
 from __future__ import annotations
