@@ -53,8 +53,7 @@ from .definitions import BridgeError, Paths
 from .mcp import MCPToolError, call_tool_outcome, from_mcp, result_wire, tool_wire
 
 WORKSPACE = "{workspace}"
-"""Spelt as the root of the world a call runs in, in the command, its
-environment and its working directory."""
+"""The world's root, in the command, its environment and working directory."""
 
 STARTUP_SECONDS = 30.0
 """How long a server may take to answer ``initialize``."""
@@ -66,11 +65,8 @@ KILL_AFTER_SECONDS = 1.0
 """After a call's deadline (``notifications/cancelled`` sent), how long the
 server may go on before it is killed with its children."""
 
-STDERR_TAIL = 4096
-"""The bytes of a server's stderr an error shows (its last ones)."""
-
-FIRST_BYTES = 200
-"""The bytes of what a server wrote instead of MCP that an error shows."""
+STDERR_TAIL = 4096  # the last bytes of a server's stderr an error shows
+FIRST_BYTES = 200  # the bytes of what a server wrote instead of MCP an error shows
 
 MARKER = "TOOLGUARD_MCP_SERVER"
 """The environment variable each server gets (a fresh id): what it starts
@@ -129,6 +125,7 @@ class StdioServer:
         self._flight_lock = threading.Lock()
         self._in_flight: dict[concurrent.futures.Future[Any], threading.Event] = {}
         self._retired = False
+        self._tail_at_end: str | None = None
         self.closed = threading.Event()
         """Set once the server's connection ended (it exited, was killed or stopped)."""
 
@@ -165,6 +162,7 @@ class StdioServer:
             self._loop.close()
             if self._retired:  # its loop ended before the bound: killed now
                 self.kill()
+            self._tail_at_end = self._raw_tail()  # a call may still ask for it
             self._stderr.close()
             with _LIVE_LOCK:
                 _LIVE.discard(self)
@@ -252,13 +250,17 @@ class StdioServer:
                 os.kill(pid, signal.SIGKILL)
 
     def stderr_tail(self) -> str:
-        """The last ``STDERR_TAIL`` bytes the server wrote to stderr, on one
-        line (its lines joined with `` | ``)."""
+        """The last ``STDERR_TAIL`` bytes of the server's stderr on one line
+        (`` | `` between lines); kept when the loop ends (the file closes)."""
+        text = self._tail_at_end if self._tail_at_end is not None else self._raw_tail()
+        return " | ".join(line.strip() for line in text.splitlines() if line.strip())
+
+    def _raw_tail(self) -> str:
         with contextlib.suppress(OSError, ValueError):
-            size = self._stderr.seek(0, os.SEEK_END)
-            self._stderr.seek(max(0, size - STDERR_TAIL))
-            text = self._stderr.read().decode("utf-8", "replace")
-            return " | ".join(line.strip() for line in text.splitlines() if line.strip())
+            fd = self._stderr.fileno()
+            size = os.fstat(fd).st_size
+            start = max(0, size - STDERR_TAIL)
+            return os.pread(fd, size - start, start).decode("utf-8", "replace")
         return ""
 
     # -- calls

@@ -353,3 +353,17 @@ def test_a_probe_passes_on_the_prepare_of_the_handler_it_wraps_even_when_a_fault
     probe.handler = lambda ctx: "a fault's wrapper"  # as Cell.replace_handler does
     assert probe.prepare is handler.prepare
     assert HandlerProbe(lambda ctx: None).prepare is None
+
+
+def test_the_end_of_a_servers_stderr_is_kept_after_its_loop_ended(tmp_path: Path) -> None:
+    """A call that learns the server died may ask for its stderr after the
+    server's loop has ended and closed the file: the end is kept."""
+    from pytest_toolguard.bridges.mcp_stdio import MCPServerDied, StdioServers
+
+    server = StdioServers(["node", SERVER], env=None, cwd=None, startup_timeout=30.0).start(
+        str(tmp_path)
+    )
+    with pytest.raises(MCPServerDied):
+        server.call("die", {"code": 3}, None)
+    server.stop()  # the loop has ended: its stderr file is closed
+    assert "dying with 3" in str(server.died())
