@@ -278,7 +278,8 @@ def test_a_stdio_servers_cassette_is_amplified_and_its_variants_replay(tmp_path:
     from pytest_toolguard.replay.variants import replay_variants
 
     files = str(Path(SERVER).with_name("files_server.js"))
-    paths = {"read_note": [PathAccess.read("{path}")], "write_note": [PathAccess.write("{path}")]}
+    reads = [PathAccess.read("{path}")]
+    paths = {"read_note": reads, "read_at": reads, "write_note": [PathAccess.write("{path}")]}
     registry = ToolRegistry(from_mcp_command(["node", files, "{workspace}"], paths=paths))
     workspace = tmp_path / "recorded" / "proj"
     (workspace / "notes").mkdir(parents=True)
