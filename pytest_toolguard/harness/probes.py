@@ -133,6 +133,7 @@ class HandlerProbe:
 
     def __init__(self, handler: Callable[..., Any], accesses: AccessOracle | None = None) -> None:
         self.handler = handler
+        self._made_with = handler
         self.accesses = accesses
         """The access log (either world's) whose window each run opens (None: none)."""
         self.on_start: Callable[[], None] | None = None
@@ -143,6 +144,17 @@ class HandlerProbe:
         self.every_call: list[HandlerRuns] = []
         """Every call's record, in order (``start_call`` adds one)."""
         self._lock = threading.Lock()
+
+    @property
+    def prepare(self) -> Callable[..., Any] | None:
+        """The handler's ``prepare``, which the runtime runs before the
+        call's deadline starts (None when it has none): the one the probe
+        was made with when a fault's wrapper (which calls it) has none."""
+        for handler in (self.handler, self._made_with):
+            prepare: Callable[..., Any] | None = getattr(handler, "prepare", None)
+            if callable(prepare):
+                return prepare
+        return None
 
     def start_call(self) -> HandlerRuns:
         """A new record for the next call's runs."""

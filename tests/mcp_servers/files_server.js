@@ -7,11 +7,20 @@ const path = require("path");
 const readline = require("readline");
 
 const ROOT = fs.realpathSync(process.argv[2]);
+// The twin with a planted confinement bug: the path joined to the root as
+// given, and opened following links.
+const LEAKY = process.argv.includes("--leaky");
 
 const TOOLS = [
   {
     name: "read_note",
     description: "Read a note.",
+    inputSchema: { type: "object", properties: { path: { type: "string" } }, required: ["path"] },
+    annotations: { readOnlyHint: true, openWorldHint: false },
+  },
+  {
+    name: "read_at",
+    description: "Read a note by its absolute path.",
     inputSchema: { type: "object", properties: { path: { type: "string" } }, required: ["path"] },
     annotations: { readOnlyHint: true, openWorldHint: false },
   },
@@ -28,6 +37,7 @@ const TOOLS = [
 ];
 
 function inside(relative) {
+  if (LEAKY) return path.join(ROOT, String(relative));
   if (typeof relative !== "string" || relative.startsWith("/")) throw new Error("not a relative path");
   const joined = path.resolve(ROOT, relative);
   const parent = fs.realpathSync(path.dirname(joined));
@@ -37,8 +47,15 @@ function inside(relative) {
 
 function call(name, args) {
   if (name === "read_note") {
-    const fd = fs.openSync(inside(args.path), fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
+    const nofollow = LEAKY ? 0 : fs.constants.O_NOFOLLOW;
+    const fd = fs.openSync(inside(args.path), fs.constants.O_RDONLY | nofollow);
     try { return fs.readFileSync(fd, "utf8"); } finally { fs.closeSync(fd); }
+  }
+  if (name === "read_at") {
+    const given = String(args.path);
+    const base = [process.argv[2], ROOT].map((root) => root.replace(/\/$/, "") + "/").find((root) => given.startsWith(root));
+    if (base === undefined) throw new Error(given + ": not inside " + ROOT);
+    return call("read_note", { path: given.slice(base.length) });
   }
   if (name === "write_note") {
     const target = inside(args.path);
