@@ -491,6 +491,7 @@ def from_mcp_command(
     """See ``bridges.mcp.from_mcp_command``."""
     if isinstance(command, (str, bytes)) or not command:
         raise BridgeError("from_mcp_command: the command is a list of its words, not empty")
+    command, cwd = _pinned(command, cwd)
     servers = StdioServers(command, env=env, cwd=cwd, startup_timeout=startup_timeout)
     program = servers.command[0]
     if WORKSPACE not in program and shutil.which(program) is None and not os.path.exists(program):
@@ -519,6 +520,28 @@ def from_mcp_command(
         risks=risks,
     )
     return [_in_its_workspace(dataclasses.replace(spec, world="directory")) for spec in specs]
+
+
+def _pinned(command: Sequence[str], cwd: str | None) -> tuple[list[str], str | None]:
+    """``command`` and ``cwd`` with what they name relative to the caller's
+    working directory spelt absolute: a world moves the working directory
+    into itself while it runs, and a server started there must still find
+    ``servers/x.js``. Pinned: a relative ``cwd``; with no ``cwd``, a program
+    spelt with a ``/`` and any other word naming an existing file. Left as
+    given: words holding ``{workspace}``, options, bare program names
+    (``node``: found on ``PATH``) and words naming directories (``.`` for
+    ``--repository .`` means the server's own directory)."""
+    if cwd is not None:
+        return list(command), cwd if WORKSPACE in cwd else os.path.abspath(cwd)
+
+    def pin(word: str, program: bool) -> str:
+        if WORKSPACE in word or os.path.isabs(word) or word.startswith("-"):
+            return word
+        if (program and "/" in word) or (not program and os.path.isfile(word)):
+            return os.path.abspath(word)
+        return word
+
+    return [pin(word, index == 0) for index, word in enumerate(command)], None
 
 
 def _in_its_workspace(spec: ToolSpec) -> ToolSpec:

@@ -153,6 +153,35 @@ def test_a_correct_server_replays_twice_with_its_recorded_root_deleted(
     assert list(world_directories(str(tmp_path / "tmp"))) == []
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param(["node", "servers/files_server.js", "{workspace}"], id="script"),
+        pytest.param(["./run.sh", "{workspace}"], id="program"),
+        pytest.param(["node", "files_server.js", "{workspace}"], id="cwd"),
+    ],
+)
+def test_a_command_spelt_relative_to_the_test_still_starts_in_a_world(
+    command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A world moves the working directory into itself while it runs; a
+    command spelt relative to the project must still find its files there."""
+    project = tmp_path / "project"
+    (project / "servers").mkdir(parents=True)
+    shutil.copy(SERVERS / "files_server.js", project / "servers" / "files_server.js")
+    run = project / "run.sh"
+    run.write_text('#!/bin/sh\nexec node "$(dirname "$0")/servers/files_server.js" "$@"\n')
+    run.chmod(0o755)
+    monkeypatch.chdir(project)
+    cwd = "servers" if command[1] == "files_server.js" else None
+    registry = ToolRegistry(from_mcp_command(command, cwd=cwd, paths=PATHS))
+    path, workspace = record(registry, FILE_CALLS, tmp_path)
+    shutil.rmtree(workspace.parent)
+    report = replay(load(path), registry)
+    assert report.ok, [(d, r.message) for d in report.differences for r in report.results][:3]
+    assert sorted(p.name for p in project.iterdir()) == ["run.sh", "servers"]
+
+
 def test_a_correct_server_passes_every_cell_of_the_full_matrix_in_the_authors_view(
     tmp_path: Path,
 ) -> None:
