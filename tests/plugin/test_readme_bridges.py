@@ -26,6 +26,16 @@ def test_the_mcp_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     exec(compile(block("MCP"), "README", "exec"), {})  # it asserts its own result
 
 
+def test_the_stdio_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the suite's node file server as the README's ``server.js``."""
+    pytest.importorskip("mcp")
+    server = Path(__file__).resolve().parents[1] / "mcp_servers" / "files_server.js"
+    (tmp_path / "server.js").write_bytes(server.read_bytes())
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block("MCP servers over stdio, in any language"), "README", "exec"), {})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["server.js"]
+
+
 def test_the_typed_function_example_takes_its_schema_from_the_signature(tmp_path: Path) -> None:
     namespace: dict[str, object] = {}
     exec(compile(block("Typed Python functions"), "README", "exec"), namespace)
