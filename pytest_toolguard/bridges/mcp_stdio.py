@@ -144,8 +144,7 @@ class StdioServer:
     async def _main(self) -> None:
         self._stop = asyncio.Event()
         try:
-            errlog = cast(TextIO, self._stderr)  # a file with a descriptor is what it needs
-            async with stdio_client(self._params, errlog=errlog) as (read, write):
+            async with self.connect() as (read, write):
                 relay_send, relay_receive = anyio.create_memory_object_stream[Any](0)
                 async with anyio.create_task_group() as group:
                     group.start_soon(self._relay, read, relay_send)
@@ -163,6 +162,13 @@ class StdioServer:
             self.closed.set()
             if not self._ready.done():
                 self._ready.set_exception(self._not_started(None))
+
+    def connect(self) -> contextlib.AbstractAsyncContextManager[tuple[Any, Any]]:
+        """The transport to the server, entered on its loop: started with
+        it, the server's (read, write) streams; leaving it ends the server.
+        Another transport (``mcp_http``) overrides this one method."""
+        errlog = cast(TextIO, self._stderr)  # a file with a descriptor is what it needs
+        return stdio_client(self._params, errlog=errlog)
 
     async def _relay(self, read: Any, send: Any) -> None:
         """What the server writes, on to the session; the first line that is
@@ -444,6 +450,28 @@ def from_mcp_command(
     if isinstance(command, (str, bytes)) or not command:
         raise BridgeError("from_mcp_command: the command is a list of its words, not empty")
     servers = StdioServers(command, env=env, cwd=cwd, startup_timeout=startup_timeout)
+    return served_specs(
+        servers,
+        risks=risks,
+        paths=paths,
+        trust_annotations=trust_annotations,
+        default_risk=default_risk,
+        tools=tools,
+    )
+
+
+def served_specs(
+    servers: StdioServers,
+    *,
+    risks: Mapping[str, Risk | str] | None,
+    paths: Paths | None,
+    trust_annotations: bool,
+    default_risk: Risk | str,
+    tools: Sequence[str] | None,
+) -> list[ToolSpec]:
+    """The tools ``servers``' command serves, listed once from a server
+    started in a temporary directory, each handled by ``servers``; shared
+    by every transport."""
     program = servers.command[0]
     if WORKSPACE not in program and shutil.which(program) is None and not os.path.exists(program):
         raise BridgeError(f"MCP server {servers.label} cannot be started: command not found")
