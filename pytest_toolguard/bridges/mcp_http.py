@@ -63,6 +63,9 @@ process to end before the failure is said as the call's own."""
 
 _POLL_SECONDS = 0.01
 
+CONNECTION_CLOSED = -32000
+"""The JSON-RPC code the SDK's client gives a request whose connection was lost."""
+
 # The SDK's HTTP package: httpx2 from mcp 2, httpx before.
 _http: Any = getattr(streamable_http, "httpx2", None) or getattr(streamable_http, "httpx")  # noqa: B009
 _unrecorded_send = _http.AsyncHTTPTransport.handle_async_request
@@ -94,6 +97,9 @@ class HttpServer(StdioServer):
         self._cwd = cwd
         self._startup = startup_timeout
         self._process: Any = None
+        self._answered_alive = False
+        """Whether the server still ran when its session ended (it was
+        listening: what it answered was not MCP)."""
 
     @contextlib.asynccontextmanager
     async def connect(self) -> AsyncIterator[tuple[Any, Any]]:
@@ -113,7 +119,10 @@ class HttpServer(StdioServer):
                 await self._listening(process)
                 group.start_soon(self._ends_with, process, group.cancel_scope)
                 async with _streams(self.url) as streams:
-                    yield streams[0], streams[1]
+                    try:
+                        yield streams[0], streams[1]
+                    finally:
+                        self._answered_alive = process.returncode is None
                 group.cancel_scope.cancel()
         finally:
             with contextlib.suppress(ProcessLookupError):
@@ -145,6 +154,21 @@ class HttpServer(StdioServer):
         self.closed.set()
         scope.cancel()
 
+    def _not_started(self, exc: BaseException | None) -> BridgeError:
+        """A server that runs and answers, but not as an MCP server at its
+        URL (another path, another protocol), is said so; the other ways
+        not to start are a stdio server's."""
+        error = _first_error(exc)
+        if not self._answered_alive or error is None or isinstance(error, (TimeoutError, OSError)):
+            return super()._not_started(exc)
+        self.kill()
+        tail = self.stderr_tail()
+        why = f"does not speak MCP at {self.url}: {type(error).__name__}: {error}"
+        return BridgeError(
+            " ".join(f"MCP server {self.label} {why}".split())
+            + (f"; its stderr ends: {tail}" if tail else "")
+        )
+
     def call(self, name: str, arguments: Mapping[str, Any], cancelled: Any) -> dict[str, Any]:
         """As a stdio server's; a failure in the transport while the server's
         process ends (a request cut short by its death) is its death."""
@@ -153,7 +177,7 @@ class HttpServer(StdioServer):
         except MCPServerDied:
             raise
         except Exception as exc:
-            if self._exits_soon():
+            if _in_transport(exc) and self._exits_soon():
                 raise self.died() from exc
             raise
 
@@ -233,6 +257,23 @@ def from_mcp_http(
         default_risk=default_risk,
         tools=tools,
     )
+
+
+def _in_transport(exc: BaseException) -> bool:
+    """Whether ``exc`` is a failure of the connection (the SDK's "connection
+    closed" error, or the HTTP package's), not an error the server answered."""
+    error = getattr(exc, "error", None)
+    code = getattr(error, "code", None)
+    return code is None or code == CONNECTION_CLOSED
+
+
+def _first_error(exc: BaseException | None) -> BaseException | None:
+    """The first error an exception group (a task group's) holds, itself otherwise."""
+    inner = getattr(exc, "exceptions", None)  # BaseExceptionGroup (3.11) or anyio's backport
+    while inner:
+        exc = inner[0]
+        inner = getattr(exc, "exceptions", None)
+    return exc
 
 
 def free_port() -> int:

@@ -281,6 +281,16 @@ def test_in_a_directory_world_the_server_is_the_worlds_process_and_dies_with_it(
         ),
         pytest.param(["no-such-mcp-http-server", "{port}"], ["not found"], id="not-found"),
         pytest.param(
+            [PYTHON, "-m", "http.server", "{port}", "--bind", "127.0.0.1"],
+            ["does not speak MCP at http://127.0.0.1:", "/mcp", "501"],
+            id="not-mcp-on-its-port",
+        ),
+        pytest.param(
+            [*COMMAND, "--path", "/elsewhere"],
+            ["does not speak MCP at http://127.0.0.1:", "/mcp", "404"],
+            id="mcp-on-another-path",
+        ),
+        pytest.param(
             [PYTHON, "-c", "import time; print('never listens', flush=True); time.sleep(120)"],
             ["did not answer initialize within 1 s", "never listens"],
             id="never-listens",

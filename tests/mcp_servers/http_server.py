@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from typing import Any
 
 try:
     from mcp.server.mcpserver import MCPServer
@@ -20,6 +21,7 @@ from mcp.types import ToolAnnotations
 parser = argparse.ArgumentParser()
 parser.add_argument("root")
 parser.add_argument("--port", type=int, required=True)
+parser.add_argument("--path", default="/mcp", help="where it answers")
 options = parser.parse_args()
 ROOT = os.open(options.root, os.O_RDONLY | os.O_DIRECTORY)
 
@@ -105,7 +107,14 @@ def die(code: int) -> str:
 
 if __name__ == "__main__":
     try:
-        server.run(transport="streamable-http", host="127.0.0.1", port=options.port)
-    except TypeError:  # mcp 1.x: host and port are settings
-        server.settings.host, server.settings.port = "127.0.0.1", options.port  # type: ignore[attr-defined]
+        server.run(
+            transport="streamable-http",
+            host="127.0.0.1",
+            port=options.port,
+            streamable_http_path=options.path,
+        )
+    except TypeError:  # mcp 1.x: these are settings
+        settings: Any = server.settings
+        settings.host, settings.port = "127.0.0.1", options.port
+        settings.streamable_http_path = options.path
         server.run(transport="streamable-http")
