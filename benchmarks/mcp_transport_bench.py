@@ -99,6 +99,30 @@ class BareClient:
         self._thread.join(30)
 
 
+class CpuTally:
+    """The CPU time this process (all its threads) spent during a variant's
+    calls: a loaded machine stretches the wall times, much less these."""
+
+    def __init__(self) -> None:
+        self.ns = 0
+        self.calls = 0
+
+    def of(self, call: Callable[[], Any]) -> Callable[[], Any]:
+        def counted() -> Any:
+            started = time.process_time_ns()
+            try:
+                return call()
+            finally:
+                self.ns += time.process_time_ns() - started
+                self.calls += 1
+
+        return counted
+
+    @property
+    def per_call_us(self) -> float:
+        return self.ns / max(1, self.calls) / 1000
+
+
 async def _wait(future: asyncio.Future[Any]) -> Any:
     return await future
 
@@ -189,9 +213,13 @@ def _run(options: argparse.Namespace, directory: Path) -> int:
         for client in bare.values():
             stack.callback(client.close)
         calls: dict[str, Callable[[], Any]] = {}
+        cpu: dict[str, CpuTally] = {}
         for transport in ("stdio", "http"):
-            calls[f"{transport} guard"] = _guarded(runtimes[transport])
-            calls[f"{transport} bare"] = bare[transport].call
+            variants = {"guard": _guarded(runtimes[transport]), "bare": bare[transport].call}
+            for kind, call in variants.items():
+                name = f"{transport} {kind}"
+                cpu[name] = CpuTally()
+                calls[name] = cpu[name].of(call)
         samples = measure(
             calls, warmup=options.warmup, blocks=options.blocks, per_block=options.per_block
         )
@@ -199,12 +227,14 @@ def _run(options: argparse.Namespace, directory: Path) -> int:
         f"{options.blocks} alternating blocks of {options.per_block} calls per variant; "
         f"{time.perf_counter() - started:.1f} s"
     )
-    print(f"{'variant':<14}{'µs / call':>12}{'p10':>10}{'p90':>10}")
+    print(f"{'variant':<14}{'µs / call':>12}{'p10':>10}{'p90':>10}{'CPU µs / call':>16}")
     for name, got in samples.items():
         print(
             f"{name:<14}{got.median_us:>12.1f}"
             f"{got.percentile_us(0.1):>10.1f}{got.percentile_us(0.9):>10.1f}"
+            f"{cpu[name].per_call_us:>16.1f}"
         )
+    print("(CPU: this process's, every thread, mean per call; the servers' own not counted)")
     for transport, (key, label) in ROWS.items():
         value, low, high = ratio(samples[f"{transport} guard"], samples[f"{transport} bare"])
         print(f"{label}: {value:.2f} (blocks {low:.2f} - {high:.2f})")
