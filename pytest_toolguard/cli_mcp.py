@@ -19,12 +19,12 @@ re-exports it) raise the error ``cli.main`` prints as one line, exit 2.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import os
 import re
 import shlex
+import shutil
 import tempfile
 import warnings
 from collections.abc import Callable, Sequence
@@ -180,21 +180,33 @@ def server_registry(
     shown = shlex.join(command)
     quiet_sdk_logs()
     try:
-        with warnings.catch_warnings():  # a path left undeclared is the view chosen
-            warnings.simplefilter("ignore", BridgeWarning)
-            specs = from_mcp_command(list(command), paths=paths, **started)
+        with warnings.catch_warnings(), tempfile.TemporaryDirectory() as scratch:
+            warnings.simplefilter("ignore", BridgeWarning)  # a path left undeclared: the view
+            specs = from_mcp_command(
+                list(command), paths=paths, list_in=_listing_copy(options, scratch), **started
+            )
     except (BridgeError, OSError, ValueError, TimeoutError) as exc:  # it names the command
         raise UsageError(_one_line(str(exc) or f"{shown}: {type(exc).__name__}")) from None
     except ImportError as exc:  # the SDK, an extra
         raise UsageError(f"{exc}: pip install 'pytest-toolguard[mcp]'") from None
-    if paths is None:
-        specs = [_anywhere_inside(spec) for spec in specs]
     if paths:
         known = {spec.name for spec in specs}
         unknown = sorted(set(paths) - known)
         if unknown:
             raise UsageError(f"--path names {', '.join(unknown)}, not a tool of {shown}")
     return ToolRegistry(specs)
+
+
+def _listing_copy(options: argparse.Namespace, scratch: str) -> str | None:
+    """A copy of ``--workspace`` in ``scratch`` for the server to list its
+    tools in (a server may refuse an empty directory: a git server wants
+    its repository), never the workspace itself; None without one."""
+    workspace = getattr(options, "workspace", None)
+    if not workspace:
+        return None
+    copy = os.path.join(scratch, os.path.basename(os.path.abspath(workspace)) or "workspace")
+    shutil.copytree(workspace, copy, symlinks=True)
+    return copy
 
 
 def quiet_sdk_logs() -> None:
@@ -204,18 +216,6 @@ def quiet_sdk_logs() -> None:
     if not sdk.handlers:
         sdk.addHandler(logging.NullHandler())
         sdk.propagate = False
-
-
-def _anywhere_inside(spec: Any) -> Any:
-    """In the author's view a tool that may write may write anything in its
-    workspace: only what it reached outside is held against it (no argument
-    is checked, so the faults' escapes reach the server)."""
-    from .capabilities import Risk
-    from .registry import PathAccess
-
-    if spec.risk is Risk.READ or spec.paths:
-        return spec
-    return dataclasses.replace(spec, paths=(PathAccess(".", "write"),))
 
 
 def command_of(options: argparse.Namespace, passthrough: Sequence[str]) -> list[str]:

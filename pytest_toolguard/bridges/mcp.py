@@ -480,19 +480,23 @@ def from_mcp_command(
     default_risk: Risk | str = Risk.DANGEROUS,
     startup_timeout: float = 30.0,
     tools: Sequence[str] | None = None,
+    list_in: str | os.PathLike[str] | None = None,
 ) -> list[ToolSpec]:
     """``ToolSpec``s for the tools of the MCP server ``command`` starts (a
     list of words, any language), spoken to over stdio with the ``mcp``
     SDK's client; mapped as ``from_mcp_server``'s, each with
     ``world="directory"``. ``{workspace}`` in ``command``, ``env``
     (added to the SDK's default environment) and ``cwd`` is the root of
-    the world a call runs in. One server per world, started on its first
-    call and again after it died; at a call's deadline the request is
+    the world a call runs in. One server per world, started for its first
+    call (before that call's deadline starts: the start is bounded by
+    ``startup_timeout`` alone) and again after it died; at a call's deadline the request is
     cancelled (``notifications/cancelled``), the next call goes to a new
     server, and the old one is killed with its children a second later.
     ``BridgeError`` (naming the command, what it wrote, its stderr's end)
     for a server that does not start, exits, or does not speak MCP within
-    ``startup_timeout`` seconds."""
+    ``startup_timeout`` seconds. The tools are listed once, with
+    ``{workspace}`` an empty temporary directory, or ``list_in`` (used as
+    it is) for a server that needs one it can serve (a git repository)."""
     from .mcp_stdio import from_mcp_command as started  # the SDK only when asked
 
     return started(
@@ -505,6 +509,7 @@ def from_mcp_command(
         default_risk=default_risk,
         startup_timeout=startup_timeout,
         tools=tools,
+        list_in=list_in,
     )
 
 

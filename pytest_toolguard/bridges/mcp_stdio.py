@@ -2,12 +2,17 @@
 SDK's own client (``stdio_client`` + ``ClientSession``).
 
 ``from_mcp_command`` (re-exported by ``bridges.mcp``) lists the server's
-tools once, in a temporary directory, and gives each a handler that talks
-to the server of the world the call runs in: ``StdioServers`` keeps one
-``StdioServer`` per workspace root, started on the first call there with
+tools once, in a temporary directory (or ``list_in``), and gives each a
+handler that talks to the server of the world the call runs in: ``StdioServers`` keeps one
+``StdioServer`` per workspace root, started for the first call there with
 ``{workspace}`` in the command, its environment and its working directory
 spelt as that root. Each server has an event loop on a thread of its own,
 so the runtime's synchronous workers can call it.
+
+The start is the handler's ``prepare``, run before the call's deadline
+starts, bounded by ``startup_timeout`` alone: a slow start (``npx -y``) is
+never the call's TIMEOUT, a failed one is its EXECUTION_ERROR. (A fault
+wrapping the handler hides ``prepare``: the start is then in the deadline.)
 
 In a directory world the server's process is started from a handler run,
 so the world's ``ChildProcesses`` starts it (the recorded time, the
@@ -25,6 +30,7 @@ import atexit
 import concurrent.futures
 import contextlib
 import dataclasses
+import logging
 import os
 import shutil
 import signal
@@ -32,7 +38,6 @@ import sys
 import tempfile
 import threading
 import uuid
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any, TextIO, cast
 
@@ -43,7 +48,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from ..capabilities import Risk
 from ..errors import ToolguardError
 from ..harness.probes import serving_the_world
-from ..registry import Handler, ToolSpec
+from ..registry import Handler, PathAccess, ToolSpec
 from .definitions import BridgeError, Paths
 from .mcp import MCPToolError, call_tool_outcome, from_mcp, result_wire, tool_wire
 
@@ -53,6 +58,9 @@ environment and its working directory."""
 
 STARTUP_SECONDS = 30.0
 """How long a server may take to answer ``initialize``."""
+
+PREPARE_MARGIN_SECONDS = 10.0
+"""Beyond ``startup_timeout``, the time to spawn a server (or kill it)."""
 
 KILL_AFTER_SECONDS = 1.0
 """After a call's deadline (``notifications/cancelled`` sent), how long the
@@ -69,6 +77,19 @@ MARKER = "TOOLGUARD_MCP_SERVER"
 inherits it, so the server's whole tree can be found and killed."""
 
 _WATCH_SECONDS = 0.02
+
+LOOP_THREAD = "toolguard-mcp-stdio"  # each server's event loop thread
+
+
+class _OnOurLoops(logging.Filter):
+    """Drops what the SDK's stdio client logs on our loop threads: a
+    traceback per line that is not JSON-RPC (the relay keeps the first)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.threadName != LOOP_THREAD
+
+
+logging.getLogger("mcp.client.stdio").addFilter(_OnOurLoops())
 
 
 class MCPServerDied(ToolguardError):
@@ -100,13 +121,14 @@ class StdioServer:
         self._startup_timeout = startup_timeout
         self._stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed by _run
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, name="toolguard-mcp-stdio", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=LOOP_THREAD, daemon=True)
         self._ready: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._stop: asyncio.Event | None = None
         self._session: ClientSession | None = None
         self._first_garbage: str | None = None
         self._flight_lock = threading.Lock()
         self._in_flight: dict[concurrent.futures.Future[Any], threading.Event] = {}
+        self._retired = False
         self.closed = threading.Event()
         """Set once the server's connection ended (it exited, was killed or stopped)."""
 
@@ -115,6 +137,8 @@ class StdioServer:
     def start(self) -> StdioServer:
         before = set(threading.enumerate())
         serving_the_world(self._thread)
+        with _LIVE_LOCK:
+            _LIVE.add(self)
         self._thread.start()
         try:
             self._ready.result()
@@ -139,7 +163,11 @@ class StdioServer:
             if pending:
                 self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             self._loop.close()
+            if self._retired:  # its loop ended before the bound: killed now
+                self.kill()
             self._stderr.close()
+            with _LIVE_LOCK:
+                _LIVE.discard(self)
 
     async def _main(self) -> None:
         self._stop = asyncio.Event()
@@ -306,6 +334,7 @@ class StdioServer:
         is killed with its children, whatever it is doing (its work on
         the call may go on after a cancellation: nothing shows it ended)."""
         self.closed.set()
+        self._retired = True
         await anyio.sleep(KILL_AFTER_SECONDS)
         self.kill()
 
@@ -367,7 +396,6 @@ class StdioServers:
         self.label = " ".join(self.command)
         self._lock = threading.Lock()
         self._servers: dict[str, StdioServer] = {}
-        _ALL.add(self)
 
     def start(self, root: str) -> StdioServer:
         """A new server with ``{workspace}`` spelt as ``root``."""
@@ -396,42 +424,59 @@ class StdioServers:
                 server = self._servers[key] = self.start(root)
             return server
 
-    def close(self) -> None:
-        """Stop every server."""
-        with self._lock:
-            servers, self._servers = list(self._servers.values()), {}
-        for server in servers:
-            server.stop()
-
     def handler(self, name: str) -> Handler:
         """The handler sending a call to ``name`` on its world's server."""
-
-        def call_mcp_command_tool(ctx: Any, **arguments: Any) -> Any:
-            cancelled = getattr(ctx, "cancelled", None)
-            if cancelled is not None and cancelled.is_set():  # the deadline passed already
-                raise MCPServerDied(f"MCP server {self.label}: the call's deadline passed")
-            root = os.fspath(ctx.workspace.root)
-            try:
-                server = self.of(root)
-            except BridgeError as exc:
-                raise MCPServerDied(str(exc)) from None
-            wire = server.call(name, arguments, cancelled)
-            ok, data, message = call_tool_outcome(wire)
-            if not ok:
-                raise MCPToolError(message or "the tool reported an error")
-            return data
-
-        call_mcp_command_tool.__name__ = f"mcp_{name}"
-        return call_mcp_command_tool
+        return _CommandTool(self, name)
 
 
-_ALL: weakref.WeakSet[StdioServers] = weakref.WeakSet()
+class _CommandTool:
+    """A tool of a server started as a command: ``prepare`` (run before the
+    deadline starts) starts its world's server; the call talks to it."""
+
+    def __init__(self, servers: StdioServers, name: str) -> None:
+        self.servers = servers
+        self.name = name
+        self.__name__ = f"mcp_{name}"
+
+        def prepare(ctx: Any) -> None:
+            if not getattr(ctx, "cancelled", threading.Event()).is_set():
+                self.server(ctx)
+
+        # The runtime's bound on it: the start-up timeout, and time to spawn and kill.
+        prepare.__dict__["timeout_seconds"] = servers.startup_timeout + PREPARE_MARGIN_SECONDS
+        self.prepare = prepare
+
+    def server(self, ctx: Any) -> StdioServer:
+        """The running server of the call's world, started when none runs."""
+        try:
+            return self.servers.of(os.fspath(ctx.workspace.root))
+        except BridgeError as exc:
+            raise MCPServerDied(str(exc)) from None
+
+    def __call__(self, ctx: Any, **arguments: Any) -> Any:
+        cancelled = getattr(ctx, "cancelled", None)
+        if cancelled is not None and cancelled.is_set():  # the deadline passed already
+            raise MCPServerDied(f"MCP server {self.servers.label}: the call's deadline passed")
+        wire = self.server(ctx).call(self.name, arguments, cancelled)
+        ok, data, message = call_tool_outcome(wire)
+        if not ok:
+            raise MCPToolError(message or "the tool reported an error")
+        return data
+
+
+_LIVE: set[StdioServer] = set()
+"""Every server whose loop runs (its registry may be collected first)."""
+_LIVE_LOCK = threading.Lock()
 
 
 @atexit.register
 def _stop_all() -> None:
-    for servers in list(_ALL):
-        servers.close()
+    """At exit, every server still running is stopped with what it started:
+    a blocked one never sees its stdin close, nor a retired one its bound."""
+    with _LIVE_LOCK:
+        servers = list(_LIVE)
+    for server in servers:
+        server.stop()
 
 
 def from_mcp_command(
@@ -445,6 +490,7 @@ def from_mcp_command(
     default_risk: Risk | str = Risk.DANGEROUS,
     startup_timeout: float = STARTUP_SECONDS,
     tools: Sequence[str] | None = None,
+    list_in: str | os.PathLike[str] | None = None,
 ) -> list[ToolSpec]:
     """See ``bridges.mcp.from_mcp_command``."""
     if isinstance(command, (str, bytes)) or not command:
@@ -475,15 +521,18 @@ def served_specs(
     program = servers.command[0]
     if WORKSPACE not in program and shutil.which(program) is None and not os.path.exists(program):
         raise BridgeError(f"MCP server {servers.label} cannot be started: command not found")
-    listing_root = tempfile.mkdtemp(prefix="toolguard-mcp-list-")
+    if list_in is not None and not os.path.isdir(list_in):
+        raise BridgeError(f"MCP server {servers.label}: list_in {list_in!r} is not a directory")
+    listing_root = tempfile.mkdtemp(prefix="toolguard-mcp-list-") if list_in is None else None
     try:
-        server = servers.start(listing_root)
+        server = servers.start(listing_root or os.path.abspath(os.fspath(list_in or ".")))
         try:
             listed = server.list_tools()
         finally:
             server.stop()
     finally:
-        shutil.rmtree(listing_root, ignore_errors=True)
+        if listing_root is not None:
+            shutil.rmtree(listing_root, ignore_errors=True)
     wires = [tool_wire(tool) for tool in listed]
     names = [str(wire.get("name")) for wire in wires if isinstance(wire, Mapping)]
     chosen = [wire for wire in wires if tools is None or wire.get("name") in tools]
@@ -495,7 +544,19 @@ def served_specs(
         trust_annotations=trust_annotations,
         risks=risks,
     )
-    return [dataclasses.replace(spec, world="directory") for spec in specs]
+    return [_in_its_workspace(dataclasses.replace(spec, world="directory")) for spec in specs]
+
+
+def _in_its_workspace(spec: ToolSpec) -> ToolSpec:
+    """A tool that may change files and declares no path may change any
+    file of its workspace (``PathAccess(".", "write")``: the session's write
+    roots must hold the workspace): the server is started for that
+    workspace. The boundary checks no argument of it, so escapes reach the
+    server, and only what it reached or changed outside is held against
+    it: the server author's view (``paths=None``)."""
+    if spec.risk is Risk.READ or spec.paths:
+        return spec
+    return dataclasses.replace(spec, paths=(PathAccess(".", "write"),))
 
 
 # -- helpers ----------------------------------------------------------------------

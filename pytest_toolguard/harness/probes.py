@@ -144,6 +144,13 @@ class HandlerProbe:
         """Every call's record, in order (``start_call`` adds one)."""
         self._lock = threading.Lock()
 
+    @property
+    def prepare(self) -> Callable[..., Any] | None:
+        """The wrapped handler's ``prepare``, which the runtime runs before
+        the call's deadline starts (None when it has none)."""
+        prepare = getattr(self.handler, "prepare", None)
+        return prepare if callable(prepare) else None
+
     def start_call(self) -> HandlerRuns:
         """A new record for the next call's runs."""
         self.current = HandlerRuns()

@@ -26,6 +26,7 @@ from typing import Any
 from ..audit import storable_data
 from ..context import ToolContext
 from ..contract import CallState, ErrorCode, ToolResult
+from ..errors import ToolguardError
 from ..isolation import ChildLog, CoroutineRunner, HandlerTimeout, Isolation, ThreadIsolation
 from ..policy import PolicyDecision
 from ..registry import ToolSpec
@@ -43,8 +44,16 @@ Outcome = tuple[bool, Any, list[str] | None]
 workspace about)`` (the last None without file watchers). Journal entries
 of a process child come back through its ``ChildLog``."""
 
+PREPARE_SECONDS = 300.0
+"""The bound on a handler's ``prepare`` when it gives none of its own
+(``prepare.timeout_seconds``)."""
+
 _PLAIN_DATA = frozenset({dict, list, str, int, float, bool, type(None)})
 """Result types that cannot be awaitable: the check is skipped for them."""
+
+
+class PrepareOverran(ToolguardError):
+    """A handler's ``prepare`` ran past its own bound."""
 
 
 def _awaitable(value: Any) -> bool:
@@ -138,6 +147,11 @@ class HandlerRun:
         finally:
             self.awaiting = None
             self._end()
+
+    @property
+    def cancellation(self) -> Cancellation:
+        """The call's cancellation (``ctx.cancelled``)."""
+        return self._cancelled
 
     def discard(self) -> None:
         """The awaitable ``call_inline`` kept, closed unstarted: the deadline
@@ -299,13 +313,35 @@ class Invocation:
             cancelled,
         )
 
+    def prepared(self, handler: HandlerRun, call_id: str) -> Outcome | None:
+        """Run the handler's ``prepare(ctx)`` when it has one (a server it
+        talks to, started in the call's world), before the deadline's clock
+        starts: a slow start is never the call's timeout. It runs on a
+        worker as a handler run of its own (what it starts belongs to the
+        call's world) under its own bound, ``prepare.timeout_seconds``.
+        None when it succeeded or there is none; otherwise the call's
+        failed outcome (its error, or that it overran its bound). Not in
+        process isolation: a forked child keeps nothing it started."""
+        prepare = getattr(handler.handler, "prepare", None)
+        if not callable(prepare) or not isinstance(self.isolation, ThreadIsolation):
+            return None
+        bound = getattr(prepare, "timeout_seconds", PREPARE_SECONDS)
+        run = HandlerRun(prepare, handler.ctx, {}, None, None, None, handler.cancellation)
+        try:
+            finished, value, _ = self.isolation.run(run.run, bound, call_id)
+        except HandlerTimeout:
+            return False, PrepareOverran(f"preparing the call took over {bound:g} s"), None
+        return None if finished else (False, value, handler.accessed)
+
     def invoke(self, running: Running) -> ToolResult:
         """Run the handler through the isolation, blocking until it ends or
         its deadline passes."""
         handler = self.handler_run(running)
         timeout = self.settings.deadline(running.spec)
         try:
-            outcome: Outcome = self._run(handler, timeout, running)
+            outcome: Outcome | None = self.prepared(handler, running.attempt.call_id)
+            if outcome is None:
+                outcome = self._run(handler, timeout, running)
         except HandlerTimeout as exc:
             handler.cancel()
             return self._timed_out(running, handler, exc)
@@ -354,8 +390,14 @@ class Invocation:
         handler = self.handler_run(running)
         timeout, call_id = self.settings.deadline(running.spec), running.attempt.call_id
         try:
-            if running.spec.is_async and isinstance(self.isolation, ThreadIsolation):
-                outcome: Outcome = await self.isolation.run_async(
+            failed = None
+            if getattr(handler.handler, "prepare", None) is not None:
+                failed = await asyncio.to_thread(self.prepared, handler, call_id)
+            outcome: Outcome
+            if failed is not None:
+                outcome = failed
+            elif running.spec.is_async and isinstance(self.isolation, ThreadIsolation):
+                outcome = await self.isolation.run_async(
                     handler.arun, timeout, call_id, handler.cancel
                 )
             else:

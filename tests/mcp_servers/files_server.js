@@ -7,6 +7,9 @@ const path = require("path");
 const readline = require("readline");
 
 const ROOT = fs.realpathSync(process.argv[2]);
+// The twin with a planted confinement bug: the path joined to the root as
+// given, and opened following links.
+const LEAKY = process.argv.includes("--leaky");
 
 const TOOLS = [
   {
@@ -28,6 +31,7 @@ const TOOLS = [
 ];
 
 function inside(relative) {
+  if (LEAKY) return path.join(ROOT, String(relative));
   if (typeof relative !== "string" || relative.startsWith("/")) throw new Error("not a relative path");
   const joined = path.resolve(ROOT, relative);
   const parent = fs.realpathSync(path.dirname(joined));
@@ -37,7 +41,8 @@ function inside(relative) {
 
 function call(name, args) {
   if (name === "read_note") {
-    const fd = fs.openSync(inside(args.path), fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
+    const nofollow = LEAKY ? 0 : fs.constants.O_NOFOLLOW;
+    const fd = fs.openSync(inside(args.path), fs.constants.O_RDONLY | nofollow);
     try { return fs.readFileSync(fd, "utf8"); } finally { fs.closeSync(fd); }
   }
   if (name === "write_note") {

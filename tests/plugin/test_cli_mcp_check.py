@@ -338,3 +338,112 @@ def test_fuzzing_reads_outside_only_through_the_twin(
     status, out = check(capsys, "--fuzz", "2", "--", *server)
     assert status == expected, out
     assert "fuzz read_file:" in out and "fuzz write_file:" in out
+
+
+# -- the same through main(), with a node server that is no server ------------------
+
+NODE_SERVER = str(Path(__file__).resolve().parents[1] / "mcp_servers" / "misbehaving_server.js")
+
+
+def _import(t: Path, log: str, *command: str) -> list[str]:
+    return ["import", "mcp", log, "--workspace", str(t), "-o", str(t / "c.yaml"), "--", *command]
+
+
+NODE_INPUTS = {
+    "check: exits at once": (
+        lambda t, log: ["mcp", "check", "--", "node", NODE_SERVER, "--exit"],
+        2,
+        "bad config | line two",
+    ),
+    "check: prints garbage": (
+        lambda t, log: ["mcp", "check", "--", "node", NODE_SERVER, "--garbage"],
+        2,
+        "Server ready on stdio",
+    ),
+    "check: command not found": (
+        lambda t, log: ["mcp", "check", "--calls", log, "--", "no-such-node-server", "x"],
+        2,
+        "no-such-node-server",
+    ),
+    "check: log names an unknown tool": (
+        lambda t, log: ["mcp", "check", "--calls", log, "--", "node", NODE_SERVER],
+        2,
+        "write_file",
+    ),
+    "check: truncated log": (
+        lambda t, log: ["mcp", "check", "--calls", _truncated(t, log), "--", "node", NODE_SERVER],
+        2,
+        "line 4",
+    ),
+    "import: exits at once": (
+        lambda t, log: _import(t, log, "node", NODE_SERVER, "--exit"),
+        2,
+        "bad config",
+    ),
+    "import: prints garbage": (
+        lambda t, log: _import(t, log, "node", NODE_SERVER, "--garbage"),
+        2,
+        "Server ready on stdio",
+    ),
+    "import: command not found": (
+        lambda t, log: _import(t, log, "no-such-node-server", "x"),
+        2,
+        "no-such-node-server",
+    ),
+    "import: log names an unknown tool": (
+        lambda t, log: _import(t, log, "node", NODE_SERVER),
+        2,
+        "write_file",
+    ),
+    # import keeps the calls it can read and lists the rest: exit 1, no cassette of a bad line.
+    "import: truncated log": (
+        lambda t, log: _import(t, _truncated(t, log), sys.executable, *FILES[1:]),
+        1,
+        "line 4: not valid JSON",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(NODE_INPUTS))
+def test_a_server_or_log_that_is_wrong_says_so_without_a_traceback(
+    case: str, tmp_path: Path, log: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    arguments, status, said = NODE_INPUTS[case]
+    assert main(arguments(tmp_path, log)) == status
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    if status == 2:
+        assert len(err.splitlines()) == 1 and err.startswith("toolguard: "), err
+        assert not (tmp_path / "c.yaml").exists()
+    assert said in out + err, out + err
+
+
+def test_a_server_that_needs_its_workspace_lists_its_tools_in_a_copy_of_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The server exits unless its workspace holds a file: listed in a copy
+    of --workspace (never the workspace itself, which stays as it was)."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "config.json").write_text("{}")
+    before = tree(workspace)
+    log = tmp_path / "hello.jsonl"
+    call = {"name": "hello", "arguments": {"name": "x"}}
+    log.write_text(
+        json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call})
+        + "\n"
+        + json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "result": {"content": [{"type": "text", "text": "hello x"}]},
+            }
+        )
+        + "\n"
+    )
+    server = ["node", NODE_SERVER, "--needs", "{workspace}/config.json"]
+    arguments = ["--calls", str(log), "--workspace", str(workspace), "--faults", "timeout"]
+    status, out = check(capsys, *arguments, "--", *server)
+    assert status == 0, out + capsys.readouterr().err
+    assert "replay: 1 call(s), as recorded" in out
+    assert tree(workspace) == before
