@@ -24,6 +24,7 @@ proxy set in the environment never carries them off the machine.
 from __future__ import annotations
 
 import contextlib
+import functools
 import ipaddress
 import socket
 import subprocess
@@ -45,7 +46,7 @@ from .mcp_stdio import (
     MCPServerDied,
     StdioServer,
     StdioServers,
-    served_specs,
+    from_mcp_command,
 )
 
 PORT = "{port}"
@@ -248,9 +249,12 @@ def from_mcp_http(
     if isinstance(command, (str, bytes)) or not command:
         raise BridgeError("from_mcp_http: the command is a list of its words, not empty")
     _address(url.replace(PORT, "1"))  # refused now, before anything runs
-    servers = HttpServers(command, url=url, env=env, cwd=cwd, startup_timeout=startup_timeout)
-    return served_specs(
-        servers,
+    return from_mcp_command(
+        command,
+        env=env,
+        cwd=cwd,
+        startup_timeout=startup_timeout,
+        transport=functools.partial(HttpServers, url=url),
         risks=risks,
         paths=paths,
         trust_annotations=trust_annotations,

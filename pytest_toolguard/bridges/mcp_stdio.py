@@ -192,11 +192,8 @@ class StdioServer:
                 self._ready.set_exception(self._not_started(None))
 
     def connect(self) -> contextlib.AbstractAsyncContextManager[tuple[Any, Any]]:
-        """The transport to the server, entered on its loop: started with
-        it, the server's (read, write) streams; leaving it ends the server.
-        Another transport (``mcp_http``) overrides this one method."""
-        errlog = cast(TextIO, self._stderr)  # a file with a descriptor is what it needs
-        return stdio_client(self._params, errlog=errlog)
+        """The transport's (read, write) streams while entered (``mcp_http`` overrides it)."""
+        return stdio_client(self._params, errlog=cast(TextIO, self._stderr))  # has a descriptor
 
     async def _relay(self, read: Any, send: Any) -> None:
         """What the server writes, on to the session; the first line that is
@@ -353,7 +350,7 @@ class StdioServer:
                 params = None if cursor is None else {"cursor": cursor}
                 page = await session.list_tools(params=params)  # type: ignore[arg-type]
                 tools.extend(page.tools)
-                cursor = page.next_cursor
+                cursor = getattr(page, "next_cursor", None) or getattr(page, "nextCursor", None)
                 if not cursor:
                     return tools
 
@@ -491,33 +488,12 @@ def from_mcp_command(
     startup_timeout: float = STARTUP_SECONDS,
     tools: Sequence[str] | None = None,
     list_in: str | os.PathLike[str] | None = None,
+    transport: Callable[..., StdioServers] = StdioServers,  # mcp_http's servers
 ) -> list[ToolSpec]:
     """See ``bridges.mcp.from_mcp_command``."""
     if isinstance(command, (str, bytes)) or not command:
         raise BridgeError("from_mcp_command: the command is a list of its words, not empty")
-    servers = StdioServers(command, env=env, cwd=cwd, startup_timeout=startup_timeout)
-    return served_specs(
-        servers,
-        risks=risks,
-        paths=paths,
-        trust_annotations=trust_annotations,
-        default_risk=default_risk,
-        tools=tools,
-    )
-
-
-def served_specs(
-    servers: StdioServers,
-    *,
-    risks: Mapping[str, Risk | str] | None,
-    paths: Paths | None,
-    trust_annotations: bool,
-    default_risk: Risk | str,
-    tools: Sequence[str] | None,
-) -> list[ToolSpec]:
-    """The tools ``servers``' command serves, listed once from a server
-    started in a temporary directory, each handled by ``servers``; shared
-    by every transport."""
+    servers = transport(command, env=env, cwd=cwd, startup_timeout=startup_timeout)
     program = servers.command[0]
     if WORKSPACE not in program and shutil.which(program) is None and not os.path.exists(program):
         raise BridgeError(f"MCP server {servers.label} cannot be started: command not found")
