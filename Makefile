@@ -39,7 +39,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/redaction_bench.py
 	$(BIN)/python benchmarks/directory_world_bench.py
 	$(BIN)/python benchmarks/directory_cell_bench.py
-	$(BIN)/python benchmarks/mcp_stdio_bench.py
+	$(BIN)/python benchmarks/mcp_transport_bench.py
 	@echo
 	$(BIN)/python benchmarks/summary.py
 

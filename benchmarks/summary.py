@@ -59,6 +59,11 @@ ROWS = (
         "stdio call through the guard / same call through the bare SDK client",
         1.2,
     ),
+    Row(
+        "mcp_http_guard_bare",
+        "HTTP call through the guard / same call through the bare SDK client",
+        1.2,
+    ),
     Row("redaction_adversarial", "worst adversarial 100 KB / plain 100 KB (redaction)", 5.0),
     Row(
         "load_10k",

@@ -37,6 +37,9 @@ the content blocks).
 ``from_mcp_command(command)`` wraps a server started as a command (any
 language), spoken to over stdio (``bridges.mcp_stdio``).
 
+``from_mcp_http(command)`` does the same over Streamable HTTP, for a
+server the command starts on 127.0.0.1 (``bridges.mcp_http``).
+
 ``read_jsonrpc_log(text)`` reads a JSON-RPC log (one message per line, or
 a JSON array): ``tools/call`` requests and their responses.
 """
@@ -51,13 +54,16 @@ import logging
 import os
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..capabilities import Risk
 from ..errors import ToolguardError
 from ..registry import Handler, ToolSpec, WorldKind, checked_world
 from .definitions import BridgeError, BridgeWarning, Paths, as_list, build_spec, handler_for, warn
 from .transcript import CallCollector, Transcript, TranscriptResult, json_records, text_of
+
+if TYPE_CHECKING:
+    from .mcp_http import from_mcp_http as from_mcp_http
 
 ANNOTATION_DEFAULTS = {
     "readOnlyHint": False,
@@ -505,6 +511,15 @@ def from_mcp_command(
         tools=tools,
         list_in=list_in,
     )
+
+
+def __getattr__(name: str) -> Any:
+    """``from_mcp_http``, imported when first asked for (it needs the SDK)."""
+    if name == "from_mcp_http":
+        from .mcp_http import from_mcp_http
+
+        return from_mcp_http
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @contextlib.contextmanager

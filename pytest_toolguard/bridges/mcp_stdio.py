@@ -170,8 +170,7 @@ class StdioServer:
     async def _main(self) -> None:
         self._stop = asyncio.Event()
         try:
-            errlog = cast(TextIO, self._stderr)  # a file with a descriptor is what it needs
-            async with stdio_client(self._params, errlog=errlog) as (read, write):
+            async with self.connect() as (read, write):
                 relay_send, relay_receive = anyio.create_memory_object_stream[Any](0)
                 async with anyio.create_task_group() as group:
                     group.start_soon(self._relay, read, relay_send)
@@ -189,6 +188,10 @@ class StdioServer:
             self.closed.set()
             if not self._ready.done():
                 self._ready.set_exception(self._not_started(None))
+
+    def connect(self) -> contextlib.AbstractAsyncContextManager[tuple[Any, Any]]:
+        """The transport's (read, write) streams while entered (``mcp_http`` overrides it)."""
+        return stdio_client(self._params, errlog=cast(TextIO, self._stderr))  # has a descriptor
 
     async def _relay(self, read: Any, send: Any) -> None:
         """What the server writes, on to the session; the first line that is
@@ -349,7 +352,7 @@ class StdioServer:
                 params = None if cursor is None else {"cursor": cursor}
                 page = await session.list_tools(params=params)  # type: ignore[arg-type]
                 tools.extend(page.tools)
-                cursor = page.next_cursor
+                cursor = getattr(page, "next_cursor", None) or getattr(page, "nextCursor", None)
                 if not cursor:
                     return tools
 
@@ -487,12 +490,13 @@ def from_mcp_command(
     startup_timeout: float = STARTUP_SECONDS,
     tools: Sequence[str] | None = None,
     list_in: str | os.PathLike[str] | None = None,
+    transport: Callable[..., StdioServers] = StdioServers,  # mcp_http's servers
 ) -> list[ToolSpec]:
     """See ``bridges.mcp.from_mcp_command``."""
     if isinstance(command, (str, bytes)) or not command:
         raise BridgeError("from_mcp_command: the command is a list of its words, not empty")
     command, cwd = _pinned(command, cwd)
-    servers = StdioServers(command, env=env, cwd=cwd, startup_timeout=startup_timeout)
+    servers = transport(command, env=env, cwd=cwd, startup_timeout=startup_timeout)
     program = servers.command[0]
     if WORKSPACE not in program and shutil.which(program) is None and not os.path.exists(program):
         raise BridgeError(f"MCP server {servers.label} cannot be started: command not found")
