@@ -28,6 +28,11 @@ DEFAULT_TIME = "2026-01-01T00:00:00+00:00"
 
 _THREAD_MODULES = ("threading", "queue")
 
+_LOOP_MODULES = ("asyncio", "anyio", "selectors")
+"""Event loops read ``time.monotonic`` for their timers: frozen, an
+``asyncio.sleep`` or an HTTP client's timeout would never end. Their
+clock stays real (time-machine leaves ``monotonic`` alone anyway)."""
+
 
 ClockBackend = Literal["auto", "freezegun", "time-machine"]
 """Which library freezes the clock (``auto``: time-machine when installed)."""
@@ -56,7 +61,8 @@ def frozen_clock(moment: str | None, backend: ClockBackend = "auto") -> Iterator
     freezer: Any = freeze_time(moment or DEFAULT_TIME)
     # freezegun captures its ignore list when the freezer is made; without
     # these two, code called from a worker thread's run() sees real time.
-    freezer.ignore = tuple(name for name in freezer.ignore if name not in _THREAD_MODULES)
+    kept = tuple(name for name in freezer.ignore if name not in _THREAD_MODULES)
+    freezer.ignore = kept + tuple(name for name in _LOOP_MODULES if name not in kept)
     freezer.start()
     try:
         yield

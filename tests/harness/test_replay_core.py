@@ -4,6 +4,7 @@ fail on every difference."""
 from __future__ import annotations
 
 import dataclasses
+import asyncio
 import datetime
 import json
 import threading
@@ -209,6 +210,27 @@ def test_handlers_on_worker_threads_see_the_frozen_clock(tmp_path, backend):
         assert runtime.execute(ToolCall(call_id="1", tool_name="now")).ok
     runtime.close()
     assert seen == [("toolguard-worker", "2030-05-06T07:08:09+00:00")]
+
+
+@pytest.mark.parametrize("backend", ["freezegun", "time-machine"])
+def test_an_event_loop_keeps_running_time_under_the_frozen_clock(tmp_path, backend):
+    """The wall clock is frozen, the loop's timers are not: an async tool
+    that sleeps, and an HTTP client's timeouts, still end."""
+    seen = []
+
+    @tool(input_schema={"type": "object"}, timeout_seconds=5)
+    async def nap(ctx):
+        await asyncio.sleep(0.01)
+        await asyncio.wait_for(asyncio.sleep(0.01), timeout=1)
+        seen.append(datetime.datetime.now(datetime.timezone.utc).isoformat())
+        return {}
+
+    runtime = ToolRuntime(ToolRegistry([nap]), str(tmp_path), isolation="thread")
+    with frozen_clock("2030-05-06T07:08:09+00:00", backend):
+        result = runtime.execute(ToolCall(call_id="1", tool_name="nap"))
+    runtime.close()
+    assert result.ok, (result.code, result.message)
+    assert seen == ["2030-05-06T07:08:09+00:00"]
 
 
 def test_a_refused_symlink_escape_recorded_alone_replays(tmp_path):
