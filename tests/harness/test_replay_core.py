@@ -3,8 +3,8 @@ fail on every difference."""
 
 from __future__ import annotations
 
-import dataclasses
 import asyncio
+import dataclasses
 import datetime
 import json
 import threading
