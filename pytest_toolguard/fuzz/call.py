@@ -277,7 +277,10 @@ class CallChecker:
         directory-world example cost 2-3x a fake-world one on ext4; kept,
         about the same)."""
         if self._kept is None:
-            place = FuzzDirectory()
+            fake_world = self.fake_world
+            place = FuzzDirectory(
+                real_paths=fake_world.real_paths if fake_world is not None else None
+            )
             place.__enter__()
             try:
                 place.plant(FUZZ_DECOYS)

@@ -32,6 +32,14 @@ standard streams as asked, and:
   or holds the world, or when the program itself lies beneath the
   recorded root. Unprivileged (``unshare -U -r``), the process runs as
   root of its user namespace.
+- **the real data read-only**: in that namespace each real directory the
+  world guards (``real_data.RealData``: the time-zone database, installed
+  packages, ``toolguard_real_paths``) is covered by an overlay whose upper
+  layer is a scratch directory of the world's: what the process writes
+  there never reaches the real directory and is reported; where the
+  kernel refuses an overlay, the directory is bound read-only (``EROFS``,
+  not reported), said once. Without the namespace, said once, the writes
+  reach the real disk (reported beneath ``toolguard_real_paths`` only).
 - **its own session** (``start_new_session``): at the call's deadline plus
   ``kill_after`` seconds, a process still running is killed with its
   process group and every process of its session (``SIGKILL``); when the
@@ -73,10 +81,12 @@ from .child_setup import (
     RootBinding,
     find_libfaketime,
     frozen_seconds,
+    overlay_works,
     root_binding,
     say_once,
 )
 from .escapes import is_beneath, starting_processes
+from .real_data import RealData
 
 KILL_AFTER_SECONDS = 1.0
 """How long after its call's deadline a process the call started may run
@@ -154,6 +164,7 @@ class ChildProcesses:
         faketime: bool = True,
         namespace: bool = True,
         kill_after: float = KILL_AFTER_SECONDS,
+        real_data: RealData | None = None,
     ) -> None:
         self.around = around
         self.world_root = world_root
@@ -169,6 +180,9 @@ class ChildProcesses:
         self._stack = contextlib.ExitStack()
         self._environment: dict[str, str] | None = None
         self._binding: RootBinding | None = None
+        self.real_data = real_data
+        """The world's real read-only data, covered in each process's namespace."""
+        self._overlay = False
         self.limits = _Limits()
         self.hooks = _Hooks()
         self._forked = False
@@ -184,6 +198,7 @@ class ChildProcesses:
             world_root=world.root,
             recorded_root=world.recorded_root,
             frozen_at=world.frozen_at,
+            real_data=getattr(world, "real_data", None),
             **options,
         )
 
@@ -193,6 +208,7 @@ class ChildProcesses:
         _RUNNING.add(self)
         self._environment = self._extra_environment()
         self._binding = self._root_binding()
+        self._overlay = self._covers_real_data()
         _WATCHER.ensure_started()  # here, before any handler runs: never a handler's thread
         self._stack.enter_context(starting_processes(self.start))
         return self
@@ -317,7 +333,30 @@ class ChildProcesses:
                 "it runs without the world mounted there"
             )
             return argv, program
-        return binding.wrap(argv, program), None
+        cover = self.real_data.cover(self._overlay) if self.real_data is not None else None
+        return binding.wrap(argv, program, cover), None
+
+    def _covers_real_data(self) -> bool:
+        """Whether processes get the real data under an overlay (their
+        writes kept and reported); said once when they cannot."""
+        if self.real_data is None or not self.real_data.directories():
+            return False
+        if self._binding is None:
+            say_once(
+                "processes tools start in the directory world have no mount namespace: "
+                "their writes into real read-only data reach the real disk, reported "
+                "only beneath toolguard_real_paths (inotify), not in the time-zone "
+                "database or installed packages"
+            )
+            return False
+        if overlay_works():
+            return True
+        say_once(
+            "the kernel refuses an overlay here: processes tools start in the directory "
+            "world get the real read-only data bound read-only (EROFS); their writes "
+            "there are refused, and not reported (a refused write leaves no trace)"
+        )
+        return False
 
     def _extra_environment(self) -> dict[str, str]:
         extra: dict[str, str] = {}

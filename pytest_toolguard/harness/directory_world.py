@@ -55,7 +55,7 @@ import posixpath
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import ExitStack
 from datetime import datetime
 from typing import Concatenate, ParamSpec, TypeVar
@@ -64,9 +64,11 @@ from ..replay.cassette import Cassette, WorkspaceState
 from ..replay.root_map import RootMap
 from .child_processes import ChildProcesses
 from .clock import DEFAULT_TIME, frozen_clock
+from .escapes import Escape
 from .files import read_tree_through_os
 from .kernel_watch import UNKNOWN, KernelAccessLog, watching
 from .probes import OutsideSnapshot
+from .real_data import RealData
 from .world import (
     DECOY_MARKER,
     FORBIDDEN_MARKER,
@@ -118,7 +120,9 @@ class DirectoryWorld:
     """A fresh real directory holding ``state`` (see the module docstring).
     ``frozen_at`` None leaves the clock alone; ``parent`` is where the
     around directory is made (default: ``tempfile.gettempdir()``);
-    ``decoys=False`` plants none of the default decoys."""
+    ``decoys=False`` plants none of the default decoys; ``real_paths``:
+    the real read-only data (``real_data.RealData``; None: the defaults,
+    ``fake_filesystem.default_real_paths()``)."""
 
     def __init__(
         self,
@@ -127,8 +131,12 @@ class DirectoryWorld:
         frozen_at: str | None = None,
         parent: str | None = None,
         decoys: bool = True,
+        real_paths: Iterable[str] | None = None,
     ) -> None:
         self.state = state
+        self._real_paths = real_paths
+        self.real_data: RealData | None = None
+        """The real read-only data while the world runs (``escapes()``)."""
         self.recorded_root = posixpath.normpath(state.root)
         self.frozen_at = frozen_at
         self._parent = parent
@@ -145,13 +153,23 @@ class DirectoryWorld:
 
     @classmethod
     def of(
-        cls, cassette: Cassette, *, empty: bool = False, parent: str | None = None
+        cls,
+        cassette: Cassette,
+        *,
+        empty: bool = False,
+        parent: str | None = None,
+        real_paths: Iterable[str] | None = None,
     ) -> DirectoryWorld:
         """The world of a recorded session, as ``World.of`` makes it: its
         workspace before the first call (only the empty root with
         ``empty``), the clock frozen at its recorded time."""
         state = WorkspaceState(root=cassette.workspace.root) if empty else cassette.workspace
-        return cls(state, frozen_at=cassette.recorded_at or DEFAULT_TIME, parent=parent)
+        return cls(
+            state,
+            frozen_at=cassette.recorded_at or DEFAULT_TIME,
+            parent=parent,
+            real_paths=real_paths,
+        )
 
     # -- the block ---------------------------------------------------------------
 
@@ -168,6 +186,9 @@ class DirectoryWorld:
             self._accesses = watching(around)
             if self._accesses is not None:  # closed first: the removal is never read
                 stack.callback(self._accesses.close)
+            self.real_data = stack.enter_context(
+                RealData(self._real_paths, world=(around, self.recorded_root))
+            )
             # Processes tools start: the recorded time and root, killed when it ends.
             self.processes = stack.enter_context(ChildProcesses.of(self))
             if self.frozen_at is not None:
@@ -182,6 +203,12 @@ class DirectoryWorld:
             self._around = self._root = None
             self._map = None
             self._accesses = None
+            self.real_data = None
+
+    def escapes(self) -> tuple[Escape, ...]:
+        """What handler runs and the processes they started wrote into the
+        real read-only data (``real_data.RealData.escapes``), in order."""
+        return running(self.real_data).escapes()
 
     @property
     def around(self) -> str:
