@@ -60,9 +60,7 @@ class FuzzDirectory:
     """One example's fuzz world on the real disk (see the module docstring).
     Has what ``fuzz.call.CallChecker`` asks of ``harness.World``."""
 
-    def __init__(
-        self, parent: str | None = None, real_paths: Sequence[str] | None = None
-    ) -> None:
+    def __init__(self, parent: str | None = None, real_paths: Sequence[str] | None = None) -> None:
         self._parent = parent
         self._real_paths = real_paths
         self._stack = ExitStack()

@@ -32,14 +32,8 @@ standard streams as asked, and:
   or holds the world, or when the program itself lies beneath the
   recorded root. Unprivileged (``unshare -U -r``), the process runs as
   root of its user namespace.
-- **the real data read-only**: in that namespace each real directory the
-  world guards (``real_data.RealData``: the time-zone database, installed
-  packages, ``toolguard_real_paths``) is covered by an overlay whose upper
-  layer is a scratch directory of the world's: what the process writes
-  there never reaches the real directory and is reported; where the
-  kernel refuses an overlay, the directory is bound read-only (``EROFS``,
-  not reported), said once. Without the namespace, said once, the writes
-  reach the real disk (reported beneath ``toolguard_real_paths`` only).
+- **the real data covered**: in that namespace, the world's real read-only
+  data (``real_data``) is under an overlay: a write there is kept and reported.
 - **its own session** (``start_new_session``): at the call's deadline plus
   ``kill_after`` seconds, a process still running is killed with its
   process group and every process of its session (``SIGKILL``); when the
@@ -81,7 +75,7 @@ from .child_setup import (
     RootBinding,
     find_libfaketime,
     frozen_seconds,
-    overlay_works,
+    open_pidfd,
     root_binding,
     say_once,
 )
@@ -181,8 +175,6 @@ class ChildProcesses:
         self._environment: dict[str, str] | None = None
         self._binding: RootBinding | None = None
         self.real_data = real_data
-        """The world's real read-only data, covered in each process's namespace."""
-        self._overlay = False
         self.limits = _Limits()
         self.hooks = _Hooks()
         self._forked = False
@@ -208,7 +200,6 @@ class ChildProcesses:
         _RUNNING.add(self)
         self._environment = self._extra_environment()
         self._binding = self._root_binding()
-        self._overlay = self._covers_real_data()
         _WATCHER.ensure_started()  # here, before any handler runs: never a handler's thread
         self._stack.enter_context(starting_processes(self.start))
         return self
@@ -276,7 +267,7 @@ class ChildProcesses:
         init(popen, **given)
         popen.args = original  # what the tool asked for, in its errors (CalledProcessError)
         cancelled = run.ctx.cancelled if run is not None else None
-        child = ChildProcess(popen.pid, tuple(argv), cancelled, _pidfd(popen.pid), marker)
+        child = ChildProcess(popen.pid, tuple(argv), cancelled, open_pidfd(popen.pid), marker)
         with self._lock:
             self._children.append(child)
             self._all.append(child)
@@ -333,30 +324,7 @@ class ChildProcesses:
                 "it runs without the world mounted there"
             )
             return argv, program
-        cover = self.real_data.cover(self._overlay) if self.real_data is not None else None
-        return binding.wrap(argv, program, cover), None
-
-    def _covers_real_data(self) -> bool:
-        """Whether processes get the real data under an overlay (their
-        writes kept and reported); said once when they cannot."""
-        if self.real_data is None or not self.real_data.directories():
-            return False
-        if self._binding is None:
-            say_once(
-                "processes tools start in the directory world have no mount namespace: "
-                "their writes into real read-only data reach the real disk, reported "
-                "only beneath toolguard_real_paths (inotify), not in the time-zone "
-                "database or installed packages"
-            )
-            return False
-        if overlay_works():
-            return True
-        say_once(
-            "the kernel refuses an overlay here: processes tools start in the directory "
-            "world get the real read-only data bound read-only (EROFS); their writes "
-            "there are refused, and not reported (a refused write leaves no trace)"
-        )
-        return False
+        return binding.wrap(argv, program), None
 
     def _extra_environment(self) -> dict[str, str]:
         extra: dict[str, str] = {}
@@ -401,9 +369,8 @@ class ChildProcesses:
     def _root_binding(self) -> RootBinding | None:
         if not self._namespace:
             return None
-        binding = root_binding(
-            self.world_root, self.recorded_root, posixpath.join(self.around, STAGE)
-        )
+        stage = posixpath.join(self.around, STAGE)
+        binding = root_binding(self.world_root, self.recorded_root, stage, self.real_data)
         if isinstance(binding, str):
             say_once(binding)
             return None
@@ -560,17 +527,6 @@ def _with_file_size_limit(preexec: Callable[[], Any] | None, limit: int) -> Call
             preexec()
 
     return limited
-
-
-def _pidfd(pid: int) -> int | None:
-    opener = getattr(os, "pidfd_open", None)
-    if opener is None:
-        return None
-    try:
-        fd: int = opener(pid)
-    except OSError:
-        return None
-    return fd
 
 
 def _state(pid: int) -> str | None:

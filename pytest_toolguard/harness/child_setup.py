@@ -20,6 +20,7 @@ import warnings
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import cache
+from typing import Protocol
 
 from .escapes import is_beneath
 
@@ -269,6 +270,25 @@ class Cover:
     made: tuple[str, ...]
 
 
+def open_pidfd(pid: int) -> int | None:
+    """A descriptor that becomes readable when process ``pid`` ends, where
+    the kernel gives one (``pidfd_open``); else None."""
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        fd: int = opener(pid)
+    except OSError:
+        return None
+    return fd
+
+
+class Covering(Protocol):
+    """What covers the real data in each process's namespace (``real_data.RealData``)."""
+
+    def cover(self) -> Cover | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class RootBinding:
     """How a process gets the world at the recorded root: ``wrap`` gives
@@ -282,19 +302,21 @@ class RootBinding:
     """The recorded root, or its nearest existing parent when it is missing."""
     stage: str = ""
     """Where a new root is made when ``top`` is ``/`` (see ``_HELPER``)."""
+    real_data: Covering | None = None
+    """What each process covers too (``real_data.RealData``)."""
 
     def wrap(
         self,
         argv: list[str],
         program: str | None = None,
-        cover: Cover | None = None,
     ) -> list[str]:
         """``argv`` (run as ``program`` when given, else ``argv[0]``), run
         in a private mount namespace showing the world at the recorded
-        root, the real data covered there as ``cover`` says (the process
-        makes its directories and mount table, then ``mount -a -T``; an
-        entry the kernel refuses is left out)."""
+        root, the real data covered there (``real_data.cover()``: the
+        process makes its directories and mount table, then ``mount -a
+        -T``; an entry the kernel refuses is left out)."""
         world, recorded = self.world_root, self.recorded_root
+        cover = self.real_data.cover() if self.real_data is not None else None
         covering = (
             [cover.place, cover.table, str(len(cover.made)), *cover.made]
             if cover is not None
@@ -331,11 +353,14 @@ class RootBinding:
         ]
 
 
-def root_binding(world_root: str, recorded_root: str, stage: str) -> RootBinding | str:
+def root_binding(
+    world_root: str, recorded_root: str, stage: str, real_data: Covering | None = None
+) -> RootBinding | str:
     """The prefix that starts a command in a private mount namespace with
-    ``world_root`` at ``recorded_root``, or why it cannot be done here.
-    ``stage``: a directory of the world, made when the recorded root's
-    nearest existing parent is ``/`` (the new root is made there)."""
+    ``world_root`` at ``recorded_root`` (and ``real_data`` covered), or why
+    it cannot be done here. ``stage``: a directory of the world, made when
+    the recorded root's nearest existing parent is ``/`` (the new root is
+    made there)."""
     command = namespace_command()
     if command is None:
         return (
@@ -346,7 +371,7 @@ def root_binding(world_root: str, recorded_root: str, stage: str) -> RootBinding
     if is_beneath(world_root, [recorded]) or is_beneath(recorded, [world_root]):
         return f"the recorded root {recorded} holds the world or lies in it: not mounted"
     if os.path.isdir(recorded):
-        return RootBinding(command, world_root, recorded, recorded)
+        return RootBinding(command, world_root, recorded, recorded, "", real_data)
     if os.path.lexists(recorded):
         return f"the recorded root {recorded} is not a directory on this machine: not mounted"
     top = posixpath.dirname(recorded)
@@ -358,5 +383,5 @@ def root_binding(world_root: str, recorded_root: str, stage: str) -> RootBinding
         return f"the recorded root {recorded} lies beneath {top}, not a directory: not mounted"
     if top == "/":
         os.makedirs(stage, exist_ok=True)
-        return RootBinding(command, world_root, recorded, top, stage)
-    return RootBinding(command, world_root, recorded, top)
+        return RootBinding(command, world_root, recorded, top, stage, real_data)
+    return RootBinding(command, world_root, recorded, top, "", real_data)

@@ -32,18 +32,19 @@ Guarantees: the around directory is new (never an existing directory),
 private (0700) and removed with everything in it when the block ends,
 even when the block raised, even when a tool made directories read-only
 or left a FIFO, a socket or links in it; nothing is planted or written by
-the world itself outside it. Not guaranteed: what a tool does on its own
-outside the world (an absolute path it was never given, ``$HOME``, the
-network) happens on the real machine, apart from processes the tool
-starts through ``subprocess``, which see the world at the recorded root
-where the machine allows a mount namespace (``child_processes``, which
-also gives them the recorded time through libfaketime when installed);
-accesses are observed through the kernel's notifications
-(``kernel_watch``: ``accesses``, with the limits it states) only when
-``inotify-simple`` is installed (``accesses_observed``; otherwise said
-once); a file made immutable (``chattr +i``) or a
-mount made under the world cannot be removed, and ``__exit__`` raises
-``OSError`` naming the directory left behind.
+the world itself outside it (but the scratch layers of ``real_data``).
+Not guaranteed: what a tool does on its own outside the world (an
+absolute path it was never given, ``$HOME``, the network) happens on the
+real machine, but writes into real read-only data (``real_data``:
+refused or kept away, and reported) and processes the tool starts
+through ``subprocess``, which see the world at the recorded root where
+the machine allows a mount namespace (``child_processes``, which also
+gives them the recorded time through libfaketime when installed);
+accesses are observed through the kernel's notifications (``kernel_watch``:
+``accesses``, with the limits it states) only when ``inotify-simple`` is
+installed (``accesses_observed``; otherwise said once); a file made
+immutable (``chattr +i``) or a mount made under the world cannot be
+removed, and ``__exit__`` raises ``OSError`` naming the directory left behind.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import ExitStack
 from datetime import datetime
-from typing import Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..replay.cassette import Cassette, WorkspaceState
 from ..replay.root_map import RootMap
@@ -121,8 +122,7 @@ class DirectoryWorld:
     ``frozen_at`` None leaves the clock alone; ``parent`` is where the
     around directory is made (default: ``tempfile.gettempdir()``);
     ``decoys=False`` plants none of the default decoys; ``real_paths``:
-    the real read-only data (``real_data.RealData``; None: the defaults,
-    ``fake_filesystem.default_real_paths()``)."""
+    the real read-only data (``real_data``; None: the defaults)."""
 
     def __init__(
         self,
@@ -136,7 +136,6 @@ class DirectoryWorld:
         self.state = state
         self._real_paths = real_paths
         self.real_data: RealData | None = None
-        """The real read-only data while the world runs (``escapes()``)."""
         self.recorded_root = posixpath.normpath(state.root)
         self.frozen_at = frozen_at
         self._parent = parent
@@ -152,24 +151,13 @@ class DirectoryWorld:
         self._accesses: KernelAccessLog | None = None
 
     @classmethod
-    def of(
-        cls,
-        cassette: Cassette,
-        *,
-        empty: bool = False,
-        parent: str | None = None,
-        real_paths: Iterable[str] | None = None,
-    ) -> DirectoryWorld:
+    def of(cls, cassette: Cassette, *, empty: bool = False, **options: Any) -> DirectoryWorld:
         """The world of a recorded session, as ``World.of`` makes it: its
         workspace before the first call (only the empty root with
-        ``empty``), the clock frozen at its recorded time."""
+        ``empty``), the clock frozen at its recorded time; ``options`` as
+        the constructor's (``parent``, ``real_paths``)."""
         state = WorkspaceState(root=cassette.workspace.root) if empty else cassette.workspace
-        return cls(
-            state,
-            frozen_at=cassette.recorded_at or DEFAULT_TIME,
-            parent=parent,
-            real_paths=real_paths,
-        )
+        return cls(state, frozen_at=cassette.recorded_at or DEFAULT_TIME, **options)
 
     # -- the block ---------------------------------------------------------------
 

@@ -60,12 +60,20 @@ import stat
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from .child_setup import Cover, mangled, scratch_parent
+from .child_setup import (
+    Cover,
+    mangled,
+    namespace_command,
+    overlay_works,
+    say_once,
+    scratch_parent,
+)
 from .escapes import Escape, RealDiskRefused, in_handler_run, is_beneath
 from .fake_filesystem import default_real_paths, real_path_list
 from .kernel_watch import KernelAccessLog
@@ -178,6 +186,13 @@ class RealData:
             for process in range(PREMADE):
                 for path in _layer_places(self._scratch, process, len(self.directories())):
                     os.makedirs(path)
+            if namespace_command() is None:
+                say_once(
+                    "processes tools start in the directory world have no mount namespace: "
+                    "their writes into real read-only data reach the real disk, reported "
+                    "only beneath toolguard_real_paths (inotify), not in the time-zone "
+                    "database or installed packages"
+                )
         _HOOK.install(self)
         for path in self.configured:
             if os.path.isdir(path):
@@ -221,11 +236,12 @@ class RealData:
             )
         return self._directories
 
-    def cover(self, overlay: bool) -> Cover | None:
+    def cover(self) -> Cover | None:
         """How one process's namespace covers the real data
-        (``child_setup.RootBinding.wrap``): with ``overlay``, each real
-        directory under an overlay with an upper layer of its own, else
-        bound read-only; None when there is nothing to cover. Touches no
+        (``child_setup.RootBinding.wrap``): each real directory under an
+        overlay with an upper layer of its own, or bound read-only where the
+        kernel refuses overlays (said once); None when there is nothing to
+        cover. Touches no
         file (a handler's Python-level file operations stay its own, as
         the fault matrix counts them): the first ``PREMADE`` processes'
         layers are made when the world starts, later processes make their own."""
@@ -233,6 +249,13 @@ class RealData:
         scratch = self._scratch
         if not directories or scratch is None:
             return None
+        overlay = overlay_works()
+        if not overlay:
+            say_once(
+                "the kernel refuses an overlay here: processes tools start in the directory "
+                "world get the real read-only data bound read-only (EROFS); their writes "
+                "there are refused, and not reported (a refused write leaves no trace)"
+            )
         with self._lock:
             process = self._processes
             self._processes += 1
@@ -273,9 +296,9 @@ class RealData:
 
     def _keep(self, escape: Escape) -> None:
         """Keep what a look at the layers or the kernel's log found, once
-        (each look finds it again)."""
+        per path and source (each look finds it again)."""
         with self._lock:
-            key = (escape.event, escape.detail)
+            key = (escape.event if escape.event == "process" else "kernel", escape.detail)
             if key not in self._seen:
                 self._seen.add(key)
                 self._escapes.append(escape)
@@ -473,18 +496,8 @@ def _opaque(path: str) -> bool:
 def _remove(top: str) -> None:
     """Remove a scratch directory, even the overlays' work directories the
     kernel left without permissions."""
-
-    def unlock(function: Callable[..., Any], path: str, _info: Any) -> None:
-        try:
-            os.chmod(posixpath.dirname(path), 0o700)
-            os.chmod(path, 0o700)
-        except OSError:
-            pass
-        try:
-            function(path)
-        except OSError:
-            pass
-
-    shutil.rmtree(top, onerror=unlock)
-    if os.path.lexists(top):
-        shutil.rmtree(top, ignore_errors=True)
+    for directory, subdirectories, _files in os.walk(top):
+        for name in subdirectories:  # before os.walk enters them
+            with suppress(OSError):
+                os.chmod(posixpath.join(directory, name), 0o700)
+    shutil.rmtree(top, ignore_errors=True)
