@@ -299,6 +299,7 @@ class CallChecker:
             # that has one is never handed to the next example.
             watched = place.accesses is not None
             fresh = watched or runs.finished < runs.calls or place.outside() != outside
+            fresh = fresh or bool(place.escapes())  # its escapes would be the next example's
             if not fresh and self._probe.calls != calls and place.world.save_workspace() != saved:
                 place.world.restore_workspace(saved)
         except BaseException:

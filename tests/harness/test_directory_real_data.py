@@ -28,8 +28,9 @@ from pytest_toolguard.faults import run_cell
 from pytest_toolguard.faults.fault import AfterSuccess
 from pytest_toolguard.faults.target import targets
 from pytest_toolguard.fuzz import check_call
+from pytest_toolguard.fuzz.call import CallChecker
 from pytest_toolguard.fuzz.report import Problem
-from pytest_toolguard.harness import real_data
+from pytest_toolguard.harness import directory_world, real_data
 from pytest_toolguard.harness.child_setup import (
     NO_NAMESPACE,
     ChildProcessWarning,
@@ -414,3 +415,32 @@ def test_the_fuzzer_reports_a_write_into_configured_real_data(data: Path, name: 
     else:
         assert real and str(data) in real[0].detail
     assert tree_snapshot(data) == before
+
+
+def test_a_fuzz_world_kept_between_examples_reports_each_write_once(
+    data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Unobserved by the kernel, a fuzz world is kept from one example to the
+    # next; one that saw a write into the real data is not.
+    monkeypatch.setattr(directory_world, "watching", lambda top: None)
+    spec = REGISTRY.get("poke")
+    assert spec is not None
+    checker = CallChecker(
+        spec,
+        capabilities=CAPS,
+        registry=None,
+        variables=None,
+        approve=True,
+        timeout_seconds=None,
+        fake_world=FakeWorld(real_paths=[str(data)]),
+        world="directory",
+    )
+    found = []
+    try:
+        for action in (IN_PROCESS["open-w"], READS["reads"]):
+            PLAN.update(action=action, data=str(data))
+            problems = checker.check({"what": "x"}, True)
+            found.append([problem for problem, _ in problems if problem is Problem.REAL_DISK])
+    finally:
+        checker.close()
+    assert found == [[Problem.REAL_DISK], []]
