@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import stat
 import traceback
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from ..harness.directory_world import DirectoryWorld
@@ -69,7 +69,10 @@ def run_cell(
     elif skipped is not None:
         problems, status = (skipped_in(kind) + skipped,), "n/a"
     elif kind == "directory":
-        problems = tuple(_run_in_directory(fault, target, registry, secrets, parent, prefixes))
+        real_paths = fake_world.real_paths if fake_world is not None else None
+        problems = tuple(
+            _run_in_directory(fault, target, registry, secrets, parent, prefixes, real_paths)
+        )
         status = "fail" if problems else "pass"
     else:
         problems = tuple(_run(fault, target, registry, secrets, prefixes, fake_world))
@@ -135,6 +138,7 @@ def _run_in_directory(
     secrets: Mapping[str, str] | None,
     parent: str | None,
     prefixes: PrefixCache | None,
+    real_paths: Sequence[str] | None = None,
 ) -> list[str]:
     """``_run`` in a fresh ``DirectoryWorld``: the cassette as the world
     spells it (its root, the calls' arguments mapped), the Python-level
@@ -153,7 +157,7 @@ def _run_in_directory(
         else None
     )
     start = saved if saved is not None else earlier[1] if earlier is not None else None
-    with DirectoryWorld.of(cassette, parent=parent) as place:
+    with DirectoryWorld.of(cassette, parent=parent, real_paths=real_paths) as place:
         here = replace(target, cassette=_as_the_world_spells_it(cassette, place))
         cell = Cell(fault.name, here, registry, place, secrets, http=http, start=start)
         for path in place.unplaced_outside:

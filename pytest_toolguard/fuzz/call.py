@@ -277,7 +277,10 @@ class CallChecker:
         directory-world example cost 2-3x a fake-world one on ext4; kept,
         about the same)."""
         if self._kept is None:
-            place = FuzzDirectory()
+            fake_world = self.fake_world
+            place = FuzzDirectory(
+                real_paths=fake_world.real_paths if fake_world is not None else None
+            )
             place.__enter__()
             try:
                 place.plant(FUZZ_DECOYS)
@@ -296,6 +299,7 @@ class CallChecker:
             # that has one is never handed to the next example.
             watched = place.accesses is not None
             fresh = watched or runs.finished < runs.calls or place.outside() != outside
+            fresh = fresh or bool(place.escapes())  # its escapes would be the next example's
             if not fresh and self._probe.calls != calls and place.world.save_workspace() != saved:
                 place.world.restore_workspace(saved)
         except BaseException:

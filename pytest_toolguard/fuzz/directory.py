@@ -65,8 +65,9 @@ class FuzzDirectory:
     """One example's fuzz world on the real disk (see the module docstring).
     Has what ``fuzz.call.CallChecker`` asks of ``harness.World``."""
 
-    def __init__(self, parent: str | None = None) -> None:
+    def __init__(self, parent: str | None = None, real_paths: Sequence[str] | None = None) -> None:
         self._parent = parent
+        self._real_paths = real_paths
         self._stack = ExitStack()
         self._top: str | None = None
         self._slash: str | None = None
@@ -81,7 +82,9 @@ class FuzzDirectory:
             stack.callback(remove_world, top)
             slash = os.path.join(top, *(["up"] * LEVELS_ABOVE))
             os.makedirs(slash)
-            world = stack.enter_context(DirectoryWorld(FUZZ_WORKSPACE, parent=slash))
+            world = stack.enter_context(
+                DirectoryWorld(FUZZ_WORKSPACE, parent=slash, real_paths=self._real_paths)
+            )
             self._top, self._slash, self._world = top, slash, world
             self._map = RootMap(FUZZ_ROOT, world.around)
             self._stack = stack.pop_all()
@@ -115,8 +118,9 @@ class FuzzDirectory:
         return self.world.accesses
 
     def escapes(self) -> Sequence[Escape]:
-        """Nothing is refused on the real disk: a directory world is real."""
-        return ()
+        """What the tool wrote into the real read-only data
+        (``DirectoryWorld.escapes``): nothing else is refused on the real disk."""
+        return self.world.escapes()
 
     def spelt(self, value: Any) -> Any:
         """``value`` (JSON) with every path of the fake fuzz world spelt as

@@ -126,7 +126,9 @@ class SessionWalk:
                 stack.callback(self._http.close)
             stack.callback(self._store.close)
             if self.kind == "directory":
-                place = stack.enter_context(DirectoryWorld.of(self.cassette))
+                fake_world = self._fake_world
+                real_paths = fake_world.real_paths if fake_world is not None else None
+                place = stack.enter_context(DirectoryWorld.of(self.cassette, real_paths=real_paths))
                 self._world, self._map = place, place.root_map
                 self._in_world = replace(
                     self.cassette,
@@ -193,7 +195,7 @@ class SessionWalk:
         world = self.world
         saved = world.save_workspace()
         outside = world.outside() if isinstance(world, DirectoryWorld) else None
-        escaped = len(world.escapes()) if isinstance(world, World) else 0
+        escaped = len(world.escapes())
         try:
             for path, data in (files or {}).items():
                 self._write(path, data)
@@ -302,7 +304,7 @@ class SessionWalk:
         changes = outside_changes(outside, world.outside())
         if changes:
             _put_back_outside(world, outside, changes)
-        return tuple(
+        return tuple(escape.message for escape in world.escapes()[seen:]) + tuple(
             f"{verb} {world.recorded_path(path)} outside the workspace"
             for verb, paths in (
                 ("created", changes.created),

@@ -32,6 +32,8 @@ standard streams as asked, and:
   or holds the world, or when the program itself lies beneath the
   recorded root. Unprivileged (``unshare -U -r``), the process runs as
   root of its user namespace.
+- **the real data covered**: in that namespace, the world's real read-only
+  data (``real_data``) is under an overlay: a write there is kept and reported.
 - **its own session** (``start_new_session``): at the call's deadline plus
   ``kill_after`` seconds, a process still running is killed with its
   process group and every process of its session (``SIGKILL``); when the
@@ -73,10 +75,12 @@ from .child_setup import (
     RootBinding,
     find_libfaketime,
     frozen_seconds,
+    open_pidfd,
     root_binding,
     say_once,
 )
 from .escapes import is_beneath, starting_processes
+from .real_data import RealData
 
 KILL_AFTER_SECONDS = 1.0
 """How long after its call's deadline a process the call started may run
@@ -154,6 +158,7 @@ class ChildProcesses:
         faketime: bool = True,
         namespace: bool = True,
         kill_after: float = KILL_AFTER_SECONDS,
+        real_data: RealData | None = None,
     ) -> None:
         self.around = around
         self.world_root = world_root
@@ -169,6 +174,7 @@ class ChildProcesses:
         self._stack = contextlib.ExitStack()
         self._environment: dict[str, str] | None = None
         self._binding: RootBinding | None = None
+        self.real_data = real_data
         self.limits = _Limits()
         self.hooks = _Hooks()
         self._forked = False
@@ -184,6 +190,7 @@ class ChildProcesses:
             world_root=world.root,
             recorded_root=world.recorded_root,
             frozen_at=world.frozen_at,
+            real_data=getattr(world, "real_data", None),
             **options,
         )
 
@@ -260,7 +267,7 @@ class ChildProcesses:
         init(popen, **given)
         popen.args = original  # what the tool asked for, in its errors (CalledProcessError)
         cancelled = run.ctx.cancelled if run is not None else None
-        child = ChildProcess(popen.pid, tuple(argv), cancelled, _pidfd(popen.pid), marker)
+        child = ChildProcess(popen.pid, tuple(argv), cancelled, open_pidfd(popen.pid), marker)
         with self._lock:
             self._children.append(child)
             self._all.append(child)
@@ -362,9 +369,8 @@ class ChildProcesses:
     def _root_binding(self) -> RootBinding | None:
         if not self._namespace:
             return None
-        binding = root_binding(
-            self.world_root, self.recorded_root, posixpath.join(self.around, STAGE)
-        )
+        stage = posixpath.join(self.around, STAGE)
+        binding = root_binding(self.world_root, self.recorded_root, stage, self.real_data)
         if isinstance(binding, str):
             say_once(binding)
             return None
@@ -521,17 +527,6 @@ def _with_file_size_limit(preexec: Callable[[], Any] | None, limit: int) -> Call
             preexec()
 
     return limited
-
-
-def _pidfd(pid: int) -> int | None:
-    opener = getattr(os, "pidfd_open", None)
-    if opener is None:
-        return None
-    try:
-        fd: int = opener(pid)
-    except OSError:
-        return None
-    return fd
 
 
 def _state(pid: int) -> str | None:

@@ -36,20 +36,20 @@ Guarantees: the around directory is new (never an existing directory),
 private (0700) and removed with everything in it when the block ends,
 even when the block raised, even when a tool made directories read-only
 or left a FIFO, a socket or links in it; nothing is planted or written by
-the world itself outside it. Not guaranteed: what a tool does on its own
-outside the world (an absolute path it was never given, ``$HOME``, the
-network) happens on the real machine, apart from processes the tool
-starts through ``subprocess``, which see the world at the recorded root
-where the machine allows a mount namespace (``child_processes``, which
-also gives them the recorded time through libfaketime when installed);
-accesses are observed through the kernel's notifications
-(``kernel_watch``: ``accesses``, with the limits it states) only when
-``inotify-simple`` is installed (``accesses_observed``; otherwise said
-once); a file made immutable (``chattr +i``) or a
-mount made under the world cannot be removed, and ``__exit__`` raises
-``OSError`` naming the directory left behind; the working directory is
-the process's, so a thread of the test's own that resolves a relative
-path while the world runs resolves it in the world too.
+the world itself outside it (but the scratch layers of ``real_data``).
+Not guaranteed: what a tool does on its own outside the world (an
+absolute path it was never given, ``$HOME``, the network) happens on the
+real machine, but writes into real read-only data (``real_data``:
+refused or kept away, and reported) and processes the tool starts
+through ``subprocess``, which see the world at the recorded root where
+the machine allows a mount namespace (``child_processes``, which also
+gives them the recorded time through libfaketime when installed);
+accesses are observed through the kernel's notifications (``kernel_watch``:
+``accesses``, with the limits it states) only when ``inotify-simple`` is
+installed (``accesses_observed``; otherwise said once); a file made
+immutable (``chattr +i``) or a mount made under the world cannot be
+removed, and ``__exit__`` raises ``OSError`` naming the directory left
+behind; the working directory is the whole process's while it runs.
 """
 
 from __future__ import annotations
@@ -61,18 +61,20 @@ import posixpath
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import ExitStack
 from datetime import datetime
-from typing import Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..replay.cassette import Cassette, WorkspaceState
 from ..replay.root_map import RootMap
 from .child_processes import ChildProcesses
 from .clock import DEFAULT_TIME, frozen_clock
+from .escapes import Escape
 from .files import read_tree_through_os
 from .kernel_watch import UNKNOWN, KernelAccessLog, watching
 from .probes import OutsideSnapshot
+from .real_data import RealData
 from .working_directory import working_directory
 from .world import (
     DECOY_MARKER,
@@ -125,7 +127,8 @@ class DirectoryWorld:
     """A fresh real directory holding ``state`` (see the module docstring).
     ``frozen_at`` None leaves the clock alone; ``parent`` is where the
     around directory is made (default: ``world_parent()``);
-    ``decoys=False`` plants none of the default decoys."""
+    ``decoys=False`` plants none of the default decoys; ``real_paths``:
+    the real read-only data (``real_data``; None: the defaults)."""
 
     def __init__(
         self,
@@ -134,8 +137,11 @@ class DirectoryWorld:
         frozen_at: str | None = None,
         parent: str | None = None,
         decoys: bool = True,
+        real_paths: Iterable[str] | None = None,
     ) -> None:
         self.state = state
+        self._real_paths = real_paths
+        self.real_data: RealData | None = None
         self.recorded_root = posixpath.normpath(state.root)
         self.frozen_at = frozen_at
         self._parent = parent
@@ -151,14 +157,13 @@ class DirectoryWorld:
         self._accesses: KernelAccessLog | None = None
 
     @classmethod
-    def of(
-        cls, cassette: Cassette, *, empty: bool = False, parent: str | None = None
-    ) -> DirectoryWorld:
+    def of(cls, cassette: Cassette, *, empty: bool = False, **options: Any) -> DirectoryWorld:
         """The world of a recorded session, as ``World.of`` makes it: its
         workspace before the first call (only the empty root with
-        ``empty``), the clock frozen at its recorded time."""
+        ``empty``), the clock frozen at its recorded time; ``options`` as
+        the constructor's (``parent``, ``real_paths``)."""
         state = WorkspaceState(root=cassette.workspace.root) if empty else cassette.workspace
-        return cls(state, frozen_at=cassette.recorded_at or DEFAULT_TIME, parent=parent)
+        return cls(state, frozen_at=cassette.recorded_at or DEFAULT_TIME, **options)
 
     # -- the block ---------------------------------------------------------------
 
@@ -177,6 +182,9 @@ class DirectoryWorld:
             self._accesses = watching(around)
             if self._accesses is not None:  # closed first: the removal is never read
                 stack.callback(self._accesses.close)
+            self.real_data = stack.enter_context(
+                RealData(self._real_paths, world=(around, self.recorded_root))
+            )
             # Processes tools start: the recorded time and root, killed when it ends.
             self.processes = stack.enter_context(ChildProcesses.of(self))
             if self.frozen_at is not None:
@@ -193,6 +201,12 @@ class DirectoryWorld:
             self._around = self._root = None
             self._map = None
             self._accesses = None
+            self.real_data = None
+
+    def escapes(self) -> tuple[Escape, ...]:
+        """What handler runs and the processes they started wrote into the
+        real read-only data (``real_data.RealData.escapes``), in order."""
+        return running(self.real_data).escapes()
 
     @property
     def around(self) -> str:

@@ -84,7 +84,10 @@ def replay(
     )
     http = checks.http_playback(cassette, registry)  # imports vcrpy outside the fake world
     if chosen_world(cassette, registry, world) == "directory":
-        results, rows = _replay_in_directory(cassette, registry, checks, http, redactor, secrets)
+        real_paths = fake_world.real_paths if fake_world is not None else None
+        results, rows = _replay_in_directory(
+            cassette, registry, checks, http, redactor, secrets, real_paths
+        )
         return ReplayReport(cassette, results, tuple(checks.differences), checks.checks, rows)
     with World.of(cassette, fake_world=fake_world) as fake:
         outside_before = dict(cassette.workspace.outside_files)
@@ -111,15 +114,17 @@ def _replay_in_directory(
     http: HttpPlayback | None,
     redactor: Redactor,
     secrets: Mapping[str, str] | None,
+    real_paths: Sequence[str] | None = None,
 ) -> tuple[tuple[ToolResult, ...], tuple[AuditRecord, ...]]:
     """``replay``'s run in a ``DirectoryWorld``: the calls see the world's
     root where the recording named its own (``RootMap``), and what they
     return, the rows and the files are compared spelt as recorded. Outside
     the workspace, every entry of the world's own tree (decoys, the
     cassette's outside files) must be as it was before the first call:
-    created, changed or removed ones are differences. Returns the results
-    and the audit rows."""
-    with DirectoryWorld.of(cassette) as place:
+    created, changed or removed ones are differences, and so is each write
+    into the real read-only data (``real_paths``; ``DirectoryWorld.escapes``).
+    Returns the results and the audit rows."""
+    with DirectoryWorld.of(cassette, real_paths=real_paths) as place:
         mapping = place.root_map
         if http:
             http.map_root(mapping)  # exchanges spelt for the world's root
@@ -144,7 +149,15 @@ def _replay_in_directory(
         spelling = RecordedSpelling(mapping, registry)  # cut as recorded, not in the world
         with place.watching():
             results, rows = _play(
-                cassette, in_world, spelling.registry, checks, http, redactor, secrets, spelling
+                cassette,
+                in_world,
+                spelling.registry,
+                checks,
+                http,
+                redactor,
+                secrets,
+                spelling,
+                escapes=place.escapes,
             )
         files = _redacted_paths(redactor, mapped_files(mapping, place.tree()))
         checks.files(*_without_volatile_files(cassette, files))

@@ -342,7 +342,14 @@ class PlaybackTape:
         calls through."""
         cassette = self.cassette
         if self.world == "directory":
-            place = self._stack.enter_context(DirectoryWorld.of(cassette, empty=True))
+            fake_world = self._fake_world
+            place = self._stack.enter_context(
+                DirectoryWorld.of(
+                    cassette,
+                    empty=True,
+                    real_paths=fake_world.real_paths if fake_world is not None else None,
+                )
+            )
             self._world, self._map = place, place.root_map
             self._outside = place.outside()
             mapping = place.root_map
@@ -465,6 +472,7 @@ class PlaybackTape:
             if isinstance(self._world, World):
                 checks.escapes("runtime", self._world.escapes())
             elif isinstance(self._world, DirectoryWorld):
+                checks.escapes("runtime", self._world.escapes())
                 outside_differences(checks, self._world, self._outside)
             replayed = cassette.interactions[: self._next]
             checks.audit(replayed, rows)
