@@ -135,6 +135,12 @@ class ToolSpec:
     timeout_seconds: float = 10.0
     result_limit: int = 8000
     idempotent: bool = False
+    acts_on_repeat: bool = False
+    """The same call repeated without an idempotency key is meant to act
+    again (an append, a message sent each time): the ``duplicate_submission``
+    fault then accepts a second run that changes files. Without it, a tool
+    not declared ``idempotent`` whose keyless repeat changes files again is
+    reported there."""
     paths: tuple[PathAccess, ...] = ()
     network_host_argument: str | None = None
     """For external tools: the argument holding the URL or host the call
@@ -164,6 +170,8 @@ class ToolSpec:
                 "result_limit positive"
             )
         object.__setattr__(self, "risk", Risk(self.risk))
+        if self.idempotent and self.acts_on_repeat:
+            raise ValueError(f"tool {self.name}: idempotent and acts_on_repeat contradict")
         if self.world is not None:
             checked_world(self.world, f"tool {self.name}")
         object.__setattr__(self, "input_validator", SchemaValidator(self.input_schema))
@@ -253,6 +261,7 @@ def tool(
     timeout_seconds: float = 10.0,
     result_limit: int = 8000,
     idempotent: bool = False,
+    acts_on_repeat: bool = False,
     paths: Sequence[PathAccess] = (),
     network_host_argument: str | None = None,
     allow_hardlinks: bool = False,
@@ -286,6 +295,7 @@ def tool(
             timeout_seconds=timeout_seconds,
             result_limit=result_limit,
             idempotent=idempotent,
+            acts_on_repeat=acts_on_repeat,
             paths=tuple(paths),
             network_host_argument=network_host_argument,
             allow_hardlinks=allow_hardlinks,
