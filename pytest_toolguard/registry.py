@@ -142,6 +142,10 @@ class ToolSpec:
     not declared ``idempotent`` whose keyless repeat changes files again is
     reported there."""
     paths: tuple[PathAccess, ...] = ()
+    paths_declared: bool = False
+    """Whether ``paths`` was given (to ``tool()``, or to an importer for this
+    tool), even empty: ``tool(paths=[])`` says no argument is a path (see
+    ``guesses_path_arguments``)."""
     network_host_argument: str | None = None
     """For external tools: the argument holding the URL or host the call
     reaches; it must be in ``Capabilities.network_hosts``."""
@@ -182,6 +186,20 @@ class ToolSpec:
             problem = template_schema_problem(access.template, self.input_schema)
             if problem is not None:
                 raise ValueError(f"tool {self.name}: path template {access.template!r}: {problem}")
+
+    @property
+    def path_fields(self) -> tuple[str, ...]:
+        """The arguments (and variables) this tool's ``paths`` templates
+        read, each once."""
+        return tuple(dict.fromkeys(name for access in self.paths for name in access.fields))
+
+    @property
+    def guesses_path_arguments(self) -> bool:
+        """Whether the harness may take other arguments than ``path_fields``
+        for paths by their name and schema (``path_templates.looks_like_path``):
+        not when ``paths`` was declared (``paths_declared``) without one
+        template reading an argument, which says that none is a path."""
+        return not self.paths_declared or bool(self.path_fields)
 
     def with_handler(self, handler: Handler) -> ToolSpec:
         """A copy of this tool with another handler; the compiled schemas
@@ -262,7 +280,7 @@ def tool(
     result_limit: int = 8000,
     idempotent: bool = False,
     acts_on_repeat: bool = False,
-    paths: Sequence[PathAccess] = (),
+    paths: Sequence[PathAccess] | None = None,
     network_host_argument: str | None = None,
     allow_hardlinks: bool = False,
     redactor: Redactor | None = None,
@@ -296,7 +314,8 @@ def tool(
             result_limit=result_limit,
             idempotent=idempotent,
             acts_on_repeat=acts_on_repeat,
-            paths=tuple(paths),
+            paths=tuple(paths or ()),
+            paths_declared=paths is not None,
             network_host_argument=network_host_argument,
             allow_hardlinks=allow_hardlinks,
             redactor=redactor,
