@@ -49,4 +49,3 @@ TEXT = {"type": "string"}
 )
 def test_probes_go_where_declarations_then_names_say(tool_spec: ToolSpec, probed: set[str]) -> None:
     assert set(path_probes(tool_spec)) == probed
-
