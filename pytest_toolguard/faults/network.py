@@ -121,7 +121,8 @@ class NetworkErrorFault(_WithRecordedHttp):
     )
     expected = (
         "not OK with the recorded data (an error, or data saying what failed); "
-        "no file changed; the audit row finished"
+        "no file changed; the audit row finished; after a timeout, no POST, PATCH or DELETE "
+        "sent more often than recorded without one idempotency key"
     )
 
     def inject(self, cell: Cell) -> None:
