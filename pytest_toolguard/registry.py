@@ -197,9 +197,10 @@ class ToolSpec:
     def guesses_path_arguments(self) -> bool:
         """Whether the harness may take other arguments than ``path_fields``
         for paths by their name and schema (``path_templates.looks_like_path``):
-        not when ``paths`` was declared (``paths_declared``) without one
-        template reading an argument, which says that none is a path."""
-        return not self.paths_declared or bool(self.path_fields)
+        not when ``paths`` was declared empty (``paths_declared``), which
+        says that none is. A template reading no argument (``"."``, a fixed
+        file) grants a place, and says nothing about the arguments."""
+        return not (self.paths_declared and not self.paths)
 
     def with_handler(self, handler: Handler) -> ToolSpec:
         """A copy of this tool with another handler; the compiled schemas

@@ -5,8 +5,8 @@ tool, a LangChain tool) says nothing about paths and little about risk.
 ``build_spec`` turns its parts into a ``ToolSpec`` and says, as a
 ``BridgeWarning`` naming the tool, what the import had to assume: an
 argument that looks like a path (``path_templates.looks_like_path``) that
-no ``PathAccess`` declares (unless its ``paths`` entry, read by no
-template field, says none is), a schema that declares another JSON
+no ``PathAccess`` declares (unless its ``paths`` entry is empty, which
+says none is), a schema that declares another JSON
 Schema dialect than 2020-12 (checked as 2020-12 anyway). A definition
 that cannot become a tool at all raises ``BridgeError`` naming it.
 """
@@ -166,8 +166,8 @@ def build_spec(
         raise BridgeError(f"{source} {name}: its input schema is a {type(schema).__name__}")
     accesses = tuple((paths or {}).get(name, ()))
     declared = paths is not None and name in paths
-    # Paths given for this tool that read no argument say none is a path.
-    guess = not declared or any(access.fields for access in accesses)
+    # An empty paths entry for this tool says none of its arguments is a path.
+    guess = not (declared and not accesses)
     for where, checked in (("input", schema), ("output", output_schema)):
         if isinstance(checked, Mapping) and (dialect := dialect_of(checked)) is not None:
             warn(
