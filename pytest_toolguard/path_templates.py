@@ -10,6 +10,11 @@ a list or a number says nothing about where a handler goes. At most one
 field of a template may use ``[*]``; indexes (``[0]``), conversions
 (``!r``) and format specs (``:.3``, which could cut a path) are refused
 when the template is declared.
+
+Which arguments hold a path when a tool does not say (the harness's name
+heuristic, ``looks_like_path`` and ``path_arguments``): those named like a
+path by their head word, unless their schema or value says they are a time
+zone, a hash, a URL, ...
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 import functools
 import re
 import string
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,9 +33,10 @@ PATH_ARGUMENT = re.compile(
     r"|dest|destination|target|source|src|dst)(?:$|_)",
     re.IGNORECASE,
 )
-"""Argument names that usually hold a path (``path``, ``src_dir``,
-``target_file``, ...): the fuzzer and the ``path_traversal`` fault also
-try escapes in these when a tool does not declare them in ``paths``."""
+"""Argument names that may hold a path (``path``, ``src_dir``,
+``target_file``, ...): the first, loose sieve. ``looks_like_path`` is the
+judgement the harness uses: this, then the name's head word and the
+argument's schema and values."""
 
 
 class PathValueError(ToolguardError, ValueError):
@@ -348,6 +354,7 @@ def path_selectors(
     prefix: str = "",
     like: re.Pattern[str] | None = PATH_ARGUMENT,
     document: Mapping[str, Any] | None = None,
+    accept: Callable[[str, Mapping[str, Any]], bool] | None = None,
 ) -> list[str]:
     """The template fields (``path``, ``paths[*]``, ``files[*].file_path``,
     ``options.target``) that reach a string under ``schema``: object
@@ -355,7 +362,9 @@ def path_selectors(
     ``$ref``s (into ``document``, default ``schema``) followed, to
     ``MAX_TEMPLATE_DEPTH`` steps and 10,000 schema nodes. With ``like``,
     only the strings whose own name, or the name of the array holding
-    them, matches it. ``prefix`` is the field ``schema`` is the value of."""
+    them, matches it; with ``accept``, only those for which
+    ``accept(name, schema)`` holds (``looks_like_path``). ``prefix`` is the
+    field ``schema`` is the value of."""
     found: list[str] = []
     root = schema if document is None else document
     budget = [_SCHEMA_NODES]  # a schema of $refs to itself grows exponentially with depth
@@ -387,7 +396,9 @@ def path_selectors(
             walk(items, f"{text}{WILDCARD}", named, depth + 1)
         leaf = not (properties or items or alternatives)
         string_leaf = text and (types is None or "string" in types) and leaf
-        if string_leaf and (like is None or like.search(named)) and text not in found:
+        named_so = like is None or like.search(named)
+        accepted = accept is None or accept(named, node)
+        if string_leaf and named_so and accepted and text not in found:
             found.append(text)
 
     walk(schema, prefix, prefix.rsplit(".", 1)[-1].split("[", 1)[0], 0)
@@ -396,3 +407,171 @@ def path_selectors(
 
 _STEP_BREAKERS = frozenset(".[]{}!:")
 _SCHEMA_NODES = 10_000
+
+
+# -- which arguments hold a path, for a tool that does not say -------------------------
+
+_STRONG_WORDS = frozenset(
+    [
+        "path",
+        "paths",
+        "pathname",
+        "filepath",
+        "filepaths",
+        "filename",
+        "filenames",
+        "dir",
+        "dirs",
+        "directory",
+        "directories",
+        "folder",
+        "folders",
+    ]
+)
+"""Words that make a name a path's wherever they stand (``path_prefix``)."""
+
+_HEAD_WORDS = frozenset(
+    [
+        "file",
+        "files",
+        "source",
+        "sources",
+        "src",
+        "target",
+        "targets",
+        "dest",
+        "destination",
+        "destinations",
+        "dst",
+    ]
+)
+"""Words that make a name a path's only as its last word: ``target_file``,
+``source``; not ``file_hash``, ``source_timezone``, ``target_language``."""
+
+_NAMED_WORDS = frozenset(["file", "files", "dir", "directory", "folder"])
+"""Before ``name`` (``file_name``, ``dir_name``), a path's name."""
+
+_WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
+
+NON_PATH_FORMATS = frozenset(
+    [
+        "date",
+        "date-time",
+        "time",
+        "duration",
+        "email",
+        "idn-email",
+        "hostname",
+        "idn-hostname",
+        "ipv4",
+        "ipv6",
+        "uri",
+        "iri",
+        "uri-template",
+        "uuid",
+        "regex",
+        "json-pointer",
+        "relative-json-pointer",
+    ]
+)
+"""JSON Schema ``format``s of values that are not paths."""
+
+_NON_PATH_WORDS = re.compile(
+    r"\b(?:time ?zones?|iana|tz|hash(?:es)?|checksums?|digests?|sha-?\d*|md5|languages?|"
+    r"locales?|currenc(?:y|ies)|e-?mails?|urls?|uris?|uuids?|host ?names?|colou?rs?)\b",
+    re.IGNORECASE,
+)
+_PATH_WORDS = re.compile(r"\b(?:paths?|director(?:y|ies)|folders?|file ?names?)\b", re.IGNORECASE)
+
+_TIME_ZONE = re.compile(
+    r"(?:UTC|GMT|Z|(?:Etc/)?(?:UTC|GMT)(?:[+-]\d{1,2})?|"
+    r"(?:Africa|America|Antarctica|Arctic|Asia|Atlantic|Australia|Europe|Indian|Pacific|"
+    r"US|Canada|Brazil|Chile|Mexico)/[A-Za-z][A-Za-z0-9_+-]*(?:/[A-Za-z][A-Za-z0-9_+-]*)?)"
+)
+_DIGEST = re.compile(r"(?:(?:sha\d*|md5|blake2\w*)[:-])?[0-9a-fA-F]{32,128}")
+_NON_FILE_URL = re.compile(r"(?!file:)[A-Za-z][A-Za-z0-9+.-]*://")
+_EMAIL = re.compile(r"[^@/\s]+@[^@/\s]+\.[A-Za-z]{2,}")
+
+
+def named_like_path(name: str) -> bool:
+    """Whether an argument's name says it holds a path: one of its words
+    (snake_case, kebab-case or camelCase) is ``path``, ``dir``, ``folder``,
+    ``filename``, ...; or its last word is ``file``, ``source``, ``target``,
+    ``dest``, ...; or it ends in ``file_name`` / ``dir_name``. The last word
+    of a name is what it names: ``source_timezone`` is a time zone."""
+    words = [word.lower() for word in _WORD.findall(name)]
+    if not words:
+        return False
+    if _STRONG_WORDS.intersection(words) or words[-1] in _HEAD_WORDS:
+        return True
+    return words[-1] in ("name", "names") and len(words) > 1 and words[-2] in _NAMED_WORDS
+
+
+def names_another_thing(value: str) -> bool:
+    """Whether a string is plainly not a path: a time zone
+    (``Europe/Warsaw``, ``UTC``), a hex digest, a URL other than
+    ``file:``, an e-mail address."""
+    return any(pattern.fullmatch(value) for pattern in (_TIME_ZONE, _DIGEST, _EMAIL)) or bool(
+        _NON_FILE_URL.match(value)
+    )
+
+
+def schema_says_not_path(schema: Any) -> bool:
+    """Whether an argument's schema says its strings are something else
+    than paths: a ``format`` of ``NON_PATH_FORMATS``, a
+    ``contentEncoding``, a description or title naming a time zone, a
+    hash, a language, a URL, ... (and no path, directory or folder), or
+    ``examples`` / ``default`` / ``enum`` / ``const`` values that all name
+    another thing (``names_another_thing``)."""
+    if not isinstance(schema, Mapping):
+        return False
+    if schema.get("format") in NON_PATH_FORMATS or "contentEncoding" in schema:
+        return True
+    text = " ".join(str(schema.get(key) or "") for key in ("title", "description"))
+    if _NON_PATH_WORDS.search(text) and not _PATH_WORDS.search(text):
+        return True
+    values = [schema.get("default"), schema.get("const")]
+    for key in ("examples", "enum"):
+        if isinstance(schema.get(key), list):
+            values += schema[key]
+    strings = [value for value in values if isinstance(value, str)]
+    return bool(strings) and all(names_another_thing(value) for value in strings)
+
+
+def looks_like_path(name: str, schema: Any = None, value: Any = None) -> bool:
+    """The name heuristic for a tool that does not declare its paths:
+    whether the argument ``name`` (of ``schema``, given ``value`` in a
+    call, when known) holds a path. Named so (``named_like_path``), and
+    neither its schema (``schema_says_not_path``) nor its value
+    (``names_another_thing``) says otherwise."""
+    if not named_like_path(name) or schema_says_not_path(schema):
+        return False
+    return not (isinstance(value, str) and names_another_thing(value))
+
+
+def path_arguments(
+    schema: Mapping[str, Any],
+    declared: Sequence[str],
+    guess: bool,
+    arguments: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """The top-level arguments that hold a path: ``declared`` first (the
+    fields a tool's ``PathAccess`` templates read), then, with ``guess``,
+    the other arguments of its schema (or of ``arguments``, the call's)
+    that ``looks_like_path`` judges paths, their values in ``arguments``
+    included. A guessed argument is only ever tried with escapes and judged
+    by what the call did, never expected to be refused."""
+    found = list(dict.fromkeys(declared))
+    if not guess:
+        return found
+    properties = schema.get("properties")
+    properties = properties if isinstance(properties, Mapping) else {}
+    values = arguments or {}
+    names = [name for name in properties if isinstance(name, str)]
+    names += [name for name in values if isinstance(name, str) and name not in properties]
+    found += [
+        name
+        for name in names
+        if name not in found and looks_like_path(name, properties.get(name), values.get(name))
+    ]
+    return found

@@ -135,7 +135,17 @@ class ToolSpec:
     timeout_seconds: float = 10.0
     result_limit: int = 8000
     idempotent: bool = False
+    acts_on_repeat: bool = False
+    """The same call repeated without an idempotency key is meant to act
+    again (an append, a message sent each time): the ``duplicate_submission``
+    fault then accepts a second run that changes files. Without it, a tool
+    not declared ``idempotent`` whose keyless repeat changes files again is
+    reported there."""
     paths: tuple[PathAccess, ...] = ()
+    paths_declared: bool = False
+    """Whether ``paths`` was given (to ``tool()``, or to an importer for this
+    tool), even empty: ``tool(paths=[])`` says no argument is a path (see
+    ``guesses_path_arguments``)."""
     network_host_argument: str | None = None
     """For external tools: the argument holding the URL or host the call
     reaches; it must be in ``Capabilities.network_hosts``."""
@@ -164,6 +174,8 @@ class ToolSpec:
                 "result_limit positive"
             )
         object.__setattr__(self, "risk", Risk(self.risk))
+        if self.idempotent and self.acts_on_repeat:
+            raise ValueError(f"tool {self.name}: idempotent and acts_on_repeat contradict")
         if self.world is not None:
             checked_world(self.world, f"tool {self.name}")
         object.__setattr__(self, "input_validator", SchemaValidator(self.input_schema))
@@ -174,6 +186,21 @@ class ToolSpec:
             problem = template_schema_problem(access.template, self.input_schema)
             if problem is not None:
                 raise ValueError(f"tool {self.name}: path template {access.template!r}: {problem}")
+
+    @property
+    def path_fields(self) -> tuple[str, ...]:
+        """The arguments (and variables) this tool's ``paths`` templates
+        read, each once."""
+        return tuple(dict.fromkeys(name for access in self.paths for name in access.fields))
+
+    @property
+    def guesses_path_arguments(self) -> bool:
+        """Whether the harness may take other arguments than ``path_fields``
+        for paths by their name and schema (``path_templates.looks_like_path``):
+        not when ``paths`` was declared empty (``paths_declared``), which
+        says that none is. A template reading no argument (``"."``, a fixed
+        file) grants a place, and says nothing about the arguments."""
+        return not (self.paths_declared and not self.paths)
 
     def with_handler(self, handler: Handler) -> ToolSpec:
         """A copy of this tool with another handler; the compiled schemas
@@ -253,7 +280,8 @@ def tool(
     timeout_seconds: float = 10.0,
     result_limit: int = 8000,
     idempotent: bool = False,
-    paths: Sequence[PathAccess] = (),
+    acts_on_repeat: bool = False,
+    paths: Sequence[PathAccess] | None = None,
     network_host_argument: str | None = None,
     allow_hardlinks: bool = False,
     redactor: Redactor | None = None,
@@ -286,7 +314,9 @@ def tool(
             timeout_seconds=timeout_seconds,
             result_limit=result_limit,
             idempotent=idempotent,
-            paths=tuple(paths),
+            acts_on_repeat=acts_on_repeat,
+            paths=tuple(paths or ()),
+            paths_declared=paths is not None,
             network_host_argument=network_host_argument,
             allow_hardlinks=allow_hardlinks,
             redactor=redactor,

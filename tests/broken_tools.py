@@ -145,10 +145,11 @@ append_line_claiming_idempotence = tool(
 
 append_line = tool(
     name="append_line",
-    description="Appends a line to a log (not idempotent, and not declared so).",
+    description="Appends a line to a log: a repeat appends again, and it says so.",
     input_schema=LINE_INPUT,
     output_schema=LINE_OUTPUT,
     risk=Risk.WRITE,
+    acts_on_repeat=True,
     paths=[PathAccess.write("{path}", content="line")],
 )(_append)
 

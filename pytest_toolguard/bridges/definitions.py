@@ -4,10 +4,11 @@ A foreign definition (an MCP ``Tool``, an OpenAI function, an Anthropic
 tool, a LangChain tool) says nothing about paths and little about risk.
 ``build_spec`` turns its parts into a ``ToolSpec`` and says, as a
 ``BridgeWarning`` naming the tool, what the import had to assume: an
-argument named like a path that no ``PathAccess`` declares, a schema that
-declares another JSON Schema dialect than 2020-12 (checked as 2020-12
-anyway). A definition that cannot become a tool at all raises
-``BridgeError`` naming it.
+argument that looks like a path (``path_templates.looks_like_path``) that
+no ``PathAccess`` declares (unless its ``paths`` entry is empty, which
+says none is), a schema that declares another JSON
+Schema dialect than 2020-12 (checked as 2020-12 anyway). A definition
+that cannot become a tool at all raises ``BridgeError`` naming it.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from typing import Any
 
 from ..capabilities import Risk
 from ..errors import ToolguardError
-from ..path_templates import path_selectors
-from ..registry import PATH_ARGUMENT, Handler, PathAccess, ToolSpec
+from ..path_templates import looks_like_path, path_selectors
+from ..registry import Handler, PathAccess, ToolSpec
 from ..schema import InvalidSchema
 
 DIALECT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
@@ -87,23 +88,25 @@ def dialect_of(schema: Mapping[str, Any]) -> str | None:
 
 
 def undeclared_path_arguments(schema: Mapping[str, Any], paths: Sequence[PathAccess]) -> list[str]:
-    """The template fields that reach a string named like a path
-    (``PATH_ARGUMENT``: ``path``, ``paths[*]``, ``files[*].file_path``,
-    ``options.target``) that no ``PathAccess`` declares, then the top-level
-    arguments named like a path that hold no such string and that no
-    template reads (by name: ``files`` of ``[{name, text}]``)."""
+    """The template fields that reach a string that looks like a path
+    (``looks_like_path``: named like one, and its schema does not say it is
+    a time zone, a hash, a URL, ...; ``path``, ``paths[*]``,
+    ``files[*].file_path``, ``options.target``) that no ``PathAccess``
+    declares, then the top-level arguments that look like a path, hold no
+    such string and that no template reads (by name: ``files`` of
+    ``[{name, text}]``)."""
     properties = schema.get("properties")
     if not isinstance(properties, Mapping):
         return []
     declared = {selector for access in paths for selector in access.selectors}
     read = {name for access in paths for name in access.fields}
-    found = path_selectors(schema)
+    found = path_selectors(schema, accept=looks_like_path)
     holding = {_argument_of(selector) for selector in found}
     named = [
         name
         for name, sub in properties.items()
         if isinstance(name, str)
-        and PATH_ARGUMENT.search(name)
+        and looks_like_path(name, sub)
         and name not in holding
         and name not in read
         and _may_hold_text(sub)
@@ -173,13 +176,16 @@ def build_spec(
     if not isinstance(schema, Mapping):
         raise BridgeError(f"{source} {name}: its input schema is a {type(schema).__name__}")
     accesses = tuple((paths or {}).get(name, ()))
+    declared = paths is not None and name in paths
+    # An empty paths entry for this tool says none of its arguments is a path.
+    guess = not (declared and not accesses)
     for where, checked in (("input", schema), ("output", output_schema)):
         if isinstance(checked, Mapping) and (dialect := dialect_of(checked)) is not None:
             warn(
                 f"{source} {name}: its {where} schema declares $schema {dialect!r}; "
                 "it is checked as JSON Schema 2020-12"
             )
-    for argument in undeclared_path_arguments(schema, accesses):
+    for argument in undeclared_path_arguments(schema, accesses) if guess else ():
         warn(
             f"{source} {name}: argument {argument!r} looks like a path but no PathAccess "
             f"declares it, so the policy does not check it; "
@@ -198,6 +204,7 @@ def build_spec(
             output_schema=output_schema,
             idempotent=idempotent,
             paths=accesses,
+            paths_declared=declared,
             **options,
         )
     except InvalidSchema as exc:

@@ -18,11 +18,13 @@ class DuplicateSubmissionFault(AfterSuccess):
     name = "duplicate_submission"
     injection = (
         f"the call sent twice in a row with one idempotency key, then {BURST} times at once "
-        "from threads with another; a tool declared idempotent also twice without a key"
+        "from threads with another, then twice without a key (unless the tool declares "
+        "acts_on_repeat)"
     )
     expected = (
         "one handler run per key; the repeats answer IDEMPOTENT_REPLAY (same data) or "
-        "DUPLICATE_CALL; an idempotent tool's second keyless run changes no file"
+        "DUPLICATE_CALL; the second keyless run changes no file (for a tool not declared "
+        "idempotent, a finding it accepts with acts_on_repeat=True)"
     )
 
     def inject(self, cell: Cell) -> None:
@@ -49,17 +51,35 @@ class DuplicateSubmissionFault(AfterSuccess):
         )
 
         spec = cell.spec
-        if spec is not None and spec.idempotent:
-            cell.execute(cell.call())
-            once = cell.tree()
-            cell.execute(cell.call())
-            twice = cell.tree()
-            changed = sorted(p for p in set(once) | set(twice) if once.get(p) != twice.get(p))
-            cell.check(
-                not changed,
-                "the tool is declared idempotent, but a second run without a key changed "
-                + ", ".join(changed[:5]),
-            )
+        if spec is not None and not spec.acts_on_repeat:
+            _check_keyless_repeat(cell, declared_idempotent=spec.idempotent)
+
+
+def _check_keyless_repeat(cell: Cell, *, declared_idempotent: bool) -> None:
+    """The call made twice more without a key, as a model repeats one: the
+    second run must change no file. A tool declared idempotent promised so;
+    for any other it is a finding its author accepts by declaring
+    ``acts_on_repeat`` (a repeat is meant to act again)."""
+    cell.execute(cell.call())
+    once = cell.tree()
+    cell.execute(cell.call())
+    twice = cell.tree()
+    changed = sorted(p for p in set(once) | set(twice) if once.get(p) != twice.get(p))
+    if declared_idempotent:
+        cell.check(
+            not changed,
+            "the tool is declared idempotent, but a second run without a key changed "
+            + ", ".join(changed[:5]),
+        )
+        return
+    cell.check(
+        not changed,
+        "the same call repeated without an idempotency key changed "
+        + ", ".join(changed[:5])
+        + " again (the tool is not declared idempotent): make the repeat change nothing "
+        "(and declare idempotent=True), or declare acts_on_repeat=True if a repeat is "
+        "meant to act again",
+    )
 
 
 _REPEAT_CODES = (ErrorCode.IDEMPOTENT_REPLAY, ErrorCode.DUPLICATE_CALL)

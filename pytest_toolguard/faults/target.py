@@ -10,7 +10,8 @@ from ..capabilities import Risk
 from ..contract import ErrorCode, ToolCall
 from ..documents import parse_json
 from ..harness.branching import walked_world
-from ..registry import PATH_ARGUMENT, ToolRegistry, ToolSpec, WorldKind
+from ..path_templates import path_arguments
+from ..registry import ToolRegistry, ToolSpec, WorldKind
 from ..replay.cassette import Cassette, Interaction
 
 
@@ -83,19 +84,21 @@ class Target:
     @property
     def path_arguments(self) -> tuple[str, ...]:
         """Arguments that name a path and that this call gives as strings:
-        fields of the tool's ``paths`` templates, then any other whose name
-        looks like a path (``PATH_ARGUMENT``: a tool may use a path it never
-        declared)."""
+        fields of the tool's ``paths`` templates, then any other the name
+        heuristic judges a path by its name, schema and recorded value
+        (``path_templates.looks_like_path``: a tool may use a path it never
+        declared, but ``source_timezone='Europe/Warsaw'`` names none), unless
+        the tool declared that none is (``ToolSpec.guesses_path_arguments``)."""
         if self.spec is None:
             return ()
         arguments = self.arguments or {}
-        declared = list(self.declared_path_arguments)
-        guessed = [name for name in arguments if PATH_ARGUMENT.search(name)]
-        names: list[str] = []
-        for name in declared + guessed:
-            if isinstance(arguments.get(name), str) and name not in names:
-                names.append(name)
-        return tuple(names)
+        names = path_arguments(
+            self.spec.input_schema,
+            self.spec.path_fields,
+            self.spec.guesses_path_arguments,
+            arguments,
+        )
+        return tuple(name for name in names if isinstance(arguments.get(name), str))
 
 
 def targets(

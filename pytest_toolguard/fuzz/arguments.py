@@ -14,8 +14,9 @@ from hypothesis.errors import NoSuchExample, Unsatisfiable
 from hypothesis.strategies import SearchStrategy
 
 from ..jsondata import MAX_JSON_DEPTH, MAX_JSON_INTEGER
+from ..path_templates import path_arguments
 from ..redaction import Redactor
-from ..registry import PATH_ARGUMENT, ToolSpec
+from ..registry import ToolSpec
 from ..schema import SchemaValidator
 from .call import is_json
 from .world import EXISTING_FILE, PATH_PROBES, SECRET_VALUE
@@ -96,16 +97,20 @@ def runnable(strategy: SearchStrategy[dict[str, Any]]) -> SearchStrategy[dict[st
 
 
 def path_probes(judge: ToolSpec) -> dict[str, list[str]]:
-    """For each top-level path-like argument, the probes its schema accepts."""
+    """For each top-level argument that holds a path, the probes its schema
+    accepts: the fields of the tool's ``paths`` templates, and those named
+    like a path whose schema does not say they are something else, unless
+    the tool declared that none is (``path_templates.path_arguments``)."""
     schema = judge.input_schema
     properties = schema.get("properties", {})
     if not isinstance(properties, Mapping):
         return {}
+    holding = set(path_arguments(schema, judge.path_fields, judge.guesses_path_arguments))
     defs = schema.get("$defs")
     found: dict[str, list[str]] = {}
     for name in sorted(properties):
         subschema = properties[name]
-        if not PATH_ARGUMENT.search(name) or subschema is False:
+        if name not in holding or subschema is False:
             continue
         if subschema is True:
             accepted = list(PATH_PROBES)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
@@ -31,6 +31,7 @@ from ..redaction import Redactor
 from ..registry import ToolRegistry, ToolSpec, WorldKind, checked_world
 from ..runtime import ToolRuntime
 from ..sandbox import CallCancelled
+from ..secret_entropy import shannon_entropy
 from .directory import FuzzDirectory
 from .report import Problem
 from .world import FUZZ_DECOYS, FUZZ_WORKSPACE, RUN_ID, WORKSPACE_ROOT
@@ -38,6 +39,11 @@ from .world import FUZZ_DECOYS, FUZZ_WORKSPACE, RUN_ID, WORKSPACE_ROOT
 MIN_SECRET_LENGTH = 8
 """A secret-named argument's value shorter than this is not looked for
 (generated values like ``"0"`` are in any text)."""
+
+MIN_SECRET_ENTROPY = 2.0
+"""Nor one of fewer bits per character (``shannon_entropy``): fewer than
+about four characters used evenly, as in ``00000000`` or ``abababab``. A
+real secret has over 3; a generated one of 8 varied characters about 3."""
 
 _NAMES = Redactor()
 
@@ -383,18 +389,78 @@ def fuzzed_world(spec: ToolSpec, registry: ToolRegistry | None, world: str = "au
 
 
 def _leaked_secrets(arguments: Mapping[str, Any], result: ToolResult | None, audit: str) -> str:
-    """Where the value of a secret-named argument shows ('' nowhere)."""
+    """Where the value of a secret-named argument shows ('' nowhere), not
+    counting where a non-secret value of the call that holds it shows (a
+    path equal to the secret, echoed, leaks nothing) nor values too short
+    or too regular to tell from chance (``meaningful_secret``)."""
     found = []
+    plain = _plain_strings(arguments)
+    result_text = "" if result is None else _result_text(result)
     for name, value in arguments.items():
-        if not isinstance(value, str) or len(value) < MIN_SECRET_LENGTH:
+        if not isinstance(value, str) or not meaningful_secret(value):
             continue
         if _NAMES.sensitive_keyword(name) is None:
             continue
-        if result is not None and holds_marker(value, [result]):
+        explained = [other for other in plain if value in other]
+        if _shows(value, result_text, explained):
             found.append(f"{name}'s value is in the result")
-        if value in audit:
+        if _shows(value, audit, explained):
             found.append(f"{name}'s value is in the audit row")
     return "; ".join(found)
+
+
+def meaningful_secret(value: str) -> bool:
+    """Whether a secret-named argument's value is worth looking for: at
+    least ``MIN_SECRET_LENGTH`` characters and ``MIN_SECRET_ENTROPY`` bits
+    per character. Shorter or more regular values (``0``, ``00000000``,
+    ``abababab``) turn up in any text by chance: zero-padded numbers,
+    dates, ids."""
+    return len(value) >= MIN_SECRET_LENGTH and shannon_entropy(value) >= MIN_SECRET_ENTROPY
+
+
+def _plain_strings(arguments: Mapping[str, Any]) -> list[str]:
+    """Every string in the call's arguments outside secret-named keys,
+    longest first."""
+    found: list[str] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, str):
+            found.append(value)
+        elif isinstance(value, Mapping):
+            for key, item in value.items():
+                if _NAMES.sensitive_keyword(str(key)) is None:
+                    walk(item)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                walk(item)
+
+    walk(arguments)
+    return sorted(set(found), key=len, reverse=True)
+
+
+def _result_text(result: ToolResult) -> str:
+    return json.dumps([result.data, result.message], ensure_ascii=False, default=str)
+
+
+def _spellings(value: str) -> list[str]:
+    """``value`` as it may be written in a text of JSON or of ``repr``s."""
+    forms = [
+        value,
+        json.dumps(value, ensure_ascii=False)[1:-1],
+        json.dumps(value)[1:-1],
+        repr(value)[1:-1],
+    ]
+    return list(dict.fromkeys(form for form in forms if form))
+
+
+def _shows(secret: str, text: str, explained: Sequence[str]) -> bool:
+    """Whether ``secret`` is in ``text`` once every occurrence of the
+    values in ``explained`` (which hold it) is cut out."""
+    pieces = [text]
+    for other in explained:
+        for form in _spellings(other):
+            pieces = [piece for whole in pieces for piece in whole.split(form)]
+    return any(form in piece for piece in pieces for form in _spellings(secret))
 
 
 def _answered(result: ToolResult) -> str:

@@ -103,7 +103,8 @@ def _count_after_insert(ctx: Any, database: str, name: str) -> int:
     return count
 
 
-@tool(risk=Risk.WRITE, world="directory", paths=[PathAccess.write(DATABASE)])
+# Each call adds a row, a repeat too: declared, so duplicate_submission accepts it.
+@tool(risk=Risk.WRITE, world="directory", paths=[PathAccess.write(DATABASE)], acts_on_repeat=True)
 def crm_add(ctx: Any, name: str) -> dict[str, Any]:
     """Adds a contact to the CRM database in the workspace; returns how many there are."""
     return {"count": _count_after_insert(ctx, os.path.join(ctx.workspace.root, DATABASE), name)}
