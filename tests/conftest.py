@@ -134,6 +134,21 @@ def append_tool(spy: Spy, name: str = "append") -> ToolSpec:
     )
 
 
+NOT_OURS = ("-p", "no:langsmith_plugin")
+"""Options that leave out the pytest plugins of libraries the suite does not
+test: langsmith (installed with langchain-core) registers one whose import,
+its assertion rewriting included, costs every pytest process over a second
+of CPU, and no test uses it."""
+
+
+@pytest.fixture
+def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """pytester, whose runs (in process or not) leave out ``NOT_OURS``
+    (pytester clears ``PYTEST_ADDOPTS`` first: this is set after)."""
+    monkeypatch.setenv("PYTEST_ADDOPTS", " ".join(NOT_OURS))
+    return pytester
+
+
 @pytest.fixture
 def spy() -> Spy:
     return Spy()

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import NOT_OURS
 
 from pytest_toolguard.replay import load
 
@@ -46,7 +47,7 @@ def _run(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _pytest(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return _run(project, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args)
+    return _run(project, "-m", "pytest", "-p", "no:cacheprovider", *NOT_OURS, "-q", *args)
 
 
 def _last_line(result: subprocess.CompletedProcess[str]) -> str:
