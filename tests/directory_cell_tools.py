@@ -40,6 +40,7 @@ DATABASE_DIRECTORY = "db"
     risk=Risk.WRITE,
     paths=[PathAccess.write(DATABASE_DIRECTORY)],
     world="directory",
+    acts_on_repeat=True,  # each call adds a row: a repeat adds another, as meant
 )
 def add_contact(ctx: Any, name: str) -> dict[str, Any]:
     """Adds a contact to the workspace's SQLite database (``db/crm.db``);
