@@ -19,9 +19,12 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	touch $(STAMP)
 
 # langsmith's pytest plugin (installed with langchain-core) is left out: no test
-# uses it, and its import costs each pytest process over a second of CPU.
+# uses it, and its import costs each pytest process over a second of CPU. Byte
+# code is written even where the environment says not to: the suite starts some
+# forty pytest processes, and each would otherwise rewrite the asserts of every
+# plugin and test module again (a third of an example-project run's CPU).
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 -q -p no:langsmith_plugin
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n 2 -q -p no:langsmith_plugin
 
 replay: $(STAMP)
 	$(BIN)/python -m pytest --toolguard-replay cassettes cases -v
