@@ -181,10 +181,14 @@ def test_the_fault_matrix_over_a_wrapped_server_passes(world, tmp_path: Path) ->
     cassette = tmp_path / "notes.yaml"
     record(world, cassette)
     statuses = matrix(world[2], cassette)
-    # write_note checks where its path leads, then writes by path: a link
-    # swapped in between (symlink_race: after the handler's k-th filesystem
-    # operation) redirects the write outside, a real race.
-    racy = {("2-write_note", "symlink_race")}
+    # Both tools check where a path leads, then open it by its components:
+    # a link swapped in between (symlink_race: before any of the handler's
+    # file operations) redirects the write, or the read, outside; real races.
+    racy = {
+        ("1-read_note", "symlink_race"),
+        ("2-write_note", "symlink_race"),
+        ("3-read_note", "symlink_race"),
+    }
     assert {status for cell, status in statuses.items() if cell not in racy} == {"pass"}
     assert {statuses[cell] for cell in racy} == {"fail"}
     assert ("2-write_note", "partial_write") in statuses
