@@ -10,12 +10,16 @@ is read in that charset too, wherever it stands (``wide_readings``).
 
 from __future__ import annotations
 
+import bisect
 import codecs
 import contextlib
+import functools
 import re
 
 from ..redaction import Redactor, placeholder
 from ..registry import ToolRegistry
+from ..secret_rules import default_rule_set
+from ..secret_scan import Keywords
 
 FILE_WITH_SECRET = placeholder("file_with_secret").encode("ascii")
 """What a file is kept as when it held a secret that could not be
@@ -182,14 +186,75 @@ def redact_in_place(redactor: Redactor, data: bytes) -> bytes:
     overwritten where it stands makes the whole ``data``
     ``FILE_WITH_SECRET``."""
     for _ in range(_IN_PLACE_PASSES):
-        redacted = overwritten(redactor, data, whole_readings(data) + wide_readings(data))
+        redacted = overwritten(redactor, data, _in_place_readings(data))
         if redacted is None:
             return FILE_WITH_SECRET
         if redacted == data:
             return data
         data = redacted
-    last = overwritten(redactor, data, whole_readings(data) + wide_readings(data))
+    last = overwritten(redactor, data, _in_place_readings(data))
     return data if last == data else FILE_WITH_SECRET
+
+
+def _in_place_readings(data: bytes) -> list[Reading]:
+    return whole_readings(data) + wide_readings(data) + glued_readings(data)
+
+
+_TOKEN_RUN = re.compile(rb"(?<![\x21-\x7e])[\x21-\x7e]{16,256}(?![\x21-\x7e])")
+_CASE_CHANGE = re.compile(rb"[a-z](?=[A-Z])")
+_WORD_START = re.compile(rb"[A-Z](?=[a-z]{2})")
+"""A run of printable ASCII without a space: where a token stands in a
+binary file, often with a byte of the format glued to either end."""
+_GLUE = 2
+"""Bytes of a format that may be glued to either end of a token in a run:
+an SQLite record puts its columns' one-byte serial types, often a letter or
+a digit (a text of 18 to 56 bytes), right before the first column's text,
+and the next cell's length and row id after the last one."""
+_OTHER_STARTS = 4
+"""Places inside a run also tried as starts, and as ends, at most this many
+of each per run. Starts: where a lower-case letter meets an upper-case one
+(a text column glued to an ``AKIA...`` key), and where a keyword starts
+that every match of its rule starts with (``ghp_``, ``xoxb``, ``sk_live``:
+a text column glued to it). Ends: where a capitalised word starts (a text
+column glued after a key)."""
+
+
+@functools.cache
+def _leading_keywords() -> Keywords:
+    """The keywords every match of their rule starts with."""
+    words = sorted(
+        {word for rule in default_rule_set().rules if rule.anchored for word in rule.keywords}
+    )
+    return Keywords.build(words)
+
+
+def glued_readings(data: bytes) -> list[Reading]:
+    """Token runs of ``data`` (``_TOKEN_RUN``) read from just past the bytes
+    that may be glued to them: a pattern that needs a word boundary before
+    or after a secret (``\\bAKIA...\\b``) misses it where the run's
+    first or last byte is a letter of the format, not of the secret. Each
+    run is read from each of its first ``_GLUE`` + 1 places and a few places
+    inside it (``_OTHER_STARTS``) to each of its last ``_GLUE`` + 1 ends and
+    a few places inside it; each such piece stands on its own line."""
+    runs = [run.span() for run in _TOKEN_RUN.finditer(data)]
+    if not runs:
+        return []
+    text = data.decode("latin-1").lower()
+    keyword_places = sorted(
+        place for places in _leading_keywords().occurrences(text).values() for place in places
+    )
+    spans: list[tuple[int, int]] = []
+    for start, end in runs:
+        inside = [found.end() for found in _CASE_CHANGE.finditer(data, start + _GLUE, end - 8)]
+        first = bisect.bisect_right(keyword_places, start + _GLUE)
+        inside += keyword_places[first : bisect.bisect_left(keyword_places, end - 8)]
+        starts = [*range(start, start + _GLUE + 1), *sorted(set(inside))[:_OTHER_STARTS]]
+        ends = [*range(end - _GLUE, end + 1)]
+        ends += [found.start() for found in _WORD_START.finditer(data, start + 8, end)][
+            :_OTHER_STARTS
+        ]
+        spans += [(first, last) for first in starts for last in ends if last - first >= 8]
+    return [("ascii", tuple(spans))] if spans else []
 
 
 def overwritten(redactor: Redactor, data: bytes, readings: list[Reading]) -> bytes | None:
@@ -221,7 +286,14 @@ def overwritten(redactor: Redactor, data: bytes, readings: list[Reading]) -> byt
             offset += len(piece) + 1
             if len(encoded) != end - start:
                 return None
-            out[start:end] = encoded
+            # Only the fill is written: the spans of one reading may overlap
+            # (``glued_readings``), and a piece must not put back what
+            # another piece's redaction overwrote.
+            before = piece.encode(codec, "surrogatepass")
+            if encoded != before:
+                for index, (was, now) in enumerate(zip(before, encoded, strict=True)):
+                    if was != now:
+                        out[start + index] = now
     return bytes(out)
 
 
