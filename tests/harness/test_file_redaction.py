@@ -85,9 +85,7 @@ def png(secret: str) -> bytes:
 def sqlite_file(secret: str, path: Path) -> bytes:
     """A database whose first row holds ``secret`` as a column of its own,
     and a line of config holding it. (A record glues its columns' bytes: a
-    token right after another text column is glued to its last letter, and
-    a pattern that needs a word boundary before it, as AWS keys do, misses
-    it there.)"""
+    token right after another text column is glued to its last letter.)"""
     path.unlink(missing_ok=True)
     with sqlite3.connect(path) as db:
         db.execute(
@@ -137,13 +135,7 @@ def test_only_the_secret_is_overwritten_by_the_fill(kind: Callable[[str], bytes]
     assert kept[start:end] == (FILL * len(secret)).encode(codec)
 
 
-# A record glues its columns to the header bytes before them, which may be
-# letters: a token is found there only by a pattern that needs no word
-# boundary before it (GitHub's and Slack's do not; an AWS key's does).
-UNGLUED = {name: SECRETS[name] for name in ("github", "slack")}
-
-
-@pytest.mark.parametrize("secret", UNGLUED.values(), ids=list(UNGLUED))
+@pytest.mark.parametrize("secret", SECRETS.values(), ids=list(SECRETS))
 def test_an_sqlite_database_keeps_no_token_and_still_opens(tmp_path: Path, secret: str) -> None:
     content = sqlite_file(secret, tmp_path / "app.db")
     assert leaks(content, secret)
@@ -314,7 +306,7 @@ def test_a_recorded_sqlite_session_holds_no_glued_token_and_replays(
     assert report.ok, report.differences
 
 
-@pytest.mark.parametrize("secret", UNGLUED.values(), ids=list(UNGLUED))
+@pytest.mark.parametrize("secret", GLUED_SECRETS.values(), ids=list(GLUED_SECRETS))
 def test_a_recorded_cassette_holds_no_secret_of_its_files_in_any_form(
     tmp_path: Path, secret: str
 ) -> None:
