@@ -245,10 +245,19 @@ def glued_to_digits(secret: str) -> bytes:
     return b"\x00\x01" + b"7" + secret.encode() + b"9\x02\xff"
 
 
+def wide_glued(codec: str) -> Callable[[str], bytes]:
+    def content(secret: str) -> bytes:
+        return b"\x00\x01\x02\x03" + f"E{secret}Note".encode(codec) + b"\x00\x02\x03\x04"
+
+    return content
+
+
 BINARIES: dict[str, Callable[[str], bytes]] = {
     "stored ZIP": stored_zip,
     "random bytes, glued to letters": glued_in_noise,
     "glued to digits": glued_to_digits,
+    "UTF-16LE, glued to letters": wide_glued("utf-16-le"),
+    "UTF-16BE, glued to letters": wide_glued("utf-16-be"),
 }
 
 
