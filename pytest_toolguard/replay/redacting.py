@@ -5,17 +5,23 @@ HTTP body) are read as text first, in the charset they declare or their
 byte-order mark names, else as UTF-8, else as latin-1, which reads any bytes
 (``text_charsets``): the ASCII and latin-1 runs of a binary file are text
 to the redactor too. Every stretch of bytes that looks like UTF-16 or UTF-32 text
-is read in that charset too, wherever it stands (``wide_readings``).
+is read in that charset too, wherever it stands (``wide_readings``). A
+token in a binary file is glued to the format's bytes (an SQLite record's
+serial-type byte, a text column before or after it): each run of token
+characters is also read from just past them (``glued_readings``).
 """
 
 from __future__ import annotations
 
 import codecs
 import contextlib
+import functools
 import re
 
 from ..redaction import Redactor, placeholder
 from ..registry import ToolRegistry
+from ..secret_rules import default_rule_set
+from ..secret_scan import Keywords
 
 FILE_WITH_SECRET = placeholder("file_with_secret").encode("ascii")
 """What a file is kept as when it held a secret that could not be
@@ -43,8 +49,9 @@ def redact_file(redactor: Redactor, content: bytes) -> bytes:
       the secret's bytes (a PNG chunk's CRC) no longer matches.
 
     UTF-8 text that holds zero bytes (UTF-16 or UTF-32 of ASCII text is
-    UTF-8 too) also has its wide stretches (``wide_readings``) overwritten
-    in place. Replay redacts what it reads the same way before comparing."""
+    UTF-8 too) also has its wide stretches (``wide_readings``) and its token
+    runs (``glued_readings``) overwritten in place. Replay redacts what it
+    reads the same way before comparing."""
     for _ in range(_IN_PLACE_PASSES + 1):
         try:
             text = content.decode("utf-8")
@@ -53,7 +60,7 @@ def redact_file(redactor: Redactor, content: bytes) -> bytes:
         narrow = redactor.redact_text(text).encode("utf-8")
         if 0 not in narrow:
             return narrow  # the redactor's text is already its own fixed point
-        redacted = overwritten(redactor, narrow, wide_readings(narrow))
+        redacted = overwritten(redactor, narrow, wide_readings(narrow) + glued_readings(narrow))
         if redacted is None:
             return FILE_WITH_SECRET
         if redacted == content:
@@ -175,21 +182,107 @@ def redact_in_place(redactor: Redactor, data: bytes) -> bytes:
     """``data`` with each secret overwritten by ``FILL`` characters in the
     reading that found it, so that it keeps its length and every byte
     around the secrets. The readings: by its byte-order mark, as latin-1
-    (``whole_readings``), and each stretch that reads as UTF-16 or UTF-32
-    (``wide_readings``); each in turn, over what the ones before left.
+    (``whole_readings``), each stretch that reads as UTF-16 or UTF-32
+    (``wide_readings``), and each run of token characters read past the
+    bytes of the format glued to its ends (``glued_readings``); each in
+    turn, over what the ones before left.
     Repeated until no reading finds more (a secret is never left because
     the fill changed what surrounds another). A secret that cannot be
     overwritten where it stands makes the whole ``data``
     ``FILE_WITH_SECRET``."""
     for _ in range(_IN_PLACE_PASSES):
-        redacted = overwritten(redactor, data, whole_readings(data) + wide_readings(data))
+        redacted = overwritten(redactor, data, _in_place_readings(data))
         if redacted is None:
             return FILE_WITH_SECRET
         if redacted == data:
             return data
         data = redacted
-    last = overwritten(redactor, data, whole_readings(data) + wide_readings(data))
+    last = overwritten(redactor, data, _in_place_readings(data))
     return data if last == data else FILE_WITH_SECRET
+
+
+def _in_place_readings(data: bytes) -> list[Reading]:
+    return whole_readings(data) + wide_readings(data) + glued_readings(data)
+
+
+_TOKEN_RUNS: tuple[tuple[str, int, re.Pattern[bytes]], ...] = (
+    ("ascii", 1, re.compile(rb"(?<![\x21-\x7e])[\x21-\x7e]{16,256}(?![\x21-\x7e])")),
+    (
+        "utf-16-le",
+        2,
+        re.compile(rb"(?<![\x21-\x7e]\x00)(?:[\x21-\x7e]\x00){16,256}(?![\x21-\x7e]\x00)"),
+    ),
+    (
+        "utf-16-be",
+        2,
+        re.compile(rb"(?<!\x00[\x21-\x7e])(?:\x00[\x21-\x7e]){16,256}(?!\x00[\x21-\x7e])"),
+    ),
+)
+"""Runs of printable ASCII without a space, as each charset writes them:
+where a token stands in a binary file, often with a byte of the format
+glued to either end."""
+_CASE_CHANGE = re.compile(r"[a-z](?=[A-Z])")
+_WORD_START = re.compile(r"[A-Z](?=[a-z]{2})")
+_GLUE = 2
+"""Characters of a format that may be glued to either end of a token in a
+run: an SQLite record puts its columns' one-byte serial types, often a
+letter or a digit (a text of 18 to 56 bytes), right before the first
+column's text, and the next cell's length and row id after the last one."""
+_OTHER_STARTS = 4
+"""Places inside a run also tried as starts, and as ends, at most this many
+of each per run. Starts: where a lower-case letter meets an upper-case one
+(a text column glued to an ``AKIA...`` key), and where a keyword starts
+that every match of its rule starts with (``ghp_``, ``xoxb``, ``sk_live``:
+a text column glued to it). Ends: where a capitalised word starts (a text
+column glued after a key)."""
+_SHORTEST = 8
+"""The fewest characters a piece of a run is read as."""
+
+
+@functools.cache
+def _leading_keywords() -> Keywords:
+    """The keywords every match of their rule starts with."""
+    words = sorted(
+        {word for rule in default_rule_set().rules if rule.anchored for word in rule.keywords}
+    )
+    return Keywords.build(words)
+
+
+def glued_readings(data: bytes) -> list[Reading]:
+    """Token runs of ``data`` (``_TOKEN_RUNS``: ASCII, UTF-16 either byte
+    order) read from just past the characters that may be glued to them: a
+    pattern that needs a word boundary before or after a secret
+    (``\\bAKIA...\\b``) misses it where the run's first or last character
+    is a letter of the format, not of the secret. Each run is read from
+    each of its first ``_GLUE`` + 1 places and a few places inside it
+    (``_OTHER_STARTS``) to each of its last ``_GLUE`` + 1 ends and a few
+    places inside it; each such piece stands on its own line."""
+    found: list[Reading] = []
+    for codec, unit, pattern in _TOKEN_RUNS:
+        spans: list[tuple[int, int]] = []
+        for run in pattern.finditer(data):
+            offset = run.start()
+            text = run.group().decode(codec)
+            for first, last in _pieces(text):
+                spans.append((offset + first * unit, offset + last * unit))
+        if spans:
+            found.append((codec, tuple(spans)))
+    return found
+
+
+def _pieces(text: str) -> list[tuple[int, int]]:
+    """The ``(start, end)`` pieces of one token run ``glued_readings`` reads."""
+    length = len(text)
+    inside = [found.end() for found in _CASE_CHANGE.finditer(text, _GLUE, length - _SHORTEST)]
+    if _leading_keywords().any_word.search(text.lower()):
+        places = _leading_keywords().occurrences(text.lower()).values()
+        inside += [
+            place for found in places for place in found if _GLUE < place < length - _SHORTEST
+        ]
+    starts = [*range(_GLUE + 1), *sorted(set(inside))[:_OTHER_STARTS]]
+    ends = [*range(length - _GLUE, length + 1)]
+    ends += [found.start() for found in _WORD_START.finditer(text, _SHORTEST)][:_OTHER_STARTS]
+    return [(first, last) for first in starts for last in ends if last - first >= _SHORTEST]
 
 
 def overwritten(redactor: Redactor, data: bytes, readings: list[Reading]) -> bytes | None:
@@ -221,7 +314,14 @@ def overwritten(redactor: Redactor, data: bytes, readings: list[Reading]) -> byt
             offset += len(piece) + 1
             if len(encoded) != end - start:
                 return None
-            out[start:end] = encoded
+            # Only the fill is written: the spans of one reading may overlap
+            # (``glued_readings``), and a piece must not put back what
+            # another piece's redaction overwrote.
+            before = piece.encode(codec, "surrogatepass")
+            if encoded != before:
+                for index, (was, now) in enumerate(zip(before, encoded, strict=True)):
+                    if was != now:
+                        out[start + index] = now
     return bytes(out)
 
 
