@@ -34,6 +34,7 @@ from ..options import (
     FUZZ_SEED,
     REAL_PATHS_INI,
     RECORD_MODE_INI,
+    REGISTRY_INI,
     REPLAY,
     REPORT,
     WORLD,
@@ -76,6 +77,7 @@ class ToolguardRun:
         self.faults: tuple[Fault, ...] = self._selected_faults()
         """The columns of the fault matrix (empty without ``--toolguard-faults``)."""
         self._check_report_path()
+        self._check_ini_registry()
         root = config.rootpath
         self.replay_dirs: tuple[Path, ...] = tuple(
             (root / str(config.getini(name))).resolve() for name in (CASSETTE_DIR_INI, CASE_DIR_INI)
@@ -297,6 +299,22 @@ class ToolguardRun:
             return select_faults(spec, known)
         except ValueError as exc:
             raise pytest.UsageError(f"{FAULTS}: {exc}") from None
+
+    def _check_ini_registry(self) -> None:
+        """A run that replays or fuzzes loads the ini ``toolguard_registry``
+        for every item: one that cannot be loaded (malformed, module missing
+        or raising on import, attribute missing, not a registry, its factory
+        raising) is a usage error said once here, not an error per item."""
+        spec = str(self.config.getini(REGISTRY_INI))
+        if not spec or not (self.replaying or self.fuzzing):
+            return
+        from ..replay.registry_loading import SpecError, load_registry
+
+        try:
+            load_registry(spec)
+        except SpecError as exc:
+            one_line = " ".join(str(exc).splitlines())
+            raise pytest.UsageError(f"ini {REGISTRY_INI}: {one_line}") from None
 
     def _check_report_path(self) -> None:
         """``--toolguard-report`` needs faults to report and a format it can write."""
