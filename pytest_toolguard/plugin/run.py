@@ -31,6 +31,7 @@ from ..options import (
     FAULTS,
     FUZZ,
     FUZZ_EXAMPLES,
+    FUZZ_NETWORK,
     FUZZ_SEED,
     REAL_PATHS_INI,
     RECORD_MODE_INI,
@@ -70,6 +71,8 @@ class ToolguardRun:
         self.fuzzing = bool(config.getoption(dest(FUZZ)))
         self.fuzz_examples: int = config.getoption(dest(FUZZ_EXAMPLES))
         self.fuzz_seed: int = config.getoption(dest(FUZZ_SEED))
+        self.fuzz_network = bool(config.getoption(dest(FUZZ_NETWORK)))
+        """Fuzzed handlers may reach the network (``--toolguard-fuzz-network``)."""
         self.report_path: str | None = config.getoption(dest(REPORT)) or None
         self.record_mode_ini = self._ini_record_mode()
         self.world: str = self._world()
@@ -339,6 +342,8 @@ def fuzz_summary(reports: list[FuzzReport], seed: int) -> list[str]:
         f"{sum(r.invalid_calls for r in reports)} invalid calls, "
         f"{len(skipped)} skipped, {failures} failing examples, seed {seed}"
     )
+    if any(report.network for report in reports):
+        first += ", network allowed"
     return [first, *(f"  skipped {report.tool}: {report.skipped}" for report in skipped)]
 
 

@@ -5,6 +5,7 @@ A loopback server counts the requests that arrive."""
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import socket
 import threading
@@ -101,7 +102,20 @@ def _from_a_thread(port: int) -> None:
         raise failed[0]
 
 
+def _asyncio(port: int) -> None:
+    async def post() -> None:
+        reader, writer = await asyncio.open_connection("localhost", port)
+        writer.write(b"POST /refund HTTP/1.0\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        await reader.read(100)
+        writer.close()
+        await writer.wait_closed()
+
+    asyncio.run(post())
+
+
 CLIENTS: dict[str, Callable[[int], None]] = {
+    "asyncio by name": _asyncio,
     "urllib": _urllib,
     "http.client by name": _http_client,
     "raw socket": _raw_socket,
@@ -199,3 +213,52 @@ def test_the_test_itself_still_reaches_the_loopback_server(server: tuple[int, Co
     check_call(refund_tool(port, _urllib, Risk.EXTERNAL, swallow=False), {"amount": 1})
     _urllib(port)
     assert counter.requests == 1
+
+
+PLUGIN_TOOLS = '''
+import os
+import urllib.request
+
+from pytest_toolguard import ToolRegistry, tool
+from pytest_toolguard.capabilities import Risk
+
+
+@tool(name="refund", risk=Risk.EXTERNAL, input_schema={
+    "type": "object",
+    "properties": {"amount": {"type": "integer", "minimum": 1, "maximum": 9}},
+    "required": ["amount"],
+    "additionalProperties": False,
+})
+def refund(ctx, amount):
+    """Refunds through a live service."""
+    url = f"http://127.0.0.1:{os.environ['REFUND_PORT']}/refund"
+    request = urllib.request.Request(url, data=b"{}", method="POST")
+    with urllib.request.urlopen(request, timeout=5) as response:
+        response.read()
+    return {"refunded": amount}
+
+
+registry = ToolRegistry([refund])
+'''
+
+
+@pytest.mark.parametrize("allowed", [False, True])
+def test_the_pytest_option_is_the_opt_in_and_the_summary_names_it(
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    server: tuple[int, Counter],
+    allowed: bool,
+) -> None:
+    port, counter = server
+    monkeypatch.setenv("REFUND_PORT", str(port))
+    pytester.makepyfile(refund_tools=PLUGIN_TOOLS)
+    pytester.makeini("[pytest]\npythonpath = .\ntoolguard_registry = refund_tools:registry\n")
+    opt_in = ["--toolguard-fuzz-network"] if allowed else []
+    result = pytester.runpytest(
+        "--toolguard-fuzz", "--toolguard-fuzz-examples=2", "-p", "no:xdist", *opt_in
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert (counter.requests > 0) is allowed
+    summary = [line for line in result.outlines if line.startswith("toolguard fuzz:")]
+    assert len(summary) == 1
+    assert summary[0].endswith("network allowed") is allowed
