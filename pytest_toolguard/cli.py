@@ -24,6 +24,8 @@ from .cli_mcp import add_command_option, add_mcp_command, command_registry, tool
 from .documents import MAX_DOCUMENT_BYTES, DocumentRefused, parse_yaml, read_text
 
 USAGE_ERROR = 2
+PYTEST_USAGE_ERROR = 4
+"""``pytest.ExitCode.USAGE_ERROR`` (pytest is not imported here)."""
 
 FORMATS = ("claude-code", "openai-chat", "openai-responses", "anthropic", "mcp")
 DEFAULT_HOOK_AUDIT = ".toolguard/audit.db"
@@ -374,7 +376,10 @@ def _pytest(arguments: list[str], registry: str | None, passthrough: list[str]) 
     # Last: (`python -m pytest` puts it first anyway: tests run the project's code)
     paths = [environment.get("PYTHONPATH"), os.getcwd()]
     environment["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
-    return subprocess.call(command + passthrough, env=environment)
+    status = subprocess.call(command + passthrough, env=environment)
+    # pytest's usage error (a bad option, ini value or ini registry: one
+    # "ERROR:" line) is this command's usage error.
+    return USAGE_ERROR if status == PYTEST_USAGE_ERROR else status
 
 
 def _existing(paths: list[str]) -> list[str]:

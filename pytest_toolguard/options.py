@@ -25,6 +25,8 @@ FUZZ_EXAMPLES = "--toolguard-fuzz-examples"
 """Generated examples per tool and kind."""
 FUZZ_SEED = "--toolguard-fuzz-seed"
 """The fuzzer's seed."""
+FUZZ_NETWORK = "--toolguard-fuzz-network"
+"""Let fuzzed handlers reach the network (refused by default)."""
 WORLD = "--toolguard-world"
 """Which world replay runs a cassette in: one of ``WORLD_CHOICES``."""
 

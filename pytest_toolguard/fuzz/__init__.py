@@ -64,8 +64,13 @@ needs approval (external, dangerous) are approved by an ``Approver`` that
 allows every call (``approve=True``, the default), so their handlers run;
 with ``approve=False`` they must answer ``APPROVAL_REQUIRED``, their
 handlers never run and the report is skipped. Only the filesystem is
-fake: a handler that opens a socket does so for real, and one that runs a
-subprocess or opens SQLite on a file is refused (``real-disk``).
+fake: a handler that runs a subprocess or opens SQLite on a file is
+refused (``real-disk``). A handler that reaches the network (a socket
+connected, a host resolved: loopback too) gets ``NetworkRefused``, a
+``ConnectionRefusedError``, and nothing is sent (``fuzz.network``): its
+error is the tool's to answer, and answering OK anyway is a problem
+(``network-refused-ok``). ``network=True`` lets it through, and the
+report says so.
 A tool that names its host (``network_host_argument``) is refused by the
 policy, since no host is allowed (the report is skipped, saying so), unless
 ``capabilities`` allow one; stub any other outside effect in the registry
@@ -144,6 +149,7 @@ def fuzz_tool(
     timeout_seconds: float | None = None,
     fake_world: FakeWorld | None = None,
     world: str = "auto",
+    network: bool = False,
 ) -> FuzzReport:
     """Fuzz one tool: up to ``examples`` generated calls with valid
     arguments and up to ``examples`` with invalid ones (plus the explicit
@@ -157,7 +163,9 @@ def fuzz_tool(
     of a tool whose risk needs it, so its handler runs; ``timeout_seconds``
     replaces the tool's deadline; ``fake_world`` is the ``FakeWorld`` the
     examples run in (default: the process's); ``world`` is ``auto`` (the
-    tool's ``world``, else the registry's), ``fake`` or ``directory``.
+    tool's ``world``, else the registry's), ``fake`` or ``directory``;
+    ``network=True`` lets handlers reach the network (refused by default:
+    ``fuzz.network``), and the report says so.
 
     Never raises for a tool's behaviour; a schema outside the supported
     subset, or a handler that no valid call reached, gives a report with
@@ -174,6 +182,7 @@ def fuzz_tool(
         timeout_seconds=timeout_seconds,
         fake_world=fake_world,
         world=world,
+        network=network,
     )
     notes: list[str] = []
     failures: list[FuzzFailure] = []
@@ -198,11 +207,16 @@ def fuzz_tool(
         for search in searches:
             failures.extend(search.run(examples, seed, notes))
     except UnsupportedSchema as exc:
-        return FuzzReport(spec.name, 0, 0, 0, (), skipped=str(exc), seed=seed)
+        return FuzzReport(spec.name, 0, 0, 0, (), skipped=str(exc), seed=seed, network=network)
     finally:
         checker.close()
     if checker.not_run:
         notes.append(_not_run(checker.not_run))
+    if checker.network_refused:
+        notes.append(
+            f"network refused in {checker.network_refused} calls (first: "
+            f"{checker.first_refused}); fuzz_tool(..., network=True) to allow it"
+        )
     skipped = None
     if checker.handler_calls == 0:
         never_ran = _never_ran(valid_search.calls, checker.refusals)
@@ -220,6 +234,7 @@ def fuzz_tool(
         notes=tuple(notes),
         seed=seed,
         codes=dict(sorted(checker.codes.items())),
+        network=network,
     )
 
 
@@ -262,6 +277,7 @@ def fuzz_registry(
     tools: Sequence[str] | None = None,
     fake_world: FakeWorld | None = None,
     world: str = "auto",
+    network: bool = False,
 ) -> list[FuzzReport]:
     """``fuzz_tool`` for every tool of ``registry`` (or the named ``tools``),
     in name order, each beside the others. ``KeyError`` for an unknown name."""
@@ -283,6 +299,7 @@ def fuzz_registry(
                 timeout_seconds=timeout_seconds,
                 fake_world=fake_world,
                 world=world,
+                network=network,
             )
         )
     return reports
@@ -299,6 +316,7 @@ def check_call(
     timeout_seconds: float | None = None,
     fake_world: FakeWorld | None = None,
     world: str = "auto",
+    network: bool = False,
 ) -> tuple[FuzzFailure, ...]:
     """Run one call of ``spec`` with ``arguments`` in a fresh fuzz world and
     return every failure it shows (empty when it passes every check).
@@ -313,6 +331,7 @@ def check_call(
         timeout_seconds=timeout_seconds,
         fake_world=fake_world,
         world=world,
+        network=network,
     )
     values = dict(arguments)
     valid = checker.judge.input_validator.is_valid(values)

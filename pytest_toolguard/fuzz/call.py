@@ -8,7 +8,7 @@ import asyncio
 import json
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -33,6 +33,7 @@ from ..runtime import ToolRuntime
 from ..sandbox import CallCancelled
 from ..secret_entropy import shannon_entropy
 from .directory import FuzzDirectory
+from .network import NetworkLog, refusing_network
 from .report import Problem
 from .world import FUZZ_DECOYS, FUZZ_WORKSPACE, RUN_ID, WORKSPACE_ROOT
 
@@ -87,8 +88,16 @@ class CallChecker:
         timeout_seconds: float | None,
         fake_world: FakeWorld | None = None,
         world: str = "auto",
+        network: bool = False,
     ) -> None:
         self.spec = spec
+        self.network = network
+        """Whether handlers may reach the network (``fuzz.network`` refuses it
+        otherwise)."""
+        self.network_refused = 0
+        """How many calls had a network reach refused."""
+        self.first_refused = ""
+        """The first reach refused."""
         self.world: WorldKind = fuzzed_world(spec, registry, world)
         """The world each example runs in: ``fake`` (``harness.World``) or
         ``directory`` (``fuzz.directory.FuzzDirectory``)."""
@@ -132,6 +141,7 @@ class CallChecker:
         problems: list[tuple[Problem, str]] = []
         result: ToolResult | None = None
         store = SQLiteAuditStore(":memory:")  # made outside the fake fs; never sees it
+        network = NetworkLog()
         try:
             with self._world() as world:
                 sent = arguments
@@ -168,19 +178,22 @@ class CallChecker:
                     # are judged; inline mode would stop it.
                     isolation="thread",
                 )
+                refusing = nullcontext(network) if self.network else refusing_network(network)
                 try:
-                    result = runtime.execute(call)
+                    with refusing:
+                        try:
+                            result = runtime.execute(call)
+                        finally:
+                            with warnings.catch_warnings():
+                                # An overrunning handler is reported below, not warned about.
+                                warnings.simplefilter("ignore", RuntimeWarning)
+                                runtime.close(join_timeout=ORPHAN_JOIN_SECONDS)
                 except Exception as exc:
                     problems.append((Problem.EXECUTE_RAISED, _raised(exc)))
                 except BaseException as exc:
                     if exc is not runs.raised:
                         raise  # a real interrupt of the fuzzer, not the tool's
                     problems.append((Problem.EXECUTE_RAISED, _raised(exc)))
-                finally:
-                    with warnings.catch_warnings():
-                        # An overrunning handler is reported below, not warned about.
-                        warnings.simplefilter("ignore", RuntimeWarning)
-                        runtime.close(join_timeout=ORPHAN_JOIN_SECONDS)
                 if runs.finished < runs.calls:
                     problems.append(
                         (
@@ -222,6 +235,19 @@ class CallChecker:
             audit_text = "\n".join(repr(row) for row in rows)
         finally:
             store.close()
+        reaches = network.reaches()
+        if reaches:
+            self.network_refused += 1
+            self.first_refused = self.first_refused or reaches[0]
+        if result is not None and result.ok and reaches:
+            # A refused request is the tool's error to answer; answering OK
+            # claims an effect that never happened.
+            problems.append(
+                (
+                    Problem.NETWORK_REFUSED_OK,
+                    f"{reaches[0]} was refused, yet the call answered OK",
+                )
+            )
         if result is not None:
             self.codes[result.code.value] = self.codes.get(result.code.value, 0) + 1
             if valid and not runs.calls:

@@ -66,6 +66,10 @@ class Problem(str, enum.Enum):
     HANDLER_STILL_RUNNING = "handler-still-running"
     """The handler was still running ``ORPHAN_JOIN_SECONDS`` after the call
     was answered; it may write to the real disk later."""
+    NETWORK_REFUSED_OK = "network-refused-ok"
+    """The handler's network request was refused (fuzzing never reaches the
+    network unless asked to: ``fuzz.network``), yet the call answered OK:
+    the tool claims an effect that did not happen."""
     FLAKY = "flaky"
     """A failure that did not happen again with the same arguments."""
 
@@ -160,6 +164,9 @@ class FuzzReport:
     codes: Mapping[str, int] = field(default_factory=dict)
     """How many calls were answered with each ``ErrorCode`` value (valid and
     invalid together): shows what the fuzzing reached (did any read succeed?)."""
+    network: bool = False
+    """Whether handlers were let reach the network (``network=True``); by
+    default every reach was refused (``fuzz.network``)."""
 
     @property
     def ok(self) -> bool:
@@ -178,6 +185,7 @@ class FuzzReport:
             "notes": list(self.notes),
             "seed": self.seed,
             "codes": dict(self.codes),
+            "network": self.network,
         }
 
     @classmethod
@@ -192,6 +200,7 @@ class FuzzReport:
             notes=tuple(data["notes"]),
             seed=data["seed"],
             codes=dict(data["codes"]),
+            network=bool(data.get("network", False)),
         )
 
     def format(self) -> str:
@@ -206,6 +215,8 @@ class FuzzReport:
         if self.skipped is not None:
             verdict = f"skipped: {self.skipped}"
         lines = [f"fuzz {self.tool}: {verdict} ({ran})"]
+        if self.network:
+            lines.append("  network: allowed (network=True): handlers reached the real network")
         if self.codes:
             answered = ", ".join(f"{code} {count}" for code, count in sorted(self.codes.items()))
             lines.append(f"  answered: {answered}")

@@ -25,7 +25,15 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..errors import ToolguardError
-from ..options import AMPLIFY, FUZZ, FUZZ_EXAMPLES, FUZZ_NODE, FUZZ_SEED, REGISTRY_INI
+from ..options import (
+    AMPLIFY,
+    FUZZ,
+    FUZZ_EXAMPLES,
+    FUZZ_NETWORK,
+    FUZZ_NODE,
+    FUZZ_SEED,
+    REGISTRY_INI,
+)
 from ..replay.registry_loading import DEFAULT_REGISTRY
 from . import outcomes
 from .collection import RegistryAtCollection, RegistryUnavailable, registry_at_collection
@@ -498,6 +506,7 @@ def _fuzz(spec: ToolSpec, registry: ToolRegistry, config: pytest.Config) -> Fuzz
         seed=run.fuzz_seed,
         fake_world=run.fake_world(),
         world=run.world,
+        network=run.fuzz_network,
     )
 
 
@@ -506,5 +515,6 @@ def _rerun_fuzz(config: pytest.Config, tool: str) -> str:
     run = run_of(config)
     return (
         f"rerun: pytest {FUZZ} {FUZZ_SEED}={run.fuzz_seed} "
-        f"{FUZZ_EXAMPLES}={run.fuzz_examples} -k '{FUZZ_NODE} and {tool}'"
+        f"{FUZZ_EXAMPLES}={run.fuzz_examples}{' ' + FUZZ_NETWORK if run.fuzz_network else ''} "
+        f"-k '{FUZZ_NODE} and {tool}'"
     )

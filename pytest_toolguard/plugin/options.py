@@ -12,6 +12,7 @@ from ..options import (
     FAULTS,
     FUZZ,
     FUZZ_EXAMPLES,
+    FUZZ_NETWORK,
     FUZZ_SEED,
     REAL_PATHS_INI,
     RECORD_MODE,
@@ -104,6 +105,13 @@ def add_options(parser: pytest.Parser) -> None:
         default=0,
         metavar="N",
         help="the fuzzer's seed (default 0: the same examples on every run and xdist worker)",
+    )
+    group.addoption(
+        FUZZ_NETWORK,
+        dest=dest(FUZZ_NETWORK),
+        action="store_true",
+        help="let fuzzed handlers reach the network (by default every socket they connect, "
+        "loopback included, is refused): the fuzz report says so",
     )
     group.addoption(
         WORLD,

@@ -31,9 +31,11 @@ from ..options import (
     FAULTS,
     FUZZ,
     FUZZ_EXAMPLES,
+    FUZZ_NETWORK,
     FUZZ_SEED,
     REAL_PATHS_INI,
     RECORD_MODE_INI,
+    REGISTRY_INI,
     REPLAY,
     REPORT,
     WORLD,
@@ -69,6 +71,8 @@ class ToolguardRun:
         self.fuzzing = bool(config.getoption(dest(FUZZ)))
         self.fuzz_examples: int = config.getoption(dest(FUZZ_EXAMPLES))
         self.fuzz_seed: int = config.getoption(dest(FUZZ_SEED))
+        self.fuzz_network = bool(config.getoption(dest(FUZZ_NETWORK)))
+        """Fuzzed handlers may reach the network (``--toolguard-fuzz-network``)."""
         self.report_path: str | None = config.getoption(dest(REPORT)) or None
         self.record_mode_ini = self._ini_record_mode()
         self.world: str = self._world()
@@ -76,6 +80,7 @@ class ToolguardRun:
         self.faults: tuple[Fault, ...] = self._selected_faults()
         """The columns of the fault matrix (empty without ``--toolguard-faults``)."""
         self._check_report_path()
+        self._check_ini_registry()
         root = config.rootpath
         self.replay_dirs: tuple[Path, ...] = tuple(
             (root / str(config.getini(name))).resolve() for name in (CASSETTE_DIR_INI, CASE_DIR_INI)
@@ -298,6 +303,22 @@ class ToolguardRun:
         except ValueError as exc:
             raise pytest.UsageError(f"{FAULTS}: {exc}") from None
 
+    def _check_ini_registry(self) -> None:
+        """A run that replays or fuzzes loads the ini ``toolguard_registry``
+        for every item: one that cannot be loaded (malformed, module missing
+        or raising on import, attribute missing, not a registry, its factory
+        raising) is a usage error said once here, not an error per item."""
+        spec = str(self.config.getini(REGISTRY_INI))
+        if not spec or not (self.replaying or self.fuzzing):
+            return
+        from ..replay.registry_loading import SpecError, load_registry
+
+        try:
+            load_registry(spec)
+        except SpecError as exc:
+            one_line = " ".join(str(exc).splitlines())
+            raise pytest.UsageError(f"ini {REGISTRY_INI}: {one_line}") from None
+
     def _check_report_path(self) -> None:
         """``--toolguard-report`` needs faults to report and a format it can write."""
         path = self.report_path
@@ -321,6 +342,8 @@ def fuzz_summary(reports: list[FuzzReport], seed: int) -> list[str]:
         f"{sum(r.invalid_calls for r in reports)} invalid calls, "
         f"{len(skipped)} skipped, {failures} failing examples, seed {seed}"
     )
+    if any(report.network for report in reports):
+        first += ", network allowed"
     return [first, *(f"  skipped {report.tool}: {report.skipped}" for report in skipped)]
 
 

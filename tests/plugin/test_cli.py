@@ -307,6 +307,16 @@ def test_replay_of_a_missing_path_is_one_line_and_exit_2() -> None:
     )
 
 
+@pytest.mark.parametrize("spec", ["no_such_module:registry", "pytest_toolguard:__version__"])
+def test_replay_with_a_bad_ini_registry_is_one_line_and_exit_2(tmp_path: Path, spec: str) -> None:
+    (tmp_path / "pytest.ini").write_text(f"[pytest]\ntoolguard_registry = {spec}\n")
+    (tmp_path / "cases").mkdir()
+    run = toolguard("replay", "cases", "--", "-p", "no:cacheprovider", cwd=tmp_path)
+    lines = [line for line in run.stderr.splitlines() if line.strip()]
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert len(lines) == 1 and lines[0].startswith("ERROR: ini toolguard_registry: ")
+
+
 def test_matrix_runs_the_faults_and_writes_the_report(tmp_path: Path) -> None:
     report = tmp_path / "matrix.md"
     run = toolguard(

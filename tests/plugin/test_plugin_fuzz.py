@@ -233,9 +233,9 @@ def test_broken_ini_registry_is_an_error_naming_the_value(pytester: pytest.Pytes
 
     result = pytester.runpytest("--toolguard-fuzz", *NO_XDIST)
 
-    assert result.ret == pytest.ExitCode.INTERRUPTED
-    result.stdout.fnmatch_lines(
-        ["*--toolguard-fuzz: ini toolguard_registry: 'nosuch_module:registry': cannot import*"]
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: ini toolguard_registry: 'nosuch_module:registry': cannot import*"]
     )
 
 

@@ -265,6 +265,14 @@ def test_secrets_fill_placeholders_from_the_ini(pytester):
     pytester.runpytest(*NO_XDIST, "--toolguard-replay").assert_outcomes(passed=1)
 
 
+BAD_TOOLS_MODULE = """\
+def exploding():
+    raise RuntimeError("no credentials in this environment")
+
+number = 3
+"""
+
+
 @pytest.mark.parametrize(
     "spec, message",
     [
@@ -272,16 +280,37 @@ def test_secrets_fill_placeholders_from_the_ini(pytester):
         ("no_such_module:registry", "cannot import 'no_such_module'"),
         ("mytools:missing", "mytools has no attribute 'missing'"),
         ("mytools:not_a_registry", "is a list, not a ToolRegistry"),
+        ("badtools:number", "is a int, not a ToolRegistry"),
+        ("raising_on_import:registry", "cannot import 'raising_on_import': RuntimeError"),
+        ("badtools:exploding", "calling it raised RuntimeError"),
     ],
 )
-def test_a_bad_registry_spec_fails_every_item_with_a_clear_message(pytester, spec, message):
-    pytester.makepyfile(mytools=TOOLS_MODULE)
+@pytest.mark.parametrize("option", ["--toolguard-replay", "--toolguard-faults=timeout"])
+def test_a_bad_ini_registry_is_one_usage_error_line_not_an_error_per_item(
+    pytester, spec, message, option
+):
+    pytester.makepyfile(
+        mytools=TOOLS_MODULE,
+        badtools=BAD_TOOLS_MODULE,
+        raising_on_import="raise RuntimeError('import-time failure\\nsecond line')\n",
+    )
     pytester.makeini(f"[pytest]\npythonpath = .\ntoolguard_registry = {spec}\n")
     _write(pytester, "cases/token.yaml", TOKEN_CASE % "false")
-    result = pytester.runpytest(*NO_XDIST, "--toolguard-replay")
-    result.assert_outcomes(errors=1)
-    assert "ini toolguard_registry: " in result.stdout.str()
-    assert message in result.stdout.str()
+    _write(pytester, "cases/other.yaml", TOKEN_CASE % "false")
+    result = pytester.runpytest(*NO_XDIST, option)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.errlines if line.strip()]
+    assert len(errors) == 1, errors
+    assert errors[0].startswith("ERROR: ini toolguard_registry: ")
+    assert message in errors[0]
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    assert not any(" error" in line for line in result.outlines)
+
+
+def test_a_bad_ini_registry_does_not_stop_a_run_that_does_not_use_it(pytester):
+    pytester.makeini("[pytest]\ntoolguard_registry = no_such_module:registry\n")
+    pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
+    pytester.runpytest(*NO_XDIST).assert_outcomes(passed=1)
 
 
 def test_load_registry_and_secrets_refuse_the_wrong_type(monkeypatch, tmp_path):
