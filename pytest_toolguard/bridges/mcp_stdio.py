@@ -12,7 +12,9 @@ so the runtime's synchronous workers can call it.
 The start is the handler's ``prepare``, run before the call's deadline
 starts, bounded by ``startup_timeout`` alone: a slow start (``npx -y``) is
 never the call's TIMEOUT, a failed one is its EXECUTION_ERROR (a fault
-cell's probe passes it on, even when the fault wraps the handler).
+cell's probe passes it on, even when the fault wraps the handler). Its
+``needed`` (asked on the calling thread) says False while the world's
+server runs, which spares each later call the hand-off to a worker.
 
 In a directory world the server's process is started from a handler run,
 so the world's ``ChildProcesses`` starts it (the recorded time, the
