@@ -12,7 +12,9 @@ so the runtime's synchronous workers can call it.
 The start is the handler's ``prepare``, run before the call's deadline
 starts, bounded by ``startup_timeout`` alone: a slow start (``npx -y``) is
 never the call's TIMEOUT, a failed one is its EXECUTION_ERROR (a fault
-cell's probe passes it on, even when the fault wraps the handler).
+cell's probe passes it on, even when the fault wraps the handler). Its
+``needed`` (asked on the calling thread) says False while the world's
+server runs, which spares each later call the hand-off to a worker.
 
 In a directory world the server's process is started from a handler run,
 so the world's ``ChildProcesses`` starts it (the recorded time, the
@@ -80,12 +82,19 @@ class StdioServers:
             label=self.label,
         ).start()
 
+    def running(self, root: str) -> bool:
+        """Whether ``root``'s world has a running server as the calling
+        thread sees it (``of`` would return it without starting one)."""
+        with self._lock:
+            server = self._servers.get(_key(root))
+        return server is not None and not server.closed.is_set()
+
     def of(self, root: str) -> StdioServer:
         """The running server of ``root``'s world as the calling thread sees
         it (its mount namespace: a full-disk fault mounts one for the
         handler's thread), started (again) if needed; a forked process
         (process isolation) gets its own, as it has no loop thread."""
-        key = f"{root}\0{_mount_namespace()}\0{os.getpid()}"
+        key = _key(root)
         with self._lock:
             server = self._servers.get(key)
             if server is not None and server.closed.is_set():
@@ -112,11 +121,17 @@ class _CommandTool:
         self.__name__ = f"mcp_{name}"
 
         def prepare(ctx: Any) -> None:
-            if not getattr(ctx, "cancelled", threading.Event()).is_set():
+            if not _cancelled(ctx):
                 self.server(ctx)
+
+        def needed(ctx: Any) -> bool:
+            return not _cancelled(ctx) and not servers.running(os.fspath(ctx.workspace.root))
 
         # The runtime's bound on it: the start-up timeout, and time to spawn and kill.
         prepare.__dict__["timeout_seconds"] = servers.startup_timeout + PREPARE_MARGIN_SECONDS
+        # Checked on the calling thread: a running server spares the hand-off
+        # to a worker (if it dies meanwhile, the call starts it again).
+        prepare.__dict__["needed"] = needed
         self.prepare = prepare
 
     def server(self, ctx: Any) -> StdioServer:
@@ -220,6 +235,16 @@ def _in_its_workspace(spec: ToolSpec) -> ToolSpec:
 
 
 # -- helpers ----------------------------------------------------------------------
+
+
+def _key(root: str) -> str:
+    """A server's key: its root, the calling thread's mount namespace and this process."""
+    return f"{root}\0{_mount_namespace()}\0{os.getpid()}"
+
+
+def _cancelled(ctx: Any) -> bool:
+    cancelled = getattr(ctx, "cancelled", None)
+    return cancelled is not None and bool(cancelled.is_set())
 
 
 def _spelt(text: str, root: str) -> str:

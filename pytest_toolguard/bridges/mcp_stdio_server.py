@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any, TextIO, cast
 
 import anyio
+import anyio.abc
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -142,17 +143,14 @@ class StdioServer:
     async def _main(self) -> None:
         self._stop = asyncio.Event()
         try:
-            async with self.connect() as (read, write):
-                relay_send, relay_receive = anyio.create_memory_object_stream[Any](0)
-                async with anyio.create_task_group() as group:
-                    group.start_soon(self._relay, read, relay_send)
-                    group.start_soon(self._watcher)
-                    async with ClientSession(relay_receive, write) as session:
-                        await self._initialize(session)
-                        self._session = session
-                        self._ready.set_result(None)
-                        await self._stop.wait()
-                    group.cancel_scope.cancel()
+            async with self.connect() as (read, write), anyio.create_task_group() as group:
+                group.start_soon(self._watcher)
+                async with ClientSession(_Watched(self, read), write) as session:
+                    await self._initialize(session)
+                    self._session = session
+                    self._ready.set_result(None)
+                    await self._stop.wait()
+                group.cancel_scope.cancel()
         except BaseException as exc:  # noqa: BLE001 - every way to fail is said as one error
             if not self._ready.done():
                 self._ready.set_exception(self._not_started(exc))
@@ -165,17 +163,8 @@ class StdioServer:
         """The transport's (read, write) streams while entered (``mcp_http`` overrides it)."""
         return stdio_client(self._params, errlog=cast(TextIO, self._stderr))  # has a descriptor
 
-    async def _relay(self, read: Any, send: Any) -> None:
-        """What the server writes, on to the session; the first line that is
-        not JSON-RPC kept for the error; the end of stdout closes the server."""
-        async with send:
-            async for item in read:
-                if isinstance(item, Exception) and self._first_garbage is None:
-                    self._first_garbage = _input_of(item)
-                    if not self._ready.done():  # garbage before initialize: not MCP
-                        break
-                with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-                    await send.send(item)
+    def _ended(self) -> None:
+        """What the server writes ended (or is not MCP): the server is closed."""
         self.closed.set()
         if self._stop is not None:
             self._stop.set()
@@ -347,6 +336,40 @@ class StdioServer:
                 raise self.died() from exc
             raise
         return result_wire(result)
+
+
+class _Watched(anyio.abc.ObjectReceiveStream[Any]):
+    """What the server writes, as the session reads it: the first line that
+    is not JSON-RPC kept for the error (before ``initialize`` answered, it
+    ends the stream: not MCP); the end of stdout closes the server. Read in
+    the session's own receive, not relayed by a task of ours: a relay cost
+    a task switch and a stream hand-off per message."""
+
+    def __init__(self, server: StdioServer, read: Any) -> None:
+        self._server = server
+        self._read = read
+
+    @property
+    def last_context(self) -> Any:
+        """The sender's context, which the SDK's dispatcher may read."""
+        return getattr(self._read, "last_context", None)
+
+    async def receive(self) -> Any:
+        server = self._server
+        try:
+            item = await self._read.receive()
+        except Exception:  # its end, or closed: nothing more comes
+            server._ended()
+            raise
+        if isinstance(item, Exception) and server._first_garbage is None:
+            server._first_garbage = _input_of(item)
+            if not server._ready.done():  # garbage before initialize: not MCP
+                server._ended()
+                raise anyio.EndOfStream
+        return item
+
+    async def aclose(self) -> None:
+        await self._read.aclose()
 
 
 _LIVE: set[StdioServer] = set()

@@ -13,7 +13,8 @@ What it returns must be JSON data matching the output schema
 raises is EXECUTION_ERROR (a sandbox refusal keeps its own code); a
 handler that overruns its deadline is answered TIMEOUT. A handler's
 ``prepare(ctx)`` (a server it talks to, started) runs before the deadline
-starts, under its own bound (``Invocation.prepared``).
+starts, under its own bound (``Invocation.prepared``), skipped when its
+``prepare.needed(ctx)`` says there is nothing to prepare.
 """
 
 from __future__ import annotations
@@ -320,17 +321,19 @@ class Invocation:
             cancelled,
         )
 
-    def prepared(self, handler: HandlerRun, call_id: str) -> Outcome | None:
-        """Run the handler's ``prepare(ctx)`` when it has one (a server it
-        talks to, started in the call's world), before the deadline's clock
+    def prepared(
+        self, handler: HandlerRun, call_id: str, prepare: Callable[[Any], Any] | None
+    ) -> Outcome | None:
+        """Run the handler's ``prepare(ctx)`` (a server it talks to, started
+        in the call's world; ``to_prepare``'s answer, asked on the calling
+        thread, None when there is nothing to run) before the deadline's clock
         starts: a slow start is never the call's timeout. It runs on a
         worker as a handler run of its own (what it starts belongs to the
         call's world) under its own bound, ``prepare.timeout_seconds``.
         None when it succeeded or there is none; otherwise the call's
         failed outcome (its error, or that it overran its bound). Not in
         process isolation: a forked child keeps nothing it started."""
-        prepare = getattr(handler.handler, "prepare", None)
-        if not callable(prepare) or not isinstance(self.isolation, ThreadIsolation):
+        if prepare is None:
             return None
         bound = getattr(prepare, "timeout_seconds", PREPARE_SECONDS)
         run = HandlerRun(prepare, handler.ctx, {}, None, None, None, handler.cancellation)
@@ -340,13 +343,33 @@ class Invocation:
             return False, PrepareOverran(f"preparing the call took over {bound:g} s"), None
         return None if finished else (False, value, handler.accessed)
 
+    def to_prepare(self, handler: HandlerRun) -> Callable[[Any], Any] | None:
+        """The handler's ``prepare`` when this call must run it: None
+        without one, in process isolation, or when its ``needed(ctx)``
+        (an optional cheap check run on the calling thread, such as "my
+        world's server runs already") says False, which saves the hand-off
+        to a worker. When ``needed`` raises, ``prepare`` runs: its own run
+        reports what is wrong."""
+        prepare: Callable[[Any], Any] | None = getattr(handler.handler, "prepare", None)
+        if not callable(prepare) or not isinstance(self.isolation, ThreadIsolation):
+            return None
+        needed = getattr(prepare, "needed", None)
+        if callable(needed):
+            try:
+                if not needed(handler.ctx):
+                    return None
+            except Exception:  # noqa: BLE001 - prepare's run says what is wrong
+                pass
+        return prepare
+
     def invoke(self, running: Running) -> ToolResult:
         """Run the handler through the isolation, blocking until it ends or
         its deadline passes."""
         handler = self.handler_run(running)
         timeout = self.settings.deadline(running.spec)
         try:
-            outcome: Outcome | None = self.prepared(handler, running.attempt.call_id)
+            prepare = self.to_prepare(handler)
+            outcome: Outcome | None = self.prepared(handler, running.attempt.call_id, prepare)
             if outcome is None:
                 outcome = self._run(handler, timeout, running)
         except HandlerTimeout as exc:
@@ -398,8 +421,9 @@ class Invocation:
         timeout, call_id = self.settings.deadline(running.spec), running.attempt.call_id
         try:
             failed = None
-            if getattr(handler.handler, "prepare", None) is not None:
-                failed = await asyncio.to_thread(self.prepared, handler, call_id)
+            prepare = self.to_prepare(handler)
+            if prepare is not None:
+                failed = await asyncio.to_thread(self.prepared, handler, call_id, prepare)
             outcome: Outcome
             if failed is not None:
                 outcome = failed

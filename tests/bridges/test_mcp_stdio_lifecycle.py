@@ -268,6 +268,95 @@ def test_a_handlers_prepare_runs_before_the_deadline_under_its_own_bound(
         assert result.data == str(tmp_path)
 
 
+class _Needed:
+    """A ``prepare`` whose ``needed(ctx)`` answers ``answer`` (raises it
+    when it is an exception); counts its runs and the threads it ran on."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer, self.runs, self.checked_on = answer, 0, ""
+        self.timeout_seconds = 30.0
+
+    def needed(self, ctx: Any) -> bool:
+        import threading
+
+        self.checked_on = threading.current_thread().name
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return bool(self.answer)
+
+    def __call__(self, ctx: Any) -> None:
+        self.runs += 1
+
+
+class _NeedsPreparing:
+    def __init__(self, answer: Any) -> None:
+        self.prepare = _Needed(answer)
+
+    def __call__(self, ctx: Any) -> int:
+        return self.prepare.runs
+
+
+@pytest.mark.parametrize("mode", ["thread", "inline", "async"])
+@pytest.mark.parametrize(
+    ("answer", "runs"),
+    [
+        pytest.param(False, 0, id="nothing-to-prepare"),
+        pytest.param(0, 0, id="falsy"),
+        pytest.param(True, 1, id="needed"),
+        pytest.param(RuntimeError("cannot tell"), 1, id="needed-raises"),
+    ],
+)
+def test_a_prepare_that_says_it_is_not_needed_is_not_run(
+    tmp_path: Path, mode: str, answer: Any, runs: int
+) -> None:
+    """``prepare.needed(ctx)`` is asked on the calling thread; False spares
+    the run (and its hand-off to a worker), an error in it runs ``prepare``."""
+    import asyncio
+    import threading
+
+    from pytest_toolguard import ToolSpec
+
+    handler = _NeedsPreparing(answer)
+    spec = ToolSpec("t", "A tool.", {"type": "object"}, handler, timeout_seconds=DEADLINE)
+    store = SQLiteAuditStore(":memory:")
+    registry = ToolRegistry([spec])
+    with ToolRuntime(
+        registry, str(tmp_path), CAPS, store, isolation="inline" if mode == "inline" else "thread"
+    ) as rt:
+        call = ToolCall("1", "t", {})
+        result = asyncio.run(rt.aexecute(call)) if mode == "async" else rt.execute(call)
+    assert (result.code, result.data, _states(store)) == (ErrorCode.OK, runs, ["SUCCEEDED"])
+    assert handler.prepare.checked_on == threading.current_thread().name
+
+
+def test_a_running_server_needs_no_preparing_and_a_dead_one_does(tmp_path: Path) -> None:
+    """The bridge's ``prepare.needed``: True before its world's server runs,
+    False while it runs (the call skips the hand-off), True again once it
+    died; False for a cancelled call (its ``prepare`` does nothing)."""
+    import threading
+    from types import SimpleNamespace
+
+    from pytest_toolguard.bridges.mcp_stdio import MCPServerDied, StdioServers
+
+    servers = StdioServers(["node", SERVER], env=None, cwd=None, startup_timeout=30.0)
+    handler: Any = servers.handler("die")
+    prepare = handler.prepare
+    ctx = SimpleNamespace(workspace=SimpleNamespace(root=tmp_path), cancelled=threading.Event())
+    before = prepare.needed(ctx)
+    prepare(ctx)
+    server = servers.of(str(tmp_path))
+    try:
+        running = prepare.needed(ctx)
+        ctx.cancelled.set()
+        cancelled = prepare.needed(ctx)
+        ctx.cancelled.clear()
+        with pytest.raises(MCPServerDied):
+            server.call("die", {"code": 3}, None)
+        assert (before, running, cancelled, prepare.needed(ctx)) == (True, False, False, True)
+    finally:
+        server.stop()
+
+
 # -- amplification over stdio -------------------------------------------------------
 
 
