@@ -29,12 +29,13 @@ from ..harness.world import DECOY_MARKER, FORBIDDEN_MARKER, WorkspaceEntry, Worl
 from ..hooks import Approver
 from ..redaction import Redactor
 from ..registry import ToolRegistry, ToolSpec, WorldKind, checked_world
+from ..replay.cassette import WorkspaceState
 from ..runtime import ToolRuntime
 from ..sandbox import CallCancelled
 from ..secret_entropy import shannon_entropy
 from .directory import FuzzDirectory
 from .report import Problem
-from .world import FUZZ_DECOYS, FUZZ_WORKSPACE, RUN_ID, WORKSPACE_ROOT
+from .world import FUZZ_DECOYS, RUN_ID, WORKSPACE_ROOT, starting_workspace
 
 MIN_SECRET_LENGTH = 8
 """A secret-named argument's value shorter than this is not looked for
@@ -87,8 +88,11 @@ class CallChecker:
         timeout_seconds: float | None,
         fake_world: FakeWorld | None = None,
         world: str = "auto",
+        workspace: WorkspaceState | None = None,
     ) -> None:
         self.spec = spec
+        self.workspace = starting_workspace(workspace)
+        """What every example's workspace holds before its call."""
         self.world: WorldKind = fuzzed_world(spec, registry, world)
         """The world each example runs in: ``fake`` (``harness.World``) or
         ``directory`` (``fuzz.directory.FuzzDirectory``)."""
@@ -271,7 +275,7 @@ class CallChecker:
     def _world(self) -> AbstractContextManager[World | FuzzDirectory]:
         if self.world == "directory":
             return self._directory()
-        return World(FUZZ_WORKSPACE, fake_world=self.fake_world)
+        return World(self.workspace, fake_world=self.fake_world)
 
     @contextmanager
     def _directory(self) -> Iterator[FuzzDirectory]:
@@ -285,7 +289,8 @@ class CallChecker:
         if self._kept is None:
             fake_world = self.fake_world
             place = FuzzDirectory(
-                real_paths=fake_world.real_paths if fake_world is not None else None
+                real_paths=fake_world.real_paths if fake_world is not None else None,
+                workspace=self.workspace,
             )
             place.__enter__()
             try:
