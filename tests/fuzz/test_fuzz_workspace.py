@@ -18,7 +18,7 @@ from pytest_toolguard.fuzz.world import (
     WORKSPACE_SYMLINKS,
     starting_workspace,
 )
-from pytest_toolguard.registry import ToolSpec, tool
+from pytest_toolguard.registry import ToolSpec, WorldKind, tool
 from pytest_toolguard.replay.cassette import WorkspaceState
 
 RECORDED = "/home/me/project"
@@ -38,7 +38,7 @@ PATH = {
 }
 
 
-def _reader(world: str) -> ToolSpec:
+def _reader(world: WorldKind) -> ToolSpec:
     """Reads with raw open() from the workspace root: it answers OK only
     where the file is, and leaks whatever it is led to."""
 
@@ -74,7 +74,7 @@ def test_a_path_of_its_own_is_never_replaced_by_the_link_leading_out() -> None:
     assert started.files == {name: b"a file here"} and name not in started.symlinks
 
 
-def _fixed(world: str, path: str) -> ToolSpec:
+def _fixed(world: WorldKind, path: str) -> ToolSpec:
     """Reads one path of the workspace, taking no argument."""
 
     def read_fixed(ctx: ToolContext) -> dict[str, Any]:
@@ -98,7 +98,7 @@ def _fixed(world: str, path: str) -> ToolSpec:
     ],
 )
 def test_every_call_starts_from_the_workspace_given(
-    world: str, path: str, given: str, default: str
+    world: WorldKind, path: str, given: str, default: str
 ) -> None:
     """The same call answers by what the start holds, and passes every
     check in both (a link under the recorded root leads inside, not out)."""
@@ -112,6 +112,6 @@ def test_every_call_starts_from_the_workspace_given(
 
 @pytest.mark.parametrize("world", ["fake", "directory"])
 @pytest.mark.parametrize("path", ["link-out/secret.txt", "../outside/secret.txt"])
-def test_escapes_from_a_workspace_given_are_still_caught(world: str, path: str) -> None:
+def test_escapes_from_a_workspace_given_are_still_caught(world: WorldKind, path: str) -> None:
     failures = check_call(_reader(world), {"path": path}, workspace=PROJECT)
     assert Problem.OUTSIDE_READ in {failure.problem for failure in failures}
