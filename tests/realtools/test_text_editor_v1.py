@@ -2,6 +2,9 @@
 v1's low-level ``Server`` (tools registered through its decorators, every
 path absolute, nested in arrays): wrapped in process, recorded for real,
 its recorded root deleted, replayed; then its fault matrix and fuzzing.
+Then the same server started as a command over stdio (its package's
+entry point, ``mcp-text-editor``): recorded, replayed after its recorded
+root is deleted, and the cells that must catch its faults.
 
 mcp 2.x has no such server, so this file skips in the main suite; CI runs
 it in an environment with mcp<2 (``.ci/mcp-v1-check``, which fails if it
@@ -10,6 +13,9 @@ skips)."""
 from __future__ import annotations
 
 import hashlib
+import os
+import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +29,11 @@ from real_tools import NOTES_CAPS  # noqa: E402
 from sessions import Session, record  # noqa: E402
 
 from pytest_toolguard import PathAccess, ToolRegistry  # noqa: E402
-from pytest_toolguard.bridges.mcp import from_mcp_server, restoring_process_state  # noqa: E402
+from pytest_toolguard.bridges.mcp import (  # noqa: E402
+    from_mcp_command,
+    from_mcp_server,
+    restoring_process_state,
+)
 from pytest_toolguard.faults import BUILTIN_FAULTS, run_cell, select_faults, targets  # noqa: E402
 from pytest_toolguard.faults.directory import full_disk_unavailable  # noqa: E402
 from pytest_toolguard.fuzz import fuzz_tool  # noqa: E402
@@ -81,6 +91,13 @@ SESSION = Session(
 )
 
 
+RISKS = {"get_text_file_contents": "read", "edit_text_file_contents": "write"}
+PATHS = {
+    "get_text_file_contents": [PathAccess.read("{files[*].file_path}")],
+    "edit_text_file_contents": [PathAccess.write("{files[*].path}")],
+}
+
+
 @pytest.fixture(scope="module")
 def registry() -> ToolRegistry:
     """The server, imported in a controlled scope (it calls
@@ -90,14 +107,7 @@ def registry() -> ToolRegistry:
     files by absolute path: the directory world."""
     with restoring_process_state():
         from mcp_text_editor.server import app
-    specs = from_mcp_server(
-        app,
-        risks={"get_text_file_contents": "read", "edit_text_file_contents": "write"},
-        paths={
-            "get_text_file_contents": [PathAccess.read("{files[*].file_path}")],
-            "edit_text_file_contents": [PathAccess.write("{files[*].path}")],
-        },
-    )
+    specs = from_mcp_server(app, risks=RISKS, paths=PATHS)
     return ToolRegistry(specs, world="directory")
 
 
@@ -214,3 +224,55 @@ def test_fuzzing_the_text_editor_finds_nothing(
     )
     assert [(failure.problem, failure.detail) for failure in report.failures] == []
     assert surroundings.snapshots() == before
+
+
+# -- the same server over stdio ------------------------------------------------------
+
+ENTRY_POINT = os.path.join(os.path.dirname(sys.executable), "mcp-text-editor")
+"""The package's command, installed beside the interpreter running the tests."""
+
+
+@pytest.fixture(scope="module")
+def over_stdio() -> ToolRegistry:
+    """The server started as its package's command, in the world's root;
+    risks and paths as in process (the agent developer's view)."""
+    if not os.path.exists(ENTRY_POINT):
+        pytest.skip(f"no {ENTRY_POINT}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ToolRegistry(
+            from_mcp_command([ENTRY_POINT], cwd="{workspace}", risks=RISKS, paths=PATHS)
+        )
+
+
+def test_the_text_editor_over_stdio_replays_after_its_recorded_root_is_deleted(
+    over_stdio: ToolRegistry, surroundings: Any, tmp_path: Path
+) -> None:
+    assert {spec.world for spec in over_stdio} == {"directory"}
+    path, workspace = record(SESSION, over_stdio, surroundings.recorded, tmp_path / "cassettes")
+    assert (workspace / "notes" / "a.txt").read_text() == "FIRST\n"
+    assert (workspace / "notes" / "new.txt").read_text() == "new\n"
+    sessions.delete(workspace)
+    before = surroundings.snapshots()
+    report = replay(load(path), over_stdio)
+    assert report.differences == ()
+    assert all(result.ok for result in report.results)
+    assert surroundings.snapshots() == before
+    assert surroundings.worlds_left() == []
+
+
+@pytest.mark.parametrize("fault", ["symlink_escape", "symlink_race", "disk_failure"])
+def test_the_matrix_catches_the_text_editors_faults_over_stdio(
+    fault: str, over_stdio: ToolRegistry, surroundings: Any, tmp_path: Path
+) -> None:
+    """Over stdio as in process: it follows a link swapped in during the
+    call, and an I/O error leaves an edited file torn (emptied) while the
+    call answers ``isError: false``."""
+    outcomes = _cells(over_stdio, surroundings, tmp_path / "c", select_faults(fault))
+    failed = {(o.tool, o.interaction) for o in outcomes if o.status == "fail"}
+    if fault == "disk_failure":
+        assert {interaction for _, interaction in failed} >= TORN[fault]
+    else:
+        caught = [o for o in outcomes if o.tool in LINKS[fault]]
+        assert caught and all(outcome.status == "fail" for outcome in caught)
+    assert surroundings.worlds_left() == []
