@@ -263,11 +263,13 @@ def test_the_text_editor_over_stdio_replays_after_its_recorded_root_is_deleted(
 
 OVER_STDIO = {
     # fault: the interactions whose cell must fail
-    "symlink_escape": {1, 2},
+    "symlink_escape": {1, 2, 3},
     "disk_failure": {3},
 }
 """Over stdio the server is another process: a link is swapped in as the
-call starts (the read and the edit of ``notes/a.txt`` read through it), and
+call starts (the read and the edit of ``notes/a.txt`` read through it; the
+new file's edit hashes the decoy there, seen by the world's accesses:
+``pytest-toolguard[directory]``), and
 a full disk is a real one, which tears only the edit that grows its file
 (3: ``notes/new.txt`` left empty, answered ``isError: false``; see ``TORN``).
 ``symlink_race`` swaps between the handler's own file operations, which it
