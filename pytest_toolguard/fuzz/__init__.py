@@ -56,6 +56,9 @@ Nested path arguments are reached by random text only.
 The fuzz world (``fuzz.world``). The workspace root is ``WORKSPACE_ROOT``
 holding ``WORKSPACE_FILES`` and ``WORKSPACE_SYMLINKS``; ``OUTSIDE_FILES``
 are decoys, planted in a fresh ``harness.World`` for every example.
+A tool that needs a workspace of its own (a git server needs a repository)
+is given one with ``workspace=``: every example starts from that state
+instead, at the same root, beside the same decoys.
 The runtime gets an in-memory audit store (sqlite never sees pyfakefs),
 ``variables={"run_id": RUN_ID}`` (the built-in run tools need it), and by
 default capabilities allowing this tool at its risk, reading
@@ -115,6 +118,7 @@ from typing import Any
 from ..capabilities import Capabilities
 from ..harness.fake_filesystem import FakeWorld
 from ..registry import ToolRegistry, ToolSpec
+from ..replay.cassette import WorkspaceState
 from ..strategies import UnsupportedSchema, arguments_for
 from .arguments import (
     accepts_every_object,
@@ -150,6 +154,7 @@ def fuzz_tool(
     fake_world: FakeWorld | None = None,
     world: str = "auto",
     network: bool = False,
+    workspace: WorkspaceState | None = None,
 ) -> FuzzReport:
     """Fuzz one tool: up to ``examples`` generated calls with valid
     arguments and up to ``examples`` with invalid ones (plus the explicit
@@ -166,6 +171,10 @@ def fuzz_tool(
     tool's ``world``, else the registry's), ``fake`` or ``directory``;
     ``network=True`` lets handlers reach the network (refused by default:
     ``fuzz.network``), and the report says so.
+    ``workspace`` is the state every example's workspace starts from
+    (default ``fuzz.world.FUZZ_WORKSPACE``; a cassette's ``workspace``, or a
+    ``WorkspaceState`` of a repository for a tool that needs one), placed
+    at ``WORKSPACE_ROOT`` as ``fuzz.world.starting_workspace`` says.
 
     Never raises for a tool's behaviour; a schema outside the supported
     subset, or a handler that no valid call reached, gives a report with
@@ -183,6 +192,7 @@ def fuzz_tool(
         fake_world=fake_world,
         world=world,
         network=network,
+        workspace=workspace,
     )
     notes: list[str] = []
     failures: list[FuzzFailure] = []
@@ -278,6 +288,7 @@ def fuzz_registry(
     fake_world: FakeWorld | None = None,
     world: str = "auto",
     network: bool = False,
+    workspace: WorkspaceState | None = None,
 ) -> list[FuzzReport]:
     """``fuzz_tool`` for every tool of ``registry`` (or the named ``tools``),
     in name order, each beside the others. ``KeyError`` for an unknown name."""
@@ -300,6 +311,7 @@ def fuzz_registry(
                 fake_world=fake_world,
                 world=world,
                 network=network,
+                workspace=workspace,
             )
         )
     return reports
@@ -317,6 +329,7 @@ def check_call(
     fake_world: FakeWorld | None = None,
     world: str = "auto",
     network: bool = False,
+    workspace: WorkspaceState | None = None,
 ) -> tuple[FuzzFailure, ...]:
     """Run one call of ``spec`` with ``arguments`` in a fresh fuzz world and
     return every failure it shows (empty when it passes every check).
@@ -332,6 +345,7 @@ def check_call(
         fake_world=fake_world,
         world=world,
         network=network,
+        workspace=workspace,
     )
     values = dict(arguments)
     valid = checker.judge.input_validator.is_valid(values)

@@ -29,13 +29,14 @@ from ..harness.world import DECOY_MARKER, FORBIDDEN_MARKER, WorkspaceEntry, Worl
 from ..hooks import Approver
 from ..redaction import Redactor
 from ..registry import ToolRegistry, ToolSpec, WorldKind, checked_world
+from ..replay.cassette import WorkspaceState
 from ..runtime import ToolRuntime
 from ..sandbox import CallCancelled
 from ..secret_entropy import shannon_entropy
 from .directory import FuzzDirectory
 from .network import NetworkLog, refusing_network
 from .report import Problem
-from .world import FUZZ_DECOYS, FUZZ_WORKSPACE, RUN_ID, WORKSPACE_ROOT
+from .world import FUZZ_DECOYS, RUN_ID, WORKSPACE_ROOT, starting_workspace
 
 MIN_SECRET_LENGTH = 8
 """A secret-named argument's value shorter than this is not looked for
@@ -89,6 +90,7 @@ class CallChecker:
         fake_world: FakeWorld | None = None,
         world: str = "auto",
         network: bool = False,
+        workspace: WorkspaceState | None = None,
     ) -> None:
         self.spec = spec
         self.network = network
@@ -98,6 +100,8 @@ class CallChecker:
         """How many calls had a network reach refused."""
         self.first_refused = ""
         """The first reach refused."""
+        self.workspace = starting_workspace(workspace)
+        """What every example's workspace holds before its call."""
         self.world: WorldKind = fuzzed_world(spec, registry, world)
         """The world each example runs in: ``fake`` (``harness.World``) or
         ``directory`` (``fuzz.directory.FuzzDirectory``)."""
@@ -297,7 +301,7 @@ class CallChecker:
     def _world(self) -> AbstractContextManager[World | FuzzDirectory]:
         if self.world == "directory":
             return self._directory()
-        return World(FUZZ_WORKSPACE, fake_world=self.fake_world)
+        return World(self.workspace, fake_world=self.fake_world)
 
     @contextmanager
     def _directory(self) -> Iterator[FuzzDirectory]:
@@ -311,7 +315,8 @@ class CallChecker:
         if self._kept is None:
             fake_world = self.fake_world
             place = FuzzDirectory(
-                real_paths=fake_world.real_paths if fake_world is not None else None
+                real_paths=fake_world.real_paths if fake_world is not None else None,
+                workspace=self.workspace,
             )
             place.__enter__()
             try:

@@ -2,7 +2,8 @@
 
 A tool declaring ``world="directory"`` (or fuzzed with ``world="directory"``)
 reaches files through C libraries or other processes, which pyfakefs never
-sees; it is fuzzed in a ``harness.DirectoryWorld`` of ``FUZZ_WORKSPACE``
+sees; it is fuzzed in a ``harness.DirectoryWorld`` of ``FUZZ_WORKSPACE`` (or
+the starting workspace given, as ``fuzz.world.starting_workspace`` places it)
 instead, a fresh one per example (``FuzzDirectory``), inside a container
 that stands for the machine's root::
 
@@ -49,6 +50,7 @@ from ..harness.escapes import Escape
 from ..harness.probes import OutsideSnapshot
 from ..harness.world import Decoys, running
 from ..harness.world_parent import world_parent
+from ..replay.cassette import WorkspaceState
 from ..replay.root_map import RootMap
 from .world import FUZZ_ROOT, FUZZ_WORKSPACE
 
@@ -65,8 +67,14 @@ class FuzzDirectory:
     """One example's fuzz world on the real disk (see the module docstring).
     Has what ``fuzz.call.CallChecker`` asks of ``harness.World``."""
 
-    def __init__(self, parent: str | None = None, real_paths: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        parent: str | None = None,
+        real_paths: Sequence[str] | None = None,
+        workspace: WorkspaceState = FUZZ_WORKSPACE,
+    ) -> None:
         self._parent = parent
+        self._workspace = workspace
         self._real_paths = real_paths
         self._stack = ExitStack()
         self._top: str | None = None
@@ -83,7 +91,7 @@ class FuzzDirectory:
             slash = os.path.join(top, *(["up"] * LEVELS_ABOVE))
             os.makedirs(slash)
             world = stack.enter_context(
-                DirectoryWorld(FUZZ_WORKSPACE, parent=slash, real_paths=self._real_paths)
+                DirectoryWorld(self._workspace, parent=slash, real_paths=self._real_paths)
             )
             self._top, self._slash, self._world = top, slash, world
             self._map = RootMap(FUZZ_ROOT, world.around)

@@ -4,12 +4,15 @@ outside it, and the path probes tried in path-like arguments.
 The workspace root is ``WORKSPACE_ROOT`` holding ``WORKSPACE_FILES`` and
 ``WORKSPACE_SYMLINKS`` (one leads out); ``FUZZ_DECOYS`` are files outside,
 each holding ``harness.world.DECOY_MARKER``. Every example runs in a fresh
-``harness.World`` of ``FUZZ_WORKSPACE`` with the decoys planted.
+``harness.World`` of ``FUZZ_WORKSPACE`` (or of the starting workspace
+given, ``starting_workspace``) with the decoys planted.
 """
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Mapping
+from dataclasses import replace
 
 from ..harness.world import DECOY_MARKER, Decoys, where_checks_go_wrong
 from ..replay.cassette import WorkspaceState
@@ -50,6 +53,31 @@ FUZZ_WORKSPACE = WorkspaceState(
     root=WORKSPACE_ROOT, files=WORKSPACE_FILES, symlinks=WORKSPACE_SYMLINKS
 )
 """The state every fuzzed call starts from (the decoys are planted after)."""
+
+
+def starting_workspace(workspace: WorkspaceState | None = None) -> WorkspaceState:
+    """The workspace every example starts from: ``FUZZ_WORKSPACE`` by
+    default; else ``workspace`` moved to ``WORKSPACE_ROOT`` (so the path
+    probes and decoys keep their places), a link target under its old root
+    moved with it, plus the link leading out (``WORKSPACE_SYMLINKS``) where
+    it names no path of its own. Its ``outside_files`` and ``aliases`` are
+    dropped: what is outside is the fuzz world's decoys."""
+    if workspace is None:
+        return FUZZ_WORKSPACE
+    old = posixpath.normpath(workspace.root)
+
+    def moved(target: str) -> str:
+        if target == old or target.startswith(old + "/"):
+            return WORKSPACE_ROOT + target[len(old) :]
+        return target
+
+    taken = {*workspace.files, *workspace.symlinks, *workspace.directories}
+    symlinks = {path: moved(target) for path, target in workspace.symlinks.items()}
+    for path, target in WORKSPACE_SYMLINKS.items():
+        if path not in taken:
+            symlinks[path] = target
+    return replace(workspace, root=WORKSPACE_ROOT, symlinks=symlinks, outside_files={}, aliases=())
+
 
 PATH_PROBES: tuple[str, ...] = (
     "notes.txt",

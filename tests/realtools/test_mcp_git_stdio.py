@@ -2,12 +2,15 @@
 (``python -m mcp_server_git --repository {workspace}``) in a real
 repository world: a session recorded (status, add, commit, log), replayed
 with the server started again in a fresh world after the recorded root is
-deleted, and the full-disk cell of the fault matrix on the commit. The full
-matrix and fuzzing take minutes (a Python server started per world): they
-are run by hand."""
+deleted, and the full-disk cell of the fault matrix on the commit; and
+fuzzed in a world whose workspace starts as a repository (``workspace=``).
+The full matrix and a full fuzz take minutes (a Python server started per
+world): they are run by hand."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -21,15 +24,25 @@ from sessions import Session, git_environment, record
 from pytest_toolguard import ToolRegistry
 from pytest_toolguard.bridges.mcp import from_mcp_command
 from pytest_toolguard.faults import run_cell, select_faults, targets
+from pytest_toolguard.fuzz import check_call, fuzz_tool
 from pytest_toolguard.replay import load, replay
+from pytest_toolguard.replay.cassette import WorkspaceState
 
 pytest.importorskip("mcp_server_git")
 
 GIT = [sys.executable, "-m", "mcp_server_git", "--repository", "{workspace}"]
 RAW_DATE = "1714564800 +0000"
-ENVIRONMENT = {**GIT_ENVIRONMENT, "GIT_AUTHOR_DATE": RAW_DATE, "GIT_COMMITTER_DATE": RAW_DATE}
+ENVIRONMENT = {
+    **GIT_ENVIRONMENT,
+    "GIT_AUTHOR_DATE": RAW_DATE,
+    "GIT_COMMITTER_DATE": RAW_DATE,
+    "GIT_OPTIONAL_LOCKS": "0",
+}
 """The server's environment: GitPython writes commits itself and reads
-only this form of a date; the rest as ``real_tools``'s git."""
+only this form of a date; ``git status`` rewrites ``.git/index`` (its
+cache of the files' times) unless optional locks are off, which the
+fuzzer rightly holds against a read-only ``git_status``; the rest as
+``real_tools``'s git."""
 
 
 def _repository_with_a_note(workspace: Path) -> None:
@@ -38,6 +51,18 @@ def _repository_with_a_note(workspace: Path) -> None:
     run_git(str(workspace), "add", "README.md")
     run_git(str(workspace), "commit", "-q", "-m", "first")
     (workspace / "notes.txt").write_text("a note\n")
+
+
+def _state_of(directory: Path) -> WorkspaceState:
+    """The files and directories under ``directory``, as a starting workspace."""
+    files: dict[str, bytes] = {}
+    directories: list[str] = []
+    for folder, subfolders, names in os.walk(directory):
+        relative = os.path.relpath(folder, directory)
+        directories.extend(os.path.normpath(os.path.join(relative, name)) for name in subfolders)
+        for name in names:
+            files[os.path.normpath(os.path.join(relative, name))] = Path(folder, name).read_bytes()
+    return WorkspaceState(root=str(directory), files=files, directories=tuple(sorted(directories)))
 
 
 SESSION = Session(
@@ -87,5 +112,30 @@ def test_mcp_server_git_over_stdio_records_replays_and_its_commit_is_fault_teste
         full_disk = run_cell(disk_failure, commit, registry)
     assert full_disk.status == "fail"
     assert "left behind" in full_disk.problems[0] and ".git/objects/" in full_disk.problems[0]
+    assert surroundings.snapshots() == before
+    assert surroundings.worlds_left() == []
+
+
+def test_mcp_server_git_over_stdio_is_fuzzed_in_a_repository_world(
+    registry: ToolRegistry, surroundings: Any, tmp_path: Path
+) -> None:
+    """Every example's workspace starts as a repository, so the server
+    starts and its status answers OK; no problem is reported (a server per
+    example: a few random examples, without the path probes, and the
+    repository's own root and the link leading out by ``check_call``)."""
+    (tmp_path / "repository").mkdir()
+    _repository_with_a_note(tmp_path / "repository")
+    repository = _state_of(tmp_path / "repository")
+    assert ".git/HEAD" in repository.files
+    status = registry.get("git_status")
+    assert status is not None
+    before = surroundings.snapshots()
+    # Declared: no argument is a path, so no probe (27 more servers).
+    unprobed = dataclasses.replace(status, paths=(), paths_declared=True)
+    report = fuzz_tool(unprobed, registry=registry, examples=5, workspace=repository)
+    assert report.skipped is None and report.failures == (), str(report)
+    assert report.handler_calls > 0 and "OK" in report.codes
+    for repo_path in (".", "link-out"):
+        assert check_call(status, {"repo_path": repo_path}, workspace=repository) == ()
     assert surroundings.snapshots() == before
     assert surroundings.worlds_left() == []

@@ -2,6 +2,9 @@
 v1's low-level ``Server`` (tools registered through its decorators, every
 path absolute, nested in arrays): wrapped in process, recorded for real,
 its recorded root deleted, replayed; then its fault matrix and fuzzing.
+Then the same server started as a command over stdio (its package's
+entry point, ``mcp-text-editor``): recorded, replayed after its recorded
+root is deleted, and the cells that catch its faults across a process.
 
 mcp 2.x has no such server, so this file skips in the main suite; CI runs
 it in an environment with mcp<2 (``.ci/mcp-v1-check``, which fails if it
@@ -10,6 +13,9 @@ skips)."""
 from __future__ import annotations
 
 import hashlib
+import os
+import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +29,11 @@ from real_tools import NOTES_CAPS  # noqa: E402
 from sessions import Session, record  # noqa: E402
 
 from pytest_toolguard import PathAccess, ToolRegistry  # noqa: E402
-from pytest_toolguard.bridges.mcp import from_mcp_server, restoring_process_state  # noqa: E402
+from pytest_toolguard.bridges.mcp import (  # noqa: E402
+    from_mcp_command,
+    from_mcp_server,
+    restoring_process_state,
+)
 from pytest_toolguard.faults import BUILTIN_FAULTS, run_cell, select_faults, targets  # noqa: E402
 from pytest_toolguard.faults.directory import full_disk_unavailable  # noqa: E402
 from pytest_toolguard.fuzz import fuzz_tool  # noqa: E402
@@ -81,6 +91,13 @@ SESSION = Session(
 )
 
 
+RISKS = {"get_text_file_contents": "read", "edit_text_file_contents": "write"}
+PATHS = {
+    "get_text_file_contents": [PathAccess.read("{files[*].file_path}")],
+    "edit_text_file_contents": [PathAccess.write("{files[*].path}")],
+}
+
+
 @pytest.fixture(scope="module")
 def registry() -> ToolRegistry:
     """The server, imported in a controlled scope (it calls
@@ -90,14 +107,7 @@ def registry() -> ToolRegistry:
     files by absolute path: the directory world."""
     with restoring_process_state():
         from mcp_text_editor.server import app
-    specs = from_mcp_server(
-        app,
-        risks={"get_text_file_contents": "read", "edit_text_file_contents": "write"},
-        paths={
-            "get_text_file_contents": [PathAccess.read("{files[*].file_path}")],
-            "edit_text_file_contents": [PathAccess.write("{files[*].path}")],
-        },
-    )
+    specs = from_mcp_server(app, risks=RISKS, paths=PATHS)
     return ToolRegistry(specs, world="directory")
 
 
@@ -214,3 +224,63 @@ def test_fuzzing_the_text_editor_finds_nothing(
     )
     assert [(failure.problem, failure.detail) for failure in report.failures] == []
     assert surroundings.snapshots() == before
+
+
+# -- the same server over stdio ------------------------------------------------------
+
+ENTRY_POINT = os.path.join(os.path.dirname(sys.executable), "mcp-text-editor")
+"""The package's command, installed beside the interpreter running the tests."""
+
+
+@pytest.fixture(scope="module")
+def over_stdio() -> ToolRegistry:
+    """The server started as its package's command, in the world's root;
+    risks and paths as in process (the agent developer's view)."""
+    if not os.path.exists(ENTRY_POINT):
+        pytest.skip(f"no {ENTRY_POINT}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ToolRegistry(
+            from_mcp_command([ENTRY_POINT], cwd="{workspace}", risks=RISKS, paths=PATHS)
+        )
+
+
+def test_the_text_editor_over_stdio_replays_after_its_recorded_root_is_deleted(
+    over_stdio: ToolRegistry, surroundings: Any, tmp_path: Path
+) -> None:
+    assert {spec.world for spec in over_stdio} == {"directory"}
+    path, workspace = record(SESSION, over_stdio, surroundings.recorded, tmp_path / "cassettes")
+    assert (workspace / "notes" / "a.txt").read_text() == "FIRST\n"
+    assert (workspace / "notes" / "new.txt").read_text() == "new\n"
+    sessions.delete(workspace)
+    before = surroundings.snapshots()
+    report = replay(load(path), over_stdio)
+    assert report.differences == ()
+    assert all(result.ok for result in report.results)
+    assert surroundings.snapshots() == before
+    assert surroundings.worlds_left() == []
+
+
+OVER_STDIO = {
+    # fault: the interactions whose cell must fail
+    "symlink_escape": {1, 2, 3},
+    "disk_failure": {3},
+}
+"""Over stdio the server is another process: a link is swapped in as the
+call starts (the read and the edit of ``notes/a.txt`` read through it; the
+new file's edit hashes the decoy there, seen by the world's accesses:
+``pytest-toolguard[directory]``), and
+a full disk is a real one, which tears only the edit that grows its file
+(3: ``notes/new.txt`` left empty, answered ``isError: false``; see ``TORN``).
+``symlink_race`` swaps between the handler's own file operations, which it
+sees in this process only: over stdio it finds no point to swap at."""
+
+
+@pytest.mark.parametrize("fault", sorted(OVER_STDIO))
+def test_the_matrix_catches_the_text_editors_faults_over_stdio(
+    fault: str, over_stdio: ToolRegistry, surroundings: Any, tmp_path: Path
+) -> None:
+    outcomes = _cells(over_stdio, surroundings, tmp_path / "c", select_faults(fault))
+    failed = {outcome.interaction for outcome in outcomes if outcome.status == "fail"}
+    assert failed >= OVER_STDIO[fault]
+    assert surroundings.worlds_left() == []
