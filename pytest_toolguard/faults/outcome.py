@@ -37,6 +37,12 @@ NOT_APPLICABLE = "not applicable"
 """How the one problem of a cell whose fault does not apply to its call
 begins; ": applies to ..." (the fault's ``applies_to``) follows."""
 
+NOTHING_TO_INJECT = "nothing to inject"
+"""How the one problem begins of a cell whose fault found, once the call
+ran, no point to act at (``symlink_race`` with no file operation of the
+handler's in this process: a server in another process does its own). The
+cell is n/a with that reason, never a pass that tested nothing."""
+
 SKIPPED = "skipped in the "
 """How the one problem of a cell that could not run in its world begins
 (its status is ``n/a``): ``skipped_in(world)``, then the reason."""

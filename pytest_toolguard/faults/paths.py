@@ -21,6 +21,7 @@ from ..harness.directory_world import DirectoryWorld
 from ..harness.world import DECOY_MARKER, FORBIDDEN_SPELLINGS
 from .cell import Cell, CleanRun
 from .fault import Fault
+from .outcome import NOTHING_TO_INJECT
 from .target import Target
 
 MAX_SWAPS = 64
@@ -138,8 +139,14 @@ class SymlinkRaceFault(Fault):
         cell.outside_planted()
         saved = cell.world.save_workspace()
         runtime = cell.make_runtime(hooks=[])  # the plan has moved on by now
+        points = {first: swap_points(cell, clean, first) for first in decoys}
+        if cell.directory and not any(points.values()):
+            cell.problems.append(
+                f"{NOTHING_TO_INJECT}: the handler made no file operation in this process "
+                "for a swap to land between (a server in another process makes its own)"
+            )
         for first, decoy in decoys.items():
-            for k in swap_points(cell, clean, first):
+            for k in points[first]:
                 cell.world.restore_workspace(saved)
                 swap = _Swapped(cell, first, decoy)
                 try:

@@ -34,7 +34,7 @@ from ..replay.player import chosen_world
 from .cell import Cell
 from .directory import Operations
 from .fault import Fault
-from .outcome import NOT_APPLICABLE, CellOutcome, CellStatus, skipped_in
+from .outcome import NOT_APPLICABLE, NOTHING_TO_INJECT, CellOutcome, CellStatus, skipped_in
 from .prefixes import PrefixCache
 from .target import Target
 
@@ -73,10 +73,10 @@ def run_cell(
         problems = tuple(
             _run_in_directory(fault, target, registry, secrets, parent, prefixes, real_paths)
         )
-        status = "fail" if problems else "pass"
+        status = _status(problems)
     else:
         problems = tuple(_run(fault, target, registry, secrets, prefixes, fake_world))
-        status = "fail" if problems else "pass"
+        status = _status(problems)
     return CellOutcome(
         source=target.source,
         interaction=target.index + 1,
@@ -86,6 +86,12 @@ def run_cell(
         problems=problems,
         nodeid=nodeid,
     )
+
+
+def _status(problems: tuple[str, ...]) -> CellStatus:
+    if problems and all(problem.startswith(NOTHING_TO_INJECT) for problem in problems):
+        return "n/a"
+    return "fail" if problems else "pass"
 
 
 def _run(

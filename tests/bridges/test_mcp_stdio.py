@@ -182,6 +182,23 @@ def test_a_command_spelt_relative_to_the_test_still_starts_in_a_world(
     assert sorted(p.name for p in project.iterdir()) == ["run.sh", "servers"]
 
 
+def test_symlink_race_over_stdio_is_not_applicable_never_a_pass(tmp_path: Path) -> None:
+    """The server is another process: once it runs, no file operation of
+    the handler's is seen here, so no swap can land between two; the cell
+    says so. (The first call starts the server: its swaps land then.)"""
+    registry = ToolRegistry(quiet_specs(COMMANDS["node"], paths=PATHS))
+    path, _ = record(registry, FILE_CALLS, tmp_path)
+    cassette = load(path)
+    outcomes = [
+        run_cell(fault, target, registry)
+        for target in targets(cassette, registry, str(path))
+        for fault in select_faults("symlink_race")
+    ]
+    assert outcomes[0].status == "pass"
+    assert [o.status for o in outcomes[1:]] == ["n/a"] * (len(FILE_CALLS) - 1)
+    assert all("no file operation in this process" in o.problems[0] for o in outcomes[1:])
+
+
 def test_a_correct_server_passes_every_cell_of_the_full_matrix_in_the_authors_view(
     tmp_path: Path,
 ) -> None:
@@ -539,11 +556,12 @@ def test_the_plugin_replays_and_runs_every_cell_of_a_stdio_servers_cassette(
     shutil.rmtree(workspace.parent)
     (pytester.path / "cassettes").mkdir()
     shutil.copy(path, pytester.path / "cassettes" / "notes.yaml")
-    before = servers_running(command)
     result = pytester.runpytest(
         "--toolguard-replay", "--toolguard-faults=all", "-p", "no:xdist", "-p", "no:randomly"
     )
     outcomes = result.parseoutcomes()
     assert outcomes.get("failed", 0) == 0 and outcomes["passed"] > 20, result.stdout.str()[-3000:]
     assert list(world_directories(str(_own_temporary))) == []
-    assert servers_running(command) - before == set()
+    # The servers of this run's worlds, all made in this test's own temporary
+    # directory: other workers run the same command meanwhile.
+    assert servers_running([*command[:-1], str(_own_temporary)]) == set()
