@@ -6,7 +6,6 @@ server: the lifecycle of ``from_mcp_command``, another transport."""
 from __future__ import annotations
 
 import os
-import select
 import shutil
 import sys
 import warnings
@@ -17,6 +16,8 @@ from typing import Any
 import pytest
 
 pytest.importorskip("mcp")
+
+from mcp_servers.processes import ended, running  # noqa: E402
 
 from pytest_toolguard import (  # noqa: E402
     Approver,
@@ -107,28 +108,6 @@ def record(registry: ToolRegistry, calls: Any, tmp_path: Path) -> tuple[Path, Pa
     return path, workspace
 
 
-def _ended(pid: int, timeout: float) -> bool:
-    """Whether ``pid`` ended within ``timeout`` s (waited for on a pidfd)."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        readable, _, _ = select.select([fd], [], [], timeout)
-        return bool(readable)
-    finally:
-        os.close(fd)
-
-
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            state = handle.read().rpartition(b")")[2].split()[0]
-    except OSError:
-        return False
-    return state not in (b"Z", b"X")
-
-
 def _servers_running(word: str) -> set[int]:
     """The running processes carrying a server's marker whose command line
     holds ``word`` (other workers of the run start servers meanwhile)."""
@@ -141,7 +120,7 @@ def _servers_running(word: str) -> set[int]:
                 ours = word.encode() in handle.read()
         except OSError:
             continue
-        if marked and ours and _running(int(name)):
+        if marked and ours and running(int(name)):
             found.add(int(name))
     return found
 
@@ -150,7 +129,7 @@ def _left_running(word: str) -> set[int]:
     """``_servers_running(word)``, once those retired at a deadline (killed a
     bound later) had the time to end."""
     for pid in _servers_running(word):
-        _ended(pid, 5.0)
+        ended(pid, 5.0)
     return _servers_running(word)
 
 
@@ -236,14 +215,14 @@ def test_a_stalled_server_is_killed_at_the_deadline_plus_the_bound_and_a_dead_on
         server = int(first.data["result"])
         stalled = runtime.execute(ToolCall("2", "stall", {"seconds": 3600}))
         assert stalled.code is ErrorCode.TIMEOUT
-        assert _ended(server, DEADLINE + KILL_AFTER_SECONDS + 10.0)
-        assert not _running(server)
+        assert ended(server, DEADLINE + KILL_AFTER_SECONDS + 10.0)
+        assert not running(server)
         second = int(runtime.execute(ToolCall("3", "pid", {})).data["result"])
         assert second != server
         died = runtime.execute(ToolCall("4", "die", {"code": 3}))
         assert died.code is ErrorCode.EXECUTION_ERROR
         assert "exited during the call" in died.message
-        assert _ended(second, 10.0)
+        assert ended(second, 10.0)
         again = runtime.execute(ToolCall("5", "hello", {"name": "y"}))
         assert again.ok and again.data == {"result": "hello y"}
     states = [row.state.value for row in store.rows()]
@@ -265,7 +244,7 @@ def test_in_a_directory_world_the_server_is_the_worlds_process_and_dies_with_it(
                 entry.startswith(f"{WORLD_MARKER}={world.around}#".encode()) for entry in environ
             )
             assert [p.pid for p in world.processes.started] == [server]
-    assert _ended(server, 10.0)
+    assert ended(server, 10.0)
 
 
 # -- commands that give no server, urls off the loopback: one error line -------------
