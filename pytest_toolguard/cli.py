@@ -192,6 +192,11 @@ def _parser() -> argparse.ArgumentParser:
     _registry_option(sub)
     sub.add_argument("--examples", type=int, help="examples per tool")
     sub.add_argument("--seed", type=int, help="the fuzz seed")
+    sub.add_argument(
+        "--network",
+        action="store_true",
+        help="let handlers reach the network (refused by default; the report says so)",
+    )
 
     sub = command(
         "audit",
@@ -406,6 +411,8 @@ def _fuzz(options: argparse.Namespace, passthrough: list[str]) -> int:
         arguments.append(f"{options_names.FUZZ_EXAMPLES}={options.examples}")
     if options.seed is not None:
         arguments.append(f"{options_names.FUZZ_SEED}={options.seed}")
+    if options.network:
+        arguments.append(options_names.FUZZ_NETWORK)
     # Only the fuzz items: collect from an empty directory.
     with tempfile.TemporaryDirectory(prefix="toolguard-fuzz-") as empty:
         return _pytest([*arguments, "--rootdir", empty, empty], options.registry, passthrough)

@@ -350,6 +350,34 @@ def test_fuzz_runs_only_the_fuzz_items_of_the_registry(tmp_path: Path) -> None:
     assert "1 passed" in run.stdout
 
 
+@pytest.mark.parametrize("network", [False, True])
+def test_fuzz_reaches_the_network_only_with_its_flag_and_says_so(
+    tmp_path: Path, network: bool
+) -> None:
+    (tmp_path / "mytools.py").write_text(
+        "from pytest_toolguard import ToolRegistry, tool\n"
+        "@tool()\n"
+        "def echo(ctx, text: str) -> str:\n"
+        "    return text\n"
+        "registry = ToolRegistry([echo])\n"
+    )
+    flag = ["--network"] if network else []
+    run = toolguard(
+        "fuzz",
+        "--registry",
+        "mytools:registry",
+        "--examples",
+        "2",
+        *flag,
+        "--",
+        "-q",
+        cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    summary = [line for line in run.stdout.splitlines() if line.startswith("toolguard fuzz:")]
+    assert len(summary) == 1 and summary[0].endswith("network allowed") is network
+
+
 # -- the Claude Code hook ----------------------------------------------------------------
 
 
