@@ -192,11 +192,7 @@ def _parser() -> argparse.ArgumentParser:
     _registry_option(sub)
     sub.add_argument("--examples", type=int, help="examples per tool")
     sub.add_argument("--seed", type=int, help="the fuzz seed")
-    sub.add_argument(
-        "--network",
-        action="store_true",
-        help="let handlers reach the network (refused by default; the report says so)",
-    )
+    sub.add_argument("--network", action="store_true", help="let handlers reach the network")
 
     sub = command(
         "audit",
@@ -407,14 +403,12 @@ def _matrix(options: argparse.Namespace, passthrough: list[str]) -> int:
 
 def _fuzz(options: argparse.Namespace, passthrough: list[str]) -> int:
     arguments = [options_names.FUZZ, "-p", "no:cacheprovider"]
+    arguments += [options_names.FUZZ_NETWORK] if options.network else []
     if options.examples is not None:
         arguments.append(f"{options_names.FUZZ_EXAMPLES}={options.examples}")
     if options.seed is not None:
         arguments.append(f"{options_names.FUZZ_SEED}={options.seed}")
-    if options.network:
-        arguments.append(options_names.FUZZ_NETWORK)
-    # Only the fuzz items: collect from an empty directory.
-    with tempfile.TemporaryDirectory(prefix="toolguard-fuzz-") as empty:
+    with tempfile.TemporaryDirectory(prefix="toolguard-fuzz-") as empty:  # collects no test
         return _pytest([*arguments, "--rootdir", empty, empty], options.registry, passthrough)
 
 
@@ -474,8 +468,7 @@ def _audit(options: argparse.Namespace, _: list[str]) -> int:
 
 
 def _row_dict(row: Any) -> dict[str, Any]:
-    body = dataclasses.asdict(row)
-    return {key: getattr(value, "value", value) for key, value in body.items()}
+    return {key: getattr(value, "value", value) for key, value in dataclasses.asdict(row).items()}
 
 
 def _cassette(options: argparse.Namespace, _: list[str]) -> int:

@@ -19,6 +19,7 @@ re-exports it) raise the error ``cli.main`` prints as one line, exit 2.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -37,6 +38,8 @@ CLEAN, FOUND = 0, 1
 DEFAULT_FUZZ_EXAMPLES = 20
 """Examples per tool when ``mcp check`` is given nothing else to run."""
 REPORT_SUFFIXES = (".md", ".json")
+HTTP_URL = "http://127.0.0.1:{port}/mcp"
+"""``--http``'s URL unless given: the SDK servers' default path."""
 SHOWN_FAILURES = 20
 
 
@@ -100,6 +103,14 @@ def add_path_option(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--startup-timeout", type=float, help="seconds the server may take to answer initialize"
+    )
+    parser.add_argument(
+        "--http",
+        nargs="?",
+        const=HTTP_URL,
+        metavar="URL",
+        help="the server speaks Streamable HTTP on the loopback, not stdio, at URL (default "
+        f"{HTTP_URL}); {{port}} in the command and URL is a free port chosen for each server",
     )
     parser.add_argument(
         "--path",
@@ -169,12 +180,15 @@ def server_registry(
     ``options``' ``--cwd``, ``--env``, ``--startup-timeout``); a server that
     cannot be started or listed is a ``UsageError``, one line."""
     from .bridges import BridgeError, BridgeWarning
-    from .bridges.mcp import from_mcp_command
+    from .bridges.mcp import from_mcp_command, from_mcp_http
     from .registry import ToolRegistry
 
     if not command:
         raise UsageError("no server command: put it after --, e.g. -- python server.py {workspace}")
     started: dict[str, Any] = {"cwd": options.cwd, "env": environment(options.env)}
+    start = from_mcp_command
+    if options.http is not None:
+        start = functools.partial(from_mcp_http, url=options.http)
     if options.startup_timeout is not None:
         started["startup_timeout"] = options.startup_timeout
     shown = shlex.join(command)
@@ -182,7 +196,7 @@ def server_registry(
     try:
         with warnings.catch_warnings(), tempfile.TemporaryDirectory() as scratch:
             warnings.simplefilter("ignore", BridgeWarning)  # a path left undeclared: the view
-            specs = from_mcp_command(
+            specs = start(
                 list(command), paths=paths, list_in=_listing_copy(options, scratch), **started
             )
     except (BridgeError, OSError, ValueError, TimeoutError) as exc:  # it names the command

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import ipaddress
+import os
 import socket
 import subprocess
 import time
@@ -38,6 +39,7 @@ from mcp.client import streamable_http
 from mcp.client.stdio import get_default_environment
 
 from ..capabilities import Risk
+from ..harness.transports import carrying
 from ..registry import ToolSpec
 from .definitions import BridgeError, Paths
 from .mcp_stdio import (
@@ -115,16 +117,18 @@ class HttpServer(StdioServer):
             start_new_session=True,
         )
         self._process = process
+        host, port = _address(self.url)
         try:
-            async with anyio.create_task_group() as group:
-                await self._listening(process)
-                group.start_soon(self._ends_with, process, group.cancel_scope)
-                async with _streams(self.url) as streams:
-                    try:
-                        yield streams[0], streams[1]
-                    finally:
-                        self._answered_alive = process.returncode is None
-                group.cancel_scope.cancel()
+            with carrying(host, port):
+                async with anyio.create_task_group() as group:
+                    await self._listening(process)
+                    group.start_soon(self._ends_with, process, group.cancel_scope)
+                    async with _streams(self.url) as streams:
+                        try:
+                            yield streams[0], streams[1]
+                        finally:
+                            self._answered_alive = process.returncode is None
+                    group.cancel_scope.cancel()
         finally:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
@@ -236,6 +240,7 @@ def from_mcp_http(
     default_risk: Risk | str = Risk.DANGEROUS,
     startup_timeout: float = STARTUP_SECONDS,
     tools: Sequence[str] | None = None,
+    list_in: str | os.PathLike[str] | None = None,
 ) -> list[ToolSpec]:
     """``ToolSpec``s for the tools of the MCP server ``command`` starts on the
     loopback, spoken to over Streamable HTTP at ``url`` with the ``mcp``
@@ -243,7 +248,8 @@ def from_mcp_http(
     mapping, servers per world, deadlines and start-up errors; a server
     that never listens on its port is silent). ``{port}`` in ``command``,
     ``env``, ``cwd`` and ``url`` is a port free on 127.0.0.1, chosen for
-    each server; ``{workspace}`` is the root of the call's world.
+    each server; ``{workspace}`` is the root of the call's world;
+    ``list_in``, where the server lists its tools, as ``from_mcp_command``'s.
     ``BridgeError`` for a ``url`` that is not ``http://`` on the loopback
     with a port."""
     if isinstance(command, (str, bytes)) or not command:
@@ -260,6 +266,7 @@ def from_mcp_http(
         trust_annotations=trust_annotations,
         default_risk=default_risk,
         tools=tools,
+        list_in=list_in,
     )
 
 

@@ -15,7 +15,9 @@ client built on Python's ``socket`` raises them, whether or not vcrpy
 patched it, and the hook refuses only a handler run's requests where
 vcrpy's patch would refuse the whole process's (the test's own, too).
 
-Not refused: Unix-domain sockets; code outside a handler run (the test,
+Not refused: a connection to an endpoint that carries a bridged tool's own
+protocol (``harness.transports``: an MCP server the world started on the
+loopback); Unix-domain sockets; code outside a handler run (the test,
 the harness); a thread of a pool made before the handler ran; C code that
 opens sockets itself (no audit event); a handler still running after its
 call was answered. ``sys.addaudithook`` cannot be undone: the hook is added
@@ -33,6 +35,7 @@ from typing import Any
 
 from ..errors import ToolguardError
 from ..harness.escapes import in_handler_run
+from ..harness.transports import carries
 
 INTERNET = (socket.AF_INET, socket.AF_INET6)
 
@@ -75,14 +78,22 @@ def _reach(event: str, args: tuple[Any, ...]) -> str | None:
         sock = args[0]
         if getattr(sock, "family", None) not in INTERNET:
             return None
+        if event == "socket.connect" and _transport(args[1]):
+            return None
         if event == "socket.sendmsg":
             return f"sendmsg {_address(args[1]) if len(args) > 1 else '?'}"
         return f"{event.partition('.')[2]} {_address(args[1])}"
     if event == "socket.getaddrinfo":
+        if len(args) > 1 and _transport((args[0], args[1])):
+            return None
         return f"resolve {args[0]}"
     if event in ("socket.gethostbyname", "socket.gethostbyname_ex", "socket.gethostbyaddr"):
         return f"resolve {args[0]}"
     return None
+
+
+def _transport(address: Any) -> bool:
+    return isinstance(address, tuple) and len(address) >= 2 and carries(address[0], address[1])
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:

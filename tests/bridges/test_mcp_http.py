@@ -33,6 +33,7 @@ from pytest_toolguard import (  # noqa: E402
 from pytest_toolguard.bridges.definitions import BridgeError  # noqa: E402
 from pytest_toolguard.bridges.mcp import from_mcp_http  # noqa: E402
 from pytest_toolguard.faults import run_cell, select_faults, targets  # noqa: E402
+from pytest_toolguard.fuzz import fuzz_tool  # noqa: E402
 from pytest_toolguard.harness.directory_world import (  # noqa: E402
     DirectoryWorld,
     world_directories,
@@ -248,6 +249,20 @@ def test_in_a_directory_world_the_server_is_the_worlds_process_and_dies_with_it(
 
 
 # -- commands that give no server, urls off the loopback: one error line -------------
+
+
+def test_fuzzing_reaches_the_server_the_world_started_and_finds_nothing(
+    notes: ToolRegistry,
+) -> None:
+    """The client's connection to the world's own server is how a call gets
+    to the tool, not the tool's traffic: the fuzzer's network refusal lets
+    it through (it refused every call before), and nothing is reported."""
+    spec = notes.get("read_note")
+    assert spec is not None
+    report = fuzz_tool(spec, registry=notes, examples=2, timeout_seconds=30.0)
+    assert report.skipped is None, report.skipped
+    assert report.failures == () and report.handler_calls > 0 and "OK" in report.codes
+    assert not any("network refused" in note for note in report.notes), report.notes
 
 
 @pytest.mark.parametrize(

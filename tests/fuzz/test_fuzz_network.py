@@ -19,6 +19,7 @@ import pytest
 from pytest_toolguard.capabilities import Risk
 from pytest_toolguard.fuzz import check_call, fuzz_tool
 from pytest_toolguard.fuzz.report import Problem
+from pytest_toolguard.harness.transports import carries, carrying
 from pytest_toolguard.registry import ToolSpec, tool
 
 SCHEMA = {
@@ -172,6 +173,38 @@ def test_answering_ok_after_a_refused_request_is_a_problem(
     problems = [f.problem for f in check_call(spec, {"amount": 3})]
     assert counter.requests == 0
     assert problems == [Problem.NETWORK_REFUSED_OK]
+
+
+@pytest.mark.parametrize("carried", ["another port", "the same port, UDP"])
+def test_only_the_connection_that_carries_a_bridged_tool_passes(
+    server: tuple[int, Counter], carried: str
+) -> None:
+    """An endpoint carrying a bridged tool's protocol lets a connection to
+    it through; the tool's traffic anywhere else, or a datagram to that
+    very port, is still refused."""
+    port, counter = server
+    spec = refund_tool(port, CLIENTS["urllib"], Risk.EXTERNAL, swallow=True)
+    carried_port = port + 1 if carried == "another port" else port
+    with carrying("127.0.0.1", carried_port):
+        if carried == "the same port, UDP":
+
+            def datagram(_port: int) -> None:
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+                    sock.sendto(b"refund", ("127.0.0.1", _port))
+
+            spec = refund_tool(port, datagram, Risk.EXTERNAL, swallow=True)
+        problems = [f.problem for f in check_call(spec, {"amount": 3})]
+    assert counter.requests == 0
+    assert problems == [Problem.NETWORK_REFUSED_OK]
+
+
+def test_a_connection_to_a_carrying_endpoint_passes(server: tuple[int, Counter]) -> None:
+    port, counter = server
+    spec = refund_tool(port, CLIENTS["urllib"], Risk.EXTERNAL, swallow=False)
+    with carrying("localhost", port):
+        assert check_call(spec, {"amount": 3}) == ()
+    assert counter.requests == 1
+    assert not carries("127.0.0.1", port)
 
 
 def test_a_datagram_is_refused(server: tuple[int, Counter]) -> None:

@@ -340,6 +340,37 @@ def test_fuzzing_reads_outside_only_through_the_twin(
     assert "fuzz read_file:" in out and "fuzz write_file:" in out
 
 
+HTTP_SERVER = [
+    sys.executable,
+    str(Path(__file__).resolve().parents[1] / "mcp_servers" / "http_server.py"),
+    "{workspace}",
+    "--port",
+    "{port}",
+]
+HTTP_LOG = [
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "write_note", "arguments": {"path": "notes.txt", "text": "hello"}},
+    },
+    {"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": "ok"}]}},
+]
+
+
+def test_a_server_over_streamable_http_is_checked(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, workspace: Path
+) -> None:
+    """``--http``: the same check, the server started on a free port of the
+    loopback in each world; its confined writes pass the escapes."""
+    log = tmp_path / "http.jsonl"
+    log.write_text("".join(json.dumps(message) + "\n" for message in HTTP_LOG))
+    arguments = ["--calls", str(log), "--workspace", str(workspace), "--faults", ESCAPES]
+    status, out = check(capsys, *arguments, "--http", "--", *HTTP_SERVER)
+    assert status == 0, out
+    assert "matrix: 2 cell(s): 2 pass, 0 fail" in out and out.rstrip().endswith("clean")
+
+
 # -- the same through main(), with a node server that is no server ------------------
 
 NODE_SERVER = str(Path(__file__).resolve().parents[1] / "mcp_servers" / "misbehaving_server.js")
