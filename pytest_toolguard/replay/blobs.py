@@ -112,6 +112,14 @@ def stored_once(body: dict[str, Any], *, key_chars: int = KEY_CHARS) -> dict[str
     return stored
 
 
+def plain(body: dict[str, Any]) -> dict[str, Any]:
+    """``stored_once``'s ``body`` with each ``Reference`` a plain ``dict``,
+    for a writer that knows only plain data (``yaml.safe_dump``)."""
+    return _each_content(
+        body, lambda content: dict(content) if isinstance(content, Reference) else content
+    )
+
+
 def _keys(forms: list[tuple[str, str]], key_chars: int) -> dict[tuple[str, str], str]:
     digests = {form: hashlib.sha256(_bytes(form)).hexdigest() for form in forms}
     starts: dict[str, set[str]] = {}

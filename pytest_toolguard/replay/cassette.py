@@ -738,7 +738,7 @@ def upgraded_from_1(raw: dict[str, Any]) -> dict[str, Any]:
 def upgraded_from_2(raw: dict[str, Any]) -> dict[str, Any]:
     """A format 2 document's plain data as format 3: each content it names
     more than once stored once (``blobs.stored_once``)."""
-    return {**blobs.stored_once(raw), "format_version": blobs.BLOB_VERSION}
+    return {**blobs.plain(blobs.stored_once(raw)), "format_version": blobs.BLOB_VERSION}
 
 
 def binary_naming_root(cassette: Cassette) -> tuple[str, ...]:
