@@ -159,6 +159,18 @@ def test_re_recording_the_same_session_writes_the_same_blobs(tmp_path: Path) -> 
     assert first["final_files"] == second["final_files"]
 
 
+def test_a_blob_names_the_root_as_the_placeholder_and_loads_under_a_moved_root(
+    recorded: tuple[Path, Path],
+) -> None:
+    workspace, cassette = recorded
+    text = cassette.read_text()
+    stored = yaml.safe_load(text)["blobs"].values()
+    assert any(str(value).startswith("The database: {toolguard_root}/app.db") for value in stored)
+    moved = loads(text.replace(f"root: {workspace}\n", "root: /elsewhere/ws\n"))
+    assert moved.workspace.files["notes.md"].startswith(b"The database: /elsewhere/ws/app.db\n")
+    assert moved.final_files["notes.md"].content == moved.workspace.files["notes.md"]
+
+
 def test_a_json_cassette_stores_a_repeated_content_once(recorded: tuple[Path, Path]) -> None:
     _, cassette = recorded
     text = dumps(load(cassette), syntax="json")
