@@ -97,7 +97,11 @@ def stored_once(body: dict[str, Any], *, key_chars: int = KEY_CHARS) -> dict[str
         form = _form(content)
         if form is not None:
             counts[form] = counts.get(form, 0) + 1
-    shared = [form for form, count in counts.items() if count > 1 and len(form[1]) >= SHARED_FROM]
+    shared = [
+        form
+        for form, count in counts.items()
+        if count > 1 and len(form[1]) >= SHARED_FROM and _readable(form)
+    ]
     if not shared:
         return body
     keys = _keys(shared, key_chars)
@@ -144,6 +148,16 @@ def _form(content: Any) -> tuple[str, str] | None:
 
 def _value(form: tuple[str, str]) -> str | dict[str, str]:
     return form[1] if form[0] == "text" else {"base64": form[1]}
+
+
+def _readable(form: tuple[str, str]) -> bool:
+    """Whether the form's bytes can be had: broken base64 (a hand-written
+    document being upgraded) stays inline, for loading to refuse."""
+    try:
+        _bytes(form)
+    except (binascii.Error, ValueError):
+        return False
+    return True
 
 
 def _bytes(form: tuple[str, str]) -> bytes:

@@ -355,3 +355,28 @@ def test_a_hostile_cassette_is_left_as_it_was_by_an_upgrade(tmp_path: Path) -> N
     before = path.read_bytes()
     assert main(["cassette", "upgrade", str(path)]) != 0
     assert path.read_bytes() == before
+
+
+def test_upgrading_a_document_with_broken_base64_twice_refuses_and_keeps_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = {"base64": "not base64!" * 20}
+    path = tmp_path / "broken.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "format_version": 2,
+                "kind": "cassette",
+                "session": {},
+                "workspace": {"root": "/tmp/rec/ws", "files": {"a.bin": broken}},
+                "interactions": [],
+                "final_files": {"a.bin": dict(broken)},
+            }
+        )
+    )
+    before = path.read_bytes()
+    assert main(["cassette", "upgrade", str(path)]) != 0
+    assert path.read_bytes() == before
+    said = capsys.readouterr().err
+    assert "broken.yaml: document: Only base64 data is allowed" in said  # as when inline
+    assert "failed:" not in said  # refused as a bad cassette, not a crash of the command
