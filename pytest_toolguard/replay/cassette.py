@@ -34,6 +34,12 @@ itself stays, for the reader. Loading gives every placeholder back as
 the world's (``root_map.RootMap``). Binary files and bodies (not UTF-8) are
 kept as they are. A document with a placeholder is ``format_version`` 2;
 others are still written as 1, which every version reads.
+
+**Contents stored once.** A file content the document names more than once
+(a database a session only read, in ``workspace.files`` and ``final_files``)
+is written once under ``blobs`` and referred to (``replay.blobs``); such a
+document is ``format_version`` 3. Loading puts each content back in place
+before anything else reads the document.
 """
 
 from __future__ import annotations
@@ -65,19 +71,24 @@ from ..file_writes import write_atomically
 from ..hooks import Approval
 from ..plan import Artifact, PlanStep
 from ..schema import SchemaValidator, format_path
+from . import blobs
 from .root_map import RootMap, RootPlaceholder, expanded
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = blobs.BLOB_VERSION
 """The newest version this package reads and writes: 2 stores the recorded
-root as a placeholder (see the module docstring). A file of a version not
-in ``FORMAT_VERSIONS`` is refused with the command that re-records it."""
+root as a placeholder (see the module docstring), 3 may store a content once
+and refer to it (``replay.blobs``). A file of a version not in
+``FORMAT_VERSIONS`` is refused with the command that re-records it."""
 
-FORMAT_VERSIONS = (1, 2)
-"""The versions this package reads. ``dumps`` writes 1 for a document
-without any placeholder (every version reads it the same), 2 otherwise."""
+FORMAT_VERSIONS = (1, 2, 3)
+"""The versions this package reads. ``dumps`` writes the oldest that holds
+the document: 1 without any placeholder, 2 with one, 3 with ``blobs``."""
 
 _PLAIN_VERSION = 1
 """A document that names its root as it is (``to_dict``'s)."""
+
+_ROOT_VERSION = 2
+"""A document that names its root as the placeholder."""
 
 TEXT_LIMIT = 64_000
 """Final files larger than this keep only their hash (no diff on change)."""
@@ -339,9 +350,10 @@ def _validator() -> Draft202012Validator:
 def _quick_check() -> SchemaValidator:
     """The answer to "valid?", from jsonschema-rs when installed (about a hundredth of
     jsonschema's time on a large cassette); ``_validator`` still explains an
-    invalid file. The schema's three patterns (``^[0-9a-f]{64}$``,
-    ``^hook\\..+$``, ``^0[0-7]{3}$``) read the same in Rust's regex, or stricter (``$`` does
-    not match before a final newline there), so jsonschema decides a doubt.
+    invalid file. The schema's four patterns (``^[0-9a-f]{64}$``,
+    ``^[0-9a-f]{16,64}$``, ``^hook\\..+$``, ``^0[0-7]{3}$``) read the same in
+    Rust's regex, or stricter (``$`` does not match before a final newline
+    there), so jsonschema decides a doubt.
     The schema is depth-bounded (no ``$ref`` cycle, no ``uniqueItems`` or
     ``const``, ``enum``s of strings; arguments and data are any value), so
     no walk of the document's depth goes before jsonschema-rs.
@@ -384,6 +396,10 @@ def loads(text: str, *, source: str = "<string>") -> Cassette:
             f"{' to '.join(map(str, (FORMAT_VERSIONS[0], FORMAT_VERSIONS[-1])))}: {hint}",
         )
     _check_recipes(raw, source)
+    try:
+        blobs.precheck(raw)
+    except blobs.BlobError as exc:
+        raise CassetteError(source, exc.where, str(exc)) from None
     errors = (
         []
         if _quick_check().is_valid(raw)
@@ -393,6 +409,10 @@ def loads(text: str, *, source: str = "<string>") -> Cassette:
         first = errors[0]
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise CassetteError(source, format_path("$", first.absolute_path), first.message + more)
+    try:
+        raw = blobs.resolved(raw)
+    except blobs.BlobError as exc:
+        raise CassetteError(source, exc.where, str(exc)) from None
     if version != _PLAIN_VERSION:
         raw = _root_given_back(raw)
     try:
@@ -704,7 +724,7 @@ def with_root_placeholder(body: dict[str, Any], aliases: tuple[str, ...] = ()) -
     if "workspace" in placed:
         placed["workspace"] = {"root": root, **placed["workspace"]}
     if placeholder.placed:
-        placed["format_version"] = FORMAT_VERSION
+        placed["format_version"] = _ROOT_VERSION
     return placed
 
 
@@ -712,7 +732,13 @@ def upgraded_from_1(raw: dict[str, Any]) -> dict[str, Any]:
     """A format 1 document's plain data as format 2 (``toolguard cassette
     upgrade``): its root written as the placeholder, a literal placeholder
     escaped."""
-    return {**with_root_placeholder(raw), "format_version": FORMAT_VERSION}
+    return {**with_root_placeholder(raw), "format_version": _ROOT_VERSION}
+
+
+def upgraded_from_2(raw: dict[str, Any]) -> dict[str, Any]:
+    """A format 2 document's plain data as format 3: each content it names
+    more than once stored once (``blobs.stored_once``)."""
+    return {**blobs.plain(blobs.stored_once(raw)), "format_version": blobs.BLOB_VERSION}
 
 
 def binary_naming_root(cassette: Cassette) -> tuple[str, ...]:
@@ -763,7 +789,10 @@ def binary_naming_root(cassette: Cassette) -> tuple[str, ...]:
     return tuple(found)
 
 
-MIGRATIONS: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: upgraded_from_1}
+MIGRATIONS: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    1: upgraded_from_1,
+    2: upgraded_from_2,
+}
 """``version -> function`` turning a cassette's plain data of that
 ``format_version`` into the next one (``toolguard cassette upgrade``); a
 change of format adds its step here."""
@@ -874,9 +903,11 @@ def dumps(cassette: Cassette, *, syntax: Syntax | None = None) -> str:
     and that escaped text is what loading reads back."""
     body = with_root_placeholder(to_dict(cassette), cassette.workspace.aliases)
     try:
-        return _text(body, len(cassette.interactions), syntax)
+        return _text(blobs.stored_once(body), len(cassette.interactions), syntax)
     except UnicodeEncodeError:
-        return _text(storable_data(body), len(cassette.interactions), syntax)
+        # Keys are digests of the stored text: taken again once it is escaped.
+        stored = blobs.stored_once(storable_data(body))
+        return _text(stored, len(cassette.interactions), syntax)
 
 
 def _text(body: dict[str, Any], interactions: int, syntax: Syntax | None) -> str:
@@ -1187,4 +1218,9 @@ def _represent_str(dumper: Any, value: str) -> Any:
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 
+def _represent_reference(dumper: Any, value: blobs.Reference) -> Any:
+    return dumper.represent_mapping("tag:yaml.org,2002:map", value, flow_style=True)
+
+
 _BlockDumper.add_representer(str, _represent_str)
+_BlockDumper.add_representer(blobs.Reference, _represent_reference)

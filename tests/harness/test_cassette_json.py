@@ -50,7 +50,7 @@ def test_a_cassette_of_more_than_json_above_interactions_is_written_as_json(
 def test_a_cassette_of_json_above_interactions_stays_yaml(shipped, small_json_above):
     text = dumps(_many(shipped, small_json_above))
     assert not text.startswith("{")
-    assert yaml.safe_load(text)["format_version"] == 1
+    assert yaml.safe_load(text)["kind"] == "cassette"
 
 
 def test_the_json_and_the_yaml_text_load_to_the_same_cassette(shipped):
