@@ -7,13 +7,16 @@ which shape broke the tool:
 - ``BOM``: a file read starting with a UTF-8 byte-order mark (a CSV header
   read as ``\\ufeffid`` by a reader decoding plain ``utf-8``);
 - ``normalisation``: a search key found in a file's text, or in a file's
-  name, written with non-ASCII letters composed (NFC) on one side and
-  decomposed (NFD) on the other, both ways round: the same text to a
-  person, different code points to a comparison that does not normalise;
+  name (first when the data quotes that name), written with non-ASCII
+  letters decomposed (NFD, as macOS names files) on the file's side and
+  composed (NFC, as keyboards type) on the argument's, then the other way
+  round: the same text to a person, different code points to a comparison
+  that does not normalise;
 - ``long lines``: the line the data quotes (else the first line after a
-  header) one character longer than the usual read buffers (64, 8 and
-  4 KiB; at least as many bytes): a reader with a fixed buffer
-  (``readline(4096)``, ``read(8192)`` chunks split into lines) splits it;
+  header) repeated onto itself past the usual read buffers (64, 8 and
+  4 KiB; at least as many bytes), so that a reader with a fixed buffer
+  (``readline(4096)``, ``read(8192)`` chunks split into lines) splits it
+  and what the line shows (a search key) shows again after the split;
 - ``byte limit``: for every limit-like number N of the call, the first
   file read as non-ASCII text with a three-byte character across byte N
   (its bytes N-2, N-1 and N), so that ``data[:N]`` (and ``data[:N-1]``)
@@ -89,7 +92,7 @@ def text_shapes(
     of the call's data; ``numbers``: its limit-like numbers."""
     texts = {path: text for path, content in files_read.items() if (text := _utf8(content))}
     yield from _boms(arguments, texts)
-    yield from _normalisations(arguments, keys, texts, every)
+    yield from _normalisations(arguments, keys, texts, every, quoted)
     first = next(iter(texts.items()), None)
     if first is not None:
         yield from _long_lines(arguments, *first, quoted)
@@ -148,35 +151,36 @@ def _normalisations(
     keys: Sequence[tuple[str, str]],
     texts: Mapping[str, str],
     names: Mapping[str, bytes],
+    quoted: set[str],
 ) -> Iterator[Shape]:
-    """A key found in a file's text, then a key found in a file's name:
-    the argument decomposed and the file composed, then the other way round."""
+    """A key found in a file's text, and a key found in a file's name (first
+    when the data quotes that file's name): the file decomposed and the
+    argument composed, then the other way round."""
     for name, value in keys:
         if not value.strip():
             continue
         nfc = composed(value)
-        forms = ((nfc, "NFC"), (unicodedata.normalize("NFD", nfc), "NFD"))
+        forms = ((unicodedata.normalize("NFD", nfc), "NFD"), (nfc, "NFC"))
+        found: list[list[Shape]] = [[], []]
         holder = next((path for path, text in texts.items() if value in text), None)
-        if holder is not None:
-            for (on_file, file_form), (sent, sent_form) in (forms, forms[::-1]):
-                files = {holder: texts[holder].replace(value, on_file).encode("utf-8")}
-                yield Shape(
-                    NORMALISATION,
-                    f"normalisation: {name} in {sent_form}, {holder} in {file_form}",
-                    _with(arguments, name, sent),
-                    files,
-                )
         named = next((path for path in names if value in posixpath.basename(path)), None)
-        if named is not None:
-            folder, base = posixpath.split(named)
-            for (on_file, file_form), (sent, sent_form) in (forms, forms[::-1]):
-                renamed = posixpath.join(folder, base.replace(value, on_file))
-                yield Shape(
-                    NORMALISATION,
-                    f"normalisation: {name} in {sent_form}, a file named for it in {file_form}",
-                    _with(arguments, name, sent),
-                    {renamed: names[named]},
+        for (on_file, file_form), (sent, sent_form) in (forms, forms[::-1]):
+            changed = _with(arguments, name, sent)
+            said = f"normalisation: {name} in {sent_form}"
+            if holder is not None:
+                text = texts[holder].replace(value, on_file).encode("utf-8")
+                shape = Shape(
+                    NORMALISATION, f"{said}, {holder} in {file_form}", changed, {holder: text}
                 )
+                found[0].append(shape)
+            if named is not None:
+                folder, base = posixpath.split(named)
+                renamed = posixpath.join(folder, base.replace(value, on_file))
+                label = f"{said}, a file named for it in {file_form}"
+                found[1].append(Shape(NORMALISATION, label, changed, {renamed: names[named]}))
+        if named is not None and any(posixpath.basename(named) in item for item in quoted):
+            found.reverse()
+        yield from found[0] + found[1]
 
 
 # -- long lines ----------------------------------------------------------------------
@@ -194,16 +198,14 @@ def _long_lines(
     rest = "\n".join(lines[index + 1 :])
     after = ending + ("\n" + rest if index + 1 < len(lines) else "")
     for size in BUFFER_SIZES:
-        length = size + 1
-        recipe = GeneratedContent(
-            repeat=unit,
-            times=length // len(unit),
-            head=head,
-            tail=unit[: length % len(unit)] + after,
-        )
+        # Whole repetitions, a split at ``size`` leaving two or more after it:
+        # what the line shows (a search key) shows again past the split.
+        times = size // len(unit) + 3
+        recipe = GeneratedContent(repeat=unit, times=times, head=head, tail=after)
         yield Shape(
             LONG_LINES,
-            f"long lines: {path}, line {index + 1} of {length:,} characters",
+            f"long lines: {path}, line {index + 1} longer than {size // 1024} KiB "
+            f"({times * len(unit):,} characters)",
             dict(arguments),
             {path: recipe},
         )
