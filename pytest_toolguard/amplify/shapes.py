@@ -17,11 +17,12 @@ which shape broke the tool:
   4 KiB; at least as many bytes), so that a reader with a fixed buffer
   (``readline(4096)``, ``read(8192)`` chunks split into lines) splits it
   and what the line shows (a search key) shows again after the split;
-- ``byte limit``: for every limit-like number N of the call, the first
-  file read as non-ASCII text with a three-byte character across byte N
-  (its bytes N-2, N-1 and N), so that ``data[:N]`` (and ``data[:N-1]``)
-  ends inside it; then the same text cut to N characters, more bytes than
-  N: a limit counted in the wrong unit shows;
+- ``byte limit``: for every limit-like number N of the call (then 4, 8
+  and 64 KiB), the first file read as non-ASCII text with a three-byte
+  character across byte N (its bytes N-2, N-1 and N), so that
+  ``data[:N]`` (and ``data[:N-1]``) ends inside it; then the same text cut
+  to N characters, more bytes than N: a limit counted in the wrong unit
+  shows;
 - ``undecodable``: one byte that is never UTF-8 (``0xff``) in every file
   the call could read (at their start; in the first file read, in the
   middle of the line the data quotes), then the first file ending inside a
@@ -226,7 +227,9 @@ def _byte_limits(
 ) -> Iterator[Shape]:
     unit = non_ascii_unit(text)
     size = len(unit.encode("utf-8"))
-    for number in numbers:
+    # The call's own numbers, then the usual buffers (a limit the handler
+    # keeps to itself: ``read(4096)``).
+    for number in dict.fromkeys([*numbers, *sorted(BUFFER_SIZES)]):
         if number < 2:
             continue
         # ACROSS takes bytes number-2 .. number: ASCII padding puts it there.

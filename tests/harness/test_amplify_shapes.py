@@ -43,12 +43,13 @@ import json
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_toolguard import Capabilities, Risk, SQLiteAuditStore, ToolCall, ToolRuntime
-from pytest_toolguard.amplify import amplify
+from pytest_toolguard.amplify import VariantCaps, amplify
 from pytest_toolguard.amplify.derive import GROUPS, CallFacts, candidates
 from pytest_toolguard.amplify.shapes import SHAPES, composed
 from pytest_toolguard.registry import PathAccess, ToolRegistry, ToolSpec, tool
@@ -362,6 +363,37 @@ def test_the_correct_twin_replays_every_variant_clean(
 ) -> None:
     report = replay_variants(amplified[case], ToolRegistry([CASES[case].correct]))
     assert report.ok and report.variants > 0, [(d.where, d.field) for d in report.differences]
+
+
+def _preview(cut: str) -> ToolSpec:
+    def preview(ctx: Any, path: str) -> dict[str, Any]:
+        """The first 4 KiB of a text file (a limit the handler keeps to itself)."""
+        data = ctx.workspace.read_bytes(path)
+        end = 4096
+        if cut == "boundary":
+            while 0 < end < len(data) and data[end] & 0xC0 == 0x80:
+                end -= 1
+        return {"text": data[:end].decode("utf-8")}
+
+    return _spec(preview, _schema(path=PATH))
+
+
+def test_a_byte_limit_the_handler_keeps_to_itself_is_met_at_the_usual_buffers(
+    tmp_path: Path,
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text(NOTES)
+    registry = ToolRegistry([_preview("boundary")])
+    runtime = ToolRuntime(registry, str(workspace), CAPS, SQLiteAuditStore(":memory:"))
+    with record_session(runtime, tmp_path / "session.yaml"):
+        runtime.execute(ToolCall("call-1", "preview", {"path": "notes.txt"}))
+    runtime.close()
+    cassette, _ = amplify(load(tmp_path / "session.yaml"), registry, caps=VariantCaps(40))
+    assert replay_variants(cassette, registry).ok
+    report = replay_variants(cassette, ToolRegistry([_preview("bytes")]))
+    caught = {d.where.split("`")[1] for d in report.differences}
+    assert "byte limit: notes.txt, non-ASCII with '€' across byte 4,096" in caught
 
 
 def test_under_the_default_cap_a_call_gets_a_variant_of_every_shape(
