@@ -55,8 +55,9 @@ SHAPES = (BOM, NORMALISATION, LONG_LINES, BYTE_LIMIT, UNDECODABLE)
 """The families of this module, in the order ``derive`` takes them."""
 
 BUFFER_SIZES = (65_536, 8_192, 4_096)
-"""Read buffers a long line is made one character longer than, largest
-first: a line longer than 64 KiB is longer than every smaller buffer too."""
+"""Read buffers a long line is made longer than, largest first (a line
+longer than 64 KiB is longer than every smaller buffer too), and byte
+limits a handler may keep to itself."""
 NEVER_UTF8 = b"\xff"
 """A byte that never occurs in UTF-8."""
 ACROSS = "\u20ac"
