@@ -68,12 +68,8 @@ TEXT_CHANGES: dict[str, Callable[[str], str]] = {
 }
 """Each text variant: its name and what it does to a text."""
 
-NOT_UTF8 = "every file read: not UTF-8"
-"""The variant that makes every file the call could read undecodable."""
-
 QUOTED_FILE_ORDER = (
     "very long lines",
-    NOT_UTF8,
     "letters in the other case",
     "empty",
     "non-ASCII letters",
@@ -83,7 +79,8 @@ QUOTED_FILE_ORDER = (
     "combining marks",
 )
 """The changes to a file whose lines the data quotes (a search's), most
-telling first: lines cut, files skipped, case folded, nothing found."""
+telling first: lines cut, case folded, nothing found (a file that is
+not UTF-8: ``shapes``)."""
 FILE_ORDER = (
     "empty",
     "very long lines",
@@ -93,7 +90,6 @@ FILE_ORDER = (
     "letters in the other case",
     "astral characters",
     "combining marks",
-    NOT_UTF8,
 )
 """The changes to any other file read: first empty (every count 0)."""
 KEY_ORDER = ("letters in the other case", "empty", "very long lines")

@@ -10,8 +10,8 @@ gets a second slot:
 - ``text``: each free-text argument and the first file read, in turn
   (then the other files), each with its own order of changes
   (``changes``): a file whose lines the data quotes (a search) first with
-  very long lines, then every file read not UTF-8, then its letters in the
-  other case; any other file first empty; an argument found in a file read
+  very long lines, then its letters in the other case; any other file
+  first empty; an argument found in a file read
   (a search key) first in the other case; any other argument (content to
   write) first without its trailing newline and with non-ASCII letters;
   then the rest (astral characters, combining marks, CRLF line ends, ...);
@@ -33,7 +33,9 @@ gets a second slot:
   characters and in the length of the first line; list arguments with that
   many items;
 - ``limit``: candidates found by running the tool (``probed``: a result
-  of exactly the tool's result limit and one over, ``limit.limit_sized``).
+  of exactly the tool's result limit and one over, ``limit.limit_sized``);
+- the text shapes of ``shapes``, a group per family: ``BOM``,
+  ``normalisation``, ``long lines``, ``byte limit``, ``undecodable``.
 
 And apart from these, ``refusal``: an argument the schema does not allow,
 a required one left out, each bound one step outside (the tool's input
@@ -58,7 +60,6 @@ from .changes import (
     CONTENT_ORDER,
     FILE_ORDER,
     KEY_ORDER,
-    NOT_UTF8,
     QUOTED_FILE_ORDER,
     TEXT_CHANGES,
     file_of_chars,
@@ -71,6 +72,7 @@ from .changes import (
     shown_name,
     strings_in,
 )
+from .shapes import SHAPES, text_shapes
 
 SIZE_LIMIT = 65_536
 """Limit-like numbers above this are not tried as file sizes."""
@@ -86,6 +88,7 @@ FAMILIES = (
     "size",
     "inside",
     "limit",
+    *SHAPES,
 )
 """The families of candidates (a variant's ``family``)."""
 GROUPS: dict[str, str] = {
@@ -96,6 +99,7 @@ GROUPS: dict[str, str] = {
     "data size": "data size",
     "size": "size",
     "limit": "limit",
+    **{shape: shape for shape in SHAPES},
     "outside": "refusal",
 }
 """The group of each family; ``candidates`` takes from the groups in turn,
@@ -180,6 +184,7 @@ def _all(facts: CallFacts) -> Iterator[Candidate]:
     yield from _bounds(facts)
     yield from _texts(facts)
     yield from _sizes(facts)
+    yield from _shapes(facts)
 
 
 # -- the schema ------------------------------------------------------------------
@@ -452,16 +457,6 @@ def _file_text(facts: CallFacts, path: str, text: str) -> Iterator[Candidate]:
     lines = {line.rstrip("\r") for line in text.split("\n") if line.strip()}
     order = QUOTED_FILE_ORDER if lines & quoted else FILE_ORDER
     for name in order:
-        if name == NOT_UTF8:
-            every = facts.beneath or facts.files_read
-            yield Candidate(
-                NOT_UTF8,
-                "text",
-                "file text",
-                dict(facts.arguments),
-                {other: b"\xff" + content for other, content in every.items()},
-            )
-            continue
         changed = TEXT_CHANGES[name](text)
         if changed != text:
             yield Candidate(
@@ -471,6 +466,14 @@ def _file_text(facts: CallFacts, path: str, text: str) -> Iterator[Candidate]:
                 dict(facts.arguments),
                 {path: changed.encode("utf-8")},
             )
+
+
+def _shapes(facts: CallFacts) -> Iterator[Candidate]:
+    keys = [(name, value) for name, value in _free_arguments(facts) if isinstance(value, str)]
+    every, quoted = facts.beneath or facts.files_read, set(strings_in(facts.data))
+    numbers = limit_like_numbers(facts)
+    for shape in text_shapes(facts.arguments, facts.files_read, every, keys, quoted, numbers):
+        yield Candidate(shape.name, shape.kind, shape.family, shape.arguments, shape.files)
 
 
 def _free_text(schema: Mapping[str, Any]) -> bool:

@@ -22,7 +22,7 @@ trusted tools):
   real disk from the fake world, refused; an entry outside the workspace
   of the directory world: ``Branch.escapes``), its answer not the tool's
   alone, and every candidate past the cap
-  (``VariantCaps``: 12 a call, or the tool's own; refusals have a cap of
+  (``VariantCaps``: 15 a call, or the tool's own; refusals have a cap of
   the same size of their own).
 
 A call holding HTTP exchanges gets only the variants its input schema
@@ -87,7 +87,7 @@ from .derive import CallFacts, Candidate, candidates
 from .limit import limit_sized
 from .write import with_variants
 
-DEFAULT_MAX_VARIANTS = 12
+DEFAULT_MAX_VARIANTS = 15
 """Variants kept per call, unless the tool has its own cap."""
 BRANCH_SECONDS = 2.0
 """A candidate's deadline while amplifying: a slower one would slow replay."""

@@ -152,7 +152,7 @@ def add_options(parser: pytest.Parser) -> None:
     )
     parser.addini(
         AMPLIFY_MAX_INI,
-        f"variants {AMPLIFY} keeps per call: a line N (default 12) and lines TOOL=N",
+        f"variants {AMPLIFY} keeps per call: a line N (default 15) and lines TOOL=N",
         type="linelist",
         default=[],
     )

@@ -67,7 +67,7 @@ def test_amplify_writes_the_variants_into_the_cassette_and_says_how_many_it_kept
     result = _amplified(pytester, cassette_text)
     assert result.ret == 0
     result.stdout.fnmatch_lines(
-        ["*toolguard amplify: cassettes/notes.yaml: 18 variant(s) kept (6 refusal(s)*"]
+        ["*toolguard amplify: cassettes/notes.yaml: 21 variant(s) kept (6 refusal(s)*"]
     )
     assert "variants:" in (pytester.path / "cassettes" / "notes.yaml").read_text()
 
@@ -79,7 +79,7 @@ def test_replay_runs_the_variants_as_an_item_of_their_own(
     result = pytester.runpytest("--toolguard-replay", "-v", *NO_XDIST)
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(
-        ["*notes.yaml::variants PASSED*", "toolguard variants: 18 replayed (6 refusals)*"]
+        ["*notes.yaml::variants PASSED*", "toolguard variants: 21 replayed (6 refusals)*"]
     )
 
 
