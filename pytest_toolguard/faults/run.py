@@ -34,6 +34,7 @@ from ..replay.player import chosen_world
 from .cell import Cell
 from .directory import Operations
 from .fault import Fault
+from .http_sends import resent
 from .outcome import NOT_APPLICABLE, NOTHING_TO_INJECT, CellOutcome, CellStatus, skipped_in
 from .prefixes import PrefixCache
 from .target import Target
@@ -126,10 +127,12 @@ def _run(
                 if index and prefixes is not None:
                     prefixes.put(cassette, index, registry, secrets, cell.saved())
             cell.at_target()
+            sent = _sent_from_now(cell)
             world.plant_forbidden()
             world.plant(beside_the_workspace(world.root))
             cell.outside_planted()
             fault.inject(cell)
+            _check_sends(cell, sent)
         except Exception:  # the fault itself broke: report it, never crash the run
             cell.problems.append("the fault raised: " + _last_lines(traceback.format_exc()))
         cell.finish()
@@ -185,15 +188,31 @@ def _run_in_directory(
                             cassette, index, registry, secrets, replace(done, entries=entries), kind
                         )
                 cell.at_target()
+                sent = _sent_from_now(cell)
                 place.plant_forbidden()
                 place.plant(beside_the_workspace(place.root))  # /etc/passwd is refused
                 cell.outside_planted()
                 fault.inject(cell)
+                _check_sends(cell, sent)
             except Exception:
                 cell.problems.append("the fault raised: " + _last_lines(traceback.format_exc()))
             cell.finish()
         cell.check_outside()
         return cell.problems
+
+
+def _sent_from_now(cell: Cell) -> int:
+    """Where the target's calls start in the playback's served requests."""
+    return len(cell.http.served()) if cell.http is not None else 0
+
+
+def _check_sends(cell: Cell, since: int) -> None:
+    """The invariant of every cell that serves HTTP: no call of the fault's
+    sent a POST, PATCH or DELETE again where the service may have acted
+    (``http_sends.resent``)."""
+    if cell.http is not None:
+        served = cell.http.served()[since:]
+        cell.problems.extend(resent(served, cell.target.interaction.http))
 
 
 def _entries_spelt(

@@ -45,7 +45,10 @@ with no recorded exchange never reaches the network: vcrpy raises
 the handler swallowed the error. The driver says which interaction plays
 (``current``) before each call; a handler keeps the one it started with.
 ``injected(answer)`` replaces what each matched request gets (the
-``network_error`` and ``http_error`` faults: ``faults.network``). In a
+``network_error``, ``http_error`` and ``http_redirect`` faults:
+``faults.network``). ``served()`` lists every matched request, with the
+call it was made in and what it was answered (``ServedRequest``), so a
+fault cell can count what a call sent (``faults.http_sends``). In a
 world whose root is not the recorded one (the directory world),
 ``map_root(root_map)`` spells every recorded exchange for that world
 before it is matched or served (``http_exchange.mapped_exchange``: URL,
@@ -83,6 +86,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import hashlib
 import inspect
 import threading
 import warnings
@@ -706,6 +710,25 @@ class UnmatchedRequest:
     """Why it was not answered, ending with what became of it."""
 
 
+@dataclass(frozen=True, slots=True)
+class ServedRequest:
+    """A request the playback answered from a recorded exchange
+    (``HttpPlayback.served``)."""
+
+    call_id: str
+    """The call whose handler run made it ("" when no run could be told)."""
+    method: str
+    uri: str
+    """Redacted: it is shown in reports."""
+    headers: tuple[tuple[str, str], ...]
+    """Each request header's name and a digest of its value (SHA-256, hex):
+    enough to tell two values apart, never the value itself."""
+    status: int | None
+    """The status it was answered; None when the answer raised instead."""
+    raised: str | None = None
+    """The name of the exception the answer raised (``TimeoutError``, ...)."""
+
+
 class HttpPlayback(_Session):
     """Serves each interaction's recorded exchanges to the handlers of
     network tools, and lists the requests it could not answer."""
@@ -756,6 +779,7 @@ class HttpPlayback(_Session):
         """The interaction the next handler run plays (set by the driver)."""
         self._fault: Answer | None = None
         self._root_map: RootMap | None = None
+        self._served_log: list[ServedRequest] = []
 
     def map_root(self, root_map: RootMap) -> None:
         """Serve the exchanges spelt for the world ``root_map`` leads to
@@ -771,6 +795,11 @@ class HttpPlayback(_Session):
         if mapping is None or mapping.identity:
             return noted
         return [replace(item, uri=mapping.to_recorded(item.uri)) for item in noted]
+
+    def served(self) -> list[ServedRequest]:
+        """Every request answered from a recorded exchange, in order."""
+        with self._noted_lock:
+            return list(self._served_log)
 
     @contextmanager
     def injected(self, fault: Answer) -> Iterator[None]:
@@ -821,4 +850,34 @@ class HttpPlayback(_Session):
 
     def _serve(self, request: Any, response: dict[str, Any]) -> dict[str, Any]:
         fault = self._fault
-        return response if fault is None else fault(request, response)
+        try:
+            answer = response if fault is None else fault(request, response)
+        except BaseException as exc:
+            self._log_served(request, None, type(exc).__name__)
+            raise
+        status = answer.get("status")
+        code = status.get("code") if isinstance(status, dict) else None
+        self._log_served(request, code if isinstance(code, int) else None, None)
+        return answer
+
+    def _log_served(self, request: Any, status: int | None, raised: str | None) -> None:
+        run = self._run_now()
+        headers = getattr(request, "headers", None) or {}
+        served = ServedRequest(
+            run.call_id if run is not None else "",
+            str(request.method).upper(),
+            self._redactor_now().redact_text(str(request.uri)),
+            tuple((str(name), _digest(value)) for name, value in sorted(headers.items())),
+            status,
+            raised,
+        )
+        with self._noted_lock:
+            self._served_log.append(served)
+
+
+def _digest(value: Any) -> str:
+    """A header value's SHA-256 (hex), whatever vcrpy holds it as."""
+    if isinstance(value, list | tuple):
+        value = value[0] if value else ""
+    data = value if isinstance(value, bytes) else str(value).encode("utf-8", "replace")
+    return hashlib.sha256(data).hexdigest()
