@@ -1,11 +1,15 @@
-"""Faults in what the network does: the ``network_error``, ``http_error``
-and ``late_response`` faults, and the failures they inject into a recorded
-HTTP exchange (``HttpPlayback.injected``). Each failure is an ``Answer``: it gets vcrpy's
-request and the recorded response, and raises as the network would or
-returns the response to serve. It answers only requests the playback let
-through: one to a host outside the session's network hosts is refused
-before any answer, and a redirect an answer serves is judged as a recorded
-one would be (``replay.http``: hosts, hop by hop)."""
+"""Faults in what the network does: the ``network_error``, ``http_error``,
+``late_response`` and ``http_redirect`` faults, and the failures they
+inject into a recorded HTTP exchange (``HttpPlayback.injected``). Each
+failure is an ``Answer``: it gets vcrpy's request and the recorded
+response, and raises as the network would or returns the response to
+serve. It answers only requests the playback let through: one to a host
+outside the session's network hosts is refused before any answer (and
+``http_redirect`` reports the handler that made it), and a redirect an
+answer serves is judged as a recorded one would be (``replay.http``:
+hosts, hop by hop). What an OK result to a failed exchange may say is
+``http_claims``'s judgement; a request sent again is the invariant of
+every cell (``http_sends``)."""
 
 from __future__ import annotations
 
@@ -117,9 +121,10 @@ class NetworkErrorFault(_WithRecordedHttp):
         "then reset, then timed out (one call each)"
     )
     expected = (
-        "not OK with the recorded data (an error, or data saying what failed); "
-        "no file changed; the audit row finished; after a timeout, no POST, PATCH or DELETE "
-        "sent more often than recorded without one idempotency key"
+        "a failure, or OK with data saying what failed (an error field, a false ok or success "
+        "flag, a 4xx or 5xx status), never the recorded data or a claim of success (a true "
+        "ok, delivered or sent flag, the recorded status); no file changed; the audit row "
+        "finished"
     )
 
     def inject(self, cell: Cell) -> None:
@@ -134,8 +139,10 @@ class HttpErrorFault(_WithRecordedHttp):
         "(one call each; Retry-After on 429 and 503)"
     )
     expected = (
-        "not OK with the recorded data (an error, or data saying what failed); "
-        "no file changed; the audit row finished"
+        "a failure, or OK with data saying what failed (an error field, a false ok or success "
+        "flag, a 4xx or 5xx status), never the recorded data or a claim of success (a true "
+        "ok, delivered or sent flag, the recorded status); no file changed; the audit row "
+        "finished"
     )
 
     def inject(self, cell: Cell) -> None:

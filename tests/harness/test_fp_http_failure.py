@@ -8,13 +8,21 @@ answers ``{"delivered": true}`` with another id. Each broken twin below
 answers its success shape under a failure; each correct twin raises, or
 answers data saying what failed.
 
-| twin | client | what it answers under the failure | caught by |
-|---|---|---|---|
-| ``urllib_swallows_http_error`` | urllib | ``{"delivered": true, "id": null}`` | ``http_error``: claiming success (delivered: true) |
-| ``http_client_ignores_status`` | http.client | ``{"status": "sent", "id": null}`` | ``http_error``: claiming success (status: 'sent', as recorded) |
-| ``requests_without_raise`` | requests | ``{"delivered": true, "http_status": 500}`` | ``http_error``: claiming success (delivered: true) |
-| ``urllib_swallows_os_error`` | urllib | ``{"delivered": true, "queued": true}`` | ``network_error``: claiming success |
-| ``httpx_says_nothing`` | httpx | ``{"id": null}`` | ``http_error``: data that does not say what failed |
+Catch table (twin, client: cell, problem):
+
+============================  ================================================================
+broken twin                   caught by
+============================  ================================================================
+urllib_swallows_http_error    http_error: answered OK claiming success (delivered: true), as
+(urllib)                      if the request had succeeded
+http_client_ignores_status    http_error: claiming success (status: 'sent', as recorded)
+(http.client)
+requests_without_raise        http_error: claiming success (delivered: true), though it says
+(requests)                    http_status 500 too
+urllib_swallows_os_error      network_error: claiming success (delivered: true)
+(urllib)
+httpx_says_nothing (httpx)    http_error: with data that does not say what failed
+============================  ================================================================
 """
 
 from __future__ import annotations

@@ -8,12 +8,18 @@ recording: ``tests/adversarial/test_security_redirects.py``), and the
 fault reports the handler that made it: outside the harness nothing would
 have stopped it.
 
-| twin | how it follows | caught by |
-|---|---|---|
-| ``urllib_default`` | urllib's default redirect handler | ``http_redirect``: followed the redirect off its network hosts |
-| ``requests_default`` | requests, allow_redirects by default | the same |
-| ``manual_location`` | http.client, follows Location by hand | the same |
-| ``httpx_following`` | httpx, follow_redirects=True | the same |
+Catch table (twin: cell, problem):
+
+==================  ==========================================================================
+broken twin         caught by
+==================  ==========================================================================
+urllib_default      http_redirect: HTTP 301 to redirected.invalid: the handler followed the
+                    redirect off its network hosts (127.0.0.1): GET http://redirected.invalid/
+                    status (and 302, 307, 308)
+requests_default    the same (requests follows by default)
+manual_location     the same (http.client, Location followed by hand)
+httpx_following     the same (httpx, follow_redirects=True)
+==================  ==========================================================================
 """
 
 from __future__ import annotations

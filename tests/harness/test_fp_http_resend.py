@@ -8,12 +8,20 @@ when every sending carries the same idempotency key, or when the service
 said it did not act (429 Too Many Requests; a refused connection sends
 nothing).
 
-| twin | how it re-sends | caught by |
-|---|---|---|
-| ``urllib_retries_5xx`` | urllib, 3 tries on any 5xx, no key | ``http_error``: sent 3 times ... without an idempotency header |
-| ``http_client_fresh_key_on_5xx`` | http.client, 3 tries on a 5xx, a new Idempotency-Key each | ``http_error``: with another Idempotency-Key value each time |
-| ``requests_retries_timeout`` | requests, 3 tries on a timeout, no key | ``network_error`` (timeout) and ``late_response`` |
-| ``posts_twice`` | always sends its POST twice | every cell whose call runs the handler (``timeout``, ``duplicate_submission``, ...) |
+Catch table (twin: cell, problem):
+
+=============================  ===============================================================
+broken twin                    caught by
+=============================  ===============================================================
+urllib_retries_5xx             http_error: http_error-2: POST ... sent 3 times in one call
+                               (recorded 1), without an idempotency header (Idempotency-Key)
+http_client_fresh_key_on_5xx   http_error: ... sent 3 times ..., with another
+                               Idempotency-Key value each time or not at all
+requests_retries_timeout       network_error: network_error-3: POST ... sent 3 times;
+                               late_response: ... sent 2 times
+posts_twice                    every cell whose call runs the handler to its second POST
+                               (timeout, duplicate_submission, oversized_output, ...)
+=============================  ===============================================================
 """
 
 from __future__ import annotations
