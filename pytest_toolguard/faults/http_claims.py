@@ -8,12 +8,14 @@ failed. ``false_success`` judges an OK result; it finds one of:
 
 - **the recorded data** again: the answer of the success;
 - **a claim of success**: a key named like a success flag (``ok``,
-  ``success``, ``delivered``, ``sent``, ...) set to true anywhere in the
-  data, or a status-like key (``status``, ``state``, ``result``, ...)
-  holding the value it held in the recorded success (``"sent"``, ``200``);
+  ``success``, ``delivered``, ``sent``, ...) set to true at the top of the
+  data or where the recorded success had it true, or a status-like key
+  (``status``, ``state``, ``result``, ...) holding the value it held in
+  the recorded success (``"sent"``, ``200``); a flag deeper in the data
+  (``{"cache": {"ok": true}}``) is not read as the call's own;
 - **no word of the failure**: nothing in the data or the message says
   what failed: no error-like key (``error``, ``errors``, ``failure``,
-  ``stale``, ...) with a value, no success flag set to false, no status of
+  ``stale``, ``retry_after``, ...) with a value, no success flag set to false, no status of
   4xx or 5xx, no text naming an error, a failure, a timeout, a refusal, an
   HTTP status of 4xx or 5xx.
 
@@ -61,13 +63,15 @@ STATUS_KEYS = frozenset(
 """Keys whose value says how the request went."""
 
 FAILURE_KEY = re.compile(
-    r"(^|_)(error|errors|err|failure|failures|failed|exception|problem|fault|stale|degraded)($|_)"
+    r"(^|_)(error|errors|err|failure|failures|failed|exception|problem|fault|stale|degraded|"
+    r"retry|retryable|unavailable|rejected|undelivered)($|_)"
 )
 """Keys that, with a value, say what failed."""
 
 FAILURE_TEXT = re.compile(
     r"error|fail|unavailable|refused|denied|timed?[ _-]?out|reset|rate[ _-]?limit|"
-    r"too many requests|could not|couldn't|cannot|unable|\b[45]\d\d\b",
+    r"too many requests|could not|couldn't|cannot|unable|retry|try again|reject|declin|"
+    r"abort|unreachable|not (sent|delivered|saved|created)|\b[45]\d\d\b",
     re.IGNORECASE,
 )
 """Text that says something failed."""
@@ -119,17 +123,19 @@ def _leaves(value: Any) -> Iterator[tuple[tuple[str, ...], str, Any]]:
 
 
 def _claim(data: Any, recorded: Any) -> str | None:
-    """The first claim of success in ``data``: a success flag set to true,
-    or a status-like key holding the recorded success's value there."""
-    recorded_status = {
+    """The first claim of success in ``data``: a success flag set to true
+    at the top or where the recorded success had it, or a status-like key
+    holding the recorded success's value there."""
+    recorded_claims = {
         path: value
         for path, key, value in _leaves(recorded)
-        if key in STATUS_KEYS and _is_success_value(value)
+        if (key in STATUS_KEYS and _is_success_value(value))
+        or (key in SUCCESS_FLAGS and value is True)
     }
     for path, key, value in _leaves(data):
-        if key in SUCCESS_FLAGS and value is True:
+        if key in SUCCESS_FLAGS and value is True and (len(path) == 1 or path in recorded_claims):
             return f"{'.'.join(path)}: true"
-        if path in recorded_status and value == recorded_status[path]:
+        if path in recorded_claims and value == recorded_claims[path]:
             return f"{'.'.join(path)}: {value!r}, as recorded"
     return None
 

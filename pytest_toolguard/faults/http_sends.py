@@ -5,13 +5,16 @@ recorded it.
 A service acts on each non-idempotent request it receives; a client that
 sends one again (a retry loop on a 5xx, a retry after a timeout) may make
 it act twice, unless every sending carried the same idempotency key, by
-which the service tells a retry from a new request. So, per call (its
-handler runs, by call id), every sending of one method and URL path that
-may have reached the service is counted against the call's recorded
-exchanges. A sending the service is known not to have acted on is not
-counted: one answered 429 (Too Many Requests: refused before anything was
-done) or refused a connection (nothing was sent). What each sending was
-answered comes from the playback (``replay.http.ServedRequest``), so the
+which the service tells a retry from a new request (in a header,
+``Idempotency-Key``, or a field of a JSON body, ``client_token``). So, per
+call (its handler runs, by call id), every sending of one method and URL
+path that may have reached the service is counted against the call's
+recorded exchanges; one no recorded exchange matched (a retry with
+another query) counts too: outside the harness it would have been sent.
+A sending the service is known not to have acted on is not counted: one
+answered 429 (Too Many Requests: refused before anything was done) or
+refused a connection (nothing was sent). What each sending was answered
+comes from the playback (``replay.http.ServedRequest``), so the
 judgement holds whatever fault changed the answers, and whatever client
 made the requests.
 """
@@ -35,6 +38,12 @@ IDEMPOTENCY_HEADER = re.compile(r"idempoten|^paypal-request-id$", re.IGNORECASE)
 draft, Stripe, Adyen), ``X-Idempotency-Key``, ``Idempotency-Token``,
 ``PayPal-Request-Id``, ..."""
 
+IDEMPOTENCY_FIELD = re.compile(
+    r"idempoten|client_?token|client_?request_?id|^request_?id$|dedup", re.IGNORECASE
+)
+"""Fields of a JSON body that carry an idempotency key: ``idempotency_key``
+(Square), ``ClientToken`` (AWS), ``requestId`` (Google), ..."""
+
 NOT_ACTED_STATUSES = frozenset({429})
 """Answers saying the service refused the request before acting on it."""
 
@@ -44,17 +53,23 @@ NOT_SENT_ERRORS = frozenset({"ConnectionRefusedError"})
 
 def may_have_acted(request: ServedRequest) -> bool:
     """Whether the service may have acted on ``request``: anything but a
-    429 answer or a refused connection."""
+    429 answer or a refused connection (a request no recorded exchange
+    answered would have been sent: it may have)."""
+    if not request.answered:
+        return True
     if request.status is not None:
         return request.status not in NOT_ACTED_STATUSES
     return request.raised not in NOT_SENT_ERRORS
 
 
 def keys_of(request: ServedRequest) -> tuple[tuple[str, str], ...]:
-    """Its idempotency headers (``IDEMPOTENCY_HEADER``): names and digests."""
-    return tuple(
-        (name, value) for name, value in request.headers if IDEMPOTENCY_HEADER.search(name)
-    )
+    """Its idempotency headers (``IDEMPOTENCY_HEADER``) and JSON body
+    fields (``IDEMPOTENCY_FIELD``): names and digests of the values."""
+    headers = [(name, value) for name, value in request.headers if IDEMPOTENCY_HEADER.search(name)]
+    fields = [
+        (name, value) for name, value in request.body_fields if IDEMPOTENCY_FIELD.search(name)
+    ]
+    return tuple(headers + fields)
 
 
 def resent(served: Sequence[ServedRequest], recorded: Sequence[HttpExchange]) -> list[str]:

@@ -88,6 +88,7 @@ import contextvars
 import functools
 import hashlib
 import inspect
+import json
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -712,8 +713,8 @@ class UnmatchedRequest:
 
 @dataclass(frozen=True, slots=True)
 class ServedRequest:
-    """A request the playback answered from a recorded exchange
-    (``HttpPlayback.served``)."""
+    """A request a handler made in playback (``HttpPlayback.served``):
+    answered from a recorded exchange, or matching none."""
 
     call_id: str
     """The call whose handler run made it ("" when no run could be told)."""
@@ -723,10 +724,16 @@ class ServedRequest:
     headers: tuple[tuple[str, str], ...]
     """Each request header's name and a digest of its value (SHA-256, hex):
     enough to tell two values apart, never the value itself."""
+    body_fields: tuple[tuple[str, str], ...]
+    """The top-level fields of a JSON object body, name and digest of the
+    value (an idempotency key may travel there: ``client_token``, ...)."""
     status: int | None
     """The status it was answered; None when the answer raised instead."""
     raised: str | None = None
     """The name of the exception the answer raised (``TimeoutError``, ...)."""
+    answered: bool = True
+    """False: no recorded exchange matched it (it was not answered; outside
+    the harness it would have been sent)."""
 
 
 class HttpPlayback(_Session):
@@ -797,7 +804,9 @@ class HttpPlayback(_Session):
         return [replace(item, uri=mapping.to_recorded(item.uri)) for item in noted]
 
     def served(self) -> list[ServedRequest]:
-        """Every request answered from a recorded exchange, in order."""
+        """Every request a handler made that was answered from a recorded
+        exchange or matched none (``answered`` says which), in order; a
+        request refused for its host is not (it was never to be sent)."""
         with self._noted_lock:
             return list(self._served_log)
 
@@ -846,7 +855,11 @@ class HttpPlayback(_Session):
         return requests, responses
 
     def _no_exchange(self, request: Any) -> None:
+        with self._noted_lock:
+            first = id(request) not in self._noted_ids  # a client may ask twice
         self._note(request, NOT_RECORDED)
+        if first:
+            self._log_served(request, None, None, answered=False)
 
     def _serve(self, request: Any, response: dict[str, Any]) -> dict[str, Any]:
         fault = self._fault
@@ -860,7 +873,9 @@ class HttpPlayback(_Session):
         self._log_served(request, code if isinstance(code, int) else None, None)
         return answer
 
-    def _log_served(self, request: Any, status: int | None, raised: str | None) -> None:
+    def _log_served(
+        self, request: Any, status: int | None, raised: str | None, *, answered: bool = True
+    ) -> None:
         run = self._run_now()
         headers = getattr(request, "headers", None) or {}
         served = ServedRequest(
@@ -868,8 +883,10 @@ class HttpPlayback(_Session):
             str(request.method).upper(),
             self._redactor_now().redact_text(str(request.uri)),
             tuple((str(name), _digest(value)) for name, value in sorted(headers.items())),
+            _body_fields(getattr(request, "body", None)),
             status,
             raised,
+            answered,
         )
         with self._noted_lock:
             self._served_log.append(served)
@@ -881,3 +898,26 @@ def _digest(value: Any) -> str:
         value = value[0] if value else ""
     data = value if isinstance(value, bytes) else str(value).encode("utf-8", "replace")
     return hashlib.sha256(data).hexdigest()
+
+
+def _body_fields(body: Any) -> tuple[tuple[str, str], ...]:
+    """The top-level fields of a JSON object ``body`` (bytes or text), name
+    and ``_digest`` of the value (as JSON, keys sorted); none for any other
+    body."""
+    if isinstance(body, bytes):
+        try:
+            body = body.decode("utf-8")
+        except UnicodeDecodeError:
+            return ()
+    if not isinstance(body, str) or not body.lstrip().startswith("{"):
+        return ()
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return ()
+    if not isinstance(parsed, dict):
+        return ()
+    return tuple(
+        (str(name), _digest(json.dumps(value, sort_keys=True, default=str)))
+        for name, value in sorted(parsed.items())
+    )

@@ -263,7 +263,9 @@ def test_a_tool_failing_or_saying_what_failed_passes(
         ({"id": None}, "request failed: HTTP 500", False),
         ({"delivered": True, "error": "HTTP 500"}, "", True),  # a flag of success wins
         ({"status": "sent", "id": None}, "", True),  # the recorded status
-        ({"result": {"ok": True}}, "", True),
+        ({"error": "HTTP 500", "cache": {"ok": True}}, "", False),  # not the call's flag
+        ({"result": {"ok": True}}, "", True),  # says nothing of the failure
+        ({"status": "pending", "retry_after": 1}, "", False),
         ({"id": None}, "", True),  # says nothing of the failure
         (None, "", True),
     ],

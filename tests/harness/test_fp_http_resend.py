@@ -19,6 +19,8 @@ http_client_fresh_key_on_5xx   http_error: ... sent 3 times ..., with another
                                Idempotency-Key value each time or not at all
 requests_retries_timeout       network_error: network_error-3: POST ... sent 3 times;
                                late_response: ... sent 2 times
+urllib_retries_5xx_with_a_      http_error: ... sent 2 times (the retry, with ?attempt=1,
+new_query                      matches no recorded exchange: it counts all the same)
 posts_twice                    every cell whose call runs the handler to its second POST
                                (timeout, duplicate_submission, oversized_output, ...)
 =============================  ===============================================================
@@ -151,6 +153,16 @@ def requests_retries_timeout(ctx: Any, url: str, amount: int) -> dict[str, Any]:
     return {"charged": True, "id": response.json()["id"]}
 
 
+def urllib_retries_5xx_with_a_new_query(ctx: Any, url: str, amount: int) -> dict[str, Any]:
+    for attempt in range(TRIES):
+        try:
+            return _urllib_post(f"{url}?attempt={attempt}" if attempt else url, amount, {})
+        except urllib.error.HTTPError as exc:
+            if exc.code < 500 or attempt == TRIES - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 def posts_twice(ctx: Any, url: str, amount: int) -> dict[str, Any]:
     _urllib_post(url, amount, {})
     return _urllib_post(url, amount, {})
@@ -162,6 +174,19 @@ retries_5xx_with_one_key = _retrying_on(
     range(500, 600), lambda url, amount: {"Idempotency-Key": stable_key(url, amount)}
 )
 retries_429_only = _retrying_on((429,), lambda url, amount: {})
+
+
+def retries_5xx_with_a_body_token(ctx: Any, url: str, amount: int) -> dict[str, Any]:
+    payload = json.dumps({"amount": amount, "client_token": stable_key(url, amount)}).encode()
+    for attempt in range(TRIES):
+        request = urllib.request.Request(url, data=payload, method="POST")
+        try:
+            with OPENER.open(request, timeout=2) as response:
+                return {"charged": True, "id": json.loads(response.read())["id"]}
+        except urllib.error.HTTPError as exc:
+            if exc.code < 500 or attempt == TRIES - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def retries_a_refused_connection_only(ctx: Any, url: str, amount: int) -> dict[str, Any]:
@@ -210,6 +235,12 @@ BROKEN = [
         id="requests-timeout",
     ),
     pytest.param(
+        urllib_retries_5xx_with_a_new_query,
+        "http_error",
+        "http_error-2: POST http://127.0.0.1:9/charges sent 2 times",  # the retry: no exchange
+        id="urllib-5xx-new-query",
+    ),
+    pytest.param(
         requests_retries_timeout,
         "late_response",
         "sent 2 times in one call (recorded 1), without an idempotency header",
@@ -220,6 +251,7 @@ CORRECT = [
     pytest.param(retries_5xx_with_one_key, id="one-key"),
     pytest.param(retries_429_only, id="429-only"),
     pytest.param(retries_a_refused_connection_only, id="refused-only"),
+    pytest.param(retries_5xx_with_a_body_token, id="body-token"),
 ]
 HTTP_FAULTS = ("http_error", "network_error", "late_response", "http_redirect")
 
