@@ -96,12 +96,12 @@ class _WithRecordedHttp(Fault):
         ``answer``; the oracle of both faults (a request sent again is the
         invariant of every HTTP cell: ``http_sends``)."""
         assert cell.http is not None  # applies() saw recorded exchanges
-        served = len(cell.http.served())
+        served = _answered(cell)
         before = cell.tree()
         with cell.http.injected(answer):
             result = cell.execute(cell.call())
         cell.check(
-            len(cell.http.served()) > served,
+            _answered(cell) > served,
             f"{what}: the handler made no recorded HTTP request, so it never failed",
         )
         if result.ok:
@@ -112,6 +112,13 @@ class _WithRecordedHttp(Fault):
                 f"{what}: answered {result.code.value} {why}, as if the request had succeeded",
             )
         cell.check_unchanged(before, f"{what}: the request failed")
+
+
+def _answered(cell: Cell) -> int:
+    """How many requests the cell's playback has answered from a recorded
+    exchange (what a fault's answer replaced)."""
+    assert cell.http is not None
+    return sum(1 for request in cell.http.served() if request.answered)
 
 
 class NetworkErrorFault(_WithRecordedHttp):
@@ -286,12 +293,12 @@ class HttpRedirectFault(_WithRecordedHttp):
         allowed = ", ".join(hosts.network_hosts) or "none"
         for code in REDIRECT_STATUSES:
             what = f"HTTP {code} to {host}"
-            served, refused = len(cell.http.served()), len(cell.http.refused())
+            served, refused = _answered(cell), len(cell.http.refused())
             before = cell.tree()
             with cell.http.injected(redirect_to(code, host)):
                 result = cell.execute(cell.call())
             cell.check(
-                len(cell.http.served()) > served,
+                _answered(cell) > served,
                 f"{what}: the handler made no recorded HTTP request, so it was never redirected",
             )
             for request in cell.http.refused()[refused:]:

@@ -240,3 +240,14 @@ def test_the_redirect_leads_to_a_host_the_session_does_not_allow() -> None:
     outcome = run(urllib_default, text=case('["127.0.0.1", "*.invalid"]'))
 
     assert any("GET http://192.0.2.1/status" in p for p in outcome.problems), outcome.problems
+
+
+def test_a_redirect_followed_in_the_directory_world_is_caught(tmp_path: Any) -> None:
+    registry = ToolRegistry([fetch_status(urllib_default)])
+    cassette = loads(case(), source="<fetch_status>")
+    (chosen,) = select_faults("http_redirect")
+    target = targets(cassette, registry, cassette.source)[0]
+
+    outcome = run_cell(chosen, target, registry, world="directory", parent=str(tmp_path))
+
+    assert sum("followed the redirect" in p for p in outcome.problems) == 4, outcome

@@ -288,3 +288,14 @@ def test_the_count_is_judged_in_every_cell_that_runs_the_handler() -> None:
 
     # (the HTTP faults fail its first POST: it never gets to the second)
     assert {"timeout", "duplicate_submission", "oversized_output", "response_lost"} <= reported
+
+
+def test_the_count_is_judged_in_the_directory_world_too(tmp_path: Any) -> None:
+    registry = ToolRegistry([charge(urllib_retries_5xx)])
+    cassette = loads(CASE, source="<charge>")
+    (chosen,) = select_faults("http_error")
+    target = targets(cassette, registry, cassette.source)[0]
+
+    outcome = run_cell(chosen, target, registry, world="directory", parent=str(tmp_path))
+
+    assert any("http_error-2: POST" in p and "sent 3 times" in p for p in outcome.problems), outcome
