@@ -10,7 +10,7 @@ failed. ``false_success`` judges an OK result; it finds one of:
 - **a claim of success**: a key named like a success flag (``ok``,
   ``success``, ``delivered``, ``sent``, ...) set to true at the top of the
   data or where the recorded success had it true, or a status-like key
-  (``status``, ``state``, ``result``, ...) holding the value it held in
+  (``status``, ``result``, ``outcome``, ...) holding the value it held in
   the recorded success (``"sent"``, ``200``); a flag deeper in the data
   (``{"cache": {"ok": true}}``) is not read as the call's own;
 - **no word of the failure**: nothing in the data or the message says
@@ -61,6 +61,11 @@ STATUS_KEYS = frozenset(
     {"status", "status_code", "statuscode", "http_status", "code", "state", "result", "outcome"}
 )
 """Keys whose value says how the request went."""
+
+CLAIM_KEYS = STATUS_KEYS - {"state"}
+"""Status keys whose recorded value, repeated, claims the recorded success
+(a ``state`` is as often the state of a thing, ``"open"``, as of the
+request)."""
 
 FAILURE_KEY = re.compile(
     r"(^|_)(error|errors|err|failure|failures|failed|exception|problem|fault|stale|degraded|"
@@ -129,7 +134,7 @@ def _claim(data: Any, recorded: Any) -> str | None:
     recorded_claims = {
         path: value
         for path, key, value in _leaves(recorded)
-        if (key in STATUS_KEYS and _is_success_value(value))
+        if (key in CLAIM_KEYS and _is_success_value(value))
         or (key in SUCCESS_FLAGS and value is True)
     }
     for path, key, value in _leaves(data):
