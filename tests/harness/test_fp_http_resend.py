@@ -19,8 +19,10 @@ http_client_fresh_key_on_5xx   http_error: ... sent 3 times ..., with another
                                Idempotency-Key value each time or not at all
 requests_retries_timeout       network_error: network_error-3: POST ... sent 3 times;
                                late_response: ... sent 2 times
-urllib_retries_5xx_with_a_      http_error: ... sent 2 times (the retry, with ?attempt=1,
+urllib_retries_5xx_with_a_     http_error: ... sent 2 times (the retry, with ?attempt=1,
 new_query                      matches no recorded exchange: it counts all the same)
+requests_adapter_retrying_     http_error: ... sent 3 times (urllib3's Retry, POST allowed,
+post                           inside one call of requests)
 posts_twice                    every cell whose call runs the handler to its second POST
                                (timeout, duplicate_submission, oversized_output, ...)
 =============================  ===============================================================
@@ -39,6 +41,8 @@ from urllib.parse import urlsplit
 import pytest
 import requests
 from http_tools import OPENER
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
 
 from pytest_toolguard.capabilities import Risk
 from pytest_toolguard.faults import BUILTIN_FAULTS, run_cell, select_faults, targets
@@ -163,6 +167,17 @@ def urllib_retries_5xx_with_a_new_query(ctx: Any, url: str, amount: int) -> dict
     raise AssertionError("unreachable")
 
 
+def requests_adapter_retrying_post(ctx: Any, url: str, amount: int) -> dict[str, Any]:
+    # urllib3 retries inside one call of requests; POST is allowed to.
+    retry = Retry(total=2, status_forcelist=[500], allowed_methods=None, backoff_factor=0)
+    session = requests.Session()
+    session.trust_env = False
+    session.mount("http://", HTTPAdapter(max_retries=retry))
+    response = session.post(url, data=body(amount), timeout=2)
+    response.raise_for_status()
+    return {"charged": True, "id": response.json()["id"]}
+
+
 def posts_twice(ctx: Any, url: str, amount: int) -> dict[str, Any]:
     _urllib_post(url, amount, {})
     return _urllib_post(url, amount, {})
@@ -239,6 +254,12 @@ BROKEN = [
         "http_error",
         "http_error-2: POST http://127.0.0.1:9/charges sent 2 times",  # the retry: no exchange
         id="urllib-5xx-new-query",
+    ),
+    pytest.param(
+        requests_adapter_retrying_post,
+        "http_error",
+        "http_error-2: POST http://127.0.0.1:9/charges sent 3 times",
+        id="urllib3-retry",
     ),
     pytest.param(
         requests_retries_timeout,
