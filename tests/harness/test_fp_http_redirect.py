@@ -18,7 +18,8 @@ urllib_default      http_redirect: HTTP 301 to redirected.invalid: the handler f
                     status (and 302, 307, 308)
 requests_default    the same (requests follows by default)
 manual_location     the same (http.client, Location followed by hand)
-httpx_following     the same (httpx, follow_redirects=True)
+httpx_following     the same (httpx, follow_redirects=True; and the async client, in an
+                    ``async def`` tool: httpx_async_following)
 ==================  ==========================================================================
 """
 
@@ -130,6 +131,13 @@ def httpx_following(ctx: Any, url: str) -> dict[str, Any]:
     return {"status": response.status_code, "body": response.json()}
 
 
+async def httpx_async_following(ctx: Any, url: str) -> dict[str, Any]:
+    async with httpx.AsyncClient(follow_redirects=True, trust_env=False) as client:
+        response = await client.get(url, timeout=2)
+    response.raise_for_status()
+    return {"status": response.status_code, "body": response.json()}
+
+
 # -- correct twins: never leave the hosts ---------------------------------------------
 
 
@@ -160,6 +168,13 @@ def manual_location_within_hosts(ctx: Any, url: str) -> dict[str, Any]:
     return {"status": status, "body": json.loads(raw)}
 
 
+async def httpx_async_not_following(ctx: Any, url: str) -> dict[str, Any]:
+    async with httpx.AsyncClient(trust_env=False) as client:
+        response = await client.get(url, timeout=2)
+    response.raise_for_status()  # a 3xx raises too
+    return {"status": response.status_code, "body": response.json()}
+
+
 def fetch_status(handler: Any) -> ToolSpec:
     made: ToolSpec = tool(
         name="fetch_status", input_schema=SCHEMA, risk=Risk.EXTERNAL, network_host_argument="url"
@@ -179,11 +194,13 @@ BROKEN = [
     pytest.param(requests_default, id="requests-default"),
     pytest.param(manual_location, id="manual-location"),
     pytest.param(httpx_following, id="httpx-follow"),
+    pytest.param(httpx_async_following, id="httpx-async-follow"),
 ]
 CORRECT = [
     pytest.param(urllib_no_redirects, id="urllib-no-redirects"),
     pytest.param(requests_not_following, id="requests-not-following"),
     pytest.param(manual_location_within_hosts, id="manual-within-hosts"),
+    pytest.param(httpx_async_not_following, id="httpx-async-not-following"),
 ]
 
 
