@@ -29,6 +29,7 @@ its failure in other words is reported, and says so in its problem line.
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -54,7 +55,7 @@ SUCCESS_FLAGS = frozenset(
         "healthy",
     }
 )
-"""Keys (lower case, ``-`` read as ``_``, an ``is_`` prefix dropped) whose
+"""Keys (as ``_key`` spells them: ``isDelivered`` is ``delivered``) whose
 true value claims the request succeeded; false, they say it failed."""
 
 STATUS_KEYS = frozenset(
@@ -106,17 +107,23 @@ def false_success(data: Any, message: str, recorded: Any, *, silent_ok: bool = F
 
 
 def _key(name: Any) -> str:
-    key = str(name).strip().lower().replace("-", "_")
+    """A key as the lists spell it: snake case (``isDelivered`` and
+    ``is-delivered`` read ``delivered``, ``statusCode`` reads
+    ``status_code``), lower case, without an ``is_`` prefix."""
+    key = _CAMEL.sub("_", str(name).strip()).lower().replace("-", "_")
     return key[3:] if key.startswith("is_") else key
+
+
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 
 def _leaves(value: Any) -> Iterator[tuple[tuple[str, ...], str, Any]]:
     """(path of keys, the last key normalised, value) of every value under
     a mapping key, walked breadth-first up to ``MAX_NODES``."""
-    queue: list[tuple[tuple[str, ...], Any]] = [((), value)]
+    queue: deque[tuple[tuple[str, ...], Any]] = deque([((), value)])
     seen = 0
     while queue and seen < MAX_NODES:
-        path, node = queue.pop(0)
+        path, node = queue.popleft()
         seen += 1
         if isinstance(node, dict):
             for name, child in node.items():

@@ -268,6 +268,9 @@ def test_a_tool_failing_or_saying_what_failed_passes(
         ({"status": "pending", "retry_after": 1}, "", False),
         ({"id": None}, "", True),  # says nothing of the failure
         (None, "", True),
+        ({"isDelivered": True, "errorMessage": "HTTP 500"}, "", True),  # camelCase alike
+        ({"messageId": None, "errorMessage": "HTTP 500"}, "", False),
+        ({"statusCode": 503}, "", False),
     ],
 )
 def test_false_success_reads_claims_and_words_of_failure(
