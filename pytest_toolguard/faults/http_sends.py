@@ -14,7 +14,7 @@ another query) counts too: outside the harness it would have been sent.
 A sending the service is known not to have acted on is not counted: one
 answered 429 (Too Many Requests: refused before anything was done) or
 refused a connection (nothing was sent). What each sending was answered
-comes from the playback (``replay.http.ServedRequest``), so the
+comes from the playback (``replay.http_exchange.ServedRequest``), so the
 judgement holds whatever fault changed the answers, and whatever client
 made the requests.
 """
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 from ..replay.cassette import HttpExchange
-from ..replay.http import ServedRequest
+from ..replay.http_exchange import ServedRequest
 
 NON_IDEMPOTENT_METHODS = frozenset({"POST", "PATCH", "DELETE"})
 """The methods whose request, sent twice, may act twice: a retry of one is

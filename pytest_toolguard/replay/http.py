@@ -86,9 +86,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
-import hashlib
 import inspect
-import json
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -107,10 +105,12 @@ from ..runtime.inline import call_tool_code
 from ..sandbox import SandboxError
 from .cassette import Cassette, HttpExchange, Interaction
 from .http_exchange import (
+    ServedRequest,
     exchange_of,
     mapped_exchange,
     redact_request,
     redact_response,
+    served_request,
     vcr_exchange,
 )
 from .root_map import RootMap
@@ -711,31 +711,6 @@ class UnmatchedRequest:
     """Why it was not answered, ending with what became of it."""
 
 
-@dataclass(frozen=True, slots=True)
-class ServedRequest:
-    """A request a handler made in playback (``HttpPlayback.served``):
-    answered from a recorded exchange, or matching none."""
-
-    call_id: str
-    """The call whose handler run made it ("" when no run could be told)."""
-    method: str
-    uri: str
-    """Redacted: it is shown in reports."""
-    headers: tuple[tuple[str, str], ...]
-    """Each request header's name and a digest of its value (SHA-256, hex):
-    enough to tell two values apart, never the value itself."""
-    body_fields: tuple[tuple[str, str], ...]
-    """The top-level fields of a JSON object body, name and digest of the
-    value (an idempotency key may travel there: ``client_token``, ...)."""
-    status: int | None
-    """The status it was answered; None when the answer raised instead."""
-    raised: str | None = None
-    """The name of the exception the answer raised (``TimeoutError``, ...)."""
-    answered: bool = True
-    """False: no recorded exchange matched it (it was not answered; outside
-    the harness it would have been sent)."""
-
-
 class HttpPlayback(_Session):
     """Serves each interaction's recorded exchanges to the handlers of
     network tools, and lists the requests it could not answer."""
@@ -877,47 +852,13 @@ class HttpPlayback(_Session):
         self, request: Any, status: int | None, raised: str | None, *, answered: bool = True
     ) -> None:
         run = self._run_now()
-        headers = getattr(request, "headers", None) or {}
-        served = ServedRequest(
+        served = served_request(
+            request,
             run.call_id if run is not None else "",
-            str(request.method).upper(),
             self._redactor_now().redact_text(str(request.uri)),
-            tuple((str(name), _digest(value)) for name, value in sorted(headers.items())),
-            _body_fields(getattr(request, "body", None)),
             status,
             raised,
-            answered,
+            answered=answered,
         )
         with self._noted_lock:
             self._served_log.append(served)
-
-
-def _digest(value: Any) -> str:
-    """A header value's SHA-256 (hex), whatever vcrpy holds it as."""
-    if isinstance(value, list | tuple):
-        value = value[0] if value else ""
-    data = value if isinstance(value, bytes) else str(value).encode("utf-8", "replace")
-    return hashlib.sha256(data).hexdigest()
-
-
-def _body_fields(body: Any) -> tuple[tuple[str, str], ...]:
-    """The top-level fields of a JSON object ``body`` (bytes or text), name
-    and ``_digest`` of the value (as JSON, keys sorted); none for any other
-    body."""
-    if isinstance(body, bytes):
-        try:
-            body = body.decode("utf-8")
-        except UnicodeDecodeError:
-            return ()
-    if not isinstance(body, str) or not body.lstrip().startswith("{"):
-        return ()
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        return ()
-    if not isinstance(parsed, dict):
-        return ()
-    return tuple(
-        (str(name), _digest(json.dumps(value, sort_keys=True, default=str)))
-        for name, value in sorted(parsed.items())
-    )
