@@ -1,7 +1,8 @@
 """External tools that make HTTP requests, and a loopback server for them.
 
-``fetch_weather`` GETs a URL with an Authorization header, caches the JSON
-body in the workspace and returns it; a failed request fails the call.
+``fetch_weather`` GETs a URL with an Authorization header (following no
+redirect), caches the JSON body in the workspace and returns it; a failed
+request fails the call.
 ``stale_registry`` holds its broken twin (same name): it swallows every
 error and answers OK with the cached, stale body; ``async_registry`` an
 ``async def`` version.
@@ -41,9 +42,20 @@ SCHEMA = {
 }
 
 
+class NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Redirects are not followed (a 3xx raises ``HTTPError``): a server
+    could lead the request to a host the policy never judged."""
+
+    def redirect_request(self, *args: Any) -> None:
+        return None
+
+
+OPENER = urllib.request.build_opener(NoRedirects)
+
+
 def _fetch(ctx: Any, url: str) -> dict[str, Any]:
     request = urllib.request.Request(url, headers={"Authorization": AUTHORIZATION})
-    with urllib.request.urlopen(request, timeout=5) as response:
+    with OPENER.open(request, timeout=5) as response:
         weather = json.loads(response.read())
         status = response.status
     ctx.workspace.write_text(CACHE, json.dumps(weather, sort_keys=True))

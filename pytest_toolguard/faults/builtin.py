@@ -16,7 +16,7 @@ from .disk import DiskFailureFault, PartialWriteFault
 from .fault import Fault
 from .handler import HandlerExceptionFault, OversizedOutputFault, TimeoutFault
 from .inputs import LargeInputFault
-from .network import HttpErrorFault, LateResponseFault, NetworkErrorFault
+from .network import HttpErrorFault, HttpRedirectFault, LateResponseFault, NetworkErrorFault
 from .paths import PathTraversalFault, SymlinkEscapeFault, SymlinkRaceFault
 from .processes import ProcessKilledFault
 from .refusals import (
@@ -51,6 +51,7 @@ BUILTIN_FAULTS: tuple[Fault, ...] = (
     HttpErrorFault(),
     LateResponseFault(),
     ProcessKilledFault(),
+    HttpRedirectFault(),
 )
 """Every built-in fault, in catalogue order."""
 

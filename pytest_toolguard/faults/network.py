@@ -1,30 +1,33 @@
-"""Faults in what the network does: the ``network_error``, ``http_error``
-and ``late_response`` faults, and the failures they inject into a recorded
-HTTP exchange (``HttpPlayback.injected``). Each failure is an ``Answer``: it gets vcrpy's
-request and the recorded response, and raises as the network would or
-returns the response to serve. It answers only requests the playback let
-through: one to a host outside the session's network hosts is refused
-before any answer, and a redirect an answer serves is judged as a recorded
-one would be (``replay.http``: hosts, hop by hop)."""
+"""Faults in what the network does: the ``network_error``, ``http_error``,
+``late_response`` and ``http_redirect`` faults, and the failures they
+inject into a recorded HTTP exchange (``HttpPlayback.injected``). Each
+failure is an ``Answer``: it gets vcrpy's request and the recorded
+response, and raises as the network would or returns the response to
+serve. It answers only requests the playback let through: one to a host
+outside the session's network hosts is refused before any answer (and
+``http_redirect`` reports the handler that made it), and a redirect an
+answer serves is judged as a recorded one would be (``replay.http``:
+hosts, hop by hop). What an OK result to a failed exchange may say is
+``http_claims``'s judgement; a request sent again is the invariant of
+every cell (``http_sends``)."""
 
 from __future__ import annotations
 
 import errno
 import http
-import re
 import threading
-from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
+from ..capabilities import Capabilities
 from ..redaction import Redactor
 from ..replay.cassette import HttpExchange
-from ..replay.http import Answer
+from ..replay.http import Answer, confinement, host_refusal
 from .cell import Cell
 from .fault import Fault
+from .http_claims import false_success
+from .http_sends import NON_IDEMPOTENT_METHODS
 from .target import Target
 
 
@@ -88,29 +91,34 @@ class _WithRecordedHttp(Fault):
     def applies(self, target: Target) -> bool:
         return target.handler_can_run and bool(target.interaction.http)
 
-    def _answer(self, cell: Cell, what: str, answer: Answer, *, reached: bool = False) -> None:
+    def _answer(self, cell: Cell, what: str, answer: Answer) -> None:
         """One call with every request of its handler answered by
-        ``answer``; the oracle of both faults. ``reached``: the failure
-        comes after the request may have reached the service (a timeout),
-        so a non-idempotent request sent again must carry a key."""
-        sent = SentRequests()
+        ``answer``; the oracle of both faults (a request sent again is the
+        invariant of every HTTP cell: ``http_sends``)."""
+        assert cell.http is not None  # applies() saw recorded exchanges
+        served = _answered(cell)
         before = cell.tree()
-        with sent.watching(cell, answer):
+        with cell.http.injected(answer):
             result = cell.execute(cell.call())
         cell.check(
-            bool(sent.sent),
+            _answered(cell) > served,
             f"{what}: the handler made no recorded HTTP request, so it never failed",
         )
-        if reached:
-            for problem in sent.repeats(cell.target.interaction.http):
-                cell.check(False, f"{what}: {problem}")
-        recorded = cell.target.interaction.result.data
-        cell.check(
-            not (result.ok and Redactor().redact(result.data) == recorded),
-            f"{what}: answered {result.code.value} with the recorded data, "
-            "as if the request had succeeded",
-        )
+        if result.ok:
+            recorded = cell.target.interaction.result.data
+            why = false_success(Redactor().redact(result.data), result.message, recorded)
+            cell.check(
+                why is None,
+                f"{what}: answered {result.code.value} {why}, as if the request had succeeded",
+            )
         cell.check_unchanged(before, f"{what}: the request failed")
+
+
+def _answered(cell: Cell) -> int:
+    """How many requests the cell's playback has answered from a recorded
+    exchange (what a fault's answer replaced)."""
+    assert cell.http is not None
+    return sum(1 for request in cell.http.served() if request.answered)
 
 
 class NetworkErrorFault(_WithRecordedHttp):
@@ -120,14 +128,15 @@ class NetworkErrorFault(_WithRecordedHttp):
         "then reset, then timed out (one call each)"
     )
     expected = (
-        "not OK with the recorded data (an error, or data saying what failed); "
-        "no file changed; the audit row finished; after a timeout, no POST, PATCH or DELETE "
-        "sent more often than recorded without one idempotency key"
+        "a failure, or OK with data saying what failed (an error field, a false ok or success "
+        "flag, a 4xx or 5xx status), never the recorded data or a claim of success (a true "
+        "ok, delivered or sent flag, the recorded status); no file changed; the audit row "
+        "finished"
     )
 
     def inject(self, cell: Cell) -> None:
         for what, answer in NETWORK_ERRORS.items():
-            self._answer(cell, what, answer, reached=answer is timed_out)
+            self._answer(cell, what, answer)
 
 
 class HttpErrorFault(_WithRecordedHttp):
@@ -137,108 +146,15 @@ class HttpErrorFault(_WithRecordedHttp):
         "(one call each; Retry-After on 429 and 503)"
     )
     expected = (
-        "not OK with the recorded data (an error, or data saying what failed); "
-        "no file changed; the audit row finished"
+        "a failure, or OK with data saying what failed (an error field, a false ok or success "
+        "flag, a 4xx or 5xx status), never the recorded data or a claim of success (a true "
+        "ok, delivered or sent flag, the recorded status); no file changed; the audit row "
+        "finished"
     )
 
     def inject(self, cell: Cell) -> None:
         for code in HTTP_ERRORS:
             self._answer(cell, f"HTTP {code}", http_status(code))
-
-
-# -- a request sent again within one call ----------------------------------------------
-
-NON_IDEMPOTENT_METHODS = frozenset({"POST", "PATCH", "DELETE"})
-"""The methods whose request, sent twice, may act twice: a retry of one is
-safe only when the service can tell it is a retry (an idempotency key)."""
-
-IDEMPOTENCY_HEADER = re.compile(r"idempoten|^paypal-request-id$", re.IGNORECASE)
-"""Headers that carry an idempotency key: ``Idempotency-Key`` (the IETF
-draft, Stripe, Adyen), ``X-Idempotency-Key``, ``Idempotency-Token``,
-``PayPal-Request-Id``, ..."""
-
-
-@dataclass(frozen=True, slots=True)
-class SentRequest:
-    """One request a handler sent that the playback answered."""
-
-    method: str
-    uri: str
-    """Redacted (``Redactor.redact_text``): it is shown in reports."""
-    path: str
-    keys: tuple[tuple[str, str], ...]
-    """Its idempotency headers (``IDEMPOTENCY_HEADER``), name and value."""
-
-
-class SentRequests:
-    """The requests handlers send while ``watching`` is active, in order;
-    ``repeats`` judges them against a call's recorded exchanges."""
-
-    def __init__(self) -> None:
-        self.sent: list[SentRequest] = []
-        self._lock = threading.Lock()
-
-    def answer(self, inner: Answer | None = None) -> Answer:
-        """An ``Answer`` that notes each request, then answers as ``inner``
-        does (the recorded response when None)."""
-
-        def noted(request: Any, response: dict[str, Any]) -> dict[str, Any]:
-            headers = getattr(request, "headers", None) or {}
-            keys = tuple(
-                (str(name), str(value))
-                for name, value in sorted(headers.items())
-                if IDEMPOTENCY_HEADER.search(str(name))
-            )
-            uri = str(request.uri)
-            with self._lock:
-                self.sent.append(
-                    SentRequest(
-                        str(request.method).upper(),
-                        Redactor().redact_text(uri),
-                        urlsplit(uri).path,
-                        keys,
-                    )
-                )
-            return response if inner is None else inner(request, response)
-
-        return noted
-
-    def repeats(self, recorded: Sequence[HttpExchange]) -> list[str]:
-        """One line per non-idempotent request (``NON_IDEMPOTENT_METHODS``)
-        sent more often than the call recorded it, unless every sending
-        carried the same idempotency key: a service that acted on the first
-        acts again on the others. Requests are told apart by method and URL
-        path (a query or the host may be spelt otherwise in the world)."""
-        allowed = Counter((e.method.upper(), urlsplit(e.uri).path) for e in recorded)
-        groups: dict[tuple[str, str], list[SentRequest]] = {}
-        for request in self.sent:
-            if request.method in NON_IDEMPOTENT_METHODS:
-                groups.setdefault((request.method, request.path), []).append(request)
-        problems = []
-        for key, sendings in groups.items():
-            if len(sendings) <= allowed[key]:
-                continue
-            first = sendings[0]
-            keyed = {request.keys for request in sendings}
-            if len(keyed) == 1 and first.keys:
-                continue  # the same key each time: the service can tell a retry
-            if any(request.keys for request in sendings):
-                names = sorted({name for request in sendings for name, _ in request.keys})
-                how = f"with another {'/'.join(names)} value each time or not at all"
-            else:
-                how = "without an idempotency header (Idempotency-Key)"
-            problems.append(
-                f"{first.method} {first.uri} sent {len(sendings)} times in one call "
-                f"(recorded {allowed[key]}), {how}: the service may have acted on each"
-            )
-        return problems
-
-    @contextmanager
-    def watching(self, cell: Cell, inner: Answer | None = None) -> Iterator[None]:
-        """Within the block, note every request ``cell``'s playback answers."""
-        assert cell.http is not None
-        with cell.http.injected(self.answer(inner)):
-            yield
 
 
 def answer_lost(nth: int, method: str, path: str) -> Answer:
@@ -283,14 +199,13 @@ class LateResponseFault(_WithRecordedHttp):
         return super().applies(target) and bool(_unsafe_requests(target.interaction.http))
 
     def inject(self, cell: Cell) -> None:
+        # The oracle is the invariant of every cell serving HTTP
+        # (``http_sends.resent``, checked by ``run.run_cell``).
         assert cell.http is not None  # applies() saw recorded exchanges
         recorded = cell.target.interaction.http
         for method, path in _unsafe_requests(recorded)[:MAX_LATE_REQUESTS]:
-            sent = SentRequests()
-            with sent.watching(cell, answer_lost(0, method, path)):
+            with cell.http.injected(answer_lost(0, method, path)):
                 cell.execute(cell.call())
-            for problem in sent.repeats(recorded):
-                cell.check(False, f"the first answer to a {method} came late: {problem}")
 
 
 def _unsafe_requests(exchanges: Sequence[HttpExchange]) -> list[tuple[str, str]]:
@@ -301,3 +216,103 @@ def _unsafe_requests(exchanges: Sequence[HttpExchange]) -> list[tuple[str, str]]
         if key[0] in NON_IDEMPOTENT_METHODS and key not in found:
             found.append(key)
     return found
+
+
+# -- a redirect to another host ----------------------------------------------------------
+
+REDIRECT_STATUSES = (301, 302, 307, 308)
+"""The statuses the ``http_redirect`` fault serves, in order."""
+
+ELSEWHERE = ("redirected.invalid", "elsewhere.toolguard.invalid", "192.0.2.1")
+"""The hosts a redirect leads to: the first one the run's network hosts do
+not allow (``.invalid`` names never resolve; 192.0.2.1 is for documentation)."""
+
+
+def redirect_to(code: int, host: str) -> Answer:
+    """The server answers ``code`` with a ``Location`` on ``host`` (the
+    request's scheme and path, no query: it may hold a token)."""
+    phrase = http.HTTPStatus(code).phrase
+
+    def answer(request: Any, response: dict[str, Any]) -> dict[str, Any]:
+        parts = urlsplit(str(request.uri))
+        location = urlunsplit((parts.scheme or "http", host, parts.path or "/", "", ""))
+        body = f"{code} {phrase}: {location} (injected by pytest-toolguard)".encode()
+        return {
+            "status": {"code": code, "message": phrase},
+            "headers": {
+                "Location": [location],
+                "Content-Type": ["text/plain"],
+                "Content-Length": [str(len(body))],
+            },
+            "body": {"string": body},
+        }
+
+    return answer
+
+
+def elsewhere(target: Target) -> tuple[Capabilities, str] | None:
+    """The network hosts the target's handler runs confined to
+    (``replay.http.confinement``) and a host of ``ELSEWHERE`` outside them;
+    None when the run is not confined (any host is its to reach) or every
+    such host is allowed."""
+    if target.spec is None:
+        return None
+    hosts = confinement(target.spec, target.cassette.session.capabilities)
+    if hosts is None:
+        return None
+    for host in ELSEWHERE:
+        if host_refusal(f"http://{host}/", hosts) is not None:
+            return hosts, host
+    return None
+
+
+class HttpRedirectFault(_WithRecordedHttp):
+    name = "http_redirect"
+    applies_to = (
+        "successful calls whose handler made recorded HTTP requests, confined to network "
+        "hosts (the session lists some, or the tool names its host)"
+    )
+    injection = (
+        f"each recorded request answered {', '.join(map(str, REDIRECT_STATUSES))} instead "
+        "(one call each), its Location on a host outside the network hosts "
+        "(redirected.invalid)"
+    )
+    expected = (
+        "no request to the other host (a client following the redirect is refused there, "
+        "and reported); not OK with the recorded data or a claim of success; no file changed"
+    )
+
+    def applies(self, target: Target) -> bool:
+        return super().applies(target) and elsewhere(target) is not None
+
+    def inject(self, cell: Cell) -> None:
+        assert cell.http is not None  # applies() saw recorded exchanges
+        found = elsewhere(cell.target)
+        assert found is not None
+        hosts, host = found
+        allowed = ", ".join(hosts.network_hosts) or "none"
+        for code in REDIRECT_STATUSES:
+            what = f"HTTP {code} to {host}"
+            served, refused = _answered(cell), len(cell.http.refused())
+            before = cell.tree()
+            with cell.http.injected(redirect_to(code, host)):
+                result = cell.execute(cell.call())
+            cell.check(
+                _answered(cell) > served,
+                f"{what}: the handler made no recorded HTTP request, so it was never redirected",
+            )
+            for request in cell.http.refused()[refused:]:
+                cell.check(
+                    urlsplit(request.uri).hostname != host,
+                    f"{what}: the handler followed the redirect off its network hosts "
+                    f"({allowed}): {request.method} {request.uri}",
+                )
+            if result.ok:
+                recorded = cell.target.interaction.result.data
+                data = Redactor().redact(result.data)
+                why = false_success(data, result.message, recorded, silent_ok=True)
+                cell.check(
+                    why is None,
+                    f"{what}: answered {result.code.value} {why}, as if the request had succeeded",
+                )
+            cell.check_unchanged(before, f"{what}: the request was not answered")

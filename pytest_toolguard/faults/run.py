@@ -12,8 +12,10 @@ a fault that cannot act on real files here
 is reported ``n/a`` with its reason (``Fault.cannot_run_in``),
 never passed.
 
-See ``cell`` for what a cell checks; ``run_cell`` never raises for what a
-tool or the executor does.
+See ``cell`` for what a cell checks; once it is finished, a cell serving
+HTTP also checks that no call sent a POST, PATCH or DELETE again where the
+service may have acted (``http_sends``). ``run_cell`` never raises for
+what a tool or the executor does.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from ..replay.player import chosen_world
 from .cell import Cell
 from .directory import Operations
 from .fault import Fault
+from .http_sends import resent
 from .outcome import NOT_APPLICABLE, NOTHING_TO_INJECT, CellOutcome, CellStatus, skipped_in
 from .prefixes import PrefixCache
 from .target import Target
@@ -116,6 +119,7 @@ def _run(
         )
         start = saved if saved is not None else earlier[1] if earlier is not None else None
         cell = Cell(fault.name, target, registry, world, secrets, http=http, start=start)
+        sent: int | None = None
         try:
             if saved is not None:
                 world.restore_workspace(saved.entries)
@@ -126,6 +130,7 @@ def _run(
                 if index and prefixes is not None:
                     prefixes.put(cassette, index, registry, secrets, cell.saved())
             cell.at_target()
+            sent = _sent_from_now(cell)
             world.plant_forbidden()
             world.plant(beside_the_workspace(world.root))
             cell.outside_planted()
@@ -133,6 +138,7 @@ def _run(
         except Exception:  # the fault itself broke: report it, never crash the run
             cell.problems.append("the fault raised: " + _last_lines(traceback.format_exc()))
         cell.finish()
+        _check_sends(cell, sent)
         cell.check_outside()
         return cell.problems
 
@@ -166,6 +172,7 @@ def _run_in_directory(
     with DirectoryWorld.of(cassette, parent=parent, real_paths=real_paths) as place:
         here = replace(target, cassette=_as_the_world_spells_it(cassette, place))
         cell = Cell(fault.name, here, registry, place, secrets, http=http, start=start)
+        sent: int | None = None
         for path in place.unplaced_outside:
             cell.problems.append(
                 f"outside file {path} not planted: a directory world plants only beside "
@@ -185,6 +192,7 @@ def _run_in_directory(
                             cassette, index, registry, secrets, replace(done, entries=entries), kind
                         )
                 cell.at_target()
+                sent = _sent_from_now(cell)
                 place.plant_forbidden()
                 place.plant(beside_the_workspace(place.root))  # /etc/passwd is refused
                 cell.outside_planted()
@@ -192,8 +200,25 @@ def _run_in_directory(
             except Exception:
                 cell.problems.append("the fault raised: " + _last_lines(traceback.format_exc()))
             cell.finish()
+            _check_sends(cell, sent)
         cell.check_outside()
         return cell.problems
+
+
+def _sent_from_now(cell: Cell) -> int:
+    """Where the target's calls start in the playback's log of requests."""
+    return len(cell.http.served()) if cell.http is not None else 0
+
+
+def _check_sends(cell: Cell, since: int | None) -> None:
+    """The invariant of every cell that serves HTTP: no call of the fault's
+    sent a POST, PATCH or DELETE again where the service may have acted
+    (``http_sends.resent``). Checked once the cell is finished, so that a
+    handler that overran its deadline is counted whole. ``since``: where
+    the target's calls started (None: the cell never got there)."""
+    if cell.http is not None and since is not None:
+        served = cell.http.served()[since:]
+        cell.problems.extend(resent(served, cell.target.interaction.http))
 
 
 def _entries_spelt(

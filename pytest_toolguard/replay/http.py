@@ -45,7 +45,10 @@ with no recorded exchange never reaches the network: vcrpy raises
 the handler swallowed the error. The driver says which interaction plays
 (``current``) before each call; a handler keeps the one it started with.
 ``injected(answer)`` replaces what each matched request gets (the
-``network_error`` and ``http_error`` faults: ``faults.network``). In a
+``network_error``, ``http_error`` and ``http_redirect`` faults:
+``faults.network``). ``served()`` lists every matched request, with the
+call it was made in and what it was answered (``ServedRequest``), so a
+fault cell can count what a call sent (``faults.http_sends``). In a
 world whose root is not the recorded one (the directory world),
 ``map_root(root_map)`` spells every recorded exchange for that world
 before it is matched or served (``http_exchange.mapped_exchange``: URL,
@@ -102,10 +105,12 @@ from ..runtime.inline import call_tool_code
 from ..sandbox import SandboxError
 from .cassette import Cassette, HttpExchange, Interaction
 from .http_exchange import (
+    ServedRequest,
     exchange_of,
     mapped_exchange,
     redact_request,
     redact_response,
+    served_request,
     vcr_exchange,
 )
 from .root_map import RootMap
@@ -756,6 +761,7 @@ class HttpPlayback(_Session):
         """The interaction the next handler run plays (set by the driver)."""
         self._fault: Answer | None = None
         self._root_map: RootMap | None = None
+        self._served_log: list[ServedRequest] = []
 
     def map_root(self, root_map: RootMap) -> None:
         """Serve the exchanges spelt for the world ``root_map`` leads to
@@ -771,6 +777,13 @@ class HttpPlayback(_Session):
         if mapping is None or mapping.identity:
             return noted
         return [replace(item, uri=mapping.to_recorded(item.uri)) for item in noted]
+
+    def served(self) -> list[ServedRequest]:
+        """Every request a handler made that was answered from a recorded
+        exchange or matched none (``answered`` says which), in order; a
+        request refused for its host is not (it was never to be sent)."""
+        with self._noted_lock:
+            return list(self._served_log)
 
     @contextmanager
     def injected(self, fault: Answer) -> Iterator[None]:
@@ -817,8 +830,35 @@ class HttpPlayback(_Session):
         return requests, responses
 
     def _no_exchange(self, request: Any) -> None:
+        with self._noted_lock:
+            first = id(request) not in self._noted_ids  # a client may ask twice
         self._note(request, NOT_RECORDED)
+        if first:
+            self._log_served(request, None, None, answered=False)
 
     def _serve(self, request: Any, response: dict[str, Any]) -> dict[str, Any]:
         fault = self._fault
-        return response if fault is None else fault(request, response)
+        try:
+            answer = response if fault is None else fault(request, response)
+        except BaseException as exc:
+            self._log_served(request, None, type(exc).__name__)
+            raise
+        status = answer.get("status")
+        code = status.get("code") if isinstance(status, dict) else None
+        self._log_served(request, code if isinstance(code, int) else None, None)
+        return answer
+
+    def _log_served(
+        self, request: Any, status: int | None, raised: str | None, *, answered: bool = True
+    ) -> None:
+        run = self._run_now()
+        served = served_request(
+            request,
+            run.call_id if run is not None else "",
+            self._redactor_now().redact_text(str(request.uri)),
+            status,
+            raised,
+            answered=answered,
+        )
+        with self._noted_lock:
+            self._served_log.append(served)

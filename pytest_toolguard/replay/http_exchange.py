@@ -14,13 +14,19 @@ same way before matching it.
 ``mapped_exchange`` spells an exchange for a world whose root differs from
 the recorded one (``root_map.RootMap``): its URL, header values and
 uncompressed UTF-8 bodies, each ``Content-Length`` fitted to its body.
+
+``ServedRequest`` is what playback keeps of a request a handler made
+(``served_request``): enough to count and compare sendings (digests of
+header values and of a JSON body's fields), never a value itself.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import zlib
 from collections.abc import Callable, Mapping, MutableMapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..redaction import Redactor, placeholder
@@ -384,3 +390,85 @@ def _mapped_body(
             if name.lower() == "content-length":
                 headers[name] = (str(len(mapped)),)
     return mapped
+
+
+# -- what playback keeps of a request ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ServedRequest:
+    """A request a handler made in playback (``HttpPlayback.served``):
+    answered from a recorded exchange, or matching none."""
+
+    call_id: str
+    """The call whose handler run made it ("" when no run could be told)."""
+    method: str
+    uri: str
+    """Redacted: it is shown in reports."""
+    headers: tuple[tuple[str, str], ...]
+    """Each request header's name and a digest of its value (SHA-256, hex):
+    enough to tell two values apart, never the value itself."""
+    body_fields: tuple[tuple[str, str], ...]
+    """The top-level fields of a JSON object body, name and digest of the
+    value (an idempotency key may travel there: ``client_token``, ...)."""
+    status: int | None
+    """The status it was answered; None when the answer raised instead."""
+    raised: str | None = None
+    """The name of the exception the answer raised (``TimeoutError``, ...)."""
+    answered: bool = True
+    """False: no recorded exchange matched it (it was not answered; outside
+    the harness it would have been sent)."""
+
+
+def served_request(
+    request: Any,
+    call_id: str,
+    uri: str,
+    status: int | None,
+    raised: str | None,
+    *,
+    answered: bool = True,
+) -> ServedRequest:
+    """A vcrpy request as playback keeps it (``uri`` already redacted)."""
+    headers = getattr(request, "headers", None) or {}
+    return ServedRequest(
+        call_id,
+        str(request.method).upper(),
+        uri,
+        tuple((str(name), value_digest(value)) for name, value in sorted(headers.items())),
+        json_body_fields(getattr(request, "body", None)),
+        status,
+        raised,
+        answered,
+    )
+
+
+def value_digest(value: Any) -> str:
+    """A header value's SHA-256 (hex), whatever vcrpy holds it as."""
+    if isinstance(value, list | tuple):
+        value = value[0] if value else ""
+    data = value if isinstance(value, bytes) else str(value).encode("utf-8", "replace")
+    return hashlib.sha256(data).hexdigest()
+
+
+def json_body_fields(body: Any) -> tuple[tuple[str, str], ...]:
+    """The top-level fields of a JSON object ``body`` (bytes or text): name,
+    and ``value_digest`` of the value as JSON (keys sorted); none for any
+    other body."""
+    if isinstance(body, bytes):
+        try:
+            body = body.decode("utf-8")
+        except UnicodeDecodeError:
+            return ()
+    if not isinstance(body, str) or not body.lstrip().startswith("{"):
+        return ()
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return ()
+    if not isinstance(parsed, dict):
+        return ()
+    return tuple(
+        (str(name), value_digest(json.dumps(value, sort_keys=True, default=str)))
+        for name, value in sorted(parsed.items())
+    )

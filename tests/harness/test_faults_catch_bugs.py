@@ -390,7 +390,7 @@ def _selected_targets() -> list[Target]:
 
 
 SELECTED = _selected_targets()
-HTTP_FAULTS = ("network_error", "http_error", "late_response")
+HTTP_FAULTS = ("network_error", "http_error", "late_response", "http_redirect")
 NO_BUILTIN_TARGET = (*HTTP_FAULTS, "secret_by_name", "process_killed")
 """Faults no built-in tool gives a target: they make no HTTP request, take
 no secret-named argument and run in the fake world (those faults run in

@@ -105,6 +105,17 @@ async def word_count(ctx: Any, path: str) -> dict[str, Any]:
     return {"words": len(text.split())}
 
 
+class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
+    """A 3xx raises ``HTTPError``: the policy judged the host of the URL
+    argument, and a redirect could lead anywhere."""
+
+    def redirect_request(self, *args: Any) -> None:
+        return None
+
+
+_NO_REDIRECTS = urllib.request.build_opener(_RefuseRedirects)
+
+
 @tool(
     input_schema={
         "type": "object",
@@ -122,9 +133,10 @@ async def word_count(ctx: Any, path: str) -> dict[str, Any]:
     timeout_seconds=5,
 )
 def fetch_status(ctx: Any, url: str) -> dict[str, Any]:
-    """GET a status document from a service and return its JSON."""
+    """GET a status document from a service and return its JSON; a
+    redirect is not followed (it fails the call)."""
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
-    with urllib.request.urlopen(request, timeout=3) as response:  # noqa: S310 - host checked
+    with _NO_REDIRECTS.open(request, timeout=3) as response:
         return {"status": response.status, "body": json.loads(response.read().decode("utf-8"))}
 
 
