@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .disk import DiskFailureFault, PartialWriteFault
+from .environment import EnvironmentFault
 from .fault import Fault
 from .handler import HandlerExceptionFault, OversizedOutputFault, TimeoutFault
 from .inputs import LargeInputFault
@@ -51,6 +52,7 @@ BUILTIN_FAULTS: tuple[Fault, ...] = (
     HttpErrorFault(),
     LateResponseFault(),
     ProcessKilledFault(),
+    EnvironmentFault(),
 )
 """Every built-in fault, in catalogue order."""
 
