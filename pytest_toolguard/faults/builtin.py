@@ -16,6 +16,7 @@ from .disk import DiskFailureFault, PartialWriteFault
 from .environment import EnvironmentFault
 from .fault import Fault
 from .handler import HandlerExceptionFault, OversizedOutputFault, TimeoutFault
+from .hash_seed import HashSeedFault
 from .inputs import LargeInputFault
 from .network import HttpErrorFault, LateResponseFault, NetworkErrorFault
 from .paths import PathTraversalFault, SymlinkEscapeFault, SymlinkRaceFault
@@ -53,6 +54,7 @@ BUILTIN_FAULTS: tuple[Fault, ...] = (
     LateResponseFault(),
     ProcessKilledFault(),
     EnvironmentFault(),
+    HashSeedFault(),
 )
 """Every built-in fault, in catalogue order."""
 

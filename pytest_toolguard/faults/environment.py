@@ -80,7 +80,7 @@ class EnvironmentFault(AfterSuccess):
         named = [(v.name, v.advice, seen, what) for v, seen, what in alone if seen != baseline]
         every = " and ".join(variation.name for variation in varied)
         for name, advice, seen, what in named or [(every, "", together, set_together)]:
-            for difference in _differences(baseline, seen):
+            for difference in differences(baseline, seen):
                 cell.check(
                     False,
                     f"with another {name} ({what}) {difference}: {advice or 'vary none'}, "
@@ -106,23 +106,26 @@ def _observe(cell: Cell, saved: Any, varied: Sequence[Variation]) -> tuple[Obser
     data = without_volatile(result.data, volatile)
     text = json.dumps(data, sort_keys=True, default=repr).replace(call.call_id, CALL_ID)
     answer = {"ok": result.ok, "code": result.code.value, "data": json.loads(text)}
-    files = _without_volatile_files(files, volatile, call.call_id)
+    files = without_volatile_files(files, volatile, call.call_id)
     return Observed(answer, files), what
 
 
-def _without_volatile_files(
+def without_volatile_files(
     files: Mapping[str, bytes], volatile: Sequence[str], call_id: str
 ) -> dict[str, bytes]:
+    """``files`` with each one ``volatile`` names (``files.<path>``) emptied
+    (compared for being there), and ``call_id`` replaced by ``CALL_ID``."""
     marked = {entry[len(VOLATILE_FILE_PREFIX) :] for entry in volatile}
     spelt = call_id.encode()
     return {
-        path: b"" if path in marked else data.replace(spelt, CALL_ID.encode())
+        path: b"" if path in marked else data.replace(spelt, CALL_ID.encode()) if spelt else data
         for path, data in files.items()
     }
 
 
-def _differences(baseline: Observed, seen: Observed) -> list[str]:
-    """Short sentences of what differs, the answer's fields first."""
+def differences(baseline: Observed, seen: Observed) -> list[str]:
+    """Short sentences (``the result's data.at differs: ...``) of what
+    differs between two runs of what differs, the answer's fields first."""
     found: list[str] = []
     for field in ("code", "ok"):  # a code says more than ok; both differ together
         if baseline.answer[field] != seen.answer[field]:
@@ -132,7 +135,7 @@ def _differences(baseline: Observed, seen: Observed) -> list[str]:
             )
             break
     if not found and baseline.answer["data"] != seen.answer["data"]:
-        path, before, after = _first_difference(baseline.answer["data"], seen.answer["data"])
+        path, before, after = first_difference(baseline.answer["data"], seen.answer["data"])
         found.append(f"the result's {path} differs: {_shown(before)} -> {_shown(after)}")
     changed = sorted(
         path
@@ -144,18 +147,18 @@ def _differences(baseline: Observed, seen: Observed) -> list[str]:
     return found
 
 
-def _first_difference(before: Any, after: Any, path: str = "data") -> tuple[str, Any, Any]:
+def first_difference(before: Any, after: Any, path: str = "data") -> tuple[str, Any, Any]:
     """The first path (``data.items.2.when``) where two JSON values differ."""
     if isinstance(before, dict) and isinstance(after, dict):
         for key in list(before) + [k for k in after if k not in before]:
             if before.get(key, _MISSING) != after.get(key, _MISSING):
-                return _first_difference(
+                return first_difference(
                     before.get(key, _MISSING), after.get(key, _MISSING), f"{path}.{key}"
                 )
     if isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
         for index, (one, other) in enumerate(zip(before, after, strict=True)):
             if one != other:
-                return _first_difference(one, other, f"{path}.{index}")
+                return first_difference(one, other, f"{path}.{index}")
     return path, before, after
 
 
