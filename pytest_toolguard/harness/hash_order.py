@@ -49,10 +49,10 @@ def may_depend_on_hash_order(handler: Any, limit: int = 2000) -> bool:
     calls ``hash``."""
     pending: list[tuple[types.CodeType, dict[str, Any]]] = []
     seen: set[int] = set()
-    home = str(getattr(inspect.unwrap(handler), "__module__", "") or "").split(".")[0]
+    own = str(getattr(inspect.unwrap(handler), "__module__", "") or "")
 
     def _projects(module: str | None) -> bool:
-        return _is_projects(module, home)
+        return module == own or _is_projects(module, own.split(".")[0])
 
     def reach(value: Any) -> None:
         function = inspect.unwrap(value) if callable(value) else value

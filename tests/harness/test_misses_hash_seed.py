@@ -13,6 +13,9 @@ write_members (a set   with PYTHONHASHSEED=1 and N the files it left differ:
 joined into a file,    notes/members.txt
 by a helper)
 shard_of (hash(key))   with PYTHONHASHSEED=1 and N the result's data.shard differs
+write_labels (a set    with PYTHONHASHSEED=1 and N the files it left differ:
+joined, open() in the  notes/labels.txt
+directory world)
 =====================  ==================================================================
 
 Where it cannot run: a handler defined inside a function (a fresh
@@ -22,7 +25,9 @@ set and calls no ``hash`` is not a cell at all.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,11 +46,18 @@ TAGS_SCHEMA = {"type": "object", "properties": {"tags": {"type": "array"}}}
 NAMES_SCHEMA = {"type": "object", "properties": {"names": {"type": "array"}}}
 
 
-def run(spec: ToolSpec, arguments: Mapping[str, Any]) -> CellOutcome:
+def run(spec: ToolSpec, arguments: Mapping[str, Any], parent: Path | None = None) -> CellOutcome:
+    """The ``hash_seed`` cell of the one call of ``spec``; in a directory
+    world made in ``parent`` when the tool declares that world."""
     registry = ToolRegistry([spec])
     cassette = one_call_case(spec.name, arguments, FILES)
     (fault,) = select_faults("hash_seed")
-    return run_cell(fault, targets(cassette, registry, cassette.source)[0], registry)
+    target = targets(cassette, registry, cassette.source)[0]
+    if spec.world == "directory":
+        outcome = run_cell(fault, target, registry, world="directory", parent=str(parent))
+        assert parent is not None and os.listdir(parent) == []
+        return outcome
+    return run_cell(fault, target, registry)
 
 
 @tool(input_schema=TAGS_SCHEMA)
@@ -72,6 +84,35 @@ def shard_of(ctx: ToolContext, key: str) -> dict[str, Any]:
     return {"shard": hash(key) % 16}
 
 
+def _write_labels(ctx: ToolContext, tags: list[str], order: Any) -> dict[str, Any]:
+    labels = order({tag.lower() for tag in tags})
+    with open(os.path.join(ctx.workspace.root, "notes/labels.txt"), "w") as handle:
+        handle.write(",".join(labels))
+    return {"written": len(labels)}
+
+
+@tool(
+    risk=Risk.WRITE,
+    world="directory",
+    paths=[PathAccess.write("notes/labels.txt")],
+    input_schema=TAGS_SCHEMA,
+)
+def write_labels(ctx: ToolContext, tags: list[str]) -> dict[str, Any]:
+    """Writes the labels, once each, with open() in the directory world."""
+    return _write_labels(ctx, tags, list)
+
+
+@tool(
+    risk=Risk.WRITE,
+    world="directory",
+    paths=[PathAccess.write("notes/labels.txt")],
+    input_schema=TAGS_SCHEMA,
+)
+def write_labels_sorted(ctx: ToolContext, tags: list[str]) -> dict[str, Any]:
+    """Writes the labels, once each, in order."""
+    return _write_labels(ctx, tags, sorted)
+
+
 @tool(input_schema=TAGS_SCHEMA)
 def unique_tags_sorted(ctx: ToolContext, tags: list[str]) -> dict[str, Any]:
     """The tags, once each, lower-cased, sorted."""
@@ -96,12 +137,15 @@ CAUGHT = [
     (unique_tags, TAGS, "the result's data.tags"),
     (write_members, NAMES, "the files it left differ: notes/members.txt"),
     (shard_of, {"key": "customer-42"}, "the result's data.shard differs"),
+    (write_labels, TAGS, "the files it left differ: notes/labels.txt"),
 ]
 
 
 @pytest.mark.parametrize(("spec", "arguments", "problem"), CAUGHT, ids=[c[0].name for c in CAUGHT])
-def test_tool_answering_a_sets_order_fails(spec: ToolSpec, arguments: Any, problem: str) -> None:
-    outcome = run(spec, arguments)
+def test_tool_answering_a_sets_order_fails(
+    spec: ToolSpec, arguments: Any, problem: str, tmp_path: Path
+) -> None:
+    outcome = run(spec, arguments, tmp_path)
 
     assert outcome.status == "fail", outcome
     assert reported(outcome, "with PYTHONHASHSEED=1 and ", problem, "sorted(...)"), outcome
@@ -109,11 +153,11 @@ def test_tool_answering_a_sets_order_fails(spec: ToolSpec, arguments: Any, probl
 
 @pytest.mark.parametrize(
     ("spec", "arguments"),
-    [(unique_tags_sorted, TAGS), (write_members_sorted, NAMES)],
-    ids=["unique_tags_sorted", "write_members_sorted"],
+    [(unique_tags_sorted, TAGS), (write_members_sorted, NAMES), (write_labels_sorted, TAGS)],
+    ids=["unique_tags_sorted", "write_members_sorted", "write_labels_sorted"],
 )
-def test_tool_sorting_its_set_passes(spec: ToolSpec, arguments: Any) -> None:
-    outcome = run(spec, arguments)
+def test_tool_sorting_its_set_passes(spec: ToolSpec, arguments: Any, tmp_path: Path) -> None:
+    outcome = run(spec, arguments, tmp_path)
 
     assert outcome.status == "pass", outcome.problems
 
@@ -127,17 +171,18 @@ def test_tool_without_a_set_is_no_cell() -> None:
 
 @pytest.mark.parametrize(("spec", "arguments", "problem"), CAUGHT, ids=[c[0].name for c in CAUGHT])
 def test_declaring_the_hash_seed_accepts_the_dependency(
-    spec: ToolSpec, arguments: Any, problem: str
+    spec: ToolSpec, arguments: Any, problem: str, tmp_path: Path
 ) -> None:
     declared = tool(
         name=spec.name,
         input_schema=spec.input_schema,
         risk=spec.risk,
         paths=spec.paths,
+        world=spec.world,
         depends_on_environment=("PYTHONHASHSEED",),
     )(spec.handler)
 
-    outcome = run(declared, arguments)
+    outcome = run(declared, arguments, tmp_path)
 
     assert outcome.status == "n/a", outcome
 
