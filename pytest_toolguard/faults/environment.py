@@ -11,6 +11,8 @@ path against the working directory instead of its workspace, answers
 otherwise, and the cell names which input changed what. When the runs
 with everything varied at once differ, each input is varied alone to say
 which; a difference only the inputs together make is reported as theirs.
+A call that answers differently when simply run twice (a random id, not
+marked volatile) is ``n/a`` saying so: no input is blamed for it.
 
 Not held against a tool: an input it declares
 (``ToolSpec.depends_on_environment``), a field of the result or a file the
@@ -75,6 +77,15 @@ class EnvironmentFault(AfterSuccess):
         baseline, _ = _observe(cell, saved, ())
         together, set_together = _observe(cell, saved, varied)
         if together == baseline:
+            return
+        again, _ = _observe(cell, saved, ())
+        if again != baseline:  # not the environment's doing: say so, never blame an input
+            cell.check(
+                False,
+                f"{NOTHING_TO_INJECT}: two runs in the process's own environment already "
+                f"differ ({'; '.join(differences(baseline, again))}): mark what may differ "
+                "volatile in the cassette",
+            )
             return
         alone = [(variation, *_observe(cell, saved, (variation,))) for variation in varied]
         named = [(v.name, v.advice, seen, what) for v, seen, what in alone if seen != baseline]

@@ -65,6 +65,7 @@ _REAL = SimpleNamespace(
     close=os.close,
     spawn=os.posix_spawn,
     wait=os.waitpid,
+    no_hang=os.WNOHANG,
     kill=os.kill,
     dup2=os.POSIX_SPAWN_DUP2,
     open=os.POSIX_SPAWN_OPEN,
@@ -80,6 +81,10 @@ ANSWERS_FD = 4
 STARTUP_SECONDS = 120.0
 """What a worker's first call may take besides the handler's deadline:
 starting, and importing the handler's module (pytest, the project)."""
+
+
+CLOSE_SECONDS = 5.0
+"""How long a worker has, at exit, to remove its directory and end."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,18 +157,24 @@ class SeededInterpreter:
         answer: dict[str, Any] = json.loads(line)
         return answer
 
-    def close(self) -> None:
-        """Kill the worker and reap it."""
+    def close(self, grace: float = 0.0) -> None:
+        """End the worker: its requests closed (it removes its directory
+        and exits), killed when it has not within ``grace`` seconds, reaped."""
         if not self.alive:
             return
         self.alive = False
         for fd in (self._requests, self._answers):
             _REAL.close(fd)
+        deadline = time.monotonic() + grace
         try:
-            _REAL.kill(self.pid, 9)
-            _REAL.wait(self.pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
+            while _REAL.wait(self.pid, _REAL.no_hang) == (0, 0):
+                if time.monotonic() >= deadline:
+                    _REAL.kill(self.pid, 9)
+                    _REAL.wait(self.pid, 0)
+                    return
+                select.select([], [], [], 0.01)
+        except ChildProcessError:
+            pass  # reaped already
 
 
 class SeededInterpreters:
@@ -203,8 +214,9 @@ class SeededInterpreters:
         return answers
 
     def close(self) -> None:
+        """End every worker, each given a few seconds to clean up."""
         for worker in self._workers.values():
-            worker.close()
+            worker.close(grace=CLOSE_SECONDS)
         self._workers.clear()
 
 
@@ -254,6 +266,13 @@ def serve() -> None:
     requests = os.fdopen(REQUESTS_FD, "rb", buffering=0)
     answers = os.fdopen(ANSWERS_FD, "wb", buffering=0)
     home = tempfile.mkdtemp(prefix="toolguard-seed-")
+    try:
+        _serve(requests, answers, home)
+    finally:
+        _remove(home)
+
+
+def _serve(requests: Any, answers: Any, home: str) -> None:
     serial = 0
     pending = b""
     while True:

@@ -304,6 +304,20 @@ def test_a_tool_declaring_every_input_has_nothing_to_vary() -> None:
     assert reported(outcome, "nothing to inject", "declares it depends on")
 
 
+@tool(input_schema={"type": "object"})
+def random_id(ctx: ToolContext) -> dict[str, Any]:
+    """A fresh id each run (no input of the environment involved)."""
+    return {"id": os.urandom(8).hex()}
+
+
+def test_a_call_differing_in_its_own_environment_blames_no_input() -> None:
+    outcome = run(random_id, {})
+
+    assert outcome.status == "n/a", outcome
+    assert reported(outcome, "nothing to inject: two runs in the process's own environment")
+    assert not reported(outcome, "with another"), outcome
+
+
 def test_an_unknown_input_is_refused_with_the_known_ones() -> None:
     with pytest.raises(ValueError, match="known: TZ, COLUMNS"):
         tool(name="bad", depends_on_environment=("TIMEZONE",))(stamp_local.handler)
