@@ -147,12 +147,6 @@ class ToolSpec:
     fault then accepts a second run that changes files. Without it, a tool
     not declared ``idempotent`` whose keyless repeat changes files again is
     reported there."""
-    depends_on_environment: tuple[str, ...] = ()
-    """What of its process this tool's result may depend on, by design
-    (``ENVIRONMENT_INPUTS``: ``("TZ",)`` for a tool that answers in the
-    machine's local time): the ``environment`` and ``hash_seed`` faults
-    then vary the others only. Without it, a result or a file that changes
-    with any of them is reported there."""
     paths: tuple[PathAccess, ...] = ()
     paths_declared: bool = False
     """Whether ``paths`` was given (to ``tool()``, or to an importer for this
@@ -169,6 +163,12 @@ class ToolSpec:
     world: WorldKind | None = None
     """The world the harness replays and tests this tool in (``WorldKind``);
     None: its registry's default. The runtime itself ignores it."""
+    depends_on_environment: tuple[str, ...] = ()
+    """What of its process this tool's result may depend on, by design
+    (``ENVIRONMENT_INPUTS``: ``("TZ",)`` for a tool that answers in the
+    machine's local time): the ``environment`` and ``hash_seed`` faults
+    then vary the others only. Without it, a result or a file that changes
+    with any of them is reported there."""
     input_validator: SchemaValidator = field(init=False, repr=False, compare=False)
     output_validator: SchemaValidator | None = field(init=False, repr=False, compare=False)
     is_async: bool = field(init=False, repr=False, compare=False)
