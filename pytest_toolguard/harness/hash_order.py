@@ -49,14 +49,22 @@ def may_depend_on_hash_order(handler: Any, limit: int = 2000) -> bool:
     calls ``hash``."""
     pending: list[tuple[types.CodeType, dict[str, Any]]] = []
     seen: set[int] = set()
-    own = str(getattr(inspect.unwrap(handler), "__module__", "") or "")
+    # A function's own module is always read; an object's class is read only
+    # when it is the project's (a bridge's relay to a server is not).
+    unwrapped = inspect.unwrap(handler)
+    own = unwrapped.__module__ if isinstance(unwrapped, types.FunctionType) else ""
 
     def _projects(module: str | None) -> bool:
         return module == own or _is_projects(module, own.split(".")[0])
 
     def reach(value: Any) -> None:
         function = inspect.unwrap(value) if callable(value) else value
-        for candidate in (value, function, getattr(value, "handler", None)):
+        for candidate in (
+            value,
+            function,
+            getattr(value, "handler", None),
+            getattr(value, "func", None),
+        ):
             if isinstance(candidate, (types.MethodType, staticmethod, classmethod)):
                 candidate = candidate.__func__
             if isinstance(candidate, types.FunctionType) and _projects(candidate.__module__):
