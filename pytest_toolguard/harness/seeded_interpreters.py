@@ -67,6 +67,7 @@ _REAL = SimpleNamespace(
     wait=os.waitpid,
     no_hang=os.WNOHANG,
     kill=os.kill,
+    getcwd=os.getcwd,
     dup2=os.POSIX_SPAWN_DUP2,
     open=os.POSIX_SPAWN_OPEN,
     read_write=os.O_RDWR,
@@ -110,14 +111,19 @@ class SeededInterpreter:
         answers_read, answers_write = _REAL.pipe()
         environment = dict(os.environ)
         environment["PYTHONHASHSEED"] = str(seed)
-        paths = [entry for entry in sys.path if isinstance(entry, str) and os.path.isabs(entry)]
+        # The test process's sys.path, a relative entry ("" in python -c) spelt
+        # against its real working directory (a fake world has its own).
+        here = _REAL.getcwd()
+        paths = [os.path.join(here, entry) for entry in sys.path if isinstance(entry, str)]
         environment["PYTHONPATH"] = os.pathsep.join(paths)
         actions = [
             (_REAL.dup2, requests_read, REQUESTS_FD),
             (_REAL.dup2, answers_write, ANSWERS_FD),
             *((_REAL.open, fd, os.devnull, _REAL.read_write, 0) for fd in (0, 1, 2)),
         ]
-        code = f"from {__name__} import serve; serve()"
+        # Without "" (the working directory, which -c puts first): a file of
+        # the workspace never shadows a module the handler imports.
+        code = f"import sys; sys.path.remove(''); from {__name__} import serve; serve()"
         try:
             self.pid = _REAL.spawn(
                 sys.executable,
