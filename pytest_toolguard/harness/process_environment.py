@@ -31,12 +31,12 @@ import functools
 import locale
 import os
 import shutil
-import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 TIME_ZONES: tuple[tuple[str, int], ...] = (("<+0545>-05:45", 20700), ("<-0330>+03:30", -12600))
 """POSIX ``TZ`` values and their UTC offsets (seconds): odd offsets without
@@ -123,28 +123,39 @@ GENERATED_LOCALE = "de_DE.UTF-8"
 but ``C``: a decimal comma, grouped thousands, German collation and names."""
 
 
+_REAL = SimpleNamespace(spawn=os.posix_spawn, wait=os.waitpid)
+"""Taken at import: pyfakefs patches the module-level names of ``os``'s
+functions (and ``subprocess``'s pipes) while a fake world runs, and the
+locale is made on the real disk whichever world asks first."""
+
+MAKE_LOCALE = 'umask 077 && mkdir -p "$1" && exec localedef -i "$2" -f UTF-8 "$1/$3"'
+
+
 @functools.lru_cache(maxsize=1)
 def generated_locales() -> str | None:
     """A directory for ``LOCPATH`` holding ``GENERATED_LOCALE``, made once
     per process with ``localedef`` (about two seconds) and removed at exit;
     None when ``localedef`` or its sources are missing. Made by processes
-    only (a shell, ``localedef``): the fake filesystem may be active."""
-    localedef = shutil.which("localedef")
-    if localedef is None:
-        return None
+    started with ``os.posix_spawn`` (a shell, ``localedef``): a fake
+    filesystem may be active, and neither sees it."""
     directory = os.path.join(
         os.environ.get("TMPDIR") or "/tmp", f"toolguard-locales-{os.getpid()}-{uuid.uuid4().hex}"
     )
     language = GENERATED_LOCALE.split(".")[0]
-    made = subprocess.run(
-        ["/bin/sh", "-c", 'umask 077 && mkdir -p "$1" && exec "$2" -i "$3" -f UTF-8 "$1/$4"', "sh"]
-        + [directory, localedef, language, GENERATED_LOCALE],
-        capture_output=True,
-        check=False,
-        timeout=60,
-    )
-    atexit.register(subprocess.run, ["rm", "-rf", "--", directory], check=False)
-    return directory if made.returncode == 0 else None
+    made = _run(["/bin/sh", "-c", MAKE_LOCALE, "sh", directory, language, GENERATED_LOCALE])
+    atexit.register(_run, ["/bin/rm", "-rf", "--", directory])
+    return directory if made == 0 else None
+
+
+def _run(argv: list[str]) -> int:
+    """Run ``argv`` (output to /dev/null) and wait for it: its exit status."""
+    quiet = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1, 2)]
+    try:
+        pid = _REAL.spawn(argv[0], argv, dict(os.environ), file_actions=quiet)
+    except OSError:
+        return 127
+    _pid, status = _REAL.wait(pid, 0)
+    return os.waitstatus_to_exitcode(status)
 
 
 def _same_locale(one: str, other: str) -> bool:

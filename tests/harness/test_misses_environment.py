@@ -49,7 +49,6 @@ from pytest_toolguard.faults import run_cell, select_faults, targets
 from pytest_toolguard.faults.outcome import CellOutcome
 from pytest_toolguard.harness.process_environment import (
     GENERATED_LOCALE,
-    generated_locales,
     other_locale,
 )
 from pytest_toolguard.registry import ENVIRONMENT_INPUTS, PathAccess, ToolRegistry, ToolSpec, tool
@@ -226,7 +225,8 @@ def _other_locale_groups() -> bool:
     """Whether the locale the fault varies to groups thousands (one besides
     C is installed, or ``localedef`` can make one)."""
     name = other_locale()
-    return (name is not None and not name.startswith("C")) or generated_locales() is not None
+    # Not generated_locales(): the first cell makes it, inside a world.
+    return (name is not None and not name.startswith("C")) or shutil.which("localedef") is not None
 
 
 needs_a_real_locale = pytest.mark.skipif(
