@@ -38,6 +38,12 @@ subprocesses or absolute paths)."""
 
 WORLD_KINDS: tuple[WorldKind, ...] = ("fake", "directory")
 
+ENVIRONMENT_INPUTS: tuple[str, ...] = ("TZ", "COLUMNS", "locale", "PYTHONHASHSEED", "cwd")
+"""What a handler may read from its process besides its arguments, as
+``ToolSpec.depends_on_environment`` names them: the time zone, the terminal
+width (``COLUMNS``/``LINES``), the locale (``setlocale`` and ``LANG``/``LC_*``),
+the hash seed (the order of a set of strings) and the working directory."""
+
 
 def checked_world(value: object, where: str) -> WorldKind:
     """``value`` as a ``WorldKind``; ``ValueError`` naming ``where`` otherwise."""
@@ -157,6 +163,12 @@ class ToolSpec:
     world: WorldKind | None = None
     """The world the harness replays and tests this tool in (``WorldKind``);
     None: its registry's default. The runtime itself ignores it."""
+    depends_on_environment: tuple[str, ...] = ()
+    """What of its process this tool's result may depend on, by design
+    (``ENVIRONMENT_INPUTS``: ``("TZ",)`` for a tool that answers in the
+    machine's local time): the ``environment`` and ``hash_seed`` faults
+    then vary the others only. Without it, a result or a file that changes
+    with any of them is reported there."""
     input_validator: SchemaValidator = field(init=False, repr=False, compare=False)
     output_validator: SchemaValidator | None = field(init=False, repr=False, compare=False)
     is_async: bool = field(init=False, repr=False, compare=False)
@@ -178,6 +190,15 @@ class ToolSpec:
             raise ValueError(f"tool {self.name}: idempotent and acts_on_repeat contradict")
         if self.world is not None:
             checked_world(self.world, f"tool {self.name}")
+        declared = self.depends_on_environment
+        declared = (declared,) if isinstance(declared, str) else tuple(declared)
+        unknown = [name for name in declared if name not in ENVIRONMENT_INPUTS]
+        if unknown:
+            raise ValueError(
+                f"tool {self.name}: depends_on_environment names {', '.join(map(repr, unknown))}; "
+                f"known: {', '.join(ENVIRONMENT_INPUTS)}"
+            )
+        object.__setattr__(self, "depends_on_environment", declared)
         object.__setattr__(self, "input_validator", SchemaValidator(self.input_schema))
         output = SchemaValidator(self.output_schema, root="output") if self.output_schema else None
         object.__setattr__(self, "output_validator", output)
@@ -281,6 +302,7 @@ def tool(
     result_limit: int = 8000,
     idempotent: bool = False,
     acts_on_repeat: bool = False,
+    depends_on_environment: Sequence[str] = (),
     paths: Sequence[PathAccess] | None = None,
     network_host_argument: str | None = None,
     allow_hardlinks: bool = False,
@@ -315,6 +337,11 @@ def tool(
             result_limit=result_limit,
             idempotent=idempotent,
             acts_on_repeat=acts_on_repeat,
+            depends_on_environment=(
+                (depends_on_environment,)
+                if isinstance(depends_on_environment, str)
+                else tuple(depends_on_environment)
+            ),
             paths=tuple(paths or ()),
             paths_declared=paths is not None,
             network_host_argument=network_host_argument,

@@ -13,8 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .disk import DiskFailureFault, PartialWriteFault
+from .environment import EnvironmentFault
 from .fault import Fault
 from .handler import HandlerExceptionFault, OversizedOutputFault, TimeoutFault
+from .hash_seed import HashSeedFault
 from .inputs import LargeInputFault
 from .network import HttpErrorFault, HttpRedirectFault, LateResponseFault, NetworkErrorFault
 from .paths import PathTraversalFault, SymlinkEscapeFault, SymlinkRaceFault
@@ -52,6 +54,8 @@ BUILTIN_FAULTS: tuple[Fault, ...] = (
     LateResponseFault(),
     ProcessKilledFault(),
     HttpRedirectFault(),
+    EnvironmentFault(),
+    HashSeedFault(),
 )
 """Every built-in fault, in catalogue order."""
 

@@ -43,6 +43,7 @@ never replays, fuzzes or asks for a toolguard fixture does not pay for it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Generator
 from pathlib import Path
 
@@ -96,10 +97,25 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "xdist_group(name): the group pytest-xdist's --dist loadgroup keeps together"
     )
+    _share_hash_seed(config)
     run = config.stash[RUN] = ToolguardRun(config)
     config.pluginmanager.register(run, RUN_PLUGIN)
     if run.replaying and config.args_source is not pytest.Config.ArgsSource.ARGS:
         _add_replay_dirs(config, run)
+
+
+WORKERS_HASH_SEED = "0"
+"""The ``PYTHONHASHSEED`` pytest-xdist workers get when none was set."""
+
+
+def _share_hash_seed(config: pytest.Config) -> None:
+    """pytest-xdist's workers (started after this hook, with this
+    environment) share one hash seed, unless the run set one: a set's order
+    is then the same on every worker and every run, so two workers never
+    disagree about a cassette by luck (``hash_seed`` varies it on purpose)."""
+    distributed = config.getoption("dist", "no") != "no" or config.getoption("numprocesses", None)
+    if distributed and not hasattr(config, "workerinput"):
+        os.environ.setdefault("PYTHONHASHSEED", WORKERS_HASH_SEED)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -264,6 +264,13 @@ class ReplayChecks:
                 self.add("outside the workspace", path, "unchanged", self.describe(after.get(path)))
 
 
+def without_volatile(value: Any, paths: Sequence[str]) -> Any:
+    """A result's ``data`` with the fields a ``volatile`` list names
+    removed (``data.x``, ``data.items.*.id``; other entries, such as
+    ``files.<path>``, are not the data's): what replay compares of it."""
+    return _without(value, paths)
+
+
 def _without(value: Any, paths: Sequence[str]) -> Any:
     """``value`` with the fields at dotted ``paths`` removed (``*`` matches
     any key or index); paths start at the result, so ``data.x`` removes
