@@ -24,8 +24,13 @@ cells, and as many empty test functions.
    with the start-ups they include measured the same way: ``--collect-only``
    (serial start-up and collection), and ``-n 2`` with every item
    deselected (the controller, two workers started, each collecting).
-   Printed: medians of the rounds, and the per-round speed-ups, whole and
-   with the start-ups subtracted.
+   Printed: medians of the rounds with the CPU seconds of each run (user +
+   system of the run's processes, from ``RUSAGE_CHILDREN``), and the
+   per-round speed-ups, whole and with the start-ups subtracted. Then the
+   start-up of each process: a conftest hook notes, when its collection
+   has finished, how long ago the process started (``/proc``): the serial
+   process, each xdist worker, and from the command's launch to the last
+   worker collected.
 
 ``--profile`` then runs about 50 cells in this process with ``run_cell``
 (no pytest), timing the parts of each cell without a profiler, and prints
@@ -136,6 +141,24 @@ class Run:
     cpu_seconds: float
     """User + system time of the process and its children (xdist's workers)."""
     output: str
+    launched: float = 0.0
+    """``time.time()`` when the command was started."""
+    collected: tuple[tuple[str, float | None, float], ...] = ()
+    """Each process that collected (``main``, or an xdist worker ``gwN``):
+    its age when its collection finished (seconds since it started; None
+    where /proc is missing) and the ``time.time()`` of that moment."""
+
+    def ages(self, workers: bool) -> list[float]:
+        """Start-up seconds of the serial process, or of each xdist worker."""
+        return [
+            age
+            for name, age, _at in self.collected
+            if age is not None and workers == (name != "main")
+        ]
+
+    def until_all_collected(self) -> float | None:
+        """Seconds from the launch until the last process had collected."""
+        return max((at for _n, _a, at in self.collected), default=self.launched) - self.launched
 
 
 def _pytest(
@@ -145,10 +168,13 @@ def _pytest(
     Raises ``BenchmarkSetupError`` on an unexpected exit status, or when
     ``passed`` is given and the summary does not say so."""
     env = {key: value for key, value in os.environ.items() if key != "PYTEST_ADDOPTS"}
+    startup = project.root / "startup.jsonl"
+    startup.unlink(missing_ok=True)
     used = _children_cpu()
+    launched = time.time()
     start = CLOCK()
     done = subprocess.run(
-        [*PYTEST, *args],
+        [*PYTEST, f"--matrix-startup={startup}", *args],
         cwd=project.root,
         env=env,
         stdout=subprocess.PIPE,
@@ -165,7 +191,11 @@ def _pytest(
         raise BenchmarkSetupError(
             f"pytest {shown}: exit {done.returncode}, expected {wanted or 'success'}\n{tail}"
         )
-    return Run(seconds, cpu_seconds, done.stdout)
+    lines = startup.read_text(encoding="utf-8").splitlines() if startup.exists() else []
+    collected = tuple(
+        (str(line["process"]), line["age"], float(line["at"])) for line in map(json.loads, lines)
+    )
+    return Run(seconds, cpu_seconds, done.stdout, launched, collected)
 
 
 def _children_cpu() -> float:
@@ -410,7 +440,47 @@ def _parallel(options: argparse.Namespace, project: Project) -> None:
         values = [formula(one) for one in per_round]
         print(_ratio_row(label, statistics.median(values), min(values), max(values), goal))
         if label == "serial / -n 2, whole runs":
-            record("xdist_speedup", statistics.median(values), min(values), max(values))
+            cpu = {name: statistics.median(run.cpu_seconds for run in runs[name]) for name in RUNS}
+            note = f"CPU s: serial {cpu['serial']:.1f}, -n 2 {cpu['xdist']:.1f}"
+            record("xdist_speedup", statistics.median(values), min(values), max(values), note)
+        if label.startswith("CPU s: -n 2 / serial"):
+            record("xdist_cpu", statistics.median(values), min(values), max(values))
+    print()
+    _startup(runs)
+
+
+def _startup(runs: dict[str, list[Run]]) -> None:
+    """How long each process took from its start to its collection
+    finished (every run of the rounds that has that kind of process)."""
+    serial = [
+        age for name in ("serial", "collect") for run in runs[name] for age in run.ages(False)
+    ]
+    workers = [
+        age
+        for name in ("xdist", "xdist_load", "xdist_start")
+        for run in runs[name]
+        for age in run.ages(True)
+    ]
+    launch = [
+        seconds
+        for name in ("xdist", "xdist_load", "xdist_start")
+        for run in runs[name]
+        if (seconds := run.until_all_collected()) is not None and run.ages(True)
+    ]
+    print(_ratio_header("start-up, s (process start to its collection finished)"))
+    rows = (
+        ("serial pytest process", serial, Goal(None), "serial_startup"),
+        ("-n 2 worker (each worker of every -n 2 run)", workers, Goal(2.0), "xdist_worker_startup"),
+        ("-n 2: command launched to the last worker collected", launch, Goal(None), ""),
+    )
+    for label, values, goal, key in rows:
+        if not values:
+            print(f"{label}: not measured (no /proc?)")
+            continue
+        value = statistics.median(values)
+        print(_ratio_row(label, value, min(values), max(values), goal))
+        if key:
+            record(key, value, min(values), max(values), f"{len(values)} processes")
 
 
 def _wall(runs: dict[str, Run], name: str, minus: str = "") -> float:
