@@ -68,7 +68,7 @@ def pytest_collection_finish(session):
         "at": time.time(),
     }
     with open(path, "a", encoding="utf-8") as out:
-        out.write(json.dumps(line) + "\n")
+        out.write(json.dumps(line) + "\\n")
 
 
 def _age():
