@@ -143,22 +143,28 @@ class Run:
     output: str
     launched: float = 0.0
     """``time.time()`` when the command was started."""
-    collected: tuple[tuple[str, float | None, float], ...] = ()
+    collected: tuple[tuple[str, float | None, float, float], ...] = ()
     """Each process that collected (``main``, or an xdist worker ``gwN``):
     its age when its collection finished (seconds since it started; None
-    where /proc is missing) and the ``time.time()`` of that moment."""
+    where /proc is missing), the ``time.time()`` of that moment and the
+    CPU seconds it had used by then."""
 
     def ages(self, workers: bool) -> list[float]:
         """Start-up seconds of the serial process, or of each xdist worker."""
         return [
             age
-            for name, age, _at in self.collected
+            for name, age, _at, _cpu in self.collected
             if age is not None and workers == (name != "main")
         ]
 
-    def until_all_collected(self) -> float | None:
+    def cpus(self, workers: bool) -> list[float]:
+        """CPU seconds of the same start-ups."""
+        return [cpu for name, _age, _at, cpu in self.collected if workers == (name != "main")]
+
+    def until_all_collected(self) -> float:
         """Seconds from the launch until the last process had collected."""
-        return max((at for _n, _a, at in self.collected), default=self.launched) - self.launched
+        latest = max((at for _n, _a, at, _c in self.collected), default=self.launched)
+        return latest - self.launched
 
 
 def _pytest(
@@ -193,7 +199,8 @@ def _pytest(
         )
     lines = startup.read_text(encoding="utf-8").splitlines() if startup.exists() else []
     collected = tuple(
-        (str(line["process"]), line["age"], float(line["at"])) for line in map(json.loads, lines)
+        (str(line["process"]), line["age"], float(line["at"]), float(line["cpu"]))
+        for line in map(json.loads, lines)
     )
     return Run(seconds, cpu_seconds, done.stdout, launched, collected)
 
@@ -451,27 +458,36 @@ def _parallel(options: argparse.Namespace, project: Project) -> None:
 
 def _startup(runs: dict[str, list[Run]]) -> None:
     """How long each process took from its start to its collection
-    finished (every run of the rounds that has that kind of process)."""
-    serial = [
-        age for name in ("serial", "collect") for run in runs[name] for age in run.ages(False)
-    ]
-    workers = [
-        age
-        for name in ("xdist", "xdist_load", "xdist_start")
-        for run in runs[name]
-        for age in run.ages(True)
-    ]
-    launch = [
-        seconds
-        for name in ("xdist", "xdist_load", "xdist_start")
-        for run in runs[name]
-        if (seconds := run.until_all_collected()) is not None and run.ages(True)
-    ]
+    finished (every run of the rounds that has that kind of process), in
+    wall and in CPU seconds."""
+    serial_runs = [run for name in ("serial", "collect") for run in runs[name]]
+    worker_runs = [run for name in ("xdist", "xdist_load", "xdist_start") for run in runs[name]]
+    cpu = {
+        "serial_startup": [seconds for run in serial_runs for seconds in run.cpus(False)],
+        "xdist_worker_startup": [seconds for run in worker_runs for seconds in run.cpus(True)],
+    }
     print(_ratio_header("start-up, s (process start to its collection finished)"))
     rows = (
-        ("serial pytest process", serial, Goal(None), "serial_startup"),
-        ("-n 2 worker (each worker of every -n 2 run)", workers, Goal(2.0), "xdist_worker_startup"),
-        ("-n 2: command launched to the last worker collected", launch, Goal(None), ""),
+        (
+            "serial pytest process",
+            [age for run in serial_runs for age in run.ages(False)],
+            Goal(None),
+            "serial_startup",
+        ),
+        (
+            "-n 2 worker (each worker of every -n 2 run)",
+            [age for run in worker_runs for age in run.ages(True)],
+            Goal(2.0),
+            "xdist_worker_startup",
+        ),
+        (
+            "-n 2: command launched to the last worker collected",
+            [run.until_all_collected() for run in worker_runs if run.ages(True)],
+            Goal(None),
+            "",
+        ),
+        ("serial pytest process, CPU s", cpu["serial_startup"], Goal(None), ""),
+        ("-n 2 worker, CPU s", cpu["xdist_worker_startup"], Goal(None), ""),
     )
     for label, values, goal, key in rows:
         if not values:
@@ -480,7 +496,9 @@ def _startup(runs: dict[str, list[Run]]) -> None:
         value = statistics.median(values)
         print(_ratio_row(label, value, min(values), max(values), goal))
         if key:
-            record(key, value, min(values), max(values), f"{len(values)} processes")
+            used = statistics.median(cpu[key]) if cpu[key] else float("nan")
+            note = f"{len(values)} processes, {used:.1f} CPU s each"
+            record(key, value, min(values), max(values), note)
 
 
 def _wall(runs: dict[str, Run], name: str, minus: str = "") -> float:

@@ -40,7 +40,7 @@ item) and the list goes to PATH as JSON, in run order. With
 items, so both kinds share the machine's noise. With --matrix-startup=PATH,
 each process (the serial one, or each xdist worker) appends to PATH, when its
 collection has finished, one JSON line: its name, its age (seconds since the
-process started, from /proc), and the wall-clock time.
+process started, from /proc), the wall-clock time and its CPU seconds.
 """
 
 import json
@@ -66,6 +66,7 @@ def pytest_collection_finish(session):
         "process": os.environ.get("PYTEST_XDIST_WORKER", "main"),
         "age": _age(),
         "at": time.time(),
+        "cpu": time.process_time(),
     }
     with open(path, "a", encoding="utf-8") as out:
         out.write(json.dumps(line) + "\\n")
