@@ -11,7 +11,8 @@ SDK as its users would:
 
 * an in-process MCP server (the SDK's ``MCPServer``, ``readOnlyHint``):
   ``ToolRuntime.execute`` of ``from_mcp_server``'s tool against the
-  server's own ``call_tool``;
+  server's own ``call_tool``; and ``aexecute`` on the same loop (printed,
+  not a summary row);
 * an OpenAI Agents SDK ``FunctionTool`` (``@function_tool``): the
   ``on_invoke_tool`` of ``guarded_function_tool`` over ``from_openai`` of
   it (what a ``Runner`` calls once the tool is guarded) against the tool's
@@ -79,6 +80,7 @@ class Pair:
 
 PAIRS = (
     Pair("MCP in-process: execute / server.call_tool", "mcp guard", "mcp bare", "sdk_mcp"),
+    Pair("MCP in-process: aexecute / server.call_tool", "mcp aexecute", "mcp bare"),
     Pair(
         "Agents SDK: guarded_function_tool / on_invoke_tool",
         "agents guard",
@@ -141,6 +143,15 @@ class Calls:
         server.tool(annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False))(echo)
         runtime = self._runtime(from_mcp_server(server), root)
         self.calls["mcp guard"] = self._execute(runtime)
+
+        def aexecute() -> Any:
+            call = ToolCall(f"c{next(self._serial)}", "echo", ARGUMENTS)
+            result = self.loop.run_until_complete(runtime.aexecute(call))
+            if not result.ok:
+                raise BenchmarkSetupError(f"aexecute failed: {result.code} {result.message}")
+            return result
+
+        self.calls["mcp aexecute"] = aexecute
         self.calls["mcp bare"] = lambda: self.loop.run_until_complete(
             server.call_tool("echo", ARGUMENTS)
         )
