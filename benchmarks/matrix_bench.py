@@ -58,7 +58,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -114,10 +114,14 @@ def _run(options: argparse.Namespace, directory: Path) -> int:
     files = shipped()
     copies = options.copies or files.copies_for(options.min_cells)
     project = generate_project(directory / "project", files, copies)
+    subset = ""
+    if options.cells and options.cells < project.cells:
+        subset = f"; only {options.cells} of the {project.cells} cells kept (--cells)"
+        project = replace(project, cells=options.cells, keep_cells=options.cells)
     print(
         f"workload: {len(files.files)} shipped cassettes and cases x {copies} copies = "
         f"{project.files} files, {project.cells} cells ({files.cells_per_copy} per copy), "
-        f"{project.empty_tests} empty tests; in {project.root}"
+        f"{project.empty_tests} empty tests; in {project.root}{subset}"
     )
     _pytest(project, "--collect-only", *MATRIX, "cassettes", "cases")  # warm-up: not timed
     print()
@@ -180,7 +184,7 @@ def _pytest(
     launched = time.time()
     start = CLOCK()
     done = subprocess.run(
-        [*PYTEST, f"--matrix-startup={startup}", *args],
+        [*PYTEST, f"--matrix-startup={startup}", f"--matrix-cells={project.keep_cells}", *args],
         cwd=project.root,
         env=env,
         stdout=subprocess.PIPE,
@@ -693,7 +697,22 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--profile-cells", type=int, default=50, help="cells to profile (default 50)"
     )
     parser.add_argument("--top", type=int, default=15, help="cProfile entries printed (default 15)")
+    parser.add_argument(
+        "--cells",
+        type=int,
+        default=0,
+        help="keep only this many cells, spread over the matrix (default 0: all)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a check that it runs: one copy, one round, 2 blocks, 40 cells",
+    )
     options = parser.parse_args(argv)
+    if options.quick:
+        options.copies, options.rounds, options.blocks, options.cells = 1, 1, 2, 40
+    if options.cells < 0:
+        parser.error("--cells must be >= 0")
     if options.copies < 0 or options.rounds < 1 or options.blocks < 1:
         parser.error("--copies must be >= 0, --rounds and --blocks >= 1")
     return options
