@@ -2,6 +2,7 @@
 # make replay : same set-up, then the main job: replay cassettes/ and cases/ through the executor
 # make matrix : the fault matrix over cassettes/ and cases/, report in build/matrix.md
 # make demo   : the seed's feedback-analysis run, printed with its audit rows
+# make bench  : the speed rows (benchmarks/README.md), then their summary with verdicts
 # make mutation: the mutation score of replay on the tools (cosmic-ray; slow, not part of test)
 PYTHON ?= python3
 VENV   ?= .venv
@@ -45,6 +46,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/directory_world_bench.py
 	$(BIN)/python benchmarks/directory_cell_bench.py
 	$(BIN)/python benchmarks/mcp_transport_bench.py
+	$(BIN)/python benchmarks/sdk_guard_bench.py
+	$(BIN)/python benchmarks/throughput_bench.py
 	@echo
 	$(BIN)/python benchmarks/summary.py
 

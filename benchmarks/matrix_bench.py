@@ -24,8 +24,13 @@ cells, and as many empty test functions.
    with the start-ups they include measured the same way: ``--collect-only``
    (serial start-up and collection), and ``-n 2`` with every item
    deselected (the controller, two workers started, each collecting).
-   Printed: medians of the rounds, and the per-round speed-ups, whole and
-   with the start-ups subtracted.
+   Printed: medians of the rounds with the CPU seconds of each run (user +
+   system of the run's processes, from ``RUSAGE_CHILDREN``), and the
+   per-round speed-ups, whole and with the start-ups subtracted. Then the
+   start-up of each process: a conftest hook notes, when its collection
+   has finished, how long ago the process started (``/proc``): the serial
+   process, each xdist worker, and from the command's launch to the last
+   worker collected.
 
 ``--profile`` then runs about 50 cells in this process with ``run_cell``
 (no pytest), timing the parts of each cell without a profiler, and prints
@@ -53,7 +58,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -109,10 +114,14 @@ def _run(options: argparse.Namespace, directory: Path) -> int:
     files = shipped()
     copies = options.copies or files.copies_for(options.min_cells)
     project = generate_project(directory / "project", files, copies)
+    subset = ""
+    if options.cells and options.cells < project.cells:
+        subset = f"; only {options.cells} of the {project.cells} cells kept (--cells)"
+        project = replace(project, cells=options.cells, keep_cells=options.cells)
     print(
         f"workload: {len(files.files)} shipped cassettes and cases x {copies} copies = "
         f"{project.files} files, {project.cells} cells ({files.cells_per_copy} per copy), "
-        f"{project.empty_tests} empty tests; in {project.root}"
+        f"{project.empty_tests} empty tests; in {project.root}{subset}"
     )
     _pytest(project, "--collect-only", *MATRIX, "cassettes", "cases")  # warm-up: not timed
     print()
@@ -136,6 +145,30 @@ class Run:
     cpu_seconds: float
     """User + system time of the process and its children (xdist's workers)."""
     output: str
+    launched: float = 0.0
+    """``time.time()`` when the command was started."""
+    collected: tuple[tuple[str, float | None, float, float], ...] = ()
+    """Each process that collected (``main``, or an xdist worker ``gwN``):
+    its age when its collection finished (seconds since it started; None
+    where /proc is missing), the ``time.time()`` of that moment and the
+    CPU seconds it had used by then."""
+
+    def ages(self, workers: bool) -> list[float]:
+        """Start-up seconds of the serial process, or of each xdist worker."""
+        return [
+            age
+            for name, age, _at, _cpu in self.collected
+            if age is not None and workers == (name != "main")
+        ]
+
+    def cpus(self, workers: bool) -> list[float]:
+        """CPU seconds of the same start-ups."""
+        return [cpu for name, _age, _at, cpu in self.collected if workers == (name != "main")]
+
+    def until_all_collected(self) -> float:
+        """Seconds from the launch until the last process had collected."""
+        latest = max((at for _n, _a, at, _c in self.collected), default=self.launched)
+        return latest - self.launched
 
 
 def _pytest(
@@ -145,10 +178,13 @@ def _pytest(
     Raises ``BenchmarkSetupError`` on an unexpected exit status, or when
     ``passed`` is given and the summary does not say so."""
     env = {key: value for key, value in os.environ.items() if key != "PYTEST_ADDOPTS"}
+    startup = project.root / "startup.jsonl"
+    startup.unlink(missing_ok=True)
     used = _children_cpu()
+    launched = time.time()
     start = CLOCK()
     done = subprocess.run(
-        [*PYTEST, *args],
+        [*PYTEST, f"--matrix-startup={startup}", f"--matrix-cells={project.keep_cells}", *args],
         cwd=project.root,
         env=env,
         stdout=subprocess.PIPE,
@@ -165,7 +201,12 @@ def _pytest(
         raise BenchmarkSetupError(
             f"pytest {shown}: exit {done.returncode}, expected {wanted or 'success'}\n{tail}"
         )
-    return Run(seconds, cpu_seconds, done.stdout)
+    lines = startup.read_text(encoding="utf-8").splitlines() if startup.exists() else []
+    collected = tuple(
+        (str(line["process"]), line["age"], float(line["at"]), float(line["cpu"]))
+        for line in map(json.loads, lines)
+    )
+    return Run(seconds, cpu_seconds, done.stdout, launched, collected)
 
 
 def _children_cpu() -> float:
@@ -410,7 +451,58 @@ def _parallel(options: argparse.Namespace, project: Project) -> None:
         values = [formula(one) for one in per_round]
         print(_ratio_row(label, statistics.median(values), min(values), max(values), goal))
         if label == "serial / -n 2, whole runs":
-            record("xdist_speedup", statistics.median(values), min(values), max(values))
+            cpu = {name: statistics.median(run.cpu_seconds for run in runs[name]) for name in RUNS}
+            note = f"CPU s: serial {cpu['serial']:.1f}, -n 2 {cpu['xdist']:.1f}"
+            record("xdist_speedup", statistics.median(values), min(values), max(values), note)
+        if label.startswith("CPU s: -n 2 / serial"):
+            record("xdist_cpu", statistics.median(values), min(values), max(values))
+    print()
+    _startup(runs)
+
+
+def _startup(runs: dict[str, list[Run]]) -> None:
+    """How long each process took from its start to its collection
+    finished (every run of the rounds that has that kind of process), in
+    wall and in CPU seconds."""
+    serial_runs = [run for name in ("serial", "collect") for run in runs[name]]
+    worker_runs = [run for name in ("xdist", "xdist_load", "xdist_start") for run in runs[name]]
+    cpu = {
+        "serial_startup": [seconds for run in serial_runs for seconds in run.cpus(False)],
+        "xdist_worker_startup": [seconds for run in worker_runs for seconds in run.cpus(True)],
+    }
+    print(_ratio_header("start-up, s (process start to its collection finished)"))
+    rows = (
+        (
+            "serial pytest process",
+            [age for run in serial_runs for age in run.ages(False)],
+            Goal(None),
+            "serial_startup",
+        ),
+        (
+            "-n 2 worker (each worker of every -n 2 run)",
+            [age for run in worker_runs for age in run.ages(True)],
+            Goal(2.0),
+            "xdist_worker_startup",
+        ),
+        (
+            "-n 2: command launched to the last worker collected",
+            [run.until_all_collected() for run in worker_runs if run.ages(True)],
+            Goal(None),
+            "",
+        ),
+        ("serial pytest process, CPU s", cpu["serial_startup"], Goal(None), ""),
+        ("-n 2 worker, CPU s", cpu["xdist_worker_startup"], Goal(None), ""),
+    )
+    for label, values, goal, key in rows:
+        if not values:
+            print(f"{label}: not measured (no /proc?)")
+            continue
+        value = statistics.median(values)
+        print(_ratio_row(label, value, min(values), max(values), goal))
+        if key:
+            used = statistics.median(cpu[key]) if cpu[key] else float("nan")
+            note = f"{len(values)} processes, {used:.1f} CPU s each"
+            record(key, value, min(values), max(values), note)
 
 
 def _wall(runs: dict[str, Run], name: str, minus: str = "") -> float:
@@ -605,7 +697,22 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--profile-cells", type=int, default=50, help="cells to profile (default 50)"
     )
     parser.add_argument("--top", type=int, default=15, help="cProfile entries printed (default 15)")
+    parser.add_argument(
+        "--cells",
+        type=int,
+        default=0,
+        help="keep only this many cells, spread over the matrix (default 0: all)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a check that it runs: one copy, one round, 2 blocks, 40 cells",
+    )
     options = parser.parse_args(argv)
+    if options.quick:
+        options.copies, options.rounds, options.blocks, options.cells = 1, 1, 2, 40
+    if options.cells < 0:
+        parser.error("--cells must be >= 0")
     if options.copies < 0 or options.rounds < 1 or options.blocks < 1:
         parser.error("--copies must be >= 0, --rounds and --blocks >= 1")
     return options

@@ -37,10 +37,16 @@ With --matrix-timings=PATH: a hook wrapper, outermost, reads the clock
 around pytest_runtest_protocol (set-up, call, teardown and reporting of one
 item) and the list goes to PATH as JSON, in run order. With
 --matrix-interleave the empty tests are spread evenly among the other
-items, so both kinds share the machine's noise.
+items, so both kinds share the machine's noise. With --matrix-cells=N only N
+fault cells are kept, spread evenly over the collection order (a short
+check). With --matrix-startup=PATH,
+each process (the serial one, or each xdist worker) appends to PATH, when its
+collection has finished, one JSON line: its name, its age (seconds since the
+process started, from /proc), the wall-clock time and its CPU seconds.
 """
 
 import json
+import os
 import time
 
 import pytest
@@ -51,6 +57,34 @@ CLOCK = time.perf_counter  # kept before any frozen clock can replace it
 def pytest_addoption(parser):
     parser.addoption("--matrix-timings", default=None, metavar="PATH")
     parser.addoption("--matrix-interleave", action="store_true", default=False)
+    parser.addoption("--matrix-startup", default=None, metavar="PATH")
+    parser.addoption("--matrix-cells", type=int, default=0, metavar="N")
+
+
+def pytest_collection_finish(session):
+    path = session.config.getoption("matrix_startup")
+    if not path:
+        return
+    line = {
+        "process": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+        "age": _age(),
+        "at": time.time(),
+        "cpu": time.process_time(),
+    }
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(json.dumps(line) + "\\n")
+
+
+def _age():
+    """Seconds since this process started (Linux), else None."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime", encoding="ascii") as uptime:
+            now = float(uptime.read().split()[0])
+    except (OSError, IndexError, ValueError):
+        return None
+    return now - int(fields[19]) / os.sysconf("SC_CLK_TCK")
 
 
 def pytest_configure(config):
@@ -60,6 +94,13 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    cap = config.getoption("matrix_cells")
+    cells = [item for item in items if _kind(item) == "cell"]
+    if cap and len(cells) > cap:
+        kept = {id(cells[index * len(cells) // cap]) for index in range(cap)}
+        left = [item for item in cells if id(item) not in kept]
+        config.hook.pytest_deselected(items=left)
+        items[:] = [item for item in items if _kind(item) != "cell" or id(item) in kept]
     if not config.getoption("matrix_interleave"):
         return
     empty = [item for item in items if _kind(item) == "empty"]
@@ -126,6 +167,8 @@ class Project:
     empty_tests: int
     variants: int = 0
     """``variants`` items: one per file holding amplified variants."""
+    keep_cells: int = 0
+    """Fault cells each run keeps (``--matrix-cells``); 0: every one."""
 
 
 def shipped() -> Shipped:

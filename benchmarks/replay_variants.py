@@ -107,11 +107,16 @@ class _NoFilesystem:
 
 class _RealWorkspace:
     """A ``FakeWorld`` stand-in that fakes nothing: the world is the real
-    workspace."""
+    workspace, with no real directory mapped in."""
+
+    real_paths: tuple[str, ...] = ()
 
     @contextmanager
     def filesystem(self, state: WorkspaceState) -> Iterator[Any]:
         yield _NoFilesystem()
+
+    def map_real_paths(self, fs: Any, root: str) -> tuple[str, ...]:
+        return ()
 
 
 @dataclass(frozen=True, slots=True)
