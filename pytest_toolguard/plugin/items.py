@@ -175,7 +175,7 @@ class InteractionCells(pytest.Collector):
             # one file, so the state before each target is replayed once per run
             # (the prefix cache is per process; plugin/scheduling.py groups by
             # file where xdist's mark no longer does). Ignored otherwise; not the
-            # default: --dist load measured as fast or faster (benchmarks/README.md).
+            # default: --dist load measured as fast or faster (CHANGELOG.md).
             cell.add_marker(pytest.mark.xdist_group(self.target.source))
             yield cell
 
