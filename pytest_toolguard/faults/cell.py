@@ -296,6 +296,8 @@ class Cell:
         reset = getattr(self.files.access_log, "reset", None)
         if reset is not None:
             reset()
+        if self.operations is not None:
+            self.operations.forget_looks()
 
     def _playing(self, index: int) -> None:
         if self.http is not None:
@@ -572,7 +574,17 @@ class Cell:
 
     def _check_accesses(self) -> None:
         """No handler run resolved a path outside the workspace (when an
-        oracle of accesses observes the world: otherwise nothing is said)."""
+        oracle of accesses observes the world: otherwise nothing is said).
+        In the directory world the kernel reports no ``stat``: the
+        handler's looks (``Operations.looks``) say where those reached."""
+        operations = self.operations
+        if operations is not None and isinstance(self.world, DirectoryWorld):
+            looks = operations.outside_looks(self.root, self.world.around)
+            self.check(
+                not looks,
+                "the handler looked outside the workspace (a stat, exists or access "
+                "reached it): " + ", ".join(looks[:5]),
+            )
         outside_of = getattr(self.files.access_log, "outside", None)
         if outside_of is None:
             return
