@@ -17,7 +17,7 @@ from .fault import Fault
 from .handler import HandlerExceptionFault, OversizedOutputFault, TimeoutFault
 from .inputs import LargeInputFault
 from .network import HttpErrorFault, LateResponseFault, NetworkErrorFault
-from .paths import PathTraversalFault, SymlinkEscapeFault, SymlinkRaceFault
+from .paths import SymlinkEscapeFault, SymlinkRaceFault
 from .processes import ProcessKilledFault
 from .refusals import (
     CapabilityRevokedFault,
@@ -27,6 +27,7 @@ from .refusals import (
 )
 from .repeats import DuplicateSubmissionFault, ResponseLostFault
 from .storage import AuditUnavailableFault, SecretByNameFault, SecretInPayloadFault
+from .traversal import PathTraversalFault
 
 BUILTIN_FAULTS: tuple[Fault, ...] = (
     TimeoutFault(),

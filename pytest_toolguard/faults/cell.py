@@ -461,16 +461,17 @@ class Cell:
         ``volatile`` names counts for being there, not for its bytes)."""
         return self.files.tree(self.target.cassette.volatile)
 
-    def clean_run(self) -> CleanRun:
-        """The target's call once with nothing injected, through a runtime
-        of its own (no plan), then the workspace put back as it was: what
-        it answered and left, its handler's operations and growths. What a
-        call under a fault that answers OK must leave too."""
+    def clean_run(self, arguments: Any = None) -> CleanRun:
+        """The target's call once with nothing injected (with other
+        ``arguments`` when given), through a runtime of its own (no plan),
+        then the workspace put back as it was: what it answered and left,
+        its handler's operations and growths. What a call under a fault
+        that answers OK must leave too."""
         saved = self.world.save_workspace()
         log = self.files.access_log if not self.directory else self.operations
         accesses = getattr(log, "count", 0)
         growths = getattr(log, "growths", 0)
-        result = self.execute(self.call(), self.make_runtime(hooks=[]))
+        result = self.execute(self.call(arguments), self.make_runtime(hooks=[]))
         count, left = getattr(log, "count", 0), self.world.save_workspace()
         clean = CleanRun(
             result,
