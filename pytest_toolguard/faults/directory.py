@@ -226,6 +226,15 @@ class Operations:
                 found.append(reached)
         return list(dict.fromkeys(found))
 
+    def look_problems(self, root: str, top: str) -> list[str]:
+        """The cell's problem when a look reached outside (``outside_looks``):
+        the kernel reports no ``stat``, so the access oracle cannot."""
+        looks = self.outside_looks(root, top)
+        if not looks:
+            return []
+        shown = ", ".join(looks[:5]) + (f" and {len(looks) - 5} more" if len(looks) > 5 else "")
+        return [f"the handler looked outside the workspace (a stat, exists or access): {shown}"]
+
     def forget_looks(self) -> None:
         """Forget the looks kept so far (those of the runs before a target's)."""
         with self._lock:

@@ -185,6 +185,7 @@ def _run_in_directory(
                             cassette, index, registry, secrets, replace(done, entries=entries), kind
                         )
                 cell.at_target()
+                operations.forget_looks()  # the runs before the target's are not judged
                 place.plant_forbidden()
                 place.plant(beside_the_workspace(place.root))  # /etc/passwd is refused
                 cell.outside_planted()

@@ -240,9 +240,8 @@ class AccessLog:
                 and not out(access.given)
                 and out(access.path)
             )
-            if opened_outside or linked_outside:
-                found.append(access)
-            elif out(access.given) and access.given not in carried:
+            given_outside = out(access.given) and access.given not in carried
+            if opened_outside or linked_outside or given_outside:
                 found.append(access)
             elif not out(access.given) and out(access.path):
                 carried.add(access.path)
