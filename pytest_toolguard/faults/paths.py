@@ -75,6 +75,7 @@ class SymlinkEscapeFault(Fault):
             cell.problems.append(f"{NOTHING_TO_INJECT}: {_NO_PATH}")
             return
         others = _other_runs(cell)
+        free = cell.make_runtime(hooks=[])  # a plan allows the recorded arguments only
         decoys = {first: _plant_mirror(cell, first, clean) for first in points}
         cell.outside_planted()  # once, before any call: an escape must not be absorbed
         for first, decoy in decoys.items():
@@ -92,7 +93,7 @@ class SymlinkEscapeFault(Fault):
             # A branch only other arguments take meets the link too (after
             # the policy check: a declared path is refused before it).
             for arguments, other in others:
-                result = cell.execute(cell.call(arguments))
+                result = cell.execute(cell.call(arguments), free)
                 changed = _changes(cell, arguments)
                 _refused(
                     cell,

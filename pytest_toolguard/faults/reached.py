@@ -72,8 +72,25 @@ def candidate_arguments(target: Target) -> tuple[str, ...]:
 
 def could_reach(target: Target) -> bool:
     """Whether a clean run could show an argument to be a path that the
-    declarations and names do not (the faults' ``applies``)."""
-    return target.handler_can_run and bool(candidate_arguments(target))
+    declarations and names do not (the faults' ``applies``, which runs
+    nothing): a candidate argument holds a glob pattern or a ``/``, or
+    names from the start of a component what the recorded workspace holds
+    (``T1`` of ``notes/T1.md``). The clean run decides; this keeps calls
+    whose strings name nothing there (a contact's name, a message) out of
+    the matrix."""
+    if not target.handler_can_run:
+        return False
+    arguments = target.arguments or {}
+    workspace = target.cassette.workspace
+    held = [*workspace.files, *workspace.directories, *workspace.symlinks]
+    for name in candidate_arguments(target):
+        value = arguments[name]
+        if _MAGIC.search(value) or "/" in value.strip("/"):
+            return True
+        fixed = _fixed_part(value)
+        if fixed and any(("/" + fixed) in ("/" + path) for path in held):
+            return True
+    return False
 
 
 def reached_arguments(cell: Cell, clean: CleanRun) -> dict[str, tuple[str, ...]]:

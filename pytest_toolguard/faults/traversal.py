@@ -237,18 +237,19 @@ class PathTraversalFault(Fault):
             for payload in payloads + inside:
                 _try(cell, {**arguments, name: payload}, name, payload)
         plain = traversal_payloads(cell.root, within=within, templates=_PLAIN)
+        free = cell.make_runtime(hooks=[])  # a plan allows the recorded arguments only
         for other in alternative_arguments(cell.target):
             for name in names:
                 for payload in plain:
-                    _try(cell, {**other, name: payload}, name, payload)
+                    _try(cell, {**other, name: payload}, name, payload, free)
 
 
-def _try(cell: Cell, called: dict[str, Any], name: str, payload: str) -> None:
+def _try(cell: Cell, called: dict[str, Any], name: str, payload: str, runtime: Any = None) -> None:
     """One call with a payload; in a declared path argument, a success
     must not have made a path outside. An argument only named like a path
     (a language's "source"), or one a clean run joined into a path, is
     judged by the decoy and outside checks alone."""
-    result = cell.execute(cell.call(called))
+    result = cell.execute(cell.call(called), runtime)
     if name not in cell.target.declared_path_arguments or not result.ok:
         return
     outside = _outside_paths(cell, called, name, payload)
