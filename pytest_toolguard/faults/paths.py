@@ -36,6 +36,10 @@ MAX_SWAPS = 64
 """At most this many swap points per link point for ``symlink_race``: more
 are thinned evenly, the first and the last kept."""
 
+OTHER_SWAPS = 8
+"""At most this many per link point with each other argument set
+(``reached.alternative_arguments``)."""
+
 _REFUSED = (
     ErrorCode.PATH_OUTSIDE_WORKSPACE,
     ErrorCode.FORBIDDEN_PATH,
@@ -201,7 +205,9 @@ class SymlinkRaceFault(Fault):
         "where a clean run had or made one) between two of the handler's filesystem "
         "operations, whichever API made them (open, stat, exists, realpath, lstat, "
         "readlink, listdir, ...): before each operation of a clean run that names a path "
-        f"at, beneath or above it (at most {MAX_SWAPS}, thinned evenly)"
+        f"at, beneath or above it (at most {MAX_SWAPS}, thinned evenly); then with up to 3 "
+        f"other argument sets (booleans flipped, integers moved, amplified variants; at most "
+        f"{OTHER_SWAPS} swaps each)"
     )
     expected = (
         "refused or done inside: nothing outside read, opened or changed (a handler's own "
@@ -217,6 +223,7 @@ class SymlinkRaceFault(Fault):
         if not link_points:
             cell.problems.append(f"{NOTHING_TO_INJECT}: {_NO_PATH}")
             return
+        others = _other_runs(cell)
         decoys = {first: _plant_mirror(cell, first, clean) for first in link_points}
         cell.outside_planted()
         saved = cell.world.save_workspace()
@@ -227,28 +234,34 @@ class SymlinkRaceFault(Fault):
                 f"{NOTHING_TO_INJECT}: the handler made no file operation in this process "
                 "for a swap to land between (a server in another process makes its own)"
             )
-        for first, decoy in decoys.items():
-            for k in points[first]:
-                cell.world.restore_workspace(saved)
-                swap = _Swapped(cell, first, decoy)
-                try:
-                    with _swap_at(cell, k, swap):
-                        # The swap changes the tree: not the call's doing.
-                        result = cell.execute(cell.call(), runtime, judge_effects=False)
-                finally:
-                    if os.path.islink(swap.path) or swap.moved:
-                        swap.__exit__()
-                where = f"before operation {k}" if cell.directory else f"after operation {k}"
-                _refused(cell, clean, first, result, f"{first} became a symlink to outside {where}")
+        runs: list[tuple[dict[str, Any] | None, CleanRun]] = [(None, clean), *others]
+        for arguments, run in runs:
+            during = "" if arguments is None else f" during {_changes(cell, arguments)}"
+            for first, decoy in decoys.items():
+                limit = MAX_SWAPS if arguments is None else OTHER_SWAPS
+                for k in swap_points(cell, run, first, limit):
+                    cell.world.restore_workspace(saved)
+                    swap = _Swapped(cell, first, decoy)
+                    try:
+                        with _swap_at(cell, k, swap):
+                            # The swap changes the tree: not the call's doing.
+                            call = cell.call(arguments)
+                            result = cell.execute(call, runtime, judge_effects=False)
+                    finally:
+                        if os.path.islink(swap.path) or swap.moved:
+                            swap.__exit__()
+                    where = f"before operation {k}" if cell.directory else f"after operation {k}"
+                    when = f"{first} became a symlink to outside {where}{during}"
+                    _refused(cell, run, first, result, when)
         cell.world.restore_workspace(saved)
 
 
-def swap_points(cell: Cell, clean: CleanRun, first: str) -> list[int]:
+def swap_points(cell: Cell, clean: CleanRun, first: str, limit: int = MAX_SWAPS) -> list[int]:
     """The k at which ``symlink_race`` swaps ``first`` in: before the k-th
     operation in the directory world, after it in the fake world. Every
     gap before an operation of the clean run that names a path at,
     beneath or above the link point (or a relative one: a ``dir_fd``'s,
-    unknown), whichever API made it; at most ``MAX_SWAPS``, thinned evenly.
+    unknown), whichever API made it; at most ``limit``, thinned evenly.
     Without the clean run's paths, every operation."""
     link = posixpath.join(cell.root, first)
     if len(clean.paths) != clean.accesses:
@@ -261,10 +274,12 @@ def swap_points(cell: Cell, clean: CleanRun, first: str) -> list[int]:
         ]
     if not cell.directory:  # after the operation before it
         touching = [index - 1 for index in touching if index > 1]
-    if len(touching) <= MAX_SWAPS:
+    if len(touching) <= limit:
         return touching
+    if limit <= 1:
+        return touching[:limit]
     last = len(touching) - 1
-    picked = {touching[round(step * last / (MAX_SWAPS - 1))] for step in range(MAX_SWAPS)}
+    picked = {touching[round(step * last / (limit - 1))] for step in range(limit)}
     return sorted(picked)
 
 

@@ -10,17 +10,18 @@ swapped in as the handler starts is what meets it.
 
 Catch table (tool: cell, problem):
 
-=================  ===============  ==========================================================
-broken twin        cell             caught by
-=================  ===============  ==========================================================
-glob_pattern       path_traversal   the handler accessed / looked outside the workspace
-glob_all_pattern   path_traversal   the handler accessed / looked outside the workspace
-note_by_title      path_traversal   the handler accessed outside the workspace (fake world)
-note_by_title      symlink_escape   notes was a symlink ...: the call read through it
-lines_from_start   symlink_escape   (start=1) the handler accessed outside the workspace
-walk_if_recursive  symlink_escape   (recursive=True) notes became a symlink ...: read through it
-walk_if_recursive  path_traversal   (recursive=True) the handler accessed outside the workspace
-=================  ===============  ==========================================================
+=========================  ==============  =========================================================
+broken twin                cell            caught by
+=========================  ==============  =========================================================
+glob_pattern               path_traversal  the handler accessed / looked outside the workspace
+glob_all_pattern           path_traversal  the handler accessed / looked outside the workspace
+note_by_title              path_traversal  the handler accessed outside the workspace (fake world)
+note_by_title              symlink_escape  notes was a symlink ...: the call read through it
+lines_from_start           symlink_escape  (start=1) the handler accessed outside
+lines_checked_then_opened  symlink_race    (start=1) the handler accessed outside
+walk_if_recursive          symlink_escape  (recursive=True) notes became a symlink ...: read through
+walk_if_recursive          path_traversal  (recursive=True) the handler accessed outside
+=========================  ==============  =========================================================
 """
 
 from __future__ import annotations
@@ -98,6 +99,17 @@ def lines_from_start(ctx: ToolContext, path: str, start: int = 0) -> dict[str, A
 
 
 @tool(input_schema=LINES, paths=[PathAccess.read("{path}")])
+def lines_checked_then_opened(ctx: ToolContext, path: str, start: int = 0) -> dict[str, Any]:
+    if start > 0:  # checked, then opened by its path again: a race on this branch only
+        full = os.path.join(ctx.workspace.root, path)
+        if not os.path.realpath(full).startswith(os.path.realpath(ctx.workspace.root) + "/"):
+            raise PermissionError("outside the workspace")
+        with open(full, encoding="utf-8") as handle:
+            return {"lines": handle.read().splitlines()[start:]}
+    return {"lines": ctx.workspace.read_text(path).splitlines()}
+
+
+@tool(input_schema=LINES, paths=[PathAccess.read("{path}")])
 def lines_in_workspace(ctx: ToolContext, path: str, start: int = 0) -> dict[str, Any]:
     return {"lines": ctx.workspace.read_text(path).splitlines()[start:]}
 
@@ -124,6 +136,7 @@ CAUGHT = (
     (note_by_title, {"title": "T1"}, "path_traversal", ("fake",)),
     (note_by_title, {"title": "T1"}, "symlink_escape", ("fake", "directory")),
     (lines_from_start, {"path": "notes/T1.md"}, "symlink_escape", ("fake", "directory")),
+    (lines_checked_then_opened, {"path": "notes/T1.md"}, "symlink_race", ("fake", "directory")),
     (walk_if_recursive, {"folder": "notes"}, "symlink_escape", ("fake", "directory")),
     (walk_if_recursive, {"folder": "notes"}, "path_traversal", ("fake", "directory")),
 )
