@@ -2,8 +2,8 @@
 outside (``symlink_escape``), and swapped between two of the handler's own
 operations (``symlink_race``). The paths are those the arguments name
 (declared, or named like a path) and those any other string argument
-reached in a clean run (``reached``: a ``name`` joined into a path);
-``symlink_escape`` also swaps before calls with a few other argument sets
+reached in a clean run (``reached``: a ``name`` joined into a path).
+Both also swap the link in during calls with a few other argument sets
 (``reached.alternative_arguments``), so that a branch other arguments
 take meets the link too. ``path_traversal`` is in ``traversal``."""
 
@@ -24,6 +24,7 @@ from .cell import Cell, CleanRun
 from .fault import Fault
 from .outcome import NOTHING_TO_INJECT
 from .reached import (
+    MAX_ALTERNATIVES,
     alternative_arguments,
     beneath,
     could_reach,
@@ -62,7 +63,8 @@ class SymlinkEscapeFault(Fault):
         "the path's first component replaced by a symlink to a decoy outside (a directory "
         "where a clean run had or made one): before the call, and again swapped in after "
         "the policy check, as the handler starts, also with up to "
-        "3 other argument sets (booleans flipped, integers moved, amplified variants)"
+        f"{MAX_ALTERNATIVES} other argument sets (booleans flipped, integers moved, "
+        "amplified variants)"
     )
     expected = (
         "refused (PATH_OUTSIDE_WORKSPACE or a refused open); nothing outside read, "
@@ -205,9 +207,9 @@ class SymlinkRaceFault(Fault):
         "where a clean run had or made one) between two of the handler's filesystem "
         "operations, whichever API made them (open, stat, exists, realpath, lstat, "
         "readlink, listdir, ...): before each operation of a clean run that names a path "
-        f"at, beneath or above it (at most {MAX_SWAPS}, thinned evenly); then with up to 3 "
-        f"other argument sets (booleans flipped, integers moved, amplified variants; at most "
-        f"{OTHER_SWAPS} swaps each)"
+        f"at, beneath or above it (at most {MAX_SWAPS}, thinned evenly); then with up to "
+        f"{MAX_ALTERNATIVES} other argument sets (booleans flipped, integers moved, "
+        f"amplified variants; at most {OTHER_SWAPS} swaps each)"
     )
     expected = (
         "refused or done inside: nothing outside read, opened or changed (a handler's own "

@@ -17,7 +17,13 @@ from ..harness.world import FORBIDDEN_SPELLINGS
 from .cell import Cell
 from .fault import Fault
 from .outcome import NOTHING_TO_INJECT
-from .reached import alternative_arguments, beneath, could_reach, reached_arguments
+from .reached import (
+    MAX_ALTERNATIVES,
+    alternative_arguments,
+    beneath,
+    could_reach,
+    reached_arguments,
+)
 from .target import Target
 
 _CLIMB = "{up}"
@@ -201,7 +207,7 @@ class PathTraversalFault(Fault):
         "whatever its depth; siblings sharing the root's prefix; ~, $HOME and /tmp), "
         "then by payloads climbing out of its own directory but not the workspace, "
         "spelt so that only a decoding or normalising handler climbs; "
-        f"then {len(_PLAIN)} of them with up to 3 other argument sets (booleans "
+        f"then {len(_PLAIN)} of them with up to {MAX_ALTERNATIVES} other argument sets (booleans "
         "flipped, integers moved, amplified variants)"
     )
     expected = (
