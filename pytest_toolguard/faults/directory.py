@@ -23,8 +23,9 @@ run starts count as the handler's (and threads they start, while the
 object is installed). Where a ``stat``, ``lstat`` or ``access`` given a
 path (not one relative to a ``dir_fd``) reached, its links followed as
 the call follows them, is kept (``looks``): the kernel reports no event
-for them, and ``outside_looks`` says which reached outside the workspace
-(through a link inside, or given a path beside it). Not seen: reads and
+for them, nor for an ``open`` of a file that is not there (kept too, when
+given an absolute path), and ``outside_looks`` says which reached outside
+the workspace (through a link inside, or given a path beside it). Not seen: reads and
 writes on an open descriptor,
 a C library's own ``open(2)`` (SQLite's after ``connect``) and what a
 started process does (its start is seen); a thread of a pool made before
@@ -125,7 +126,8 @@ class Operations:
         k-th; absolute when given so, empty when it named none)."""
         self.looks: list[tuple[str, str, str]] = []
         """(operation, path given made absolute, path reached) of each
-        ``REACHING_LOOKS`` call of a handler run."""
+        ``REACHING_LOOKS`` call of a handler run, and each ``open`` of an
+        absolute path (as given: the kernel sees where one that is there led)."""
         self.before: Callable[[int, str, str], None] | None = None
         """Called before the k-th operation (index, event, path); may raise
         ``OSError`` to fail it."""
@@ -233,7 +235,10 @@ class Operations:
         if not looks:
             return []
         shown = ", ".join(looks[:5]) + (f" and {len(looks) - 5} more" if len(looks) > 5 else "")
-        return [f"the handler looked outside the workspace (a stat, exists or access): {shown}"]
+        return [
+            "the handler looked outside the workspace (a stat, exists or access, or an open "
+            f"of a path there): {shown}"
+        ]
 
     def forget_looks(self) -> None:
         """Forget the looks kept so far (those of the runs before a target's)."""
@@ -266,6 +271,8 @@ class Operations:
             self.paths.append(path)
             if event == "open" and path:
                 self.opened.append(os.path.abspath(path))
+                if path.startswith("/"):  # one beside the workspace that is not there: no event
+                    self.looks.append((event, os.path.normpath(path), os.path.normpath(path)))
         before = self.before
         if before is not None:
             with self.quiet():

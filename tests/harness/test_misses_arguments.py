@@ -15,7 +15,7 @@ broken twin                cell            caught by
 =========================  ==============  =========================================================
 glob_pattern               path_traversal  the handler accessed / looked outside the workspace
 glob_all_pattern           path_traversal  the handler accessed / looked outside the workspace
-note_by_title              path_traversal  the handler accessed outside the workspace (fake world)
+note_by_title              path_traversal  the handler accessed / looked outside the workspace
 note_by_title              symlink_escape  notes was a symlink ...: the call read through it
 lines_from_start           symlink_escape  (start=1) the handler accessed outside
 lines_checked_then_opened  symlink_race    (start=1) the handler accessed outside
@@ -133,7 +133,7 @@ def walk_in_workspace(ctx: ToolContext, folder: str, recursive: bool = False) ->
 CAUGHT = (
     (glob_pattern, {"pattern": "notes/*.md"}, "path_traversal", ("fake", "directory")),
     (glob_all_pattern, {"pattern": "*.txt"}, "path_traversal", ("fake", "directory")),
-    (note_by_title, {"title": "T1"}, "path_traversal", ("fake",)),
+    (note_by_title, {"title": "T1"}, "path_traversal", ("fake", "directory")),
     (note_by_title, {"title": "T1"}, "symlink_escape", ("fake", "directory")),
     (lines_from_start, {"path": "notes/T1.md"}, "symlink_escape", ("fake", "directory")),
     (lines_checked_then_opened, {"path": "notes/T1.md"}, "symlink_race", ("fake", "directory")),
