@@ -19,7 +19,7 @@ from .handler import HandlerExceptionFault, OversizedOutputFault, TimeoutFault
 from .hash_seed import HashSeedFault
 from .inputs import LargeInputFault
 from .network import HttpErrorFault, HttpRedirectFault, LateResponseFault, NetworkErrorFault
-from .paths import PathTraversalFault, SymlinkEscapeFault, SymlinkRaceFault
+from .paths import SymlinkEscapeFault, SymlinkRaceFault
 from .processes import ProcessKilledFault
 from .refusals import (
     CapabilityRevokedFault,
@@ -29,6 +29,7 @@ from .refusals import (
 )
 from .repeats import DuplicateSubmissionFault, ResponseLostFault
 from .storage import AuditUnavailableFault, SecretByNameFault, SecretInPayloadFault
+from .traversal import PathTraversalFault
 
 BUILTIN_FAULTS: tuple[Fault, ...] = (
     TimeoutFault(),

@@ -459,16 +459,16 @@ class Cell:
         ``volatile`` names counts for being there, not for its bytes)."""
         return self.files.tree(self.target.cassette.volatile)
 
-    def clean_run(self) -> CleanRun:
-        """The target's call once with nothing injected, through a runtime
-        of its own (no plan), then the workspace put back as it was: what
-        it answered and left, its handler's operations and growths. What a
-        call under a fault that answers OK must leave too."""
+    def clean_run(self, arguments: Any = None) -> CleanRun:
+        """The target's call (with ``arguments`` when given) once with
+        nothing injected, through a runtime of its own (no plan), then the
+        workspace put back as it was: what it answered and left, its
+        handler's operations and growths (what a fault's OK must leave)."""
         saved = self.world.save_workspace()
         log = self.files.access_log if not self.directory else self.operations
         accesses = getattr(log, "count", 0)
         growths = getattr(log, "growths", 0)
-        result = self.execute(self.call(), self.make_runtime(hooks=[]))
+        result = self.execute(self.call(arguments), self.make_runtime(hooks=[]))
         count, left = getattr(log, "count", 0), self.world.save_workspace()
         clean = CleanRun(
             result,
@@ -573,6 +573,8 @@ class Cell:
     def _check_accesses(self) -> None:
         """No handler run resolved a path outside the workspace (when an
         oracle of accesses observes the world: otherwise nothing is said)."""
+        if self.operations is not None and isinstance(self.world, DirectoryWorld):
+            self.problems += self.operations.look_problems(self.root, self.world.around)
         outside_of = getattr(self.files.access_log, "outside", None)
         if outside_of is None:
             return
@@ -587,12 +589,9 @@ class Cell:
 
     def check_outside(self) -> None:
         """Nothing outside the workspace changed since ``outside_planted``."""
-        before = self.outside_before
-        if before is not None:
-            changes = outside_changes(before, self.world.outside())
-            self.check(
-                not changes, f"outside the workspace changed: {', '.join(changes.paths[:5])}"
-            )
+        if (before := self.outside_before) is not None:
+            changes = outside_changes(before, self.world.outside()).paths
+            self.check(not changes, f"outside the workspace changed: {', '.join(changes[:5])}")
 
 
 def _short(text: str, limit: int = 160) -> str:

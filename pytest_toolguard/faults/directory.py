@@ -20,7 +20,13 @@ between the check and the use, whichever API made each. One call is one
 operation (``realpath``'s own ``lstat``s are not counted again); a handler
 that bound ``from os import stat`` before is not seen. Threads a handler
 run starts count as the handler's (and threads they start, while the
-object is installed). Not seen: reads and writes on an open descriptor,
+object is installed). Where a ``stat``, ``lstat`` or ``access`` given a
+path (not one relative to a ``dir_fd``) reached, its links followed as
+the call follows them, is kept (``looks``): the kernel reports no event
+for them, nor for an ``open`` of a file that is not there (kept too, when
+given an absolute path), and ``outside_looks`` says which reached outside
+the workspace (through a link inside, or given a path beside it). Not seen: reads and
+writes on an open descriptor,
 a C library's own ``open(2)`` (SQLite's after ``connect``) and what a
 started process does (its start is seen); a thread of a pool made before
 the handler ran is not the handler's.
@@ -47,6 +53,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, TypeVar
 
+from ..harness.accesses import is_ancestor, is_within
 from ..harness.directory_world import DirectoryWorld
 from ..harness.escapes import in_handler_run
 from ..harness.world import World
@@ -91,6 +98,13 @@ METADATA_CALLS: tuple[tuple[Any, str, str], ...] = (
 operation name), each replaced while an ``Operations`` is installed and
 counted like an audit event (its first argument the path)."""
 
+REACHING_LOOKS = frozenset({"os.stat", "os.lstat", "os.access"})
+"""The looks of ``METADATA_CALLS`` that reach the entry they are given
+(its size, times, kind, mode): where each reached is kept. A
+``realpath`` or ``readlink`` only says where a path leads."""
+
+_REALPATH = os.path.realpath  # the real one, whatever is installed later
+
 T = TypeVar("T")
 
 VOLATILE_CONTENT = b"<volatile: compared for being there, not for its bytes>"
@@ -110,6 +124,10 @@ class Operations:
         self.paths: list[str] = []
         """The path each counted operation named (``paths[k - 1]`` for the
         k-th; absolute when given so, empty when it named none)."""
+        self.looks: list[tuple[str, str, str]] = []
+        """(operation, path given made absolute, path reached) of each
+        ``REACHING_LOOKS`` call of a handler run, and each ``open`` of an
+        absolute path (as given: the kernel sees where one that is there led)."""
         self.before: Callable[[int, str, str], None] | None = None
         """Called before the k-th operation (index, event, path); may raise
         ``OSError`` to fail it."""
@@ -171,10 +189,61 @@ class Operations:
             try:
                 return original(*args, **kwargs)
             finally:
+                if name in REACHING_LOOKS:
+                    self._reached(name, args, kwargs)
                 local.inside = 0
 
         counted.__wrapped__ = original  # type: ignore[attr-defined]
         return counted
+
+    def _reached(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Keep where a look reached (called inside it: its own lookups
+        are not counted)."""
+        if getattr(self._local, "quiet", 0) or not self._handlers() or not args:
+            return
+        value = args[0]
+        if kwargs.get("dir_fd") is not None or not isinstance(value, (str, bytes, os.PathLike)):
+            return
+        given = os.path.abspath(os.fsdecode(value))
+        follows = name != "os.lstat" and kwargs.get("follow_symlinks", True)
+        if follows:
+            reached = _REALPATH(given)
+        else:
+            reached = os.path.join(_REALPATH(os.path.dirname(given)), os.path.basename(given))
+        with self._lock:
+            self.looks.append((name, given, reached))
+
+    def outside_looks(self, root: str, top: str) -> list[str]:
+        """The paths looks kept since ``forget_looks`` reached outside
+        ``root`` (directories above it are not outside): given a path
+        inside that a link carried outside, or reaching an entry of
+        ``top`` (the world's own directory) beside the workspace."""
+        roots = (root, _REALPATH(root))
+        found: list[str] = []
+        for _name, given, reached in list(self.looks):
+            if any(is_within(reached, where) or is_ancestor(reached, where) for where in roots):
+                continue
+            inside = any(is_within(given, where) for where in roots)
+            if inside or is_within(reached, top) or is_within(reached, _REALPATH(top)):
+                found.append(reached)
+        return list(dict.fromkeys(found))
+
+    def look_problems(self, root: str, top: str) -> list[str]:
+        """The cell's problem when a look reached outside (``outside_looks``):
+        the kernel reports no ``stat``, so the access oracle cannot."""
+        looks = self.outside_looks(root, top)
+        if not looks:
+            return []
+        shown = ", ".join(looks[:5]) + (f" and {len(looks) - 5} more" if len(looks) > 5 else "")
+        return [
+            "the handler looked outside the workspace (a stat, exists or access, or an open "
+            f"of a path there): {shown}"
+        ]
+
+    def forget_looks(self) -> None:
+        """Forget the looks kept so far (those of the runs before a target's)."""
+        with self._lock:
+            self.looks = []
 
     def _handlers(self) -> bool:
         """Whether the calling code is a handler run's, or runs on a thread one started."""
@@ -202,6 +271,8 @@ class Operations:
             self.paths.append(path)
             if event == "open" and path:
                 self.opened.append(os.path.abspath(path))
+                if path.startswith("/"):  # one beside the workspace that is not there: no event
+                    self.looks.append((event, os.path.normpath(path), os.path.normpath(path)))
         before = self.before
         if before is not None:
             with self.quiet():

@@ -1,7 +1,11 @@
 """Faults in the paths a call names: a component swapped for a symlink to
 outside (``symlink_escape``), and swapped between two of the handler's own
-operations (``symlink_race``), escaping payloads in every path argument
-(``path_traversal``)."""
+operations (``symlink_race``). The paths are those the arguments name
+(declared, or named like a path) and those any other string argument
+reached in a clean run (``reached``: a ``name`` joined into a path).
+Both also swap the link in during calls with a few other argument sets
+(``reached.alternative_arguments``), so that a branch other arguments
+take meets the link too. ``path_traversal`` is in ``traversal``."""
 
 from __future__ import annotations
 
@@ -9,24 +13,33 @@ import inspect
 import json
 import os
 import posixpath
-import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import unquote
 
 from ..contract import ErrorCode, ToolResult
 from ..harness.accesses import is_ancestor, is_within
-from ..harness.directory_world import DirectoryWorld
-from ..harness.world import DECOY_MARKER, FORBIDDEN_SPELLINGS
+from ..harness.world import DECOY_MARKER
 from .cell import Cell, CleanRun
 from .fault import Fault
 from .outcome import NOTHING_TO_INJECT
+from .reached import (
+    MAX_ALTERNATIVES,
+    alternative_arguments,
+    beneath,
+    could_reach,
+    reached_arguments,
+    reached_link_points,
+)
 from .target import Target
 
 MAX_SWAPS = 64
 """At most this many swap points per link point for ``symlink_race``: more
 are thinned evenly, the first and the last kept."""
+
+OTHER_SWAPS = 4
+"""At most this many per link point with each other argument set
+(``reached.alternative_arguments``)."""
 
 _REFUSED = (
     ErrorCode.PATH_OUTSIDE_WORKSPACE,
@@ -42,20 +55,33 @@ kind than what a clean run found there, the harness caused them."""
 
 class SymlinkEscapeFault(Fault):
     name = "symlink_escape"
-    applies_to = "successful calls with a path argument inside the workspace"
+    applies_to = (
+        "successful calls with a path argument inside the workspace (declared, named "
+        "like one, or a string a clean run joined into a path)"
+    )
     injection = (
         "the path's first component replaced by a symlink to a decoy outside (a directory "
         "where a clean run had or made one): before the call, and again swapped in after "
-        "the policy check, as the handler starts"
+        "the policy check, as the handler starts, also with up to "
+        f"{MAX_ALTERNATIVES} other argument sets (booleans flipped, integers moved, "
+        "amplified variants)"
     )
-    expected = "refused (PATH_OUTSIDE_WORKSPACE or a refused open); nothing outside read or changed"
+    expected = (
+        "refused (PATH_OUTSIDE_WORKSPACE or a refused open); nothing outside read, "
+        "looked at (stat, exists, listdir) or changed"
+    )
 
     def applies(self, target: Target) -> bool:
-        return target.handler_can_run and bool(_link_points(target))
+        return target.handler_can_run and (bool(_link_points(target)) or could_reach(target))
 
     def inject(self, cell: Cell) -> None:
-        points = _link_points(cell.target)
         clean = _clean_run(cell)
+        points = _all_link_points(cell, clean)
+        if not points:
+            cell.problems.append(f"{NOTHING_TO_INJECT}: {_NO_PATH}")
+            return
+        others = _other_runs(cell)
+        free = cell.make_runtime(hooks=[])  # a plan allows the recorded arguments only
         decoys = {first: _plant_mirror(cell, first, clean) for first in points}
         cell.outside_planted()  # once, before any call: an escape must not be absorbed
         for first, decoy in decoys.items():
@@ -70,7 +96,62 @@ class SymlinkEscapeFault(Fault):
             _refused(
                 cell, clean, first, result, f"{first} became a symlink to outside during the call"
             )
+            # A branch only other arguments take meets the link too (after
+            # the policy check: a declared path is refused before it).
+            for arguments, other in others:
+                result = cell.execute(cell.call(arguments), free)
+                changed = _changes(cell, arguments)
+                _refused(
+                    cell,
+                    other,
+                    first,
+                    result,
+                    f"{first} became a symlink to outside during {changed}",
+                )
             cell.restore_handler(original)
+
+
+_NO_PATH = (
+    "no argument names a path beneath the workspace (declared, named like one, "
+    "or a string a clean run joined into one)"
+)
+
+
+def _all_link_points(cell: Cell, clean: CleanRun) -> tuple[str, ...]:
+    """The link points the arguments name, then those the other string
+    arguments reached in ``clean`` (``reached``)."""
+    points = _link_points(cell.target)
+    if could_reach(cell.target):
+        reached = reached_link_points(cell, reached_arguments(cell, clean))
+        points += tuple(point for point in reached if point not in points)
+    return points
+
+
+def _other_runs(cell: Cell) -> list[tuple[dict[str, Any], CleanRun]]:
+    """The other argument sets (``reached.alternative_arguments``) each
+    with its clean run, those that succeed with nothing injected only:
+    a failure under the link must be told from one without it."""
+    runs = []
+    for arguments in alternative_arguments(cell.target):
+        other = cell.clean_run(arguments)
+        cell.check_outside()
+        if other.result.ok:
+            runs.append((arguments, other))
+    return runs
+
+
+def _changes(cell: Cell, arguments: dict[str, Any]) -> str:
+    """A call with other arguments, as a report says it (what changed)."""
+    recorded = cell.target.arguments or {}
+    changed = [
+        f"{name}={value!r}"[:60]
+        for name, value in arguments.items()
+        if recorded.get(name, _ABSENT) != value
+    ]
+    return "a call with " + (", ".join(changed) or "the same arguments")
+
+
+_ABSENT = object()
 
 
 def _clean_run(cell: Cell) -> CleanRun:
@@ -117,13 +198,18 @@ def _refused(cell: Cell, clean: CleanRun, first: str, result: ToolResult, when: 
 
 class SymlinkRaceFault(Fault):
     name = "symlink_race"
-    applies_to = "successful calls with a path argument inside the workspace"
+    applies_to = (
+        "successful calls with a path argument inside the workspace (declared, named "
+        "like one, or a string a clean run joined into a path)"
+    )
     injection = (
         "the path's first component swapped for a symlink to a decoy outside (a directory "
         "where a clean run had or made one) between two of the handler's filesystem "
         "operations, whichever API made them (open, stat, exists, realpath, lstat, "
         "readlink, listdir, ...): before each operation of a clean run that names a path "
-        f"at, beneath or above it (at most {MAX_SWAPS}, thinned evenly)"
+        f"at, beneath or above it (at most {MAX_SWAPS}, thinned evenly); then with up to "
+        f"{MAX_ALTERNATIVES} other argument sets (booleans flipped, integers moved, "
+        f"amplified variants; at most {OTHER_SWAPS} swaps each)"
     )
     expected = (
         "refused or done inside: nothing outside read, opened or changed (a handler's own "
@@ -131,11 +217,16 @@ class SymlinkRaceFault(Fault):
     )
 
     def applies(self, target: Target) -> bool:
-        return target.handler_can_run and bool(_link_points(target))
+        return target.handler_can_run and (bool(_link_points(target)) or could_reach(target))
 
     def inject(self, cell: Cell) -> None:
         clean = _clean_run(cell)
-        decoys = {first: _plant_mirror(cell, first, clean) for first in _link_points(cell.target)}
+        link_points = _all_link_points(cell, clean)
+        if not link_points:
+            cell.problems.append(f"{NOTHING_TO_INJECT}: {_NO_PATH}")
+            return
+        others = _other_runs(cell)
+        decoys = {first: _plant_mirror(cell, first, clean) for first in link_points}
         cell.outside_planted()
         saved = cell.world.save_workspace()
         runtime = cell.make_runtime(hooks=[])  # the plan has moved on by now
@@ -145,28 +236,34 @@ class SymlinkRaceFault(Fault):
                 f"{NOTHING_TO_INJECT}: the handler made no file operation in this process "
                 "for a swap to land between (a server in another process makes its own)"
             )
-        for first, decoy in decoys.items():
-            for k in points[first]:
-                cell.world.restore_workspace(saved)
-                swap = _Swapped(cell, first, decoy)
-                try:
-                    with _swap_at(cell, k, swap):
-                        # The swap changes the tree: not the call's doing.
-                        result = cell.execute(cell.call(), runtime, judge_effects=False)
-                finally:
-                    if os.path.islink(swap.path) or swap.moved:
-                        swap.__exit__()
-                where = f"before operation {k}" if cell.directory else f"after operation {k}"
-                _refused(cell, clean, first, result, f"{first} became a symlink to outside {where}")
+        runs: list[tuple[dict[str, Any] | None, CleanRun]] = [(None, clean), *others]
+        for arguments, run in runs:
+            during = "" if arguments is None else f" during {_changes(cell, arguments)}"
+            for first, decoy in decoys.items():
+                limit = MAX_SWAPS if arguments is None else OTHER_SWAPS
+                for k in swap_points(cell, run, first, limit):
+                    cell.world.restore_workspace(saved)
+                    swap = _Swapped(cell, first, decoy)
+                    try:
+                        with _swap_at(cell, k, swap):
+                            # The swap changes the tree: not the call's doing.
+                            call = cell.call(arguments)
+                            result = cell.execute(call, runtime, judge_effects=False)
+                    finally:
+                        if os.path.islink(swap.path) or swap.moved:
+                            swap.__exit__()
+                    where = f"before operation {k}" if cell.directory else f"after operation {k}"
+                    when = f"{first} became a symlink to outside {where}{during}"
+                    _refused(cell, run, first, result, when)
         cell.world.restore_workspace(saved)
 
 
-def swap_points(cell: Cell, clean: CleanRun, first: str) -> list[int]:
+def swap_points(cell: Cell, clean: CleanRun, first: str, limit: int = MAX_SWAPS) -> list[int]:
     """The k at which ``symlink_race`` swaps ``first`` in: before the k-th
     operation in the directory world, after it in the fake world. Every
     gap before an operation of the clean run that names a path at,
     beneath or above the link point (or a relative one: a ``dir_fd``'s,
-    unknown), whichever API made it; at most ``MAX_SWAPS``, thinned evenly.
+    unknown), whichever API made it; at most ``limit``, thinned evenly.
     Without the clean run's paths, every operation."""
     link = posixpath.join(cell.root, first)
     if len(clean.paths) != clean.accesses:
@@ -179,10 +276,12 @@ def swap_points(cell: Cell, clean: CleanRun, first: str) -> list[int]:
         ]
     if not cell.directory:  # after the operation before it
         touching = [index - 1 for index in touching if index > 1]
-    if len(touching) <= MAX_SWAPS:
+    if len(touching) <= limit:
         return touching
+    if limit <= 1:
+        return touching[:limit]
     last = len(touching) - 1
-    picked = {touching[round(step * last / (MAX_SWAPS - 1))] for step in range(MAX_SWAPS)}
+    picked = {touching[round(step * last / (limit - 1))] for step in range(limit)}
     return sorted(picked)
 
 
@@ -266,20 +365,13 @@ def _link_points(target: Target) -> tuple[str, ...]:
     for path in paths:
         normal = posixpath.normpath(path)
         if normal.startswith("/"):
-            normal = _beneath(root, normal) or "."
+            normal = beneath(root, normal) or "."
         if normal.startswith("..") or normal == ".":
             continue
         first = normal.split("/")[0]
         if first not in points:
             points.append(first)
     return tuple(points)
-
-
-def _beneath(root: str, path: str) -> str | None:
-    """``path`` (absolute, normalised) relative to ``root`` when it lies
-    beneath it; None for the root itself or anything else."""
-    top = root.rstrip("/") + "/"
-    return path[len(top) :] if path.startswith(top) and len(path) > len(top) else None
 
 
 def _was_dir(cell: Cell, clean: CleanRun, first: str) -> bool:
@@ -334,263 +426,3 @@ class _Swapped:
                 return
             if self.moved:
                 os.rename(self.aside, self.path)
-
-
-# -- path_traversal --------------------------------------------------------------------
-
-_CLIMB = "{up}"
-"""Stands for as many ``..`` as it takes to climb past the root and then
-some (``traversal_payloads(root)``), in the payload's own spelling."""
-
-_PAYLOADS = (
-    "{up}etc/passwd",
-    "/etc/passwd",
-    "..",
-    "../",
-    "../toolguard-outside/secret.txt",
-    "./../toolguard-outside/secret.txt",
-    "a/../../toolguard-outside/secret.txt",
-    "../{name}2/keep.txt",
-    "../{name}-old/keep.txt",
-    "{root}2/keep.txt",
-    "{up:..%2f}etc%2fpasswd",
-    "{up:%2e%2e/}etc/passwd",
-    "{up:%252e%252e%252f}etc%252fpasswd",
-    "{up:....//}etc/passwd",
-    "{up:..\\}etc\\passwd",
-    "{up:\u2025/}etc/passwd",
-    "{up:..%c0%af}etc/passwd",
-    "//etc/passwd",
-    "/./etc/./passwd",
-    "etc/passwd\x00.txt",
-    "~/.ssh/id_rsa",
-    "~/.aws/credentials",
-    "~root/.ssh/id_rsa",
-    "$HOME/.ssh/id_rsa",
-    "${HOME}/.aws/credentials",
-    "%HOME%/.ssh/id_rsa",
-    "/tmp/toolguard-decoy.txt",
-)
-"""Raw payloads in the styles of the traversal corpus (tests/corpora):
-dot-dot, absolute, encoded once and twice, overlong UTF-8, backslashes, a
-Unicode two-dot leader, a NUL, siblings sharing the root's prefix, the
-home directory as ``~`` and ``$HOME`` spell it, ``/tmp``. ``{up}`` (or
-``{up:STEP}``: that step repeated) climbs past the root whatever its
-depth; ``{root}`` is the root, ``{name}`` its last component. Each is
-also sent decoded."""
-
-_DEFAULT_ROOT = "/a/b/c/d"
-
-
-def _expand_up(text: str, root: str) -> str:
-    climbs = root.count("/") + 2  # past "/" and then some: "/.." is "/"
-    while "{up" in text:
-        start = text.index("{up")
-        end = text.index("}", start)
-        step = text[start + 4 : end] if text[start + 3] == ":" else "../"
-        text = text[:start] + step * climbs + text[end + 1 :]
-    return text
-
-
-_TARGETS = (
-    ("etc%252fpasswd", "toolguard-outside%252fsecret.txt"),
-    ("etc%2fpasswd", "toolguard-outside%2fsecret.txt"),
-    ("etc\\passwd", "toolguard-outside\\secret.txt"),
-    ("etc/./passwd", "toolguard-outside/./secret.txt"),
-    ("etc/passwd", "toolguard-outside/secret.txt"),
-)
-"""In the directory world, the system file a payload aims at becomes the
-world's own decoy beside the workspace (``OUTSIDE_DIR``): a tool without a
-check must not write the machine's ``/etc/passwd``."""
-
-
-def _within(payload: str, top: str, root: str) -> str | None:
-    """``payload`` aimed inside ``top`` (the directory world's own
-    directory) instead of the machine's files; None for a payload that
-    only the machine's home directory could serve (``~``, ``$HOME``)."""
-    if "~" in payload or "HOME" in payload:
-        return None
-    for system, decoy in _TARGETS:
-        payload = payload.replace(system, decoy)
-    if payload.startswith("/"):
-        payload = top.rstrip("/") + payload
-    climbs = root.rstrip("/").count("/") - top.rstrip("/").count("/")
-    return payload.replace("{up}", "{up:../}").replace("{up:", f"{{climb{climbs}:")
-
-
-def _expand(payload: str, root: str) -> str:
-    root = root.rstrip("/") or "/"
-    text = payload.replace("{root}", root).replace("{name}", posixpath.basename(root))
-    while "{climb" in text:  # an exact number of steps: to the top of a directory world
-        start = text.index("{climb")
-        colon, end = text.index(":", start), text.index("}", start)
-        text = text[:start] + text[colon + 1 : end] * int(text[start + 6 : colon]) + text[end + 1 :]
-    return _expand_up(text, root)
-
-
-def traversal_payloads(root: str = _DEFAULT_ROOT, *, within: str | None = None) -> tuple[str, ...]:
-    """Every payload for a workspace at ``root``, raw and decoded
-    (URL-unquoted up to three times, NFKC-normalised, backslashes made
-    slashes), without repeats. With ``within`` (a directory world's own
-    directory, above ``root``) every payload lands inside it: dot-dots
-    climb exactly to it, absolute paths begin with it, the system files
-    aimed at are its decoy beside the workspace, and the home-directory
-    payloads are left out."""
-    templates: tuple[str, ...] = _PAYLOADS
-    if within is not None:
-        templates = tuple(
-            found for found in (_within(p, within, root) for p in _PAYLOADS) if found is not None
-        )
-    seen: dict[str, None] = {}
-    for raw in (_expand(payload, root) for payload in templates):
-        seen[raw] = None
-        value = raw
-        for _ in range(3):
-            value = unquote(value)
-            seen[value] = None
-        for variant in (unicodedata.normalize("NFKC", value), value.replace("\\", "/")):
-            seen[variant] = None
-            seen[unicodedata.normalize("NFKC", variant.replace("\\", "/"))] = None
-    return tuple(seen)
-
-
-def escapes(path: str) -> bool:
-    """Whether ``path`` read lexically as a POSIX path leaves a root: it is
-    absolute or climbs above it with ``..``."""
-    if path.startswith("/"):
-        return True
-    depth = 0
-    for part in path.split("/"):
-        if part == "..":
-            depth -= 1
-            if depth < 0:
-                return True
-        elif part not in ("", "."):
-            depth += 1
-    return False
-
-
-_INSIDE_STEPS = ("..%2f", "%2e%2e%2f", "%252e%252e%252f", "\u2025/")
-"""How the inside payloads climb one directory, each in a spelling the
-executor reads literally (one odd file name beside the others) and a
-handler that decodes or normalises after the check reads as ``../``."""
-
-MOVED_NAME = "toolguard-moved.txt"
-"""The file an inside payload aims a writing tool at, climbed out of the
-directory its declaration names."""
-
-
-def inside_payloads(value: str, depth: int, *, writes: bool) -> tuple[str, ...]:
-    """Payloads that stay inside the workspace but leave the directory a
-    path argument's recorded ``value`` names (``depth`` components below
-    the root, the tool's template filled): its last component replaced by
-    a climb of one directory, and one all the way to the root, in each of
-    ``_INSIDE_STEPS``' spellings, to ``MOVED_NAME`` (a tool that writes)
-    or to the forbidden ``.env`` (one that reads). Judged by what the call
-    changed against its declarations and write roots, and by the forbidden
-    file's marker: never as an escape."""
-    target = MOVED_NAME if writes else FORBIDDEN_SPELLINGS[0]
-    prefix = value.rsplit("/", 1)[0] + "/" if "/" in value else ""
-    climbs = sorted({1, depth}) if depth > 0 else []
-    return tuple(prefix + step * climb + target for climb in climbs for step in _INSIDE_STEPS)
-
-
-class PathTraversalFault(Fault):
-    name = "path_traversal"
-    applies_to = "calls with a path argument"
-    injection = (
-        f"each path argument replaced by {len(traversal_payloads())} payloads "
-        "(traversal corpus styles, raw and decoded; dot-dots climbing past the root "
-        "whatever its depth; siblings sharing the root's prefix; ~, $HOME and /tmp), "
-        "then by payloads climbing out of its own directory but not the workspace, "
-        "spelt so that only a decoding or normalising handler climbs"
-    )
-    expected = (
-        "every path that a payload makes (the tool's template filled) and that leads "
-        "outside refused (in a declared path argument); nothing outside read or changed; "
-        "nothing changed beyond what the call declared, or outside the write roots"
-    )
-
-    def applies(self, target: Target) -> bool:
-        return target.spec is not None and bool(target.path_arguments)
-
-    def inject(self, cell: Cell) -> None:
-        arguments = cell.target.arguments or {}
-        declared = cell.target.declared_path_arguments
-        within = cell.world.around if isinstance(cell.world, DirectoryWorld) else None
-        payloads = traversal_payloads(cell.root, within=within)
-        for name in cell.target.path_arguments:
-            value = arguments.get(name)
-            inside = inside_payloads(
-                value if isinstance(value, str) else "",
-                _depth(cell, arguments, name),
-                writes=cell.target.writes,
-            )
-            for payload in payloads + inside:
-                called = {**arguments, name: payload}
-                result = cell.execute(cell.call(called))
-                # An argument only named like a path may not be one (a
-                # language's "source"): there, the decoy and outside checks judge.
-                if name not in declared or not result.ok:
-                    continue
-                outside = _outside_paths(cell, called, name, payload)
-                cell.check(
-                    not outside,
-                    f"{name}={payload!r} escapes the workspace but the call succeeded: "
-                    f"it makes {', '.join(map(repr, outside[:2]))}",
-                )
-
-
-def _expanded(cell: Cell, arguments: dict[str, Any], name: str) -> list[str] | None:
-    """The paths the tool's templates naming ``name`` make of
-    ``arguments``; None when they cannot be filled."""
-    spec = cell.target.spec
-    if spec is None:
-        return None
-    variables = cell.target.cassette.session.variables
-    paths: list[str] = []
-    for access in spec.paths:
-        if any(
-            field == name or field.startswith((name + ".", name + "[")) for field in access.fields
-        ):
-            try:
-                paths += access.expand(arguments, variables)
-            except (KeyError, ValueError):
-                return None
-    return paths
-
-
-def _outside_paths(cell: Cell, arguments: dict[str, Any], name: str, payload: str) -> list[str]:
-    """The paths a payload made that lead outside the workspace, read as
-    POSIX paths: absolute and not beneath the root, or climbing above it.
-    Judged on the filled template, never on the payload alone
-    (``outbox/{id}.md`` with ``..`` is ``outbox/...md``); the payload
-    itself where the templates cannot be filled."""
-    paths = _expanded(cell, arguments, name)
-    if paths is None:
-        paths = [payload]
-    root = posixpath.normpath(cell.root)
-    outside = []
-    for path in paths:
-        if path.startswith("/"):
-            if not is_within(posixpath.normpath(path), root):
-                outside.append(path)
-        elif escapes(path):
-            outside.append(path)
-    return outside
-
-
-def _depth(cell: Cell, arguments: dict[str, Any], name: str) -> int:
-    """How many directories below the root the argument's recorded value
-    sits (its deepest filled path's parent), 0 when it cannot be told."""
-    paths = _expanded(cell, arguments, name) or [str(arguments.get(name, ""))]
-    root = posixpath.normpath(cell.root)
-    depths = [0]
-    for path in paths:
-        normal = posixpath.normpath(path)
-        if normal.startswith("/"):
-            normal = _beneath(root, normal) or "."
-        if escapes(normal) or normal == ".":
-            continue
-        depths.append(normal.count("/"))
-    return max(depths)

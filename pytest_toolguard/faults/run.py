@@ -193,6 +193,7 @@ def _run_in_directory(
                         )
                 cell.at_target()
                 sent = _sent_from_now(cell)
+                operations.forget_looks()  # the runs before the target's are not judged
                 place.plant_forbidden()
                 place.plant(beside_the_workspace(place.root))  # /etc/passwd is refused
                 cell.outside_planted()

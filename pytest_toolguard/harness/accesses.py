@@ -45,10 +45,14 @@ or write) that reached a path outside, or any operation *given* a path
 outside (``stat``, ``exists``, ``realpath``, ``listdir`` of
 ``/root/.ssh``), except beneath the ``exempt`` directories (the real ones
 a world maps in read-only: the time-zone database, installed packages;
-a write there is refused and reported by ``harness.escapes``). A
-``stat`` or ``realpath`` of a path inside that a link carries outside is
-the link's doing (the check that looks refuses it): what it resolves on
-the way, and a later look at where it led, are recorded, not judged.
+a write there is refused and reported by ``harness.escapes``), or any
+operation but ``realpath`` given a path inside that a link carried
+outside: a ``stat``, ``exists``, ``listdir`` or ``scandir`` through a
+linked directory reaches the outside entry (its size, times, names)
+whatever the result holds. A ``realpath`` of a path inside that a link
+carries outside says where it leads (the check that looks refuses it):
+what it resolves on the way, and a later look at where it led, are
+recorded, not judged.
 
 ``os.listdir(fd)`` lists the directory the descriptor is open on, as the
 kernel does (pyfakefs would resolve its path again, through a link
@@ -96,6 +100,9 @@ class Access:
     """What the kernel reported (``kernel_watch``: ``open``, ``read``,
     ``write``, ``create``, ``delete``, ``move``, ``attrib``); empty in the
     fake world, where the operation is not told apart."""
+    resolves: bool = False
+    """A ``realpath``: it says where a path leads and reaches nothing there
+    (the check that looks, before it refuses)."""
 
 
 class AccessOracle(Protocol):
@@ -208,9 +215,10 @@ class AccessLog:
 
     def outside(self, root: str) -> list[Access]:
         """The accesses that left ``root``: an open that reached outside,
-        or an operation given a path outside, unless a link from inside
-        led there first (``Path.resolve()`` stats where ``realpath`` led).
-        Directories above the root are not outside."""
+        an operation given a path outside, unless a ``realpath`` from
+        inside led there first (``Path.resolve()`` stats where ``realpath``
+        led), or any operation but a ``realpath`` given a path inside that
+        a link carried outside. Directories above the root are not outside."""
 
         exempt = self.exempt
 
@@ -226,7 +234,14 @@ class AccessLog:
         found = []
         for access in list(self.accesses):
             opened_outside = access.opens and out(access.path)
-            if opened_outside or (out(access.given) and access.given not in carried):
+            linked_outside = (
+                bool(access.given)
+                and not access.resolves
+                and not out(access.given)
+                and out(access.path)
+            )
+            given_outside = out(access.given) and access.given not in carried
+            if opened_outside or linked_outside or given_outside:
                 found.append(access)
             elif not out(access.given) and out(access.path):
                 carried.add(access.path)
@@ -292,7 +307,7 @@ class AccessLog:
 
             if fake_path.filesystem is not fs or log._state() != "top":
                 return run()
-            return log._counted(filename, True, run)
+            return log._counted(filename, True, run, resolves=True)
 
         change_disk_usage = fs.change_disk_usage
 
@@ -440,7 +455,13 @@ class AccessLog:
         return self._counted(given, follows, lambda: method(*args))
 
     def _counted(
-        self, given: Any, follows: bool, run: Callable[[], Any], *, opens: bool = False
+        self,
+        given: Any,
+        follows: bool,
+        run: Callable[[], Any],
+        *,
+        opens: bool = False,
+        resolves: bool = False,
     ) -> Any:
         """One access: counted, the callbacks asked (quietly), ``run()``
         recorded, with what it resolves inside recorded under its index."""
@@ -457,12 +478,12 @@ class AccessLog:
         try:
             value = run()
         except BaseException:
-            self._record(index, lexical, follows, opens, lexical)
+            self._record(index, lexical, follows, opens, lexical, resolves)
             raise
         finally:
             local.inside, local.opens = 0, False
         reached = self._reached(value, given)
-        self._record(index, reached, follows, opens, lexical)
+        self._record(index, reached, follows, opens, lexical, resolves)
         after = self.after_access
         if after is not None:
             with self.quiet():
@@ -470,10 +491,16 @@ class AccessLog:
         return value
 
     def _record(
-        self, index: int, path: str, follows: bool, opens: bool = False, given: str = ""
+        self,
+        index: int,
+        path: str,
+        follows: bool,
+        opens: bool = False,
+        given: str = "",
+        resolves: bool = False,
     ) -> None:
         with self._lock:
-            self.accesses.append(Access(index, path, follows, opens, given))
+            self.accesses.append(Access(index, path, follows, opens, given, resolves=resolves))
 
     def _reached(self, value: Any, given: Any) -> str:
         if isinstance(value, (str, bytes)):
