@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .asynchronous import AsyncLoopFault
 from .disk import DiskFailureFault, PartialWriteFault
 from .fault import Fault
 from .handler import HandlerExceptionFault, OversizedOutputFault, TimeoutFault
@@ -53,6 +54,7 @@ BUILTIN_FAULTS: tuple[Fault, ...] = (
     LateResponseFault(),
     ProcessKilledFault(),
     SlowWorldFault(),
+    AsyncLoopFault(),
 )
 """Every built-in fault, in catalogue order."""
 
