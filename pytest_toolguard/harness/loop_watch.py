@@ -41,6 +41,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 PROCESS_EVENTS = frozenset(
@@ -171,7 +172,7 @@ def _started_by_asyncio() -> bool:
     (``create_subprocess_exec`` runs ``Popen`` on the loop, without
     waiting): the first caller outside ``subprocess``, ``os`` and the
     harness (which wraps a started process in the directory world) is asyncio's."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         module = str(frame.f_globals.get("__name__", ""))
         if module not in ("subprocess", "os") and not module.startswith(_HARNESS):

@@ -155,6 +155,7 @@ def _cell(spec: ToolSpec, arguments: dict[str, Any], world: str, parent: Path) -
     return run_cell(fault, target, registry, world=world, parent=str(parent))
 
 
+@pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")
 @pytest.mark.parametrize("world", ["fake", "directory"])
 @pytest.mark.parametrize(
     ("spec", "arguments", "problem"),
