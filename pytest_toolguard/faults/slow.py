@@ -54,7 +54,8 @@ at the first look after an operation."""
 CONTROL_STEP_SECONDS = 1e-6
 """The control run's step: time-derived fields change, no budget runs out."""
 
-_CLOCK_MODULES = ("time", "datetime", "asyncio")
+_CLOCK_MODULES = ("time", "datetime")
+"""An event loop's clock (``loop.time``, ``asyncio.timeout``) stays real: not stepped."""
 _BRIDGED = "pytest_toolguard.bridges.mcp"
 """Handlers that relay to a server process: its clock is its own."""
 
@@ -253,8 +254,7 @@ def _equal_pair_parted(full: Any, cut: Any) -> bool:
 def can_read_a_clock(handler: Callable[..., Any]) -> bool:
     """Whether the handler, or a function or class it names or holds in
     its closure (three steps deep), names a clock among its globals
-    (``time``, ``datetime``, ``asyncio``, or a function or class of
-    theirs). A handler relaying to an MCP server does not: the server's
+    (``time``, ``datetime``, or a function or class of theirs). A handler relaying to an MCP server does not: the server's
     clock is its own."""
     seen: set[int] = set()
     frontier: list[Any] = [handler]
