@@ -14,6 +14,7 @@ sleeps_on_the_loop            async_loop: the handler blocked its event loop:
 reads_big_file_on_the_loop    async_loop: ... a synchronous operation on logs/big.log
                               (131072 bytes) on the loop's thread
 runs_a_process_on_the_loop    async_loop (directory world): ... subprocess.Popen [...]
+fetches_on_the_loop           async_loop: ... urllib.Request ('http://127.0.0.1:...
 write_never_awaited           async_loop: coroutine '...' was never awaited during the
                               call; ... drafts/a.md, which it declared it writes
                               ('content' as content), was left as it was
@@ -33,16 +34,20 @@ import json
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+from http_tools import AUTHORIZATION, CAPABILITIES, SCHEMA, weather_server
 
+from pytest_toolguard import Approver, ToolCall, ToolRuntime
 from pytest_toolguard.capabilities import Risk
 from pytest_toolguard.context import ToolContext
 from pytest_toolguard.faults import BUILTIN_FAULTS, run_cell, select_faults, targets
 from pytest_toolguard.faults.outcome import CellOutcome
 from pytest_toolguard.registry import PathAccess, ToolRegistry, ToolSpec, tool
+from pytest_toolguard.replay import load, record_session
 from pytest_toolguard.replay.cassette import loads
 from pytest_toolguard.tools import read_text, write_file
 
@@ -206,3 +211,39 @@ def test_async_loop_applies_only_to_async_tools() -> None:
     sync_target = targets(_cassette(read_text, READ), registry, "<a>")[0]
 
     assert not fault.applies(sync_target)
+
+
+@tool(
+    name="fetch_weather",
+    input_schema=SCHEMA,
+    risk=Risk.EXTERNAL,
+    network_host_argument="url",
+    paths=[],
+)
+async def fetches_on_the_loop(ctx: ToolContext, url: str) -> dict[str, Any]:
+    """A blocking HTTP client called in ``async def``."""
+    request = urllib.request.Request(url, headers={"Authorization": AUTHORIZATION})
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return {"weather": json.loads(response.read())}
+
+
+def test_a_blocking_http_request_on_the_loop_is_caught(tmp_path: Path) -> None:
+    registry = ToolRegistry([fetches_on_the_loop])
+    (tmp_path / "ws").mkdir()
+    runtime = ToolRuntime(
+        registry, str(tmp_path / "ws"), CAPABILITIES, hooks=[Approver(lambda event: True)]
+    )
+    path = tmp_path / "weather.yaml"
+    with weather_server() as server, record_session(runtime, path):
+        call = ToolCall(
+            call_id="1", tool_name="fetch_weather", arguments={"url": server.url("oslo")}
+        )
+        runtime.execute(call)
+    runtime.close()
+    (fault,) = select_faults("async_loop")
+    target = targets(load(path), registry, "weather.yaml")[0]
+
+    outcome = run_cell(fault, target, registry)
+
+    assert outcome.status == "fail", outcome
+    assert any("urllib.Request" in line for line in outcome.problems), outcome.problems
