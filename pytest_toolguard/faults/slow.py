@@ -19,7 +19,8 @@ made fewer was cut by the clock, the only thing that differs; it must
 then fail, or answer something that says so. An OK answer equal to the
 still run's, or differing from it only in list items and counts (fewer
 matches, a smaller total), says nothing, and is a problem. What says so:
-a key one answer has and the other lacks (``truncated``, ``next_cursor``),
+a key only the cut answer has (``truncated``, ``next_cursor``: one only
+the full answer has went with the content, as in a dict keyed by item),
 a flag, text or null that changed (``complete: false``, ``status``), a
 number that was 0 and is not (``skipped``, ``remaining``), two numbers
 that were equal and are not (``searched`` under ``total``), another
@@ -216,8 +217,10 @@ def _signals(full: ToolResult, cut: ToolResult, volatile: set[tuple[Any, ...]]) 
         old, new = before.get(where, _MISSING), after.get(where, _MISSING)
         if old == new or any(where[: len(place)] == place for place in volatile if place):
             continue
-        if old is _MISSING or new is _MISSING:
-            return True  # a field one answer has
+        if new is _MISSING:
+            continue  # gone with the content (a dict keyed by item: {"paris": ...})
+        if old is _MISSING:
+            return True  # a field only the cut answer has
         if isinstance(old, list) or isinstance(new, list) or isinstance(old, dict):
             continue  # the content, or a dict whose fields are judged one by one
         if _number(old) and _number(new):

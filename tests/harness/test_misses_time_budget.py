@@ -13,8 +13,13 @@ broken twin                caught by
 search_claims_complete     slow_world: ... stopped after 6 of the 16 operations ...
                            answered OK with an answer that differs from the full run's
                            only in fewer items and counts
+timed_search_claims_complete
+                           slow_world: the same (its elapsed time and timestamp change
+                           with the clock alone: a control run finds them, they say nothing)
 pages_as_the_whole_list    slow_world: ... the handler stopped after 2 of the 5 ...
                            (the pages read before the deadline, returned as every item)
+cities_until_deadline      slow_world (HTTP requests count): ... stopped after 1 of the 3
+                           operations ... only in fewer items and counts
 summary_from_stale_manifest slow_world: ... answered OK with the same answer as the full
                            run (counts lines until the deadline, then answers a manifest's)
 =========================  =============================================================
@@ -29,15 +34,20 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.request
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
+from http_tools import AUTHORIZATION, CAPABILITIES, SCHEMA, weather_server
 
+from pytest_toolguard import Approver, Risk, ToolCall, ToolRuntime
 from pytest_toolguard.context import ToolContext
 from pytest_toolguard.faults import BUILTIN_FAULTS, run_cell, select_faults, targets
 from pytest_toolguard.faults.outcome import CellOutcome
 from pytest_toolguard.registry import PathAccess, ToolRegistry, ToolSpec, tool
+from pytest_toolguard.replay import load, record_session
 
 BUDGET_SECONDS = 5.0
 DOCS = {f"docs/{name}.txt": f"title {name}\nneedle in {name}\n" for name in "abcde"}
@@ -60,7 +70,7 @@ PAGER_SCHEMA = {
 PAGER = {"folder": "pages"}
 
 
-def _search(complete_always: bool, name: str) -> ToolSpec:
+def _search(complete_always: bool, name: str, timed: bool = False) -> ToolSpec:
     @tool(name=name, input_schema=SEARCH_SCHEMA, paths=[PathAccess.read("{folder}")])
     def handler(ctx: ToolContext, folder: str, word: str) -> dict[str, Any]:
         deadline = time.monotonic() + BUDGET_SECONDS
@@ -72,7 +82,11 @@ def _search(complete_always: bool, name: str) -> ToolSpec:
                 break
             text = ctx.workspace.read_text(path)
             matches += [f"{path}: {line}" for line in text.splitlines() if word in line]
-        return {"matches": matches, "count": len(matches), "complete": complete_always or not cut}
+        answer = {"matches": matches, "count": len(matches), "complete": complete_always or not cut}
+        if timed:  # fields that change with the clock alone say nothing of a cut
+            answer["elapsed_seconds"] = time.monotonic() - deadline + BUDGET_SECONDS
+            answer["searched_at"] = datetime.now(timezone.utc).isoformat()
+        return answer
 
     return handler
 
@@ -133,11 +147,17 @@ def search_without_clock(ctx: ToolContext, folder: str, word: str) -> dict[str, 
 
 BROKEN = (
     (_search(True, "search_claims_complete"), SEARCH, "only in fewer items and counts"),
+    (
+        _search(True, "timed_search_claims_complete", timed=True),
+        SEARCH,
+        "only in fewer items and counts",
+    ),
     (_pager(False, "pages_as_the_whole_list"), PAGER, "only in fewer items and counts"),
     (summary_from_stale_manifest, {"folder": "docs"}, "with the same answer as the full run"),
 )
 CORRECT = (
     (_search(False, "search_says_incomplete"), SEARCH),
+    (_search(False, "timed_search_says_incomplete", timed=True), SEARCH),
     (_pager(True, "pager_with_next_page"), PAGER),
     (scan_failing_at_deadline, PAGER),
     (search_without_clock, SEARCH),
@@ -215,3 +235,51 @@ def test_slow_world_applies_only_to_code_that_can_read_a_clock() -> None:
 
     assert not fault.applies(clockless)
     assert fault.applies(clocked)
+
+
+CITIES = ("paris", "rome", "oslo")
+
+
+def _cities(name: str, says_partial: bool) -> ToolSpec:
+    @tool(name=name, input_schema=SCHEMA, risk=Risk.EXTERNAL, network_host_argument="url", paths=[])
+    def handler(ctx: ToolContext, url: str) -> dict[str, Any]:
+        """The weather of every city, one request each, within a budget."""
+        deadline = time.monotonic() + BUDGET_SECONDS
+        weather: dict[str, Any] = {}
+        for city in CITIES:
+            if time.monotonic() > deadline:
+                break
+            request = urllib.request.Request(
+                url.replace("city=paris", f"city={city}"), headers={"Authorization": AUTHORIZATION}
+            )
+            with urllib.request.urlopen(request, timeout=5) as response:
+                weather[city] = json.loads(response.read())
+        answer: dict[str, Any] = {"weather": weather, "cities": len(weather)}
+        if says_partial and len(weather) < len(CITIES):
+            answer["missing"] = [city for city in CITIES if city not in weather]
+        return answer
+
+    return handler
+
+
+@pytest.mark.parametrize(("says_partial", "status"), [(False, "fail"), (True, "pass")])
+def test_requests_move_the_clock_too(says_partial: bool, status: str, tmp_path: Path) -> None:
+    spec = _cities("cities_until_deadline", says_partial)
+    registry = ToolRegistry([spec])
+    (tmp_path / "ws").mkdir()
+    runtime = ToolRuntime(
+        registry, str(tmp_path / "ws"), CAPABILITIES, hooks=[Approver(lambda event: True)]
+    )
+    path = tmp_path / "cities.yaml"
+    with weather_server() as server, record_session(runtime, path):
+        arguments = {"url": server.url("paris")}
+        runtime.execute(ToolCall(call_id="1", tool_name=spec.name, arguments=arguments))
+    runtime.close()
+    (fault,) = select_faults("slow_world")
+    target = targets(load(path), registry, "cities.yaml")[0]
+
+    outcome = run_cell(fault, target, registry)
+
+    assert outcome.status == status, outcome.problems
+    if status == "fail":
+        assert any("stopped after 1 of the 3" in line for line in outcome.problems)
