@@ -11,7 +11,8 @@ inside ``asyncio.run``, and:
 
 - the handler made no blocking call on the loop's thread
   (``harness.loop_watch``: ``time.sleep``, a process started, a blocking
-  socket, a name lookup, ``urlopen``, a file of ``BIG_FILE_BYTES`` or
+  socket, a name lookup, ``urlopen``, a recorded HTTP exchange served to
+  a sync client such as ``requests``, a file of ``BIG_FILE_BYTES`` or
   more reached synchronously), judged from what was called, never from
   how long it took;
 - no coroutine made during the call was never awaited (the interpreter's
@@ -33,7 +34,8 @@ import os
 import posixpath
 import stat
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,7 +70,7 @@ class AsyncLoopFault(Fault):
     injection = (
         "the call made through ToolRuntime.aexecute on a running event loop (asyncio.run), "
         "the blocking calls its coroutine makes on the loop's thread watched (time.sleep, a "
-        "process started, a blocking socket or name lookup, a file of "
+        "process started, a blocking socket, name lookup or HTTP client, a file of "
         f"{BIG_FILE_BYTES // 1024} KiB or more reached), warnings and pending tasks kept"
     )
     expected = (
@@ -100,7 +102,8 @@ class AsyncLoopFault(Fault):
             log.before_access = lambda _index, path: watch.file_operation(path)
         try:
             call = cell.call()
-            result = cell.execute(call, runtime)
+            with _requests_watched(cell, watch):
+                result = cell.execute(call, runtime)
         finally:
             if log is not None:
                 log.before_access = None
@@ -136,6 +139,22 @@ def _watched(handler: Callable[..., Any], watch: LoopWatch) -> Callable[..., Any
             return await handler(ctx, **arguments)
 
     return on_the_loop
+
+
+@contextmanager
+def _requests_watched(cell: Cell, watch: LoopWatch) -> Iterator[None]:
+    """Within the block, each recorded HTTP exchange served tells ``watch``
+    (a blocking client on the loop is a stall) and is served as recorded."""
+    if cell.http is None:
+        yield
+        return
+
+    def served(request: Any, response: dict[str, Any]) -> dict[str, Any]:
+        watch.request(f"{request.method} {request.uri}")
+        return response
+
+    with cell.http.injected(served):
+        yield
 
 
 def _on_a_running_loop(runtime: ToolRuntime, call: ToolCall, loop_run: _LoopRun) -> ToolResult:

@@ -20,6 +20,9 @@ thread in that context are kept as ``Blocking`` calls:
 - ``socket.connect`` of a blocking socket, ``socket.getaddrinfo``,
   ``socket.gethostbyname`` and kin (a name looked up on the loop),
   ``urllib.Request`` (``urlopen``);
+- an HTTP request a recorded exchange answers (``request``, which the
+  caller's playback calls: no socket is opened then) made by a sync
+  client, such as ``requests`` or ``urllib``, called from the coroutine;
 - ``open`` of a path (``path`` set): whether the file was big enough to
   matter is for the caller to judge once the call ended (its size then);
   in the fake filesystem ``open`` raises no audit event, and the caller
@@ -35,6 +38,7 @@ a descriptor already open.
 from __future__ import annotations
 
 import contextvars
+import inspect
 import sys
 import threading
 import time
@@ -103,6 +107,15 @@ class LoopWatch:
         if self.on_the_loop():
             self._keep(Blocking(f"open {path}", path))
 
+    def request(self, what: str) -> None:
+        """An HTTP request the caller served (a recorded exchange played
+        back, where no socket is opened): kept when made on the loop by a
+        blocking client, that is, when the nearest coroutine up the stack
+        is not an async client's (``httpx``, ``aiohttp``, vcrpy's async
+        stubs) but the handler's own, which called a sync client."""
+        if self.on_the_loop() and _called_synchronously():
+            self._keep(Blocking(f"a blocking HTTP request ({what})"))
+
     def _keep(self, blocking: Blocking) -> None:
         with self._lock:
             self.blocking.append(blocking)
@@ -127,6 +140,10 @@ class LoopWatch:
             path = args[0] if isinstance(args[0], str) else args[0].decode(errors="replace")
             self._keep(Blocking(f"open {path}", path))
 
+
+ASYNC_CLIENTS = ("vcr.", "httpx.", "httpcore.", "aiohttp.", "anyio.", "asyncio.")
+"""Modules whose coroutines make a request without blocking the loop."""
+_ASYNC_FLAGS = inspect.CO_COROUTINE | inspect.CO_ITERABLE_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 _HARNESS = __name__.rsplit(".", 1)[0]
 _SHOWN = 120
@@ -165,6 +182,19 @@ def _install() -> None:
         if not _hooked:
             sys.addaudithook(_audit)
             _hooked = True
+
+
+def _called_synchronously() -> bool:
+    """Whether the nearest coroutine frame up the stack belongs to no
+    async client (``ASYNC_CLIENTS``): a sync client, called from it, runs
+    the request."""
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_flags & _ASYNC_FLAGS:
+            module = str(frame.f_globals.get("__name__", ""))
+            return not module.startswith(ASYNC_CLIENTS)
+        frame = frame.f_back
+    return False
 
 
 def _started_by_asyncio() -> bool:

@@ -14,7 +14,9 @@ sleeps_on_the_loop            async_loop: the handler blocked its event loop:
 reads_big_file_on_the_loop    async_loop: ... a synchronous operation on logs/big.log
                               (131072 bytes) on the loop's thread
 runs_a_process_on_the_loop    async_loop (directory world): ... subprocess.Popen [...]
-fetches_on_the_loop           async_loop: ... urllib.Request ('http://127.0.0.1:...
+fetches_on_the_loop (urllib)  async_loop: ... urllib.Request ('http://127.0.0.1:...
+fetches_on_the_loop           async_loop: ... a blocking HTTP request (GET http://127.0.0.1...
+(requests)                    (a recorded exchange served to a sync client on the loop)
 write_never_awaited           async_loop: coroutine '...' was never awaited during the
                               call; ... drafts/a.md, which it declared it writes
                               ('content' as content), was left as it was
@@ -38,7 +40,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+import requests
 from http_tools import AUTHORIZATION, CAPABILITIES, SCHEMA, weather_server
 
 from pytest_toolguard import Approver, ToolCall, ToolRuntime
@@ -213,37 +217,58 @@ def test_async_loop_applies_only_to_async_tools() -> None:
     assert not fault.applies(sync_target)
 
 
-@tool(
-    name="fetch_weather",
-    input_schema=SCHEMA,
-    risk=Risk.EXTERNAL,
-    network_host_argument="url",
-    paths=[],
-)
-async def fetches_on_the_loop(ctx: ToolContext, url: str) -> dict[str, Any]:
-    """A blocking HTTP client called in ``async def``."""
-    request = urllib.request.Request(url, headers={"Authorization": AUTHORIZATION})
-    with urllib.request.urlopen(request, timeout=5) as response:
-        return {"weather": json.loads(response.read())}
+def _fetcher(how: str) -> ToolSpec:
+    @tool(
+        name="fetch_weather",
+        input_schema=SCHEMA,
+        risk=Risk.EXTERNAL,
+        network_host_argument="url",
+        paths=[],
+    )
+    async def handler(ctx: ToolContext, url: str) -> dict[str, Any]:
+        headers = {"Authorization": AUTHORIZATION}
+        if how == "urllib":  # a blocking client called in async def
+            with urllib.request.urlopen(urllib.request.Request(url, headers=headers)) as response:
+                return {"weather": json.loads(response.read())}
+        if how == "requests":
+            return {"weather": requests.get(url, headers=headers, timeout=5).json()}
+        async with httpx.AsyncClient() as client:
+            answer = await client.get(url, headers=headers, timeout=5)
+        return {"weather": answer.json()}
+
+    return handler
 
 
-def test_a_blocking_http_request_on_the_loop_is_caught(tmp_path: Path) -> None:
-    registry = ToolRegistry([fetches_on_the_loop])
+def _http_cell(spec: ToolSpec, tmp_path: Path) -> CellOutcome:
+    registry = ToolRegistry([spec])
     (tmp_path / "ws").mkdir()
     runtime = ToolRuntime(
         registry, str(tmp_path / "ws"), CAPABILITIES, hooks=[Approver(lambda event: True)]
     )
     path = tmp_path / "weather.yaml"
     with weather_server() as server, record_session(runtime, path):
-        call = ToolCall(
-            call_id="1", tool_name="fetch_weather", arguments={"url": server.url("oslo")}
-        )
-        runtime.execute(call)
+        arguments = {"url": server.url("oslo")}
+        runtime.execute(ToolCall(call_id="1", tool_name=spec.name, arguments=arguments))
     runtime.close()
     (fault,) = select_faults("async_loop")
     target = targets(load(path), registry, "weather.yaml")[0]
+    return run_cell(fault, target, registry)
 
-    outcome = run_cell(fault, target, registry)
+
+@pytest.mark.parametrize(
+    ("how", "problem"),
+    [("urllib", "urllib.Request"), ("requests", "a blocking HTTP request (GET http://127.0.0.1")],
+)
+def test_a_blocking_http_client_on_the_loop_is_caught(
+    how: str, problem: str, tmp_path: Path
+) -> None:
+    outcome = _http_cell(_fetcher(how), tmp_path)
 
     assert outcome.status == "fail", outcome
-    assert any("urllib.Request" in line for line in outcome.problems), outcome.problems
+    assert any(problem in line for line in outcome.problems), outcome.problems
+
+
+def test_an_async_http_client_on_the_loop_passes(tmp_path: Path) -> None:
+    outcome = _http_cell(_fetcher("httpx"), tmp_path)
+
+    assert outcome.status == "pass", outcome.problems
