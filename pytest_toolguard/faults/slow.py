@@ -23,10 +23,10 @@ a key only the cut answer has (``truncated``, ``next_cursor``: one only
 the full answer has went with the content, as in a dict keyed by item),
 a flag, text or null that changed (``complete: false``, ``status``), a
 number that was 0 and is not (``skipped``, ``remaining``), two numbers
-that were equal and are not (``searched`` under ``total``), another
-message. Fields that change with the clock alone (a timestamp, an
-elapsed time) are found by a third run whose clock moves a microsecond
-per operation, and do not count.
+that were equal where one fell short of the other (``searched`` under an
+unchanged ``total``), another message. Fields that change with the
+clock alone (a timestamp, an elapsed time) are found by a third run
+whose clock moves a microsecond per operation, and do not count.
 
 Runs go slow first: a tool that caches what it did makes fewer operations
 the second time, which must not look like a cut."""
@@ -236,8 +236,10 @@ def _number(value: Any) -> bool:
 
 
 def _equal_pair_parted(full: Any, cut: Any) -> bool:
-    """Two numbers of one object equal in ``full`` and unequal in ``cut``
-    (``searched`` and ``total``): progress short of a whole."""
+    """Two numbers of one object equal in ``full``, one of them the same in
+    ``cut`` and the other not (``searched`` under an unchanged ``total``):
+    progress short of a whole. Two counts that were equal by chance and
+    both fell say nothing."""
     before, after = dict(_walk(full)), dict(_walk(cut))
     for where, value in before.items():
         other = after.get(where)
@@ -246,8 +248,11 @@ def _equal_pair_parted(full: Any, cut: Any) -> bool:
         numbers = [key for key, item in value.items() if _number(item) and _number(other.get(key))]
         for index, first in enumerate(numbers):
             for second in numbers[index + 1 :]:
-                if value[first] == value[second] and other[first] != other[second]:
-                    return True
+                if value[first] != value[second]:
+                    continue
+                kept = {other[first], other[second]} & {value[first]}
+                if kept and other[first] != other[second]:
+                    return True  # the whole stayed, the progress fell short of it
     return False
 
 
@@ -257,8 +262,8 @@ def _equal_pair_parted(full: Any, cut: Any) -> bool:
 def can_read_a_clock(handler: Callable[..., Any]) -> bool:
     """Whether the handler, or a function or class it names or holds in
     its closure (three steps deep), names a clock among its globals
-    (``time``, ``datetime``, or a function or class of theirs). A handler relaying to an MCP server does not: the server's
-    clock is its own."""
+    (``time``, ``datetime``, or a function or class of theirs). A handler
+    relaying to an MCP server does not: the server's clock is its own."""
     seen: set[int] = set()
     frontier: list[Any] = [handler]
     for _depth in range(4):

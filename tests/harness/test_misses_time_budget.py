@@ -26,7 +26,8 @@ summary_from_stale_manifest slow_world: ... answered OK with the same answer as 
 
 The correct twins pass every cell that applies: a search that says
 ``complete: false`` when cut, a pager that answers ``next_page``, a scan
-that fails with a clear error at its deadline, and a search that never
+that fails with a clear error at its deadline, one that answers
+``files_read`` short of ``files_total``, and a search that never
 reads the clock (``slow_world`` does not even apply to it).
 """
 
@@ -134,6 +135,20 @@ def scan_failing_at_deadline(ctx: ToolContext, folder: str) -> dict[str, Any]:
     return {"lines": lines}
 
 
+@tool(input_schema=PAGER_SCHEMA, paths=[PathAccess.read("{folder}")])
+def scan_reporting_progress(ctx: ToolContext, folder: str) -> dict[str, Any]:
+    """Says how many of its files it read: fewer than all when cut."""
+    deadline = time.monotonic() + BUDGET_SECONDS
+    files = ctx.workspace.walk(folder)
+    lines = read = 0
+    for path in files:
+        if time.monotonic() > deadline:
+            break
+        lines += len(ctx.workspace.read_text(path).splitlines())
+        read += 1
+    return {"lines": lines, "files_read": read, "files_total": len(files)}
+
+
 @tool(name="search_without_clock", input_schema=SEARCH_SCHEMA, paths=[PathAccess.read("{folder}")])
 def search_without_clock(ctx: ToolContext, folder: str, word: str) -> dict[str, Any]:
     matches = [
@@ -160,6 +175,7 @@ CORRECT = (
     (_search(False, "timed_search_says_incomplete", timed=True), SEARCH),
     (_pager(True, "pager_with_next_page"), PAGER),
     (scan_failing_at_deadline, PAGER),
+    (scan_reporting_progress, PAGER),
     (search_without_clock, SEARCH),
 )
 
