@@ -18,6 +18,8 @@ timed_search_claims_complete
                            with the clock alone: a control run finds them, they say nothing)
 pages_as_the_whole_list    slow_world: ... the handler stopped after 2 of the 5 ...
                            (the pages read before the deadline, returned as every item)
+export_at_deadline         slow_world: the clock ran out the handler's time and the call
+(appends chunk by chunk)   failed, leaving files neither old nor new ...: out/export.txt
 cities_until_deadline      slow_world (HTTP requests count): ... stopped after 1 of the 3
                            operations ... only in fewer items and counts
 summary_from_stale_manifest slow_world: ... answered OK with the same answer as the full
@@ -34,6 +36,7 @@ reads the clock (``slow_world`` does not even apply to it).
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.request
 from datetime import datetime, timezone
@@ -190,7 +193,8 @@ kind: case
 description: one call of {spec.name}
 session:
   capabilities:
-    allowed_risks: [read]
+    allowed_risks: [read, write]
+    write_roots: [out]
 workspace:
   files: {json.dumps(FILES)}
 interactions:
@@ -251,6 +255,48 @@ def test_slow_world_applies_only_to_code_that_can_read_a_clock() -> None:
 
     assert not fault.applies(clockless)
     assert fault.applies(clocked)
+
+
+def _exporter(name: str, whole_or_nothing: bool) -> ToolSpec:
+    @tool(
+        name=name,
+        input_schema=PAGER_SCHEMA,
+        risk=Risk.WRITE,
+        paths=[PathAccess.read("{folder}"), PathAccess.write("out/export.txt")],
+    )
+    def handler(ctx: ToolContext, folder: str) -> dict[str, Any]:
+        """Appends each file to an export, one open each, within a budget."""
+        deadline = time.monotonic() + BUDGET_SECONDS
+        target = os.path.join(ctx.workspace.root, "out", "export.txt")
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        chunks = [ctx.workspace.read_text(path) for path in ctx.workspace.walk(folder)]
+        if whole_or_nothing:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the export of {folder} ran out of its {BUDGET_SECONDS} s")
+            ctx.workspace.write_text("out/export.txt", "".join(chunks))
+            return {"exported": len(chunks)}
+        for chunk in chunks:
+            with open(target, "a", encoding="utf-8") as handle:
+                handle.write(chunk)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the export of {folder} ran out of its {BUDGET_SECONDS} s")
+        return {"exported": len(chunks)}
+
+    return handler
+
+
+@pytest.mark.parametrize("world", ["fake", "directory"])
+@pytest.mark.parametrize(("whole_or_nothing", "status"), [(False, "fail"), (True, "pass")])
+def test_a_call_the_clock_cut_that_failed_leaves_no_torn_file(
+    whole_or_nothing: bool, status: str, world: str, tmp_path: Path
+) -> None:
+    spec = _exporter("export_at_deadline", whole_or_nothing)
+
+    outcome = _cell("slow_world", spec, {"folder": "docs"}, world, tmp_path)
+
+    assert outcome.status == status, outcome.problems
+    if status == "fail":
+        assert any("neither old nor new" in line for line in outcome.problems)
 
 
 CITIES = ("paris", "rome", "oslo")
