@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 import urllib.request
 from datetime import datetime, timezone
@@ -50,6 +51,7 @@ from pytest_toolguard import Approver, Risk, ToolCall, ToolRuntime
 from pytest_toolguard.context import ToolContext
 from pytest_toolguard.faults import BUILTIN_FAULTS, run_cell, select_faults, targets
 from pytest_toolguard.faults.outcome import CellOutcome
+from pytest_toolguard.harness.clock import DEFAULT_TIME, frozen_clock, stepping_clock
 from pytest_toolguard.registry import PathAccess, ToolRegistry, ToolSpec, tool
 from pytest_toolguard.replay import load, record_session
 
@@ -345,3 +347,30 @@ def test_requests_move_the_clock_too(says_partial: bool, status: str, tmp_path: 
     assert outcome.status == status, outcome.problems
     if status == "fail":
         assert any("stopped after 1 of the 3" in line for line in outcome.problems)
+
+
+@pytest.mark.parametrize("backend", ["freezegun", "time-machine"])
+def test_the_stepping_clock_moves_every_clock_of_every_thread_only_when_told(backend: str) -> None:
+    seen: list[tuple[float, float, datetime]] = []
+
+    def look() -> None:
+        seen.append((time.monotonic(), time.time(), datetime.now(timezone.utc)))
+
+    def on_a_thread() -> None:
+        thread = threading.Thread(target=look)
+        thread.start()
+        thread.join()
+
+    with frozen_clock(DEFAULT_TIME, backend):  # type: ignore[arg-type]
+        with stepping_clock(None) as advance:
+            on_a_thread()
+            on_a_thread()
+            advance(90)
+            on_a_thread()
+        look()
+    (m0, w0, d0), (m1, w1, _), (m2, w2, d2), (_, w3, d3) = seen
+
+    assert d0 == datetime.fromisoformat(DEFAULT_TIME)
+    assert (m1 - m0, w1 - w0) == (0, 0)
+    assert (m2 - m0, w2 - w0, (d2 - d0).total_seconds()) == (90, 90, 90)
+    assert (w3, d3) == (w0, d0)  # the frozen clock again once it ends
