@@ -20,6 +20,8 @@ fetches_on_the_loop           async_loop: ... a blocking HTTP request (GET http:
 write_never_awaited           async_loop: coroutine '...' was never awaited during the
                               call; ... drafts/a.md, which it declared it writes
                               ('content' as content), was left as it was
+write_never_awaited_in_a     async_loop: the same (dropped in a reference cycle: the
+_cycle                        cell collects the young generations' garbage)
 write_task_never_awaited      async_loop: the handler answered while tasks it started were
                               still pending ...; ... was left as it was
 ============================  ============================================================
@@ -75,6 +77,9 @@ def _writer(name: str, how: str) -> ToolSpec:
     async def handler(ctx: ToolContext, path: str, content: str) -> dict[str, Any]:
         if how == "never_awaited":
             write_later(ctx, path, content, 0)  # the coroutine is made, never run
+        elif how == "never_awaited_in_a_cycle":  # freed by a garbage collection only
+            pending: list[Any] = [write_later(ctx, path, content, 0)]
+            pending.append(pending)
         elif how == "task_never_awaited":  # flushed "later": the loop ends first
             asyncio.get_running_loop().create_task(write_later(ctx, path, content, 60))
         else:
@@ -116,6 +121,11 @@ BROKEN = (
     ),
     (_writer("write_never_awaited", "never_awaited"), WRITE, "was never awaited during the call"),
     (_writer("write_never_awaited", "never_awaited"), WRITE, "drafts/a.md, which it declared"),
+    (
+        _writer("write_never_awaited_in_a_cycle", "never_awaited_in_a_cycle"),
+        WRITE,
+        "was never awaited during the call",
+    ),
     (
         _writer("write_task_never_awaited", "task_never_awaited"),
         WRITE,
