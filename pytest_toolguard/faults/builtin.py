@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .asynchronous import AsyncLoopFault
 from .disk import DiskFailureFault, PartialWriteFault
 from .environment import EnvironmentFault
 from .fault import Fault
@@ -28,6 +29,7 @@ from .refusals import (
     UnknownToolFault,
 )
 from .repeats import DuplicateSubmissionFault, ResponseLostFault
+from .slow import SlowWorldFault
 from .storage import AuditUnavailableFault, SecretByNameFault, SecretInPayloadFault
 from .traversal import PathTraversalFault
 
@@ -57,6 +59,8 @@ BUILTIN_FAULTS: tuple[Fault, ...] = (
     HttpRedirectFault(),
     EnvironmentFault(),
     HashSeedFault(),
+    SlowWorldFault(),
+    AsyncLoopFault(),
 )
 """Every built-in fault, in catalogue order."""
 

@@ -16,7 +16,7 @@ must be imported outside it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Literal
@@ -66,5 +66,24 @@ def frozen_clock(moment: str | None, backend: ClockBackend = "auto") -> Iterator
     freezer.start()
     try:
         yield
+    finally:
+        freezer.stop()
+
+
+@contextmanager
+def stepping_clock(moment: str | None) -> Iterator[Callable[[float], None]]:
+    """A frozen clock that moves only when told: yields ``advance(seconds)``,
+    which moves ``time.time``, ``time.monotonic``, ``time.perf_counter``
+    and ``datetime.now`` forward together, for every thread but an event
+    loop's own timers (as ``frozen_clock``). Always freezegun, nested on
+    whatever clock is frozen already: time-machine leaves ``monotonic``,
+    the clock a tool's time budget reads, alone. Starting it scans the
+    loaded modules (a few ms)."""
+    freezer: Any = freeze_time(moment or DEFAULT_TIME)
+    kept = tuple(name for name in freezer.ignore if name not in _THREAD_MODULES)
+    freezer.ignore = kept + tuple(name for name in _LOOP_MODULES if name not in kept)
+    factory = freezer.start()
+    try:
+        yield lambda seconds: factory.tick(seconds)
     finally:
         freezer.stop()

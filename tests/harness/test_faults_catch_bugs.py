@@ -391,11 +391,20 @@ def _selected_targets() -> list[Target]:
 
 SELECTED = _selected_targets()
 HTTP_FAULTS = ("network_error", "http_error", "late_response", "http_redirect")
-NO_BUILTIN_TARGET = (*HTTP_FAULTS, "secret_by_name", "process_killed", "hash_seed")
+NO_BUILTIN_TARGET = (
+    *HTTP_FAULTS,
+    "secret_by_name",
+    "process_killed",
+    "hash_seed",
+    "slow_world",
+    "async_loop",
+)
 """Faults no built-in tool gives a target: they make no HTTP request, take
-no secret-named argument, run in the fake world and build no set (those
-faults run in test_http_replay.py, test_oracles_catch_bugs.py,
-test_process_killed.py and test_misses_hash_seed.py)."""
+no secret-named argument, run in the fake world, build no set, read no
+clock and are not ``async def`` (those faults run in test_http_replay.py,
+test_oracles_catch_bugs.py, test_process_killed.py,
+test_misses_hash_seed.py, test_misses_time_budget.py and
+test_misses_async.py)."""
 CELLS = [
     pytest.param(target, fault, id=f"{target.source}-{target.label}-{fault.name}")
     for target in SELECTED
