@@ -77,6 +77,11 @@ def serving_the_world(thread: threading.Thread) -> None:
     _WORLD_SERVICES.add(thread)
 
 
+def is_serving_the_world(thread: threading.Thread) -> bool:
+    """Whether ``serving_the_world`` named ``thread``."""
+    return thread in _WORLD_SERVICES
+
+
 def still_working(thread: threading.Thread) -> bool:
     """Whether ``thread`` is alive and running work: any thread but a pool's
     worker (``POOL_LOOPS``) waiting for its next task. The runtime's own
