@@ -26,6 +26,7 @@ from .refusals import (
     UnknownToolFault,
 )
 from .repeats import DuplicateSubmissionFault, ResponseLostFault
+from .shell import ShellInjectionFault
 from .storage import AuditUnavailableFault, SecretByNameFault, SecretInPayloadFault
 
 BUILTIN_FAULTS: tuple[Fault, ...] = (
@@ -51,6 +52,7 @@ BUILTIN_FAULTS: tuple[Fault, ...] = (
     HttpErrorFault(),
     LateResponseFault(),
     ProcessKilledFault(),
+    ShellInjectionFault(),
 )
 """Every built-in fault, in catalogue order."""
 
