@@ -391,10 +391,11 @@ def _selected_targets() -> list[Target]:
 
 SELECTED = _selected_targets()
 HTTP_FAULTS = ("network_error", "http_error", "late_response")
-NO_BUILTIN_TARGET = (*HTTP_FAULTS, "secret_by_name", "process_killed")
+NO_BUILTIN_TARGET = (*HTTP_FAULTS, "secret_by_name", "process_killed", "shell_injection")
 """Faults no built-in tool gives a target: they make no HTTP request, take
 no secret-named argument and run in the fake world (those faults run in
-test_http_replay.py, test_oracles_catch_bugs.py and test_process_killed.py)."""
+test_http_replay.py, test_oracles_catch_bugs.py, test_process_killed.py and
+test_misses_shell.py)."""
 CELLS = [
     pytest.param(target, fault, id=f"{target.source}-{target.label}-{fault.name}")
     for target in SELECTED

@@ -114,3 +114,20 @@ def test_a_tool_running_processes_several_times_passes_every_cell() -> None:
 
     assert {name: o.problems for name, o in outcomes.items() if o.status == "fail"} == {}
     assert outcomes["shell_injection"].status == "pass"
+
+
+def test_processes_under_the_fake_world_are_said_never_run_half() -> None:
+    """Under pyfakefs a process does not run for real (only the first may
+    start; later ones exit 255 or fail on their pipes): a handler's is
+    refused before it starts, and every cell that ran the handler says so,
+    naming the command and the directory world."""
+    fake: ToolSpec = tool(name="count_with_git_twice", input_schema=SCHEMA, risk=Risk.READ)(
+        count_with_git_twice
+    )
+    outcomes = run_all(fake, TEXT, {})
+
+    failed = {name: o for name, o in outcomes.items() if o.status == "fail"}
+    assert failed
+    for outcome in failed.values():
+        assert reported(outcome, "subprocess.Popen ran ['git', '--version']", 'world="directory"')
+    assert outcomes["shell_injection"].status == "n/a"
