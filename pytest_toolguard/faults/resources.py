@@ -186,7 +186,7 @@ def _closings(closed: weakref.WeakSet[Any]) -> Iterator[None]:
         closed.add(wrapper)
         original(wrapper, fd)
 
-    FakeFileWrapper.close_fd = close_fd  # type: ignore[method-assign]
+    FakeFileWrapper.close_fd = close_fd  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:
@@ -219,4 +219,3 @@ def _descriptors() -> dict[int, str]:
 def _list(items: list[str]) -> str:
     more = f" and {len(items) - _LISTED} more" if len(items) > _LISTED else ""
     return ", ".join(items[:_LISTED]) + more
-

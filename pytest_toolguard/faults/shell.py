@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import posixpath
-from collections.abc import Callable
 from typing import Any
 
 from ..jsondata import strings_of
@@ -73,7 +72,9 @@ class ShellInjectionFault(Fault):
         )
 
     def cannot_run_in(self, world: WorldKind) -> str | None:
-        return "the fake world runs no process (a handler's is refused)" if world == "fake" else None
+        return (
+            "the fake world runs no process (a handler's is refused)" if world == "fake" else None
+        )
 
     def inject(self, cell: Cell) -> None:
         operations = cell.operations
@@ -92,7 +93,7 @@ class ShellInjectionFault(Fault):
         for position in range(count):
             for payload in PAYLOADS:
                 text = payload.format(marker=marker)
-                arguments = _with_string(cell.target.arguments, position, lambda s: s + text)
+                arguments = _with_string(cell.target.arguments, position, text)
                 result = cell.execute(cell.call(arguments), judge_effects=False)
                 ran = os.path.lexists(marker)
                 if ran:
@@ -107,14 +108,15 @@ class ShellInjectionFault(Fault):
                     return
 
 
-def _with_string(value: Any, position: int, change: Callable[[str], str]) -> Any:
-    """``value`` with its ``position``-th string (``strings_of``' order) changed."""
+def _with_string(value: Any, position: int, appended: str) -> Any:
+    """``value`` with ``appended`` after its ``position``-th string
+    (``strings_of``' order)."""
     seen = [0]
 
     def walk(item: Any) -> Any:
         if isinstance(item, str):
             seen[0] += 1
-            return change(item) if seen[0] - 1 == position else item
+            return item + appended if seen[0] - 1 == position else item
         if isinstance(item, dict):
             return {key: walk(inner) for key, inner in item.items()}
         if isinstance(item, list):

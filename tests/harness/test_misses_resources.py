@@ -181,4 +181,3 @@ def test_a_tool_giving_back_what_it_opened_passes_every_cell(handler: Any, world
     failed = {name: o.problems for name, o in outcomes.items() if o.status == "fail"}
     assert failed == {}
     assert outcomes["disk_failure"].status == "pass"
-
