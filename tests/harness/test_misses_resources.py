@@ -20,6 +20,9 @@ success)
 write_leaving_helper_running   directory        disk_failure: left open: processes still
 (a helper process, stopped                      running: python -c ... (pid N)
 only on success)
+write_leaving_worker_waiting   fake             disk_failure: the handler answered with threads
+(a worker told to stop only                     it started still running: Thread-N (the cell's
+on success)                                     own thread check, shared by every cell)
 =============================  ===============  ===============================================
 """
 
@@ -29,6 +32,8 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -144,17 +149,57 @@ def write_stopping_helper(ctx: ToolContext, path: str, content: str) -> dict[str
     return {"written": path}
 
 
+RELEASED = threading.Event()
+"""Lets the threads a broken twin left waiting end (``released``)."""
+
+
+def write_leaving_worker_waiting(ctx: ToolContext, path: str, content: str) -> dict[str, Any]:
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: done.wait(30) or RELEASED.wait(30), daemon=True)
+    worker.start()
+    ctx.workspace.write_text(path, content)
+    done.set()  # the bug: only when nothing failed
+    worker.join()
+    return {"written": path}
+
+
+def write_joining_worker(ctx: ToolContext, path: str, content: str) -> dict[str, Any]:
+    done = threading.Event()
+    worker = threading.Thread(target=done.wait, args=(30,), daemon=True)
+    worker.start()
+    try:
+        ctx.workspace.write_text(path, content)
+    finally:
+        done.set()
+        worker.join()
+    return {"written": path}
+
+
+@pytest.fixture(autouse=True)
+def released() -> Iterator[None]:
+    RELEASED.clear()
+    yield
+    RELEASED.set()
+
+
 BROKEN = [
-    (write_leaving_descriptors_open, "fake", "files still open when the call ended", "workspace"),
-    (write_leaving_descriptors_open, "directory", "files still open when", "workspace"),
-    (write_staging_in_tmp_unsafe, "directory", "temporary files never removed", "tmp"),
-    (write_leaving_helper_running, "directory", "processes still running", "-c"),
+    (
+        write_leaving_descriptors_open,
+        "fake",
+        "left open: files still open when the call ended",
+        "workspace",
+    ),
+    (write_leaving_descriptors_open, "directory", "left open: files still open when", "workspace"),
+    (write_staging_in_tmp_unsafe, "directory", "left open: temporary files never removed", "tmp"),
+    (write_leaving_helper_running, "directory", "left open: processes still running", "-c"),
+    (write_leaving_worker_waiting, "fake", "threads it started still running", "Thread-"),
 ]
 CORRECT = [
     (write_closing_descriptors, "fake"),
     (write_closing_descriptors, "directory"),
     (write_staging_in_tmp, "directory"),
     (write_stopping_helper, "directory"),
+    (write_joining_worker, "fake"),
 ]
 
 
@@ -169,7 +214,7 @@ def test_a_resource_left_on_an_error_path_fails_disk_failure(
     outcome = run("disk_failure", _spec(handler, world), WRITE, FILES)
 
     assert outcome.status == "fail", outcome
-    assert reported(outcome, "left open: ", problem, named), outcome.problems
+    assert reported(outcome, problem, named), outcome.problems
 
 
 @pytest.mark.parametrize(
