@@ -25,7 +25,8 @@ held that was not held before:
 - **child processes**: in the directory world, a process a handler run
   started (``harness.child_processes``) still running; a process serving
   the world (an MCP server a bridge starts, on a thread
-  ``probes.serving_the_world`` names) is the world's, not the call's. In the
+  ``probes.serving_the_world`` names) is the world's, not the call's, and
+  so is a file such a server keeps (``probes.file_serving_the_world``). In the
   fake world no process runs (``harness.escapes`` refuses them);
 - **threads**: the cell's own check (``Cell.finish``: a thread a handler run
   started and left working), which every cell shares already.
@@ -55,7 +56,7 @@ from typing import Any
 from pyfakefs.fake_file import FakeFileWrapper
 
 from ..harness.child_processes import ChildProcess, on_start
-from ..harness.probes import is_serving_the_world
+from ..harness.probes import is_serving_the_world, world_descriptors
 from .cell import Cell
 
 LEFT_OPEN = "left open: "
@@ -115,10 +116,11 @@ class ResourceWatch:
                 if left:
                     held[number] = str(getattr(left[0], "file_path", "?"))
             return held
+        worlds = world_descriptors()
         return {
             number: target
             for number, target in _descriptors().items()
-            if self._watched(target.removesuffix(" (deleted)"))
+            if number not in worlds and self._watched(target.removesuffix(" (deleted)"))
         }
 
     def _watched(self, path: str) -> bool:
