@@ -140,23 +140,28 @@ class ResourceWatch:
 
     def left_open(self) -> list[str]:
         """A problem line per kind of resource still held that was not
-        held when the watch was made (empty: nothing)."""
+        held when the watch was made (empty: nothing). What something holds
+        only until the garbage collector reaches it (a file object nothing
+        references, GitPython's ``git cat-file`` helpers, ended with their
+        ``Repo``) is looked at again after a collection."""
+        files, children = self._new_files(), self._running()
+        if files or children:
+            gc.collect()
+            files, children = self._new_files(), self._running()
         problems: list[str] = []
-        files = self._new_files()
-        if files:
-            gc.collect()  # a file object nothing references is not held
-            files = self._new_files()
         if files:
             problems.append(LEFT_OPEN + f"files still open when the call ended: {_list(files)}")
         temporary = self._new_temporary()
         if temporary:
             problems.append(LEFT_OPEN + f"temporary files never removed: {_list(temporary)}")
-        with self._lock:
-            children = [child for child in self._children if not child.exited()]
         if children:
             shown = [" ".join(child.argv) + f" (pid {child.pid})" for child in children]
             problems.append(LEFT_OPEN + f"processes still running: {_list(shown)}")
         return problems
+
+    def _running(self) -> list[ChildProcess]:
+        with self._lock:
+            return [child for child in self._children if not child.exited()]
 
     def _new_files(self) -> list[str]:
         now = self._open_files()
