@@ -30,7 +30,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from ..errors import ToolguardError
-from ..harness.probes import serving_the_world
+from ..harness.probes import file_serving_the_world, serving_the_world
 from .definitions import BridgeError
 from .mcp import result_wire
 
@@ -89,6 +89,7 @@ class StdioServer:
         )
         self._startup_timeout = startup_timeout
         self._stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed by _run
+        file_serving_the_world(self._stderr)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name=LOOP_THREAD, daemon=True)
         self._ready: concurrent.futures.Future[None] = concurrent.futures.Future()

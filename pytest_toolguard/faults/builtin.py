@@ -30,6 +30,7 @@ from .refusals import (
 )
 from .repeats import DuplicateSubmissionFault, ResponseLostFault
 from .slow import SlowWorldFault
+from .shell import ShellInjectionFault
 from .storage import AuditUnavailableFault, SecretByNameFault, SecretInPayloadFault
 from .traversal import PathTraversalFault
 
@@ -61,6 +62,7 @@ BUILTIN_FAULTS: tuple[Fault, ...] = (
     HashSeedFault(),
     SlowWorldFault(),
     AsyncLoopFault(),
+    ShellInjectionFault(),
 )
 """Every built-in fault, in catalogue order."""
 

@@ -128,6 +128,8 @@ class Operations:
         """(operation, path given made absolute, path reached) of each
         ``REACHING_LOOKS`` call of a handler run, and each ``open`` of an
         absolute path (as given: the kernel sees where one that is there led)."""
+        self.events: list[str] = []
+        """The event of each counted operation (``events[k - 1]``, beside ``paths``)."""
         self.before: Callable[[int, str, str], None] | None = None
         """Called before the k-th operation (index, event, path); may raise
         ``OSError`` to fail it."""
@@ -264,11 +266,14 @@ class Operations:
         local = self._local
         if getattr(local, "quiet", 0) or getattr(local, "inside", 0) or not self._handlers():
             return
+        if event == "open" and args and isinstance(args[0], int):
+            return  # a descriptor wrapped (os.fdopen): no path is resolved, nothing can fail
         path = _path_of(event, args)
         with self._lock:
             self.count += 1
             index = self.count
             self.paths.append(path)
+            self.events.append(event)
             if event == "open" and path:
                 self.opened.append(os.path.abspath(path))
                 if path.startswith("/"):  # one beside the workspace that is not there: no event

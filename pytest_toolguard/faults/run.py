@@ -39,6 +39,7 @@ from .fault import Fault
 from .http_sends import resent
 from .outcome import NOT_APPLICABLE, NOTHING_TO_INJECT, CellOutcome, CellStatus, skipped_in
 from .prefixes import PrefixCache
+from .resources import ResourceWatch
 from .target import Target
 
 
@@ -120,6 +121,7 @@ def _run(
         start = saved if saved is not None else earlier[1] if earlier is not None else None
         cell = Cell(fault.name, target, registry, world, secrets, http=http, start=start)
         sent: int | None = None
+        resources: ResourceWatch | None = None
         try:
             if saved is not None:
                 world.restore_workspace(saved.entries)
@@ -134,11 +136,15 @@ def _run(
             world.plant_forbidden()
             world.plant(beside_the_workspace(world.root))
             cell.outside_planted()
-            fault.inject(cell)
+            resources = ResourceWatch(cell)
+            with resources:
+                fault.inject(cell)
         except Exception:  # the fault itself broke: report it, never crash the run
             cell.problems.append("the fault raised: " + _last_lines(traceback.format_exc()))
         cell.finish()
         _check_sends(cell, sent)
+        if resources is not None:
+            cell.problems.extend(resources.left_open())
         cell.check_outside()
         return cell.problems
 
@@ -178,6 +184,7 @@ def _run_in_directory(
                 f"outside file {path} not planted: a directory world plants only beside "
                 "the recorded root"
             )
+        resources: ResourceWatch | None = None
         with Operations() as operations:
             cell.files.operations = operations
             try:
@@ -197,11 +204,15 @@ def _run_in_directory(
                 place.plant_forbidden()
                 place.plant(beside_the_workspace(place.root))  # /etc/passwd is refused
                 cell.outside_planted()
-                fault.inject(cell)
+                resources = ResourceWatch(cell)
+                with resources:
+                    fault.inject(cell)
             except Exception:
                 cell.problems.append("the fault raised: " + _last_lines(traceback.format_exc()))
             cell.finish()
             _check_sends(cell, sent)
+            if resources is not None:
+                cell.problems.extend(resources.left_open())
         cell.check_outside()
         return cell.problems
 

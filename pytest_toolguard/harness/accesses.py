@@ -297,6 +297,8 @@ class AccessLog:
 
             if fake_open_object.filesystem is not fs or log._state() != "top":
                 return run()
+            if isinstance(file_, int):  # a descriptor wrapped (os.fdopen): no path resolved
+                return run()
             return log._counted(file_, True, run, opens=True)
 
         real_path: Any = FakePathModule.realpath

@@ -77,6 +77,31 @@ def serving_the_world(thread: threading.Thread) -> None:
     _WORLD_SERVICES.add(thread)
 
 
+def is_serving_the_world(thread: threading.Thread) -> bool:
+    """Whether ``serving_the_world`` named ``thread``."""
+    return thread in _WORLD_SERVICES
+
+
+_WORLD_FILES: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def file_serving_the_world(handle: Any) -> None:
+    """Count the open file ``handle`` as the world's, not as a handler's:
+    a server a bridge starts on the first call keeps it (its error output)
+    for every call of the world, so it is never a file a call left open."""
+    _WORLD_FILES.add(handle)
+
+
+def world_descriptors() -> set[int]:
+    """The descriptors of the files ``file_serving_the_world`` named that
+    are still open."""
+    held = set()
+    for handle in list(_WORLD_FILES):
+        if not handle.closed:
+            held.add(handle.fileno())
+    return held
+
+
 def still_working(thread: threading.Thread) -> bool:
     """Whether ``thread`` is alive and running work: any thread but a pool's
     worker (``POOL_LOOPS``) waiting for its next task. The runtime's own

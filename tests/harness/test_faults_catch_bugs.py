@@ -398,13 +398,14 @@ NO_BUILTIN_TARGET = (
     "hash_seed",
     "slow_world",
     "async_loop",
+    "shell_injection",
 )
 """Faults no built-in tool gives a target: they make no HTTP request, take
 no secret-named argument, run in the fake world, build no set, read no
-clock and are not ``async def`` (those faults run in test_http_replay.py,
-test_oracles_catch_bugs.py, test_process_killed.py,
-test_misses_hash_seed.py, test_misses_time_budget.py and
-test_misses_async.py)."""
+clock, are not ``async def`` and start no process (those faults run in
+test_http_replay.py, test_oracles_catch_bugs.py, test_process_killed.py,
+test_misses_hash_seed.py, test_misses_time_budget.py, test_misses_async.py
+and test_misses_shell.py)."""
 CELLS = [
     pytest.param(target, fault, id=f"{target.source}-{target.label}-{fault.name}")
     for target in SELECTED
