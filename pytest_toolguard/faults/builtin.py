@@ -29,8 +29,8 @@ from .refusals import (
     UnknownToolFault,
 )
 from .repeats import DuplicateSubmissionFault, ResponseLostFault
-from .slow import SlowWorldFault
 from .shell import ShellInjectionFault
+from .slow import SlowWorldFault
 from .storage import AuditUnavailableFault, SecretByNameFault, SecretInPayloadFault
 from .traversal import PathTraversalFault
 
