@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .concurrency import ConcurrentCallsFault
 from .disk import DiskFailureFault, PartialWriteFault
 from .fault import Fault
 from .handler import HandlerExceptionFault, OversizedOutputFault, TimeoutFault
@@ -51,6 +52,7 @@ BUILTIN_FAULTS: tuple[Fault, ...] = (
     HttpErrorFault(),
     LateResponseFault(),
     ProcessKilledFault(),
+    ConcurrentCallsFault(),
 )
 """Every built-in fault, in catalogue order."""
 
