@@ -49,7 +49,7 @@ from typing import Any
 
 from ..capabilities import Risk
 from ..contract import ToolCall, ToolResult
-from ..harness.accesses import is_ancestor, is_within
+from ..harness.accesses import is_ancestor
 from ..harness.file_locks import FakeFlocks
 from ..harness.probes import HandlerProbe
 from ..harness.session import with_secrets
@@ -66,7 +66,7 @@ MAX_HOLDS = 3
 """At most this many points per order at which the first call is held
 (spread evenly, the first and the last kept)."""
 
-BLOCKED_SECONDS = 0.2
+BLOCKED_SECONDS = 0.1
 """A call whose threads used no CPU time this long is blocked (on a lock
 the held call has): the held call is let go."""
 
@@ -163,7 +163,8 @@ class ConcurrentCallsFault(Fault):
         "the call run at once with itself (another idempotency key) and with up to "
         f"{MAX_PARTNERS} other state-changing calls of the session: one held between its "
         "k-th filesystem operation, one that named a file the calls change, and its next, "
-        f"while the other runs to its end or blocks on a lock (at most {MAX_HOLDS} k per order, both orders)"
+        f"while the other runs to its end or blocks on a lock (at most {MAX_HOLDS} k per "
+        "order, both orders)"
     )
     expected = (
         "the files end as a serial order leaves them (A then B, or B then A; when a call "
@@ -207,10 +208,12 @@ def _pair(
     if not itself:
         orders.append(_serial(cell, gate, saved, make_call, labels, swap=True))
     changed = sorted(
-        path
-        for order in orders
-        for path in set(before) | set(order.after_both)
-        if before.get(path) != order.after_both.get(path)
+        {
+            path
+            for order in orders
+            for path in set(before) | set(order.after_both)
+            if before.get(path) != order.after_both.get(path)
+        }
     )
     if not changed:
         return False
@@ -365,12 +368,12 @@ def _hold_points(cell: Cell, paths: list[str], changed: Sequence[str]) -> list[i
     """The k after which the first call is held (before its next
     operation: what it read through a descriptor is read by then): its
     operations that named a changed file or a directory above one, the last
-    but one at most (at most ``MAX_HOLDS``)."""
+    but one at most (at most ``MAX_HOLDS``, spread evenly)."""
     wanted = [posixpath.join(cell.root, path) for path in changed]
     points = [
         index
         for index, path in enumerate(paths, 1)
-        if index < len(paths) and _names_any(path, wanted)
+        if index < len(paths) and _names_any(path, wanted, cell.root)
     ]
     if len(points) <= MAX_HOLDS:
         return points
@@ -378,12 +381,17 @@ def _hold_points(cell: Cell, paths: list[str], changed: Sequence[str]) -> list[i
     return sorted({points[round(step * last / (MAX_HOLDS - 1))] for step in range(MAX_HOLDS)})
 
 
-def _names_any(path: str, files: Sequence[str]) -> bool:
+def _names_any(path: str, files: Sequence[str], root: str) -> bool:
+    """Whether ``path`` names one of ``files`` or a directory above one
+    beneath ``root``. A path relative to a directory descriptor (the
+    directory world sees the name only) counts when its last component is
+    a component of one of them."""
     if not path.startswith("/"):
-        return True  # relative to a descriptor: unknown
+        name = posixpath.basename(path.rstrip("/"))
+        return bool(name) and any(name in file.split("/") for file in files)
     path = posixpath.normpath(path)
-    return any(path == file or (is_ancestor(path, file) and path != "/") for file in files) or any(
-        is_within(file, path) for file in files
+    return any(
+        path == file or (len(path) > len(root) and is_ancestor(path, file)) for file in files
     )
 
 

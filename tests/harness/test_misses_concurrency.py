@@ -215,7 +215,8 @@ def next_id_unlocked(ctx: ToolContext, body: str) -> dict[str, Any]:
 def next_id_exclusive(ctx: ToolContext, body: str) -> dict[str, Any]:
     """The first free id, taken by creating its record exclusively (the
     create is the compare: a taken id fails it, and the next is tried)."""
-    number = 1
+    records = _host(ctx, "notes/records")
+    number = 1 + sum(name.endswith(".txt") for name in os.listdir(records))
     while True:
         try:
             with open(_host(ctx, f"notes/records/{number}.txt"), "x", encoding="utf-8") as f:
