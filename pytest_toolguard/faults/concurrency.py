@@ -39,6 +39,7 @@ is ``n/a``); an ``async def`` handler's (its runs are not told apart).
 
 from __future__ import annotations
 
+import inspect
 import posixpath
 import threading
 import time
@@ -59,8 +60,9 @@ from .fault import Fault
 from .outcome import NOTHING_TO_INJECT
 from .target import Target
 
-MAX_PARTNERS = 2
-"""At most this many other calls of the session, the nearest first."""
+MAX_PARTNERS = 1
+"""At most this many other calls of the session, the nearest first (each
+adds both serial orders and their holds)."""
 
 MAX_HOLDS = 3
 """At most this many points per order at which the first call is held
@@ -160,11 +162,10 @@ class ConcurrentCallsFault(Fault):
     name = "concurrent_calls"
     applies_to = "successful calls of tools that write"
     injection = (
-        "the call run at once with itself (another idempotency key) and with up to "
-        f"{MAX_PARTNERS} other state-changing calls of the session: one held between its "
-        "k-th filesystem operation, one that named a file the calls change, and its next, "
-        f"while the other runs to its end or blocks on a lock (at most {MAX_HOLDS} k per "
-        "order, both orders)"
+        "the call run at once with itself (another idempotency key) and with the session's "
+        "nearest other call that changes state: one held between its k-th filesystem "
+        "operation (one that named a file the calls change) and its next while the other "
+        f"runs to its end or blocks on a lock (at most {MAX_HOLDS} k per order, both orders)"
     )
     expected = (
         "the files end as a serial order leaves them (A then B, or B then A; when a call "
@@ -241,7 +242,7 @@ def _serial(
     swap: bool,
 ) -> _Serial:
     cell.world.restore_workspace(saved)
-    runtime = cell.make_runtime(hooks=[])
+    runtime = cell.make_runtime(hooks=[], isolation="inline")
     first = make_call(swap)
     gate.arm("", 0)
     cell.execute(first, runtime)
@@ -257,7 +258,7 @@ def _held(
 ) -> tuple[tuple[ToolResult, ToolResult] | None, bool]:
     """``first`` held after its k-th operation while ``second`` runs; their
     results (None when one did not return), and whether the hold landed."""
-    runtime = cell.make_runtime(hooks=[])
+    runtime = cell.make_runtime(hooks=[], isolation="inline")
     gate.arm(first.call_id, k)
     results: dict[str, ToolResult] = {}
     done = {first.call_id: threading.Event(), second.call_id: threading.Event()}
@@ -270,10 +271,10 @@ def _held(
 
     threads = [threading.Thread(target=submit, args=(call,)) for call in (first, second)]
     threads[0].start()
-    _wait(gate, first.call_id, done[first.call_id], until=gate.holding)
+    _wait(gate, first.call_id, done[first.call_id], threads[0], until=gate.holding)
     held = gate.holding.is_set() and not done[first.call_id].is_set()
     threads[1].start()
-    _wait(gate, second.call_id, done[second.call_id])
+    _wait(gate, second.call_id, done[second.call_id], threads[1])
     gate.release()
     for thread in threads:
         thread.join(JOIN_SECONDS * 2)
@@ -284,11 +285,17 @@ def _held(
 
 
 def _wait(
-    gate: _Gate, call_id: str, done: threading.Event, until: threading.Event | None = None
+    gate: _Gate,
+    call_id: str,
+    done: threading.Event,
+    submitter: threading.Thread,
+    *,
+    until: threading.Event | None = None,
 ) -> None:
     """Until the call ends, ``until`` is set, or the call is blocked: it
-    waits for a file lock, or its handler's threads used no CPU time for
-    ``BLOCKED_SECONDS`` (bounded by ``JOIN_SECONDS`` in all)."""
+    waits for a file lock, or its threads (the one that submitted it, its
+    handler's) used no CPU time for ``BLOCKED_SECONDS`` (bounded by
+    ``JOIN_SECONDS`` in all)."""
     start = still = time.monotonic()
     spent = -1.0
     while not done.wait(POLL_SECONDS):
@@ -298,7 +305,8 @@ def _wait(
         if run is not None and run.blocked:
             return
         now = time.monotonic()
-        used = _cpu_time(run.threads if run is not None else [])
+        handler = run.threads if run is not None else []
+        used = _cpu_time([submitter.ident or 0, *handler])
         if used != spent:
             spent, still = used, now
         elif now - still >= BLOCKED_SECONDS or now - start >= JOIN_SECONDS:
@@ -471,7 +479,10 @@ def _counted(
 
 
 def _telling(gate: _Gate, handler: Callable[..., Any]) -> Callable[..., Any]:
-    """``handler`` telling the gate which call its run belongs to."""
+    """``handler`` telling the gate which call its run belongs to (an
+    ``async def`` one as it is: its runs are not told apart)."""
+    if inspect.iscoroutinefunction(handler):
+        return handler
 
     def telling(ctx: Any, **arguments: Any) -> Any:
         gate.started(ctx.call_id)
