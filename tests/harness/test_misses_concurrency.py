@@ -31,11 +31,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
+from pyfakefs.fake_filesystem_unittest import Patcher
 
 from pytest_toolguard.capabilities import Risk
 from pytest_toolguard.context import ToolContext
 from pytest_toolguard.faults import BUILTIN_FAULTS, run_cell, select_faults, targets
 from pytest_toolguard.faults.outcome import CellOutcome
+from pytest_toolguard.harness.file_locks import FakeFlocks
 from pytest_toolguard.registry import PathAccess, ToolRegistry, ToolSpec, tool
 from pytest_toolguard.replay.cassette import Cassette, loads
 
@@ -338,3 +340,24 @@ def test_a_read_only_call_gets_no_cell() -> None:
     outcome = run(show_counts, [{"page": "home"}], "fake")
 
     assert outcome.status == "n/a", outcome
+
+
+def test_fake_flock_excludes_another_open_file_until_unlocked_or_closed() -> None:
+    waiting = threading.Event()
+    with Patcher() as patcher, FakeFlocks(patcher.fs, lambda _ident: waiting.set()):
+        os.makedirs("/w")
+        first, second = open("/w/lock", "a"), open("/w/lock", "a")  # noqa: SIM115
+        fcntl.flock(first, fcntl.LOCK_EX)
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(second, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(first, fcntl.LOCK_UN)
+        fcntl.flock(second, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(first, fcntl.LOCK_SH | fcntl.LOCK_NB)  # shared with shared
+
+        waiter = threading.Thread(target=fcntl.flock, args=(first, fcntl.LOCK_EX))
+        waiter.start()
+        assert waiting.wait(5), "the waiting thread never said it was blocked"
+        second.close()  # a close lets go, as the kernel's
+        waiter.join(5)
+        assert not waiter.is_alive()
+        first.close()
