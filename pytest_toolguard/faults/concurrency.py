@@ -1,6 +1,6 @@
 """Faults of two state-changing calls of a session at once: the call with
 itself under another idempotency key (or none), and with the session's
-other calls that change state (``concurrent_calls``).
+nearest other call that changes state (``concurrent_calls``).
 
 ``duplicate_submission`` sends one key in a burst, so only one handler
 runs; nothing else runs two handlers that change state together. A
@@ -13,16 +13,20 @@ handler run's filesystem operations (the paths it resolves in the fake
 world, ``harness.accesses``; its Python-level file operations in the
 directory world, ``directory.Operations``), and holds one call (P)
 between its k-th operation and the next (what it read through a
-descriptor it has read by then) while the other (Q) runs to its end, then
-lets P go on. The k are the operations of P, run alone first, that named a file
-the calls change (or a directory above one): right after a read, before
-the write that depends on it. Q may be unable to end while P is held
-(it waits for P's lock, or for a slot the runtime keeps for P): it counts
-as blocked once its threads used no CPU time for ``BLOCKED_SECONDS``
-(at once, in the fake world, when it waits for a file lock:
-``harness.file_locks`` gives ``fcntl.flock`` the kernel's semantics
-there), and P is let go; a tool that locks properly then runs serially
-and passes.
+descriptor it has read by then) while the other (Q) runs to its end,
+then lets P go on. The k are the operations of P, run alone first, that
+named a file the calls change (or a directory above one): right after a
+read, before the write that depends on it. Every run of a pair makes the
+same two calls (ids, keys), each through a runtime of its own.
+
+Q may be unable to end while P is held (it waits for P's lock, or for a
+slot the runtime keeps for P): it counts as blocked once its threads used
+no CPU time for ``BLOCKED_SECONDS`` (at once, in the fake world, when it
+waits for a file lock: ``harness.file_locks`` gives ``fcntl.flock`` the
+kernel's semantics there), and P is let go; a tool that locks properly
+then runs serially and passes. That bound is the only clock here: a call
+that is slow but runs (its threads use CPU time) is waited for, up to
+``JOIN_SECONDS``.
 
 The files the two calls leave are judged against every serial order, each
 run first in the same starting state: A then B, B then A, and, when one
@@ -90,8 +94,7 @@ class _Gate:
     """Counts each call's operations by the thread its handler runs on, and
     holds one call after its k-th operation until ``release``."""
 
-    def __init__(self, directory: bool) -> None:
-        self.directory = directory
+    def __init__(self) -> None:
         self.runs: dict[str, _Run] = {}
         self._by_thread: dict[int, str] = {}
         self._lock = threading.Lock()
@@ -176,7 +179,7 @@ class ConcurrentCallsFault(Fault):
         return target.handler_can_run and target.writes
 
     def inject(self, cell: Cell) -> None:
-        gate = _Gate(cell.directory)
+        gate = _Gate()
         saved = cell.world.save_workspace()
         before = cell.tree()
         held_any = False
