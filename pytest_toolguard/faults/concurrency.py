@@ -231,7 +231,8 @@ def _pair(
             if results is None:
                 return held_any
             held_label, ran_label = labels[::-1] if swap else labels
-            _judge(cell, before, orders, results, (held_label, ran_label), k=k)
+            if not _judge(cell, before, orders, results, (held_label, ran_label), k=k):
+                return held_any  # one problem per pair: the first interleaving that broke
     return held_any
 
 
@@ -334,9 +335,10 @@ def _judge(
     labels: tuple[str, str],
     *,
     k: int,
-) -> None:
+) -> bool:
     """The files match a serial order (``labels``: the held call's, the
-    other's), or a problem names the calls and the files that differ."""
+    other's), or a problem names the calls and the files that differ.
+    Whether they matched."""
     after = cell.tree()
     held, ran = labels
     itself = "itself" in labels
@@ -351,7 +353,7 @@ def _judge(
     if all(failed):
         serial.append(before)
     if any(after == state for state in serial):
-        return
+        return True
     both = [order.after_both for order in orders]
     differ = sorted(
         path
@@ -361,7 +363,7 @@ def _judge(
     names = "itself (another key)" if itself else ran
     held = cell.target.label if held == "itself" else held
     orders_text = "A then B" if itself else "A then B, B then A"
-    cell.check(
+    return cell.check(
         False,
         f"{held} at once with {names}: held after its filesystem operation {k} (before the "
         f"next) while the other ran, the files match no serial order ({orders_text}; answered "

@@ -11,6 +11,7 @@ Catch table (tool: cell, problem):
 broken twin                   caught by
 ============================  ======================================================
 count_unlocked                concurrent_calls: ... match no serial order: notes/counts.json
+count_compare_then_replace    concurrent_calls: ... match no serial order: notes/counts.json
 add_to_index_unlocked         concurrent_calls: ... match no serial order: notes/index.json
 post_unlocked (ledger)        concurrent_calls: ... match no serial order: notes/balance.txt
 next_id_unlocked              concurrent_calls: ... match no serial order: notes/next_id.txt
@@ -90,6 +91,24 @@ def _count(ctx: ToolContext, page: str) -> dict[str, Any]:
 def count_unlocked(ctx: ToolContext, page: str) -> dict[str, Any]:
     """Reads the counts, adds one, writes them back: no lock."""
     return _count(ctx, page)
+
+
+@tool(
+    input_schema=_schema("page"),
+    risk=Risk.WRITE,
+    paths=[PathAccess.write(COUNTS)],
+    acts_on_repeat=True,
+)
+def count_compare_then_replace(ctx: ToolContext, page: str) -> dict[str, Any]:
+    """Writes back only if the counts are still as read: but the compare
+    and the replace are two operations, with a gap between them."""
+    text = ctx.workspace.read_text(COUNTS)
+    data = json.loads(text)
+    data[page] = data.get(page, 0) + 1
+    if ctx.workspace.read_text(COUNTS) != text:
+        raise RuntimeError("the counts changed meanwhile: try again")
+    ctx.workspace.write_text(COUNTS, json.dumps(data, sort_keys=True))
+    return {"count": data[page]}
 
 
 _COUNT_LOCK = threading.Lock()
@@ -277,6 +296,7 @@ def reported(outcome: CellOutcome, *fragments: str) -> bool:
 
 BROKEN = [
     (count_unlocked, [{"page": "home"}, {"page": "about"}], COUNTS),
+    (count_compare_then_replace, [{"page": "home"}, {"page": "about"}], COUNTS),
     (add_to_index_unlocked, [{"title": "a"}, {"title": "b"}], INDEX),
     (post_unlocked, [{"amount": 5}, {"amount": 7}], BALANCE),
     (next_id_unlocked, [{"body": "first"}, {"body": "second"}], NEXT_ID),
