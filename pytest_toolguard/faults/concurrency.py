@@ -336,40 +336,64 @@ def _judge(
     *,
     k: int,
 ) -> bool:
-    """The files match a serial order (``labels``: the held call's, the
-    other's), or a problem names the calls and the files that differ.
-    Whether they matched."""
+    """Both calls answered OK: the files match a serial order. A call that
+    failed told its caller so, and what it left is the failure cells' to
+    judge; but no file may hold what no run of the two leaves (torn,
+    mixed), and a call that answered OK keeps its changes. Otherwise a
+    problem names the calls (``labels``: the held one's, the other's),
+    where the first was held, and the files. Whether it held."""
     after = cell.tree()
     held, ran = labels
-    itself = "itself" in labels
-    serial = [order.after_both for order in orders]
-    failed = [not result.ok for result in results]
-    if failed[1]:  # the one that ran refused: as the held one alone
-        serial += [order.after_first for order in orders if order.first == held]
-    if failed[0]:
-        serial += [order.after_first for order in orders if order.first == ran]
-        if itself:  # the held one failed: as the other alone, the same call
-            serial += [orders[0].after_first]
-    if all(failed):
-        serial.append(before)
-    if any(after == state for state in serial):
-        return True
+    itself = ran == "itself"
     both = [order.after_both for order in orders]
-    differ = sorted(
-        path
-        for path in set(after).union(*both)
-        if all(after.get(path) != state.get(path) for state in both)
-    ) or sorted(path for path in set(after) | set(both[0]) if after.get(path) != both[0].get(path))
-    names = "itself (another key)" if itself else ran
-    held = cell.target.label if held == "itself" else held
-    orders_text = "A then B" if itself else "A then B, B then A"
-    return cell.check(
-        False,
-        f"{held} at once with {names}: held after its filesystem operation {k} (before the "
-        f"next) while the other ran, the files match no serial order ({orders_text}; answered "
-        f"{results[0].code.value}, {results[1].code.value}): {', '.join(differ[:5])} "
-        "(a read-modify-write without a lock loses an update)",
+    if any(after == state for state in both):
+        return True
+    where = (
+        f"{held} at once with {'itself (another key)' if itself else ran}: held after its "
+        f"filesystem operation {k} (before the next) while the other ran, answered "
+        f"{results[0].code.value}, {results[1].code.value}"
     )
+    if all(result.ok for result in results):
+        differ = _differing(after, both) or _differing(after, both[:1])
+        orders_text = "A then B" if itself else "A then B, B then A"
+        return cell.check(
+            False,
+            f"{where}: the files match no serial order ({orders_text}): "
+            f"{', '.join(differ[:5])} (a read-modify-write without a lock loses an update)",
+        )
+    states = [before, *both, *(order.after_first for order in orders)]
+    torn = _differing(after, states)
+    if torn:
+        return cell.check(
+            False, f"{where}: files no serial run leaves (torn or mixed): {', '.join(torn[:5])}"
+        )
+    for label, result in zip(labels, results, strict=True):
+        alone = orders[0].after_first if itself else _alone(orders, label)
+        lost = [
+            path
+            for path in sorted(set(before) | set(alone))
+            if before.get(path) != alone.get(path)
+            and all(after.get(path) != state.get(path) for state in (alone, *both))
+        ]
+        if result.ok and lost:
+            return cell.check(
+                False,
+                f"{where}: {cell.target.label if label == 'itself' else label} answered OK, "
+                f"but its changes were lost: {', '.join(lost[:5])} (a read-modify-write "
+                "without a lock loses an update)",
+            )
+    return True
+
+
+def _alone(orders: list[_Serial], label: str) -> dict[str, bytes]:
+    """The files the call ``label`` left run alone (first of its order)."""
+    return next(order.after_first for order in orders if order.first == label)
+
+
+def _differing(after: dict[str, bytes], states: Sequence[dict[str, bytes]]) -> list[str]:
+    """The paths whose content in ``after`` is in none of ``states``."""
+    paths = set(after).union(*states)
+    return sorted(path for path in paths if all(after.get(path) != s.get(path) for s in states))
 
 
 def _label_of(index: int, interaction: Interaction) -> str:

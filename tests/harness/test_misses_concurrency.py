@@ -15,6 +15,8 @@ count_compare_then_replace    concurrent_calls: ... match no serial order: notes
 add_to_index_unlocked         concurrent_calls: ... match no serial order: notes/index.json
 post_unlocked (ledger)        concurrent_calls: ... match no serial order: notes/balance.txt
 next_id_unlocked              concurrent_calls: ... match no serial order: notes/next_id.txt
+count_then_mark               concurrent_calls: ... answered OK, but its changes were lost:
+                              notes/counts.json (the held call failed after its stale write)
 ============================  ======================================================
 
 Correct twins, passing every cell: count_with_thread_lock,
@@ -56,6 +58,7 @@ FILES = {
     LEDGER: "",
     NEXT_ID: "1",
     "notes/records/.keep": "",
+    "notes/marks/.keep": "",
 }
 
 
@@ -108,6 +111,28 @@ def count_compare_then_replace(ctx: ToolContext, page: str) -> dict[str, Any]:
     if ctx.workspace.read_text(COUNTS) != text:
         raise RuntimeError("the counts changed meanwhile: try again")
     ctx.workspace.write_text(COUNTS, json.dumps(data, sort_keys=True))
+    return {"count": data[page]}
+
+
+@tool(
+    input_schema={
+        "type": "object",
+        "properties": {"page": {"type": "string"}, "by": {"type": "integer"}},
+        "required": ["page", "by"],
+        "additionalProperties": False,
+    },
+    risk=Risk.WRITE,
+    paths=[PathAccess.write(COUNTS), PathAccess.write("notes/marks")],
+    acts_on_repeat=True,
+)
+def count_then_mark(ctx: ToolContext, page: str, by: int) -> dict[str, Any]:
+    """Adds to the count read a moment before, then marks the page, failing
+    when it is marked already: the failed call's stale write stays."""
+    data = json.loads(ctx.workspace.read_text(COUNTS))
+    data[page] = data.get(page, 0) + by
+    ctx.workspace.write_text(COUNTS, json.dumps(data, sort_keys=True))
+    with open(_host(ctx, f"notes/marks/{page}"), "x", encoding="utf-8") as mark:
+        mark.write("marked\n")
     return {"count": data[page]}
 
 
@@ -294,12 +319,15 @@ def reported(outcome: CellOutcome, *fragments: str) -> bool:
     return any(all(fragment in problem for fragment in fragments) for problem in outcome.problems)
 
 
+NO_SERIAL_ORDER = "match no serial order"
+LOST = "answered OK, but its changes were lost"
 BROKEN = [
-    (count_unlocked, [{"page": "home"}, {"page": "about"}], COUNTS),
-    (count_compare_then_replace, [{"page": "home"}, {"page": "about"}], COUNTS),
-    (add_to_index_unlocked, [{"title": "a"}, {"title": "b"}], INDEX),
-    (post_unlocked, [{"amount": 5}, {"amount": 7}], BALANCE),
-    (next_id_unlocked, [{"body": "first"}, {"body": "second"}], NEXT_ID),
+    (count_unlocked, [{"page": "home"}, {"page": "about"}], COUNTS, NO_SERIAL_ORDER),
+    (count_compare_then_replace, [{"page": "home"}, {"page": "about"}], COUNTS, NO_SERIAL_ORDER),
+    (add_to_index_unlocked, [{"title": "a"}, {"title": "b"}], INDEX, NO_SERIAL_ORDER),
+    (post_unlocked, [{"amount": 5}, {"amount": 7}], BALANCE, NO_SERIAL_ORDER),
+    (next_id_unlocked, [{"body": "first"}, {"body": "second"}], NEXT_ID, NO_SERIAL_ORDER),
+    (count_then_mark, [{"page": "home", "by": 1}, {"page": "home", "by": 2}], COUNTS, LOST),
 ]
 CORRECT = [
     (count_with_thread_lock, [{"page": "home"}, {"page": "about"}]),
@@ -310,15 +338,15 @@ CORRECT = [
 
 @pytest.mark.parametrize("world", WORLDS)
 @pytest.mark.parametrize(
-    ("spec", "arguments", "lost"), BROKEN, ids=lambda v: getattr(v, "name", "")
+    ("spec", "arguments", "lost", "problem"), BROKEN, ids=lambda v: getattr(v, "name", "")
 )
 def test_read_modify_write_without_a_lock_is_caught(
-    spec: ToolSpec, arguments: list[dict[str, Any]], lost: str, world: str
+    spec: ToolSpec, arguments: list[dict[str, Any]], lost: str, problem: str, world: str
 ) -> None:
     outcome = run(spec, arguments, world)
 
     assert outcome.status == "fail", outcome
-    assert reported(outcome, "1-" + spec.name, "match no serial order", lost), outcome.problems
+    assert reported(outcome, "1-" + spec.name, problem, lost), outcome.problems
 
 
 @pytest.mark.parametrize("world", WORLDS)
