@@ -101,7 +101,7 @@ class _Gate:
         self.held_call = ""
         self.hold_after = 0
         self.holding = threading.Event()
-        """Set while the held call waits (or once it can no longer be held)."""
+        """Set once the held call waits at its hold."""
         self.released = threading.Event()
 
     def arm(self, call_id: str, after: int) -> None:
@@ -155,7 +155,7 @@ class _Serial:
     """The two calls run one after the other from the same start."""
 
     first: str
-    second: str
+    """The label of the call that ran first."""
     after_first: dict[str, bytes]
     after_both: dict[str, bytes]
     first_paths: list[str]
@@ -253,8 +253,7 @@ def _serial(
     after_first = cell.tree()
     paths = list(gate.runs.get(first.call_id, _Run()).paths)
     cell.execute(make_call(not swap), runtime)
-    first_label, second_label = labels[::-1] if swap else labels
-    return _Serial(first_label, second_label, after_first, cell.tree(), paths)
+    return _Serial(labels[1] if swap else labels[0], after_first, cell.tree(), paths)
 
 
 def _held(
