@@ -29,12 +29,14 @@ that is slow but runs (its threads use CPU time) is waited for, up to
 ``JOIN_SECONDS``.
 
 The files the two calls leave are judged against every serial order, each
-run first in the same starting state: A then B, B then A, and, when one
-call failed, the other alone (a call that detects the conflict and
-refuses changes nothing). A state that matches none is reported, naming
-the calls, where P was held, and the files that differ. Handlers are
-assumed deterministic, as ``disk_failure`` assumes: a file named or
-filled from a random value differs between any two runs.
+run first in the same starting state. Both calls answered OK: the files
+are as A then B, or B then A, leave them. A call failed (it told its
+caller, and what it left is the failure cells' to judge): no file holds
+content no serial run leaves (torn, mixed), and a call that answered OK
+keeps its changes. Otherwise a problem names the calls, where P was held,
+and the files. Handlers are assumed deterministic, as ``disk_failure``
+assumes: a file named or filled from a random value differs between any
+two runs.
 
 Not seen: operations of threads a handler starts, and of another process
 (an MCP server over stdio: nothing to hold in this process; such a cell
@@ -171,8 +173,9 @@ class ConcurrentCallsFault(Fault):
         f"runs to its end or blocks on a lock (at most {MAX_HOLDS} k per order, both orders)"
     )
     expected = (
-        "the files end as a serial order leaves them (A then B, or B then A; when a call "
-        "failed, the other alone): no lost update"
+        "both OK: the files as a serial order leaves them (A then B, or B then A); a call "
+        "failed: no file torn or mixed, and a call that answered OK keeps its changes (no "
+        "lost update)"
     )
 
     def applies(self, target: Target) -> bool:
