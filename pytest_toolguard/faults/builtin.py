@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .asynchronous import AsyncLoopFault
+from .concurrency import ConcurrentCallsFault
 from .disk import DiskFailureFault, PartialWriteFault
 from .environment import EnvironmentFault
 from .fault import Fault
@@ -63,6 +64,7 @@ BUILTIN_FAULTS: tuple[Fault, ...] = (
     SlowWorldFault(),
     AsyncLoopFault(),
     ShellInjectionFault(),
+    ConcurrentCallsFault(),
 )
 """Every built-in fault, in catalogue order."""
 

@@ -11,6 +11,7 @@ the twins below each carry one bug an oracle must catch.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import sqlite3
@@ -171,12 +172,24 @@ def _empty(directory: int) -> None:
 def git_save(ctx: Any, name: str, text: str) -> dict[str, Any]:
     """Writes a file and commits it with git; returns the commit's one-line log.
     The file is written through the workspace, which keeps it inside; git
-    works in the ``.git`` this call opened. A repository this call made and
+    works in the ``.git`` this call opened, one save at a time (an
+    exclusive ``flock`` of the workspace's directory). A repository this call made and
     could not commit to is removed; after any other failure, what git left
     half done is."""
     root = ctx.workspace.root
     _late(ctx)
     ctx.workspace.write_text(name, text)
+    # One save at a time in a repository: git's index is shared, so another
+    # save's add would ride on this commit, and its own commit find nothing.
+    workspace = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(workspace, fcntl.LOCK_EX)
+        return _commit(root, name)
+    finally:
+        os.close(workspace)  # lets go of the lock
+
+
+def _commit(root: str, name: str) -> dict[str, Any]:
     git_dir, created = _git_directory(root)
     try:
         if created:
