@@ -21,9 +21,10 @@ same two calls (ids, keys), each through a runtime of its own.
 
 Q may be unable to end while P is held (it waits for P's lock, or for a
 slot the runtime keeps for P): it counts as blocked once its threads used
-no CPU time for ``BLOCKED_SECONDS`` (at once, in the fake world, when it
-waits for a file lock: ``harness.file_locks`` gives ``fcntl.flock`` the
-kernel's semantics there), and P is let go; a tool that locks properly
+no CPU time, nor waited runnable for a processor (a starved machine delays
+a thread, it does not block it), for ``BLOCKED_SECONDS`` (at once, in the
+fake world, when it waits for a file lock: ``harness.file_locks`` gives
+``fcntl.flock`` the kernel's semantics there), and P is let go; a tool that locks properly
 then runs serially and passes. That bound is the only clock here: a call
 that is slow but runs (its threads use CPU time) is waited for, up to
 ``JOIN_SECONDS``.
@@ -46,12 +47,14 @@ is ``n/a``); an ``async def`` handler's (its runs are not told apart).
 from __future__ import annotations
 
 import inspect
+import os
 import posixpath
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
 from typing import Any
 
 from ..capabilities import Risk
@@ -303,7 +306,7 @@ def _wait(
     handler's) used no CPU time for ``BLOCKED_SECONDS`` (bounded by
     ``JOIN_SECONDS`` in all)."""
     start = still = time.monotonic()
-    spent = -1.0
+    spent: tuple[float, int] | None = None
     while not done.wait(POLL_SECONDS):
         if until is not None and until.is_set():
             return
@@ -312,11 +315,40 @@ def _wait(
             return
         now = time.monotonic()
         handler = run.threads if run is not None else []
-        used = _cpu_time([submitter.ident or 0, *handler])
+        threads = [submitter.ident or 0, *handler]
+        # A thread the machine starves waits runnable: not blocked.
+        used = (_cpu_time(threads), _waited_for_a_processor(threads))
         if used != spent:
             spent, still = used, now
         elif now - still >= BLOCKED_SECONDS or now - start >= JOIN_SECONDS:
             return
+
+
+_REAL = SimpleNamespace(open=os.open, read=os.read, close=os.close)
+"""The real disk's calls, taken before any fake filesystem: ``/proc`` is
+read while a fake world runs."""
+
+
+def _waited_for_a_processor(threads: Sequence[int]) -> int:
+    """Nanoseconds ``threads`` (idents) have spent runnable but not running
+    (the kernel's ``schedstat`` run delay): it grows for a thread the
+    machine starves, never for one asleep on a lock. 0 where ``/proc``
+    does not say."""
+    natives = {thread.ident: thread.native_id for thread in threading.enumerate()}
+    total = 0
+    for ident in threads:
+        native = natives.get(ident)
+        if native is None:
+            continue
+        try:
+            fd = _REAL.open(f"/proc/self/task/{native}/schedstat", os.O_RDONLY)
+            try:
+                total += int(_REAL.read(fd, 256).split()[1])
+            finally:
+                _REAL.close(fd)
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
 
 
 def _cpu_time(threads: Sequence[int]) -> float:
