@@ -112,9 +112,10 @@ class ResourceWatch:
         if not self._directory:
             held: dict[int, str] = {}
             for number, wrappers in enumerate(list(self._cell.fs.open_files)):
-                left = [wrapper for wrapper in wrappers or () if wrapper not in self._closed]
-                if left:
-                    held[number] = str(getattr(left[0], "file_path", "?"))
+                # One descriptor may have several wrappers (``os.fdopen`` of
+                # ``mkstemp``'s): closing any of them closes the descriptor.
+                if wrappers and not any(wrapper in self._closed for wrapper in wrappers):
+                    held[number] = str(getattr(wrappers[0], "file_path", "?"))
             return held
         worlds = world_descriptors()
         return {

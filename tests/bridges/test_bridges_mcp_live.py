@@ -189,7 +189,12 @@ def test_the_fault_matrix_over_a_wrapped_server_passes(world, tmp_path: Path) ->
         ("2-write_note", "symlink_race"),
         ("3-read_note", "symlink_race"),
     }
-    assert {status for cell, status in statuses.items() if cell not in racy} == {"pass"}
+    # hash_seed: the bridge's handler cannot be loaded in a fresh interpreter;
+    # concurrent_calls: the server's file operations run on its own loop.
+    unable = {"hash_seed", "concurrent_calls"}
+    others = {cell: status for cell, status in statuses.items() if cell not in racy}
+    assert {status for (_, fault), status in others.items() if fault not in unable} == {"pass"}
+    assert {status for (_, fault), status in others.items() if fault in unable} <= {"n/a"}
     assert {statuses[cell] for cell in racy} == {"fail"}
     assert ("2-write_note", "partial_write") in statuses
     assert len(statuses) > 30
