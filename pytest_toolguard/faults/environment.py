@@ -89,13 +89,14 @@ class EnvironmentFault(AfterSuccess):
             return
         alone = [(variation, *_observe(cell, saved, (variation,))) for variation in varied]
         named = [(v.name, v.advice, seen, what) for v, seen, what in alone if seen != baseline]
-        every = " and ".join(variation.name for variation in varied)
-        for name, advice, seen, what in named or [(every, "", together, set_together)]:
+        names = tuple(variation.name for variation in varied)
+        every = [(" and ".join(names), "", together, set_together, names)]
+        for name, advice, seen, what, declare in [(*n, (n[0],)) for n in named] or every:
             for difference in differences(baseline, seen):
                 cell.check(
                     False,
                     f"with another {name} ({what}) {difference}: {advice or 'vary none'}, "
-                    f"or declare depends_on_environment=({name!r},) if it is meant to (a "
+                    f"or declare depends_on_environment={declare!r} if it is meant to (a "
                     "field that may differ: volatile in the cassette)",
                 )
 
@@ -126,7 +127,11 @@ def without_volatile_files(
 ) -> dict[str, bytes]:
     """``files`` with each one ``volatile`` names (``files.<path>``) emptied
     (compared for being there), and ``call_id`` replaced by ``CALL_ID``."""
-    marked = {entry[len(VOLATILE_FILE_PREFIX) :] for entry in volatile}
+    marked = {
+        entry[len(VOLATILE_FILE_PREFIX) :]
+        for entry in volatile
+        if entry.startswith(VOLATILE_FILE_PREFIX)
+    }
     spelt = call_id.encode()
     return {
         path: b"" if path in marked else data.replace(spelt, CALL_ID.encode()) if spelt else data

@@ -438,6 +438,18 @@ REAL_LOADERS = ("add_real_directory", "add_real_file", "add_real_symlink")
 the first time it is looked at: pyfakefs's doing, not a write."""
 
 
+def _importing() -> bool:
+    """Whether the calling code runs inside the import system: a module
+    imported during a handler run writes its byte-code cache beside its
+    source, the interpreter's work rather than the tool's."""
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 class ReadOnlyPaths:
     """Writes beneath ``paths`` in ``fs`` refused (``EROFS``) and kept in
     ``log`` while installed (see the module docstring). Install it before
@@ -545,7 +557,7 @@ class ReadOnlyPaths:
         return loading
 
     def _check(self, operation: str, path: Any, *, follow: bool) -> None:
-        if getattr(self._local, "loading", 0):
+        if getattr(self._local, "loading", 0) or _importing():
             return
         landed = self._landing(path, follow)
         root = is_beneath(landed, self.paths)

@@ -184,8 +184,9 @@ def other_locale() -> str | None:
 
 @contextmanager
 def other_locale_set(_root: str = "") -> Iterator[str]:
-    """Every category of the locale set to ``other_locale()``, and
-    ``LC_ALL``, ``LANG`` and ``LANGUAGE`` naming it; the old locale (every
+    """``LC_ALL``, ``LANG`` and ``LANGUAGE`` naming ``other_locale()``, and
+    the categories a process launched under them would have set to it
+    (``_categories_taken_from_the_environment``); the old locale (every
     category, as ``setlocale`` spells a mixed one) back after."""
     current = locale.setlocale(locale.LC_ALL)
     name = other_locale()
@@ -201,10 +202,27 @@ def other_locale_set(_root: str = "") -> Iterator[str]:
         with _variables(variables):
             # The machine may have none but the current one: the variables still say it.
             with suppress(locale.Error):
-                locale.setlocale(locale.LC_ALL, name)
+                for category in _categories_taken_from_the_environment():
+                    locale.setlocale(category, name)
             yield f"locale {name}"
     finally:
         locale.setlocale(locale.LC_ALL, current)
+
+
+def _categories_taken_from_the_environment() -> list[int]:
+    """The categories a process launched under other locale variables would
+    have in the other locale: ``LC_CTYPE`` (Python sets it at start), and
+    each one the process had already set from C (an application that called
+    ``setlocale(LC_ALL, "")``). Python leaves the others C, whatever the
+    variables say, so a tool formatting a date or a number there gets C's
+    answer in any environment; one that calls ``setlocale`` itself reads
+    the variables."""
+    categories = [locale.LC_CTYPE]
+    for name in ("LC_COLLATE", "LC_TIME", "LC_MONETARY", "LC_NUMERIC", "LC_MESSAGES"):
+        category = getattr(locale, name, None)
+        if category is not None and locale.setlocale(category) not in ("C", "POSIX"):
+            categories.append(category)
+    return categories
 
 
 @contextmanager

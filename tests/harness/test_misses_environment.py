@@ -128,13 +128,17 @@ def wrap_to_sixty(ctx: ToolContext, text: str) -> dict[str, Any]:
 
 @tool(input_schema={"type": "object", "properties": {"amount": {"type": "number"}}})
 def format_total(ctx: ToolContext, amount: float) -> dict[str, Any]:
-    """The total, formatted by the locale."""
+    """The total, formatted by the locale its environment names (it adopts
+    that locale, as a command-line program does)."""
+    locale.setlocale(locale.LC_NUMERIC, "")
     return {"total": locale.format_string("%.2f", amount * 1000, grouping=True)}
 
 
 @tool(input_schema={"type": "object"})
 def sort_names(ctx: ToolContext) -> dict[str, Any]:
-    """The names of a file, sorted by the locale's collation."""
+    """The names of a file, sorted by the collation of the locale its
+    environment names."""
+    locale.setlocale(locale.LC_COLLATE, "")
     names = ctx.workspace.read_text("notes/names.txt").split()
     return {"names": sorted(names, key=locale.strxfrm)}
 
@@ -152,6 +156,13 @@ def format_total_fixed(ctx: ToolContext, amount: float) -> dict[str, Any]:
     names = ctx.workspace.read_text("notes/names.txt").split()
     locale.localeconv()  # read, never used for the answer
     return {"total": f"{amount * 1000:,.2f}", "names": sorted(names, key=str.casefold)}
+
+
+@tool(input_schema={"type": "object"})
+def weekday_by_strftime(ctx: ToolContext) -> dict[str, Any]:
+    """The day's name by ``strftime("%A")``: the C locale's, since nothing in
+    the process set ``LC_TIME`` from the environment."""
+    return {"day": datetime(2024, 5, 1).strftime("%A")}
 
 
 # -- the working directory
@@ -216,6 +227,7 @@ CORRECT = [
     (stamp_utc, {}),
     (wrap_to_sixty, WRAP),
     (format_total_fixed, AMOUNT),
+    (weekday_by_strftime, {}),
     (read_in_workspace, NOTE),
     (read_in_workspace_directory, NOTE),
 ]

@@ -63,6 +63,23 @@ def test_the_full_fault_matrix_has_no_false_positive_on_a_real_tool(
 ) -> None:
     before = surroundings.snapshots()
     outcomes = _matrix(name, registry, surroundings, tmp_path / "cassettes")
+    if name == "mcp_git":
+        # Built unconfined (repository=None): it takes a repository at any
+        # path, so it looks wherever an argument points, at a payload or
+        # through a link swapped into the workspace (GitPython probes
+        # <path>/.git and opens its HEAD). Seen, as it should be: such cells
+        # fail on where it reached, never on anything it changed.
+        looked = [o for o in outcomes if o.status == "fail"]
+        others = [
+            (o.fault, p)
+            for o in looked
+            for p in o.problems
+            if not p.startswith(
+                ("the handler looked outside the workspace", "the handler accessed outside")
+            )
+        ]
+        assert looked and others == []
+        outcomes = [o for o in outcomes if o not in looked]
     assert _failed(outcomes) == []
     assert any(outcome.status == "pass" for outcome in outcomes)
     skipped = [outcome for outcome in outcomes if outcome.status == "n/a"]
