@@ -103,6 +103,16 @@ class HashSeedFault(AfterSuccess):
             "frozen_at": cell.target.cassette.recorded_at,
         }
         answers = seeded_interpreters().run(request, SEEDS, spec.timeout_seconds)
+        lost = [answer for answer in answers if answer.lost]
+        answers = [answer for answer in answers if not answer.lost]
+        if len(answers) < 2:  # a stuck or missing worker says nothing of hash order
+            reason = (lost or answers)[0]
+            cell.check(
+                False,
+                f"{NOTHING_TO_INJECT}: fewer than two fresh interpreters answered "
+                f"(PYTHONHASHSEED={reason.seed}: {reason.error})",
+            )
+            return
         failed = [answer for answer in answers if answer.error is not None]
         if len(failed) == len(answers):
             cell.check(

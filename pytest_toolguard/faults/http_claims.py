@@ -82,6 +82,29 @@ FAILURE_TEXT = re.compile(
 )
 """Text that says something failed."""
 
+MESSAGE_KEYS = frozenset(
+    {
+        "message",
+        "msg",
+        "detail",
+        "details",
+        "reason",
+        "description",
+        "text",
+        "note",
+        "notes",
+        "summary",
+        "info",
+        "warning",
+        "warnings",
+        "comment",
+        "explanation",
+        "answer",
+        "reply",
+    }
+)
+"""Keys whose text is a message to the reader, where words of failure count."""
+
 MAX_NODES = 2000
 """At most this many values of a result are walked."""
 
@@ -96,7 +119,7 @@ def false_success(data: Any, message: str, recorded: Any, *, silent_ok: bool = F
     if data == recorded:
         return "with the recorded data"
     claim = _claim(data, recorded)
-    if claim is not None:
+    if claim is not None and not (claim.endswith(", as recorded") and _names_failure(data)):
         return f"claiming success ({claim})"
     if silent_ok or _says_failure(data) or FAILURE_TEXT.search(message or ""):
         return None
@@ -162,20 +185,33 @@ def _is_success_value(value: Any) -> bool:
     return False
 
 
-def _says_failure(data: Any) -> bool:
-    """Whether ``data`` says what failed (see the module's list)."""
-    if isinstance(data, str):
-        return bool(FAILURE_TEXT.search(data))
+def _names_failure(data: Any) -> bool:
+    """Whether ``data`` holds a field that names a failure (an error, a
+    false success flag): then a status repeated from the recorded success
+    is a thing's state (a ticket still ``"open"``), not a claim."""
     for _path, key, value in _leaves(data):
         if FAILURE_KEY.search(key) and value not in (None, False, "", [], {}, 0):
             return True
         if key in SUCCESS_FLAGS and value is False:
             return True
+    return False
+
+
+def _says_failure(data: Any) -> bool:
+    """Whether ``data`` says what failed (see the module's list): a field
+    naming a failure, a failing status, or words of failure in a text of
+    its own or in a field that carries a message (never any string: an
+    amount of ``"450 EUR"`` or a "password reset" link says nothing)."""
+    if isinstance(data, str):
+        return bool(FAILURE_TEXT.search(data))
+    if _names_failure(data):
+        return True
+    for _path, key, value in _leaves(data):
         if key in STATUS_KEYS:
             if isinstance(value, int) and not isinstance(value, bool) and value >= 400:
                 return True
             if isinstance(value, str) and FAILURE_TEXT.search(value):
                 return True
-        if isinstance(value, str) and FAILURE_TEXT.search(value):
+        if key in MESSAGE_KEYS and isinstance(value, str) and FAILURE_TEXT.search(value):
             return True
     return False

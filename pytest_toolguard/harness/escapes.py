@@ -37,7 +37,8 @@ code starts (``threading.Thread.start`` is wrapped while a guard runs;
 threads they start in turn count too). Toolguard's own work is never
 refused: an event whose nearest frame outside the standard library is
 toolguard-owned (``runtime.inline.owned``: the audit store opening its
-database file on a worker thread) passes. Code outside a handler run (a
+database file on a worker thread) passes, and so does the import system
+writing a module's byte-code cache. Code outside a handler run (a
 test's own code around a played-back cassette, the harness) passes.
 
 ``ReadOnlyPaths`` keeps the real directories mapped into the fake
@@ -53,10 +54,11 @@ run's ``subprocess.Popen`` start through the world's starter instead (the
 recorded time and root, a session of its own, killed at the deadline plus
 a bound), with the handler run it belongs to (``handler_run_here``).
 
-Not seen: C code that opens files itself (a library loaded through
-``ctypes``, a C extension calling ``open(2)``) raises no audit event;
-``multiprocessing``'s ``spawn`` and ``forkserver`` start methods start
-their process with none either (Python 3.11); a thread of a pool made
+Not seen: a write a handler makes through the import system's own
+functions (``importlib._bootstrap_external``); C code that opens files
+itself (a library loaded through ``ctypes``, a C extension calling
+``open(2)``) raises no audit event; ``multiprocessing``'s ``spawn`` and
+``forkserver`` start methods start their process with none (Python 3.11); a thread of a pool made
 before the handler ran, or a task a coroutine handler hands to the
 caller's event loop (``aexecute``), is not the handler's. A process a
 handler starts before the world (none can: the world starts first) is not
@@ -240,7 +242,12 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         detail = describe(args)
     except Exception:  # noqa: BLE001 - arguments of an unexpected shape
         detail = "?"
-    if detail is not None and in_handler_run() and not _owned_caller(sys._getframe(1)):
+    if (
+        detail is not None
+        and in_handler_run()
+        and not _owned_caller(sys._getframe(1))
+        and not importing()
+    ):
         _refuse(event, what, detail)
 
 
@@ -270,6 +277,18 @@ def _popen_init(popen: Any, args: Any, *more: Any, **options: Any) -> None:
             starters[-1](init, popen, args, more, options, handler_run_here())
             return
     init(popen, args, *more, **options)
+
+
+def importing() -> bool:
+    """Whether the calling code runs inside the import system: a module
+    imported during a handler run writes its byte-code cache beside its
+    source, the interpreter's work rather than the tool's."""
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def in_handler_run() -> bool:
@@ -438,18 +457,6 @@ REAL_LOADERS = ("add_real_directory", "add_real_file", "add_real_symlink")
 the first time it is looked at: pyfakefs's doing, not a write."""
 
 
-def _importing() -> bool:
-    """Whether the calling code runs inside the import system: a module
-    imported during a handler run writes its byte-code cache beside its
-    source, the interpreter's work rather than the tool's."""
-    frame: FrameType | None = sys._getframe(2)
-    while frame is not None:
-        if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
-            return True
-        frame = frame.f_back
-    return False
-
-
 class ReadOnlyPaths:
     """Writes beneath ``paths`` in ``fs`` refused (``EROFS``) and kept in
     ``log`` while installed (see the module docstring). Install it before
@@ -557,7 +564,7 @@ class ReadOnlyPaths:
         return loading
 
     def _check(self, operation: str, path: Any, *, follow: bool) -> None:
-        if getattr(self._local, "loading", 0) or _importing():
+        if getattr(self._local, "loading", 0) or importing():
             return
         landed = self._landing(path, follow)
         root = is_beneath(landed, self.paths)

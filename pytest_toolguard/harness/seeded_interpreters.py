@@ -99,6 +99,9 @@ class SeededAnswer:
     """The exception it raised, or why the worker could not run it."""
     files: Mapping[str, bytes] | None = None
     """Every regular file under the workspace afterwards, by relative path."""
+    lost: bool = False
+    """Whether the worker gave no answer (stuck, or gone): it says nothing
+    of what the handler does."""
 
 
 class SeededInterpreter:
@@ -123,7 +126,11 @@ class SeededInterpreter:
         ]
         # Without "" (the working directory, which -c puts first): a file of
         # the workspace never shadows a module the handler imports.
-        code = f"import sys; sys.path.remove(''); from {__name__} import serve; serve()"
+        # (There is none under PYTHONSAFEPATH.)
+        code = (
+            "import sys; sys.path[:] = filter(None, sys.path); "
+            f"from {__name__} import serve; serve()"
+        )
         try:
             self.pid = _REAL.spawn(
                 sys.executable,
@@ -132,6 +139,10 @@ class SeededInterpreter:
                 file_actions=actions,
                 setsid=True,
             )
+        except BaseException:
+            _REAL.close(requests_write)
+            _REAL.close(answers_read)
+            raise
         finally:
             _REAL.close(requests_read)
             _REAL.close(answers_write)
@@ -204,20 +215,36 @@ class SeededInterpreters:
         answer within ``seconds`` (plus ``STARTUP_SECONDS`` for a worker's
         first call), else an error saying so."""
         workers = []
+        answers = []
         for seed in seeds:
-            worker = self.worker(seed)
+            try:
+                worker = self._sent(seed, request)
+            except OSError as exc:  # it could not be started, or died twice
+                answers.append(SeededAnswer(seed, error=f"not started: {exc}", lost=True))
+                continue
             workers.append((worker, seconds + (0.0 if worker.started else STARTUP_SECONDS)))
             worker.started = True
-            worker.send(request)
-        answers = []
         for worker, limit in workers:
             raw = worker.receive(limit)
             if raw is None:
-                answers.append(SeededAnswer(worker.seed, error=f"no answer within {limit:.0f} s"))
+                lost = f"no answer within {limit:.0f} s"
+                answers.append(SeededAnswer(worker.seed, error=lost, lost=True))
                 continue
             files = {path: base64.b64decode(data) for path, data in raw.get("files", {}).items()}
             answers.append(SeededAnswer(worker.seed, raw.get("output"), raw.get("error"), files))
         return answers
+
+    def _sent(self, seed: int, request: Mapping[str, Any]) -> SeededInterpreter:
+        """The worker of ``seed``, ``request`` sent to it; a worker that died
+        since its last call (its pipe is closed) is started again, once."""
+        worker = self.worker(seed)
+        try:
+            worker.send(request)
+        except OSError:
+            worker.close()
+            worker = self.worker(seed)
+            worker.send(request)
+        return worker
 
     def close(self) -> None:
         """End every worker, each given a few seconds to clean up."""

@@ -13,6 +13,7 @@ import concurrent.futures
 import contextlib
 import datetime
 import errno
+import importlib
 import io
 import os
 import pathlib
@@ -20,6 +21,7 @@ import pty
 import shutil
 import sqlite3
 import subprocess
+import sys
 import threading
 import zoneinfo
 from collections.abc import Callable, Iterator
@@ -565,3 +567,28 @@ def test_the_fuzzer_reports_an_escape(tmp_path, kind):
     problems = {failure.problem for failure in report.failures}
     assert Problem.REAL_DISK in problems
     assert not os.path.exists(target)
+
+
+def test_a_module_imported_from_a_real_path_during_a_call_is_no_write(
+    tmp_path, tmp_path_factory, monkeypatch
+):
+    """A handler importing a module that lives beneath a real path makes
+    the import system write its byte-code cache there: the interpreter's
+    work, never reported as the tool's write."""
+    directory = tmp_path_factory.mktemp("modules")
+    name = f"toolguard_lazy_{os.getpid()}_{id(tmp_path)}"
+    (directory / f"{name}.py").write_text("VALUE = 42\n")
+    monkeypatch.syspath_prepend(str(directory))
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    fake_world = FakeWorld(real_paths=[directory])
+
+    def handler(ctx: Any) -> dict[str, Any]:
+        return {"value": importlib.import_module(name).VALUE}
+
+    try:
+        result, world = _run(tmp_path, handler, fake_world=fake_world)
+    finally:
+        fake_world.close()
+        sys.modules.pop(name, None)
+    assert result.ok and result.data == {"value": 42}, result.message
+    assert world.escapes() == ()

@@ -270,6 +270,12 @@ def test_a_tool_failing_or_saying_what_failed_passes(
         (None, "", True),
         ({"isDelivered": True, "errorMessage": "HTTP 500"}, "", True),  # camelCase alike
         ({"messageId": None, "errorMessage": "HTTP 500"}, "", False),
+        # A status the recorded success had, beside a field naming the
+        # failure: a thing's state (a ticket still open), not a claim.
+        ({"status": "sent", "stale": True, "error": "HTTP 503"}, "", False),
+        # Words that look like failure in fields that carry no message.
+        ({"queued": True, "amount": "450 EUR"}, "", True),
+        ({"id": None, "link": "https://example.test/password-reset"}, "", True),
         ({"statusCode": 503}, "", False),
     ],
 )
