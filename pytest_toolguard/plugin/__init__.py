@@ -114,11 +114,19 @@ def _share_hash_seed(config: pytest.Config) -> None:
     is then the same on every worker and every run, so two workers never
     disagree about a cassette by luck (``hash_seed`` varies it on purpose)."""
     distributed = config.getoption("dist", "no") != "no" or config.getoption("numprocesses", None)
-    if distributed and not hasattr(config, "workerinput"):
-        os.environ.setdefault("PYTHONHASHSEED", WORKERS_HASH_SEED)
+    if distributed and not hasattr(config, "workerinput") and "PYTHONHASHSEED" not in os.environ:
+        os.environ["PYTHONHASHSEED"] = WORKERS_HASH_SEED
+        config.stash[_SET_HASH_SEED] = True
+
+
+_SET_HASH_SEED: pytest.StashKey[bool] = pytest.StashKey()
+"""Whether this run set ``PYTHONHASHSEED`` (taken back when it ends: a run
+inside another process, pytester's, leaves its environment as it was)."""
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if config.stash.get(_SET_HASH_SEED, False):
+        os.environ.pop("PYTHONHASHSEED", None)
     run = config.stash.get(RUN, None)
     if run is not None:
         run.close()

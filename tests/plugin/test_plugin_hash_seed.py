@@ -4,6 +4,8 @@ varies the seed on purpose, in interpreters of its own)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from pytest_toolguard.plugin import WORKERS_HASH_SEED
@@ -48,3 +50,16 @@ def test_a_seed_the_run_set_is_kept(
     result.assert_outcomes(passed=4)
     written = {path.name: path.read_text() for path in (pytester.path / "hashes").iterdir()}
     assert {text.split()[1] for text in written.values()} == {"17"}, written
+
+
+def test_a_run_inside_the_process_gives_the_environment_back(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The seed is the workers' only: a run made in this process (pytester's
+    inline run) leaves PYTHONHASHSEED unset as it found it."""
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    result = pytester.runpytest_inprocess("-n", "1", "-p", "no:randomly")
+
+    result.assert_outcomes(passed=1)
+    assert "PYTHONHASHSEED" not in os.environ
