@@ -12,8 +12,8 @@ path that may have reached the service is counted against the call's
 recorded exchanges; one no recorded exchange matched (a retry with
 another query) counts too: outside the harness it would have been sent.
 A sending the service is known not to have acted on is not counted: one
-answered 429 (Too Many Requests: refused before anything was done) or
-refused a connection (nothing was sent). What each sending was answered
+answered 429 or 503 (Too Many Requests, Service Unavailable: refused
+before anything was done) or refused a connection (nothing was sent). What each sending was answered
 comes from the playback (``replay.http_exchange.ServedRequest``), so the
 judgement holds whatever fault changed the answers, and whatever client
 made the requests.
@@ -44,8 +44,10 @@ IDEMPOTENCY_FIELD = re.compile(
 """Fields of a JSON body that carry an idempotency key: ``idempotency_key``
 (Square), ``ClientToken`` (AWS), ``requestId`` (Google), ..."""
 
-NOT_ACTED_STATUSES = frozenset({429})
-"""Answers saying the service refused the request before acting on it."""
+NOT_ACTED_STATUSES = frozenset({429, 503})
+"""Answers saying the service refused the request before acting on it:
+429 Too Many Requests, 503 Service Unavailable (with ``Retry-After``, an
+invitation to send it again later, which a careful client accepts)."""
 
 NOT_SENT_ERRORS = frozenset({"ConnectionRefusedError"})
 """Failures before any byte of the request reached the service."""
@@ -53,7 +55,7 @@ NOT_SENT_ERRORS = frozenset({"ConnectionRefusedError"})
 
 def may_have_acted(request: ServedRequest) -> bool:
     """Whether the service may have acted on ``request``: anything but a
-    429 answer or a refused connection (a request no recorded exchange
+    429 or 503 answer or a refused connection (a request no recorded exchange
     answered would have been sent: it may have)."""
     if not request.answered:
         return True

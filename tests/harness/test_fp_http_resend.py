@@ -5,8 +5,8 @@ may have acted on the first, is reported in every cell that serves HTTP
 A retry loop on a 5xx or on a timeout re-sends a request the service may
 already have acted on: a second refund, a second message. It is safe only
 when every sending carries the same idempotency key, or when the service
-said it did not act (429 Too Many Requests; a refused connection sends
-nothing).
+said it did not act (429 Too Many Requests, 503 Service Unavailable; a
+refused connection sends nothing).
 
 Catch table (twin: cell, problem):
 
@@ -189,6 +189,8 @@ retries_5xx_with_one_key = _retrying_on(
     range(500, 600), lambda url, amount: {"Idempotency-Key": stable_key(url, amount)}
 )
 retries_429_only = _retrying_on((429,), lambda url, amount: {})
+retries_when_asked_later = _retrying_on((429, 503), lambda url, amount: {})
+"""Honours Retry-After: a 503 says the service did not handle the request."""
 
 
 def retries_5xx_with_a_body_token(ctx: Any, url: str, amount: int) -> dict[str, Any]:
@@ -271,6 +273,7 @@ BROKEN = [
 CORRECT = [
     pytest.param(retries_5xx_with_one_key, id="one-key"),
     pytest.param(retries_429_only, id="429-only"),
+    pytest.param(retries_when_asked_later, id="429-and-503"),
     pytest.param(retries_a_refused_connection_only, id="refused-only"),
     pytest.param(retries_5xx_with_a_body_token, id="body-token"),
 ]
