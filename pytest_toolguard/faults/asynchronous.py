@@ -174,6 +174,7 @@ def _on_a_running_loop(runtime: ToolRuntime, call: ToolCall, loop_run: _LoopRun)
                 loop_run.pending.append(getattr(task.get_coro(), "__qualname__", repr(task)))
         return result
 
+    gc.collect(1)  # what code before the call left behind is never blamed on it
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = asyncio.run(agent())

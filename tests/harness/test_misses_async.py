@@ -34,6 +34,7 @@ applies; a sync tool gets no ``async_loop`` cell.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import subprocess
 import sys
@@ -201,6 +202,23 @@ def test_a_process_started_through_asyncio_passes(tmp_path: Path) -> None:
     spec = _reader("starts_a_process_through_asyncio", "async_process")
     outcome = _cell(spec, READ, "directory", tmp_path)
 
+    assert outcome.status == "pass", outcome.problems
+
+
+@pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")
+def test_a_coroutine_left_by_code_before_the_call_is_never_blamed_on_it(tmp_path: Path) -> None:
+    async def forgotten() -> None:
+        pass
+
+    spec, arguments = CORRECT[0]
+    gc.disable()  # the garbage stays until the cell collects
+    try:
+        cycle: list[Any] = [forgotten()]
+        cycle.append(cycle)
+        del cycle
+        outcome = _cell(spec, arguments, "fake", tmp_path)
+    finally:
+        gc.enable()
     assert outcome.status == "pass", outcome.problems
 
 
