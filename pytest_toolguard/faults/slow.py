@@ -53,7 +53,8 @@ STEP_SECONDS = 3600.0
 at the first look after an operation."""
 
 CONTROL_STEP_SECONDS = 1e-6
-"""The control run's step: time-derived fields change, no budget runs out."""
+"""A control run's step: an elapsed time changes, no budget runs out."""
+
 
 _CLOCK_MODULES = ("time", "datetime")
 """An event loop's clock (``loop.time``, ``asyncio.timeout``) stays real: not stepped."""
@@ -105,9 +106,17 @@ class SlowWorldFault(Fault):
             if not slow.ok:
                 _check_old_or_new(cell, before, still_tree, slow_tree)
                 return
-            control, _ = _counted_run(cell, lambda: advance(CONTROL_STEP_SECONDS))
+            # Fields the clock alone changes, found by two runs no budget
+            # runs out in: one moved by a microsecond an operation (an
+            # elapsed time), one hours later standing still (a timestamp,
+            # at any resolution).
+            ticking, _ = _counted_run(cell, lambda: advance(CONTROL_STEP_SECONDS))
             cell.world.restore_workspace(saved)
-        volatile = set(_differences(still.data, control.data))
+            advance(STEP_SECONDS * (operations + 1))
+            later, _ = _counted_run(cell, None)
+            cell.world.restore_workspace(saved)
+        volatile = set(_differences(still.data, ticking.data))
+        volatile |= set(_differences(still.data, later.data))
         if _signals(still, slow, volatile):
             return
         how = (

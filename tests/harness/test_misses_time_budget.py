@@ -76,7 +76,9 @@ PAGER_SCHEMA = {
 PAGER = {"folder": "pages"}
 
 
-def _search(complete_always: bool, name: str, timed: bool = False) -> ToolSpec:
+def _search(
+    complete_always: bool, name: str, timed: bool = False, stamped: bool = False
+) -> ToolSpec:
     @tool(name=name, input_schema=SEARCH_SCHEMA, paths=[PathAccess.read("{folder}")])
     def handler(ctx: ToolContext, folder: str, word: str) -> dict[str, Any]:
         deadline = time.monotonic() + BUDGET_SECONDS
@@ -92,6 +94,8 @@ def _search(complete_always: bool, name: str, timed: bool = False) -> ToolSpec:
         if timed:  # fields that change with the clock alone say nothing of a cut
             answer["elapsed_seconds"] = time.monotonic() - deadline + BUDGET_SECONDS
             answer["searched_at"] = datetime.now(timezone.utc).isoformat()
+        if stamped:  # a timestamp in whole seconds: the same in two runs a moment apart
+            answer["searched_at"] = int(time.time())
         return answer
 
     return handler
@@ -172,12 +176,18 @@ BROKEN = (
         SEARCH,
         "only in fewer items and counts",
     ),
+    (
+        _search(True, "stamped_search_claims_complete", stamped=True),
+        SEARCH,
+        "only in fewer items and counts",
+    ),
     (_pager(False, "pages_as_the_whole_list"), PAGER, "only in fewer items and counts"),
     (summary_from_stale_manifest, {"folder": "docs"}, "with the same answer as the full run"),
 )
 CORRECT = (
     (_search(False, "search_says_incomplete"), SEARCH),
     (_search(False, "timed_search_says_incomplete", timed=True), SEARCH),
+    (_search(False, "stamped_search_says_incomplete", stamped=True), SEARCH),
     (_pager(True, "pager_with_next_page"), PAGER),
     (scan_failing_at_deadline, PAGER),
     (scan_reporting_progress, PAGER),
