@@ -102,6 +102,15 @@ def world_descriptors() -> set[int]:
     return held
 
 
+ASYNCIO_REAPER = "asyncio-waitpid-"
+"""How asyncio names the thread that reaps a child process it started
+(``ThreadedChildWatcher``): it ends by itself once the child has, maybe a
+moment after the awaited ``wait()`` returned, so it is waited for, bounded."""
+
+REAPER_SECONDS = 1.0
+"""How long a reaper thread is waited for: longer means its child still runs."""
+
+
 def still_working(thread: threading.Thread) -> bool:
     """Whether ``thread`` is alive and running work: any thread but a pool's
     worker (``POOL_LOOPS``) waiting for its next task. The runtime's own
@@ -141,6 +150,9 @@ class HandlerRuns:
         so a thread pool's worker (AnyIO's, ``concurrent.futures``',
         asyncio's) counts while it runs a task, not while it waits, idle,
         for the next one."""
+        for thread in self.threads:
+            if thread.name.startswith(ASYNCIO_REAPER) and thread.is_alive():
+                thread.join(REAPER_SECONDS)
         return sorted(thread.name for thread in self.threads if still_working(thread))
 
 
