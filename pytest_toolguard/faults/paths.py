@@ -37,7 +37,7 @@ MAX_SWAPS = 64
 """At most this many swap points per link point for ``symlink_race``: more
 are thinned evenly, the first and the last kept."""
 
-OTHER_SWAPS = 4
+OTHER_SWAPS = 2
 """At most this many per link point with each other argument set
 (``reached.alternative_arguments``)."""
 

@@ -34,7 +34,7 @@ from ..schema import SchemaValidator
 from .cell import Cell, CleanRun
 from .target import Target
 
-MAX_ALTERNATIVES = 3
+MAX_ALTERNATIVES = 2
 """Other argument sets a confinement cell tries, besides the recorded one."""
 
 MAX_PROBES = 2

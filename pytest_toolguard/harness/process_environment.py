@@ -16,8 +16,8 @@ one it left. What it cannot do: these are the process's, not a thread's,
 so every thread sees the varied value while the block runs (the
 executor's worker thread must: the handler runs there), and a locale the
 machine does not have cannot be varied to: with only ``C`` and
-``C.UTF-8`` installed, ``de_DE.UTF-8`` is made once per process with
-``localedef`` (``generated_locales``), and without ``localedef`` only the
+``C.UTF-8`` installed, ``de_DE.UTF-8`` is made once with ``localedef``
+and kept in the temporary directory (``generated_locales``), and without ``localedef`` only the
 encoding and the ``LANG``/``LC_*`` variables change.
 
 The hash seed cannot be varied in a running interpreter: see
@@ -26,7 +26,6 @@ The hash seed cannot be varied in a running interpreter: see
 
 from __future__ import annotations
 
-import atexit
 import functools
 import locale
 import os
@@ -128,23 +127,40 @@ _REAL = SimpleNamespace(spawn=os.posix_spawn, wait=os.waitpid)
 functions (and ``subprocess``'s pipes) while a fake world runs, and the
 locale is made on the real disk whichever world asks first."""
 
-MAKE_LOCALE = 'umask 077 && mkdir -p "$1" && exec localedef -i "$2" -f UTF-8 "$1/$3"'
+MAKE_LOCALE = """
+shared=$1 language=$2 name=$3 scratch=$4
+kept() {
+  [ -d "$shared/$name" ] && [ -O "$shared" ] &&
+    [ -z "$(find "$shared" -maxdepth 0 -perm /022)" ]
+}
+kept && exit 0
+umask 077
+if mkdir -p "$scratch" && localedef -i "$language" -f UTF-8 "$scratch/$name"; then
+  mv -T -- "$scratch" "$shared" 2>/dev/null
+fi
+rm -rf -- "$scratch"
+kept
+"""
+"""Reuses the shared locale directory when this user owns it and nobody
+else may write it; else makes one beside it and moves it into place (a
+process that loses the race to another keeps the winner's)."""
 
 
 @functools.lru_cache(maxsize=1)
 def generated_locales() -> str | None:
-    """A directory for ``LOCPATH`` holding ``GENERATED_LOCALE``, made once
-    per process with ``localedef`` (about two seconds) and removed at exit;
-    None when ``localedef`` or its sources are missing. Made by processes
-    started with ``os.posix_spawn`` (a shell, ``localedef``): a fake
-    filesystem may be active, and neither sees it."""
-    directory = os.path.join(
-        os.environ.get("TMPDIR") or "/tmp", f"toolguard-locales-{os.getpid()}-{uuid.uuid4().hex}"
-    )
+    """A directory for ``LOCPATH`` holding ``GENERATED_LOCALE``, made with
+    ``localedef`` (about two seconds) the first time any process of this
+    user asks, in the temporary directory, and kept for the next ones;
+    None when ``localedef`` or its sources are missing, or the directory
+    is not this user's alone. Made by processes started with
+    ``os.posix_spawn`` (a shell, ``localedef``): a fake filesystem may be
+    active, and neither sees it."""
+    temporary = os.environ.get("TMPDIR") or "/tmp"
+    shared = os.path.join(temporary, f"toolguard-locales-{os.getuid()}")
+    scratch = f"{shared}-{os.getpid()}-{uuid.uuid4().hex}"
     language = GENERATED_LOCALE.split(".")[0]
-    made = _run(["/bin/sh", "-c", MAKE_LOCALE, "sh", directory, language, GENERATED_LOCALE])
-    atexit.register(_run, ["/bin/rm", "-rf", "--", directory])
-    return directory if made == 0 else None
+    argv = ["/bin/sh", "-c", MAKE_LOCALE, "sh", shared, language, GENERATED_LOCALE, scratch]
+    return shared if _run(argv) == 0 else None
 
 
 def _run(argv: list[str]) -> int:

@@ -35,7 +35,7 @@ import os
 import shutil
 import textwrap
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,7 @@ from pytest_toolguard.faults import run_cell, select_faults, targets
 from pytest_toolguard.faults.outcome import CellOutcome
 from pytest_toolguard.harness.process_environment import (
     GENERATED_LOCALE,
+    generated_locales,
     other_locale,
 )
 from pytest_toolguard.registry import ENVIRONMENT_INPUTS, PathAccess, ToolRegistry, ToolSpec, tool
@@ -353,3 +354,32 @@ def test_the_environment_is_put_back_after_the_cell(tmp_path: Path) -> None:
         os.getcwd(),
     )
     assert after == before
+
+
+@pytest.fixture
+def fresh_locales(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """``generated_locales`` asked anew, in a temporary directory of its own."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    generated_locales.cache_clear()
+    yield tmp_path / f"toolguard-locales-{os.getuid()}"
+    generated_locales.cache_clear()
+
+
+@pytest.mark.skipif(shutil.which("localedef") is None, reason="no localedef here")
+def test_the_made_locale_is_kept_for_the_next_process(fresh_locales: Path) -> None:
+    made = generated_locales()
+    assert made == str(fresh_locales) and (fresh_locales / GENERATED_LOCALE).is_dir()
+    stamp = (fresh_locales / GENERATED_LOCALE).stat().st_mtime_ns
+    generated_locales.cache_clear()  # as another process asks
+    assert generated_locales() == made
+    assert (fresh_locales / GENERATED_LOCALE).stat().st_mtime_ns == stamp  # not made again
+    assert not [
+        p for p in fresh_locales.parent.iterdir() if p.name.startswith(fresh_locales.name + "-")
+    ]
+
+
+def test_a_locale_directory_others_may_write_is_never_used(fresh_locales: Path) -> None:
+    (fresh_locales / GENERATED_LOCALE).mkdir(parents=True)
+    fresh_locales.chmod(0o777)
+    assert generated_locales() is None
+    assert sorted(p.name for p in fresh_locales.iterdir()) == [GENERATED_LOCALE]
