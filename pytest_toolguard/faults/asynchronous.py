@@ -45,16 +45,13 @@ from ..replay.cassette import VOLATILE_FILE_PREFIX
 from ..runtime import ToolRuntime
 from .cell import Cell
 from .fault import Fault
-from .target import Target
+from .target import Target, relays_to_a_server
 
 BIG_FILE_BYTES = 64 * 1024
 """A file this large, or larger, reached synchronously on the loop is a stall."""
 
 NEVER_AWAITED = "was never awaited"
 """What the interpreter's warning about a coroutine never awaited says."""
-
-_BRIDGED = "pytest_toolguard.bridges.mcp"
-"""Handlers that relay to a server process: its loop is its own."""
 
 
 @dataclass(slots=True)
@@ -87,7 +84,7 @@ class AsyncLoopFault(Fault):
             target.handler_can_run
             and spec is not None
             and spec.is_async
-            and not (getattr(spec.handler, "__module__", "") or "").startswith(_BRIDGED)
+            and not relays_to_a_server(spec.handler)
         )
 
     def inject(self, cell: Cell) -> None:

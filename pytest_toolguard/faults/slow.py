@@ -46,7 +46,7 @@ from ..harness.clock import stepping_clock
 from .cell import Cell
 from .fault import Fault
 from .outcome import NOTHING_TO_INJECT
-from .target import Target
+from .target import Target, relays_to_a_server
 
 STEP_SECONDS = 3600.0
 """How far the clock moves per operation: a budget under an hour runs out
@@ -58,8 +58,6 @@ CONTROL_STEP_SECONDS = 1e-6
 
 _CLOCK_MODULES = ("time", "datetime")
 """An event loop's clock (``loop.time``, ``asyncio.timeout``) stays real: not stepped."""
-_BRIDGED = "pytest_toolguard.bridges.mcp"
-"""Handlers that relay to a server process: its clock is its own."""
 
 
 class SlowWorldFault(Fault):
@@ -282,7 +280,7 @@ def can_read_a_clock(handler: Callable[..., Any]) -> bool:
                 if id(function) in seen:
                     continue
                 seen.add(id(function))
-                if (function.__module__ or "").startswith(_BRIDGED):
+                if relays_to_a_server(function):
                     return False
                 names = _names(function)
                 if any(_is_clock(function.__globals__.get(name)) for name in names):

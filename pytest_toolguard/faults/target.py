@@ -112,3 +112,14 @@ def targets(
         Target(source, cassette, index, registry.get(interaction.call.tool_name), kind)
         for index, interaction in enumerate(cassette.interactions)
     ]
+
+
+RELAYING_MODULE = "pytest_toolguard.bridges.mcp"
+"""Where the handlers of bridged MCP servers live: they relay each call to
+a server process, whose clock, event loop and files are its own."""
+
+
+def relays_to_a_server(function: Any) -> bool:
+    """Whether ``function`` is a bridged MCP server's handler (see
+    ``RELAYING_MODULE``): what it does in this process says nothing of the tool."""
+    return (getattr(function, "__module__", "") or "").startswith(RELAYING_MODULE)
