@@ -32,6 +32,15 @@ settings.load_profile(
     os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "default")
 )
 
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Slow tests run first. Under xdist the two workers then share them
+    at the start, instead of one worker running the last of them alone at
+    the end while the other has nothing left (a matrix over a real tool
+    takes a minute)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 EVERY_RISK = frozenset(Risk)
 WRITE_ANYWHERE = Capabilities(allowed_risks=EVERY_RISK, write_roots=(".",))
 

@@ -251,6 +251,7 @@ def test_in_a_directory_world_the_server_is_the_worlds_process_and_dies_with_it(
 # -- commands that give no server, urls off the loopback: one error line -------------
 
 
+@pytest.mark.slow
 def test_fuzzing_reaches_the_server_the_world_started_and_finds_nothing(
     notes: ToolRegistry,
 ) -> None:

@@ -199,6 +199,7 @@ def test_symlink_race_over_stdio_is_not_applicable_never_a_pass(tmp_path: Path) 
     assert all("no file operation in this process" in o.problems[0] for o in outcomes[1:])
 
 
+@pytest.mark.slow
 def test_a_correct_server_passes_every_cell_of_the_full_matrix_in_the_authors_view(
     tmp_path: Path,
 ) -> None:
@@ -303,6 +304,7 @@ TIME_CALLS = (
 )
 
 
+@pytest.mark.slow
 def test_mcp_server_time_over_stdio_records_replays_and_passes_the_matrix(
     tmp_path: Path,
 ) -> None:
@@ -545,6 +547,7 @@ def registry():
 """
 
 
+@pytest.mark.slow
 def test_the_plugin_replays_and_runs_every_cell_of_a_stdio_servers_cassette(
     pytester: pytest.Pytester, tmp_path: Path, _own_temporary: Path
 ) -> None:

@@ -123,6 +123,7 @@ def test_a_replay_whose_tools_are_all_missing_names_the_registry_it_used(pyteste
     assert "to re-record this cassette: python scripts/record_agent.py" in text
 
 
+@pytest.mark.slow
 def test_a_fixture_playback_hint_names_the_script_that_recorded_the_cassette(pytester) -> None:
     pytester.makefile(".yaml", **{"cassettes/mine": UNKNOWN_TOOL})
     pytester.makepyfile(

@@ -151,6 +151,7 @@ CORRECT_SESSIONS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("session", sorted(CORRECT_SESSIONS))
 def test_a_correct_tool_passes_every_cell_of_the_full_matrix_in_the_directory_world(
     tmp_path: Path, parent: Path, session: str

@@ -405,6 +405,7 @@ def local_time(ctx: Any, zone: str) -> dict[str, Any]:
     return {"offset": str(datetime.datetime(2024, 1, 15, tzinfo=tz).utcoffset())}
 
 
+@pytest.mark.slow
 def test_time_zone_lookups_are_no_false_positive_of_the_fault_matrix(tmp_path):
     workspace = tmp_path / "ws"
     workspace.mkdir()

@@ -349,6 +349,7 @@ def test_read_modify_write_without_a_lock_is_caught(
     assert reported(outcome, "1-" + spec.name, problem, lost), outcome.problems
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", WORLDS)
 @pytest.mark.parametrize(("spec", "arguments"), CORRECT, ids=lambda v: getattr(v, "name", ""))
 def test_correct_twin_passes_every_cell(

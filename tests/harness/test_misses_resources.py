@@ -220,6 +220,7 @@ def test_a_resource_left_on_an_error_path_fails_disk_failure(
 @pytest.mark.parametrize(
     ("handler", "world"), CORRECT, ids=[f"{h.__name__}-{world}" for h, world in CORRECT]
 )
+@pytest.mark.slow
 def test_a_tool_giving_back_what_it_opened_passes_every_cell(handler: Any, world: str) -> None:
     outcomes = run_all(_spec(handler, world), WRITE, FILES)
 

@@ -330,6 +330,7 @@ def _example_project_outcomes() -> list[CellOutcome]:
     return outcomes
 
 
+@pytest.mark.slow
 def test_mutation_figure() -> None:
     """Broken tools caught / total (cells here and in test_faults_catch_bugs),
     and false positives: twins failing, the example project failing."""

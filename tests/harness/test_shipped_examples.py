@@ -103,6 +103,7 @@ def test_the_three_cassettes_are_shipped():
         assert load(path).recorded_by == f"python cassettes/record.py {path.stem}"
 
 
+@pytest.mark.slow
 def test_re_recording_writes_byte_identical_cassettes(tmp_path):
     """Proves the recording is stable and the shipped cassettes are current."""
     completed = subprocess.run(

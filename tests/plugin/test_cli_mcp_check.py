@@ -246,6 +246,7 @@ def test_the_agent_developers_view_contains_the_unconfined_twin(
     assert "agent developer's view" in out
 
 
+@pytest.mark.slow
 def test_the_confined_server_passes_every_cell(
     capsys: pytest.CaptureFixture[str], log: str, workspace: Path
 ) -> None:
@@ -331,6 +332,7 @@ def test_the_reports_hold_the_matrix_and_the_failing_cells(
     assert {cell["tool"] for cell in failed} >= {"read_file"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("server", "expected"), [(FILES, 0), (TWIN, 1)], ids=["confined", "twin"])
 def test_fuzzing_reads_outside_only_through_the_twin(
     server: list[str], expected: int, capsys: pytest.CaptureFixture[str]
@@ -358,6 +360,7 @@ HTTP_LOG = [
 ]
 
 
+@pytest.mark.slow
 def test_a_server_over_streamable_http_is_checked(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, workspace: Path
 ) -> None:

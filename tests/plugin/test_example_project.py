@@ -69,6 +69,7 @@ def test_its_cassettes_replay_with_no_network(project: Path) -> None:
     assert re.search(r", 0 failed$", result.stdout.strip().splitlines()[-2])
 
 
+@pytest.mark.slow
 def test_the_fault_matrix_over_it_has_no_failing_cell(project: Path) -> None:
     result = _pytest(project, "--toolguard-replay", "--toolguard-faults=all", "cassettes")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -77,6 +78,7 @@ def test_the_fault_matrix_over_it_has_no_failing_cell(project: Path) -> None:
     assert int(cells.group(3)) == 0 and int(cells.group(2)) > 50
 
 
+@pytest.mark.slow
 def test_the_fuzzer_takes_exactly_its_tools_from_the_conftest_fixture(project: Path) -> None:
     result = _pytest(project, "--toolguard-fuzz", "--toolguard-fuzz-examples=10", "-rs", "-vv")
     assert result.returncode == 0, result.stdout + result.stderr

@@ -50,6 +50,7 @@ def project(pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.Monke
     return worlds
 
 
+@pytest.mark.slow
 def test_every_cell_of_a_directory_world_cassette_passes_and_leaves_no_world(
     pytester: pytest.Pytester, project: Path
 ) -> None:

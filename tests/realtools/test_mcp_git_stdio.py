@@ -92,6 +92,7 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> ToolRegistry:
         return ToolRegistry(from_mcp_command(GIT, env=ENVIRONMENT, list_in=listing))
 
 
+@pytest.mark.slow
 def test_mcp_server_git_over_stdio_records_replays_and_its_commit_is_fault_tested(
     registry: ToolRegistry, surroundings: Any, tmp_path: Path
 ) -> None:
@@ -116,6 +117,7 @@ def test_mcp_server_git_over_stdio_records_replays_and_its_commit_is_fault_teste
     assert surroundings.worlds_left() == []
 
 
+@pytest.mark.slow
 def test_mcp_server_git_over_stdio_is_fuzzed_in_a_repository_world(
     registry: ToolRegistry, surroundings: Any, tmp_path: Path
 ) -> None:

@@ -57,6 +57,7 @@ def _failed(outcomes: list[CellOutcome]) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(SESSIONS))
 def test_the_full_fault_matrix_has_no_false_positive_on_a_real_tool(
     name: str, registry: Any, surroundings: Any, tmp_path: Path
@@ -100,6 +101,7 @@ TWIN_CELLS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("twin", list(TWIN_CELLS))
 def test_a_twin_with_a_planted_bug_fails_the_cell_its_correct_tool_passes(
     twin: str, registry: Any, surroundings: Any, tmp_path: Path
