@@ -187,9 +187,13 @@ def loaded_code(root: str | os.PathLike[str]) -> list[OwnEntry]:
                 for path in real(directory):
                     places.add((path, "__init__", True))
                     places.add((*os.path.split(path), False))
+    # Both sides are resolved absolute paths: a prefix test says what
+    # ``relpath`` would, without its per-call normalising (a pytest process
+    # has thousands of modules, and the hook asks on every event).
+    beneath = real_root.rstrip(os.sep) + os.sep
     entries: list[OwnEntry] = []
     for directory, name, exact in sorted(places):
-        if not name or _inside(real_root, directory) is None:
+        if not name or not (directory == real_root or directory.startswith(beneath)):
             continue
         entries += [
             OwnEntry(directory, f"{name}.", prefix=True),
