@@ -176,30 +176,53 @@ BAD_INPUTS = {
 }  # fmt: skip
 
 
+SAID = {
+    "command not found": "no-such-server-xyz",
+    "exits at once": "cannot start: no configuration",  # the server's stderr
+    "prints garbage": "Welcome to my server",  # the first bytes it wrote
+    "log names an unknown tool": "delete_everything",
+    "truncated log": "line 4",
+    "-- missing, no command": "after --",
+}
+"""What the line must say, where the input's fault is in someone else's words."""
+
+
+def in_process(capsys: pytest.CaptureFixture[str], arguments: list[str]) -> tuple[int, str, str]:
+    """``main(arguments)``'s exit status and streams (argparse's usage
+    errors exit through ``SystemExit``)."""
+    try:
+        status = main(arguments)
+    except SystemExit as exit:
+        status = exit.code if isinstance(exit.code, int) else 2
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
 @pytest.mark.parametrize("case", sorted(BAD_INPUTS))
-def test_bad_input_is_one_line_and_exit_2(case: str, tmp_path: Path, log: str) -> None:
+def test_bad_input_is_one_line_and_exit_2(
+    case: str, tmp_path: Path, log: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, err = in_process(capsys, BAD_INPUTS[case](tmp_path, log))
+    assert status == 2, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("toolguard"), err
+    assert SAID.get(case, "") in lines[0]
+    assert "Traceback" not in err + out
+    assert not (tmp_path / "c.yaml").exists()
+
+
+@pytest.mark.parametrize("case", ["command not found", "prints garbage", "unknown fault"])
+def test_a_fresh_process_prints_the_same_one_line_and_nothing_else(
+    case: str, tmp_path: Path, log: str
+) -> None:
+    """As a user runs it: nothing else reaches stderr (no warning, no
+    traceback from an interpreter shutting down)."""
     done = toolguard(*BAD_INPUTS[case](tmp_path, log))
     assert done.returncode == 2, done.stderr
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("toolguard"), done.stderr
+    assert SAID.get(case, "") in lines[0]
     assert "Traceback" not in done.stderr + done.stdout
-    assert not (tmp_path / "c.yaml").exists()
-
-
-@pytest.mark.parametrize(
-    ("case", "said"),
-    [
-        ("command not found", "no-such-server-xyz"),
-        ("exits at once", "cannot start: no configuration"),  # the server's stderr
-        ("prints garbage", "Welcome to my server"),  # the first bytes it wrote
-        ("log names an unknown tool", "delete_everything"),
-        ("truncated log", "line 4"),
-        ("-- missing, no command", "after --"),
-    ],
-)
-def test_the_line_says_what_was_wrong(case: str, said: str, tmp_path: Path, log: str) -> None:
-    done = toolguard(*BAD_INPUTS[case](tmp_path, log))
-    assert said in done.stderr
 
 
 # -- the two views ------------------------------------------------------------
