@@ -108,18 +108,21 @@ class _Worker:
         self.thread.start()
 
     def _loop(self) -> None:
-        while True:
-            job = self.jobs.get()
-            if job is None:
-                return
-            try:
-                job.value = job.fn()
-            except BaseException as exc:  # carried back to the caller
-                job.error = exc
-            job.finished = True
-            job.signal.release()
-            if self._pool._leave_after_job(self):
-                return
+        try:
+            while True:
+                job = self.jobs.get()
+                if job is None:
+                    return
+                try:
+                    job.value = job.fn()
+                except BaseException as exc:  # carried back to the caller
+                    job.error = exc
+                job.finished = True
+                job.signal.release()
+                if self._pool._leave_after_job(self):
+                    return
+        finally:
+            close_thread_loop()
 
 
 CANCEL_GRACE = 1.0
@@ -267,10 +270,15 @@ class ThreadIsolation:
 
 
 class CoroutineRunner:
-    """Runs one awaitable to completion on a new event loop in the calling
-    thread (a worker thread, or the process child), and lets another thread
+    """Runs one awaitable to completion on the calling thread's event loop
+    (a worker thread, or the process child), and lets another thread
     cancel it: ``cancel()`` cancels the task on that loop, or makes ``run``
-    close the awaitable unstarted when the loop is not running yet."""
+    close the awaitable unstarted when the loop is not running yet.
+
+    The loop is kept for the thread's next call (``asyncio.run`` made and
+    closed one per call: about ten times the cost of running on an open
+    loop); what a call leaves running on it is cancelled before ``run``
+    returns, as ``asyncio.run`` does."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -297,7 +305,15 @@ class CoroutineRunner:
                 with self._lock:
                     self._loop = self._task = None
 
-        return asyncio.run(main())
+        loop = _thread_loop()
+        asyncio.set_event_loop(loop)  # as asyncio.run: get_event_loop() finds it meanwhile
+        try:
+            return loop.run_until_complete(main())
+        finally:
+            try:
+                _cancel_left_tasks(loop)
+            finally:
+                asyncio.set_event_loop(None)
 
     def cancel(self) -> None:
         """Cancel the coroutine (from any thread); harmless once it ended."""
@@ -306,6 +322,48 @@ class CoroutineRunner:
             if self._loop is not None and self._task is not None:
                 with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                     self._loop.call_soon_threadsafe(self._task.cancel)
+
+
+_thread_loops = threading.local()
+"""Each thread's event loop for ``CoroutineRunner`` (``loop``), made on first use."""
+
+
+def _thread_loop() -> asyncio.AbstractEventLoop:
+    import asyncio
+
+    loop: asyncio.AbstractEventLoop | None = getattr(_thread_loops, "loop", None)
+    if loop is None or loop.is_closed():
+        loop = _thread_loops.loop = asyncio.new_event_loop()
+    return loop
+
+
+def _cancel_left_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel what a call left on ``loop`` and let it end, as ``asyncio.run``
+    does before closing its loop: nothing of one call runs in the next."""
+    import asyncio
+
+    left = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    if not left:
+        return
+    for task in left:
+        task.cancel()
+    loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+
+
+def close_thread_loop() -> None:
+    """Close this thread's ``CoroutineRunner`` loop, if it made one, as
+    ``asyncio.run`` closes its own (a thread ends with its loop closed:
+    an open one warns when it is collected)."""
+    loop = getattr(_thread_loops, "loop", None)
+    if loop is None or loop.is_closed():
+        return
+    try:
+        _cancel_left_tasks(loop)
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.run_until_complete(loop.shutdown_default_executor())
+    finally:
+        _thread_loops.loop = None
+        loop.close()
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

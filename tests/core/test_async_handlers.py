@@ -324,6 +324,38 @@ def test_a_coroutine_cancelled_before_its_loop_starts_never_runs():
     assert [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)] == []
 
 
+def test_a_task_a_call_leaves_on_its_loop_is_cancelled_before_the_call_returns():
+    """The thread's loop is kept between calls: what one call started and
+    left running must end with it, as under ``asyncio.run``, and never run
+    inside the next call."""
+    started, ended = threading.Event(), []
+
+    async def leaves_a_task() -> str:
+        async def background() -> None:
+            started.set()
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                ended.append("cancelled")
+                raise
+
+        asyncio.get_running_loop().create_task(background())
+        await asyncio.sleep(0)  # it starts
+        return "done"
+
+    async def next_call() -> list[asyncio.Task[Any]]:
+        return [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+
+    isolation = ThreadIsolation(max_idle=1)
+    try:
+        first = isolation.run(lambda: CoroutineRunner().run(leaves_a_task()), 10, "first")
+        assert started.is_set() and ended == ["cancelled"] and first == "done"
+        # The same worker (one idle worker kept) and its loop: nothing left on it.
+        assert isolation.run(lambda: CoroutineRunner().run(next_call()), 10, "second") == []
+    finally:
+        assert isolation.close() == []
+
+
 def test_a_coroutine_past_its_grace_is_tracked_until_it_ends():
     isolation = ThreadIsolation(cancel_grace=0.01)
     marks: list[str] = []
