@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from doc_pages import DOCS, named_tests, names_a_test, pages
+from doc_pages import DOCS, every_block, named_tests, names_a_test, pages
 
 GUARANTEES = DOCS / "guarantees.md"
 
@@ -48,3 +48,19 @@ def test_every_toolguard_option_a_page_names_is_one_the_plugin_adds(
     assert named, "the pages name options"
     help_text = pytester.runpytest("--help", "-p", "no:xdist").stdout.str()
     assert sorted(option for option in named if option not in help_text) == []
+
+
+def test_every_toolguard_command_a_page_names_is_one(capsys: pytest.CaptureFixture[str]) -> None:
+    from pytest_toolguard.cli import main
+
+    named = set()
+    for page in pages():
+        named |= set(re.findall(r"`toolguard ([a-z][a-z-]*)", page.read_text(encoding="utf-8")))
+    for block in every_block():
+        if block.lang in ("sh", ""):
+            named |= set(re.findall(r"(?:^|# or: )toolguard ([a-z][a-z-]*)", block.code, re.M))
+    assert named, "the pages name commands"
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    commands = capsys.readouterr().out
+    assert sorted(name for name in named if f"    {name} " not in commands) == []
