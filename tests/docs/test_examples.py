@@ -57,7 +57,12 @@ def test_the_example_runs(
     workspace.mkdir()
     monkeypatch.chdir(tmp_path)
     code = block.code.replace("/srv/agent-workspace", str(workspace))
-    exec(compile(code, block.where, "exec"), {"__name__": "example"})
+    try:
+        exec(compile(code, block.where, "exec"), {"__name__": "example"})
+    except ModuleNotFoundError as error:
+        if (error.name or "").startswith("pytest_toolguard"):
+            raise
+        pytest.skip(f"{block.where} needs {error.name}, an optional extra's package")
 
 
 def _replay_case(block: Block, pytester: pytest.Pytester) -> None:
