@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from doc_pages import DOCS, every_block, named_tests, names_a_test, pages
+from doc_pages import DOCS, README, every_block, named_tests, names_a_test, pages
 
 GUARANTEES = DOCS / "guarantees.md"
 
@@ -64,3 +64,13 @@ def test_every_toolguard_command_a_page_names_is_one(capsys: pytest.CaptureFixtu
         main(["--help"])
     commands = capsys.readouterr().out
     assert sorted(name for name in named if f"    {name} " not in commands) == []
+
+
+def test_every_relative_link_of_the_readme_leads_to_a_file() -> None:
+    """The site's own links are checked by ``make docs``; the README is not
+    part of the site."""
+    text = README.read_text(encoding="utf-8")
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    relative = [link for link in links if "://" not in link]
+    assert relative, "the README links to the pages"
+    assert [link for link in relative if not (README.parent / link).exists()] == []
