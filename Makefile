@@ -3,13 +3,15 @@
 # make matrix : the fault matrix over cassettes/ and cases/, report in build/matrix.md
 # make demo   : the seed's feedback-analysis run, printed with its audit rows
 # make bench  : the speed rows (benchmarks/README.md), then their summary with verdicts
+# make docs   : the documentation site of docs/ in build/site (mkdocs --strict), its links checked
 # make mutation: the mutation score of replay on the tools (cosmic-ray; slow, not part of test)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+DOCS_STAMP := $(VENV)/.installed-docs
 
-.PHONY: test replay matrix demo bench lint clean mutation
+.PHONY: test replay matrix demo bench lint clean mutation docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +52,20 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/throughput_bench.py
 	@echo
 	$(BIN)/python benchmarks/summary.py
+
+# The docs extra only: the examples of the pages run in `make test` (tests/docs), not here.
+$(DOCS_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+# --strict fails the build on a link to a missing page or anchor; the script then
+# reads every built page's links; tests/docs runs every example of the pages and
+# checks that every test they name exists (it runs in `make test` too).
+docs: $(STAMP) $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --quiet
+	$(BIN)/python scripts/check_site_links.py build/site
+	$(BIN)/python -m pytest -q -p no:cacheprovider -p no:langsmith_plugin tests/docs
 
 mutation: $(STAMP)
 	$(BIN)/python -m pip install --quiet 'cosmic-ray>=8.7,<9'

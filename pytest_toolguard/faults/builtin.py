@@ -5,7 +5,8 @@ faults by name.
 import. A project's own faults come in through the
 ``pytest_toolguard_faults`` hook (the plugin adds them after these), or,
 outside pytest, by passing them to ``select_faults`` and ``run_cell``. The
-README's fault table is made from each fault's class attributes.
+fault table of ``docs/faults.md`` lists every one by name; its rows are
+what ``scripts/fault_table.py`` prints from each fault's class attributes.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ the HTTP exchanges its handler made (``approvals`` and ``http`` replay them).
 Loading validates against ``cassette.schema.json`` (shipped beside this
 module) and raises ``CassetteError`` naming the file and the field, never a
 traceback. Dumping is stable: the same session always writes the same bytes.
-See ``docs``: the README's "Cassettes" section.
+The format is documented in ``docs/cassettes.md``.
 
 A file has one of two syntaxes for the same document: YAML, the default and
 what people write and review, or JSON (RFC 8259), which recording writes for

@@ -277,14 +277,13 @@ def test_toolguard_audit_of_an_empty_postgres_database_is_one_line_and_exit_2(
     assert len(err.strip().splitlines()) == 1
 
 
-def test_the_readme_several_machines_example_runs(url: str, tmp_path: Path, spy: Spy) -> None:
+def test_the_docs_several_machines_example_runs(url: str, tmp_path: Path, spy: Spy) -> None:
     import re
 
     from pytest_toolguard import ToolRegistry
 
-    readme = Path(__file__).resolve().parents[2] / "README.md"
-    section = readme.read_text(encoding="utf-8").split("\n## Several machines\n", 1)[1]
-    match = re.search(r"```python\n(.*?)```", section.split("\n## ", 1)[0], re.S)
+    page = Path(__file__).resolve().parents[2] / "docs" / "several-machines.md"
+    match = re.search(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.S)
     assert match, "the section has a python block"
     code = match.group(1)
     assert '"postgresql://agent@db.internal/toolguard"' in code
@@ -295,7 +294,7 @@ def test_the_readme_several_machines_example_runs(url: str, tmp_path: Path, spy:
         "registry": ToolRegistry([spy_tool(spy)]),
         "capabilities": WRITE_ANYWHERE,
     }
-    exec(compile(code, "README", "exec"), namespace)
+    exec(compile(code, "docs/several-machines.md", "exec"), namespace)
     runtime = namespace["runtime"]
     try:
         assert isinstance(runtime.audit, PostgresAuditStore)

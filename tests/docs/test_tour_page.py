@@ -1,5 +1,5 @@
-"""The README's tour runs as written (with its two paths pointed at a
-temporary directory), and answers what its comments say."""
+"""The first guarded call of docs/tour.md runs as written (with its two
+paths pointed at a temporary directory), and answers what its comments say."""
 
 from __future__ import annotations
 
@@ -10,18 +10,17 @@ import pytest
 
 from pytest_toolguard import ErrorCode, SQLiteAuditStore
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+TOUR = Path(__file__).resolve().parents[2] / "docs" / "tour.md"
 
 
 def _tour() -> str:
-    text = README.read_text(encoding="utf-8")
-    section = text.split("## A short tour", 1)[1]
-    match = re.search(r"```python\n(.*?)```", section, re.S)
+    text = TOUR.read_text(encoding="utf-8")
+    match = re.search(r"```python\n(.*?)```", text, re.S)
     assert match, "the tour has a python block"
     return match.group(1)
 
 
-def test_the_readme_tour_runs_and_answers_as_its_comments_say(
+def test_the_tour_runs_and_answers_as_its_comments_say(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     workspace = tmp_path / "agent-workspace"
@@ -30,7 +29,10 @@ def test_the_readme_tour_runs_and_answers_as_its_comments_say(
     code = _tour()
     assert '"/srv/agent-workspace"' in code
     namespace: dict[str, object] = {}
-    exec(compile(code.replace("/srv/agent-workspace", str(workspace)), "README", "exec"), namespace)
+    exec(
+        compile(code.replace("/srv/agent-workspace", str(workspace)), "docs/tour.md", "exec"),
+        namespace,
+    )
     assert namespace["result"].code is ErrorCode.OK  # type: ignore[attr-defined]
     assert not (workspace / "notes" / "a.md").exists()  # rolled back by the tour
     with SQLiteAuditStore(tmp_path / "audit.db") as store:
@@ -42,10 +44,10 @@ def test_the_readme_tour_runs_and_answers_as_its_comments_say(
     ]
 
 
-def test_the_readme_tour_without_its_workspace_says_to_create_it(
+def test_the_tour_without_its_workspace_says_to_create_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
     code = _tour().replace("/srv/agent-workspace", str(tmp_path / "missing"))
     with pytest.raises(FileNotFoundError, match="does not exist: create it first"):
-        exec(compile(code, "README", "exec"), {})
+        exec(compile(code, "docs/tour.md", "exec"), {})
