@@ -12,7 +12,8 @@ import pytest
 from pydantic import BaseModel
 
 from pytest_toolguard.bridges import BridgeError, BridgeWarning
-from pytest_toolguard.bridges.mcp import afrom_mcp_server, from_mcp_server, result_wire
+from pytest_toolguard.bridges.guards.mcp_results import result_wire
+from pytest_toolguard.bridges.guards.mcp_server import afrom_mcp_server, from_mcp_server
 
 
 class SyncLister:

@@ -35,10 +35,12 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..capabilities import Risk
-from ..registry import Handler, PathAccess, ToolSpec
-from .definitions import BridgeError, Paths
-from .mcp import MCPToolError, call_tool_outcome, from_mcp, tool_wire
+from ...capabilities import Risk
+from ...registry import Handler, PathAccess, ToolSpec
+from ..definitions.mcp import from_mcp, tool_wire
+from ..definitions.spec import Paths
+from ..errors import BridgeError
+from .mcp_results import MCPToolError, call_tool_outcome
 from .mcp_stdio_server import KILL_AFTER_SECONDS as KILL_AFTER_SECONDS  # callers read it here
 from .mcp_stdio_server import MCPServerDied as MCPServerDied
 from .mcp_stdio_server import StdioServer as StdioServer

@@ -38,10 +38,11 @@ import anyio
 from mcp.client import streamable_http
 from mcp.client.stdio import get_default_environment
 
-from ..capabilities import Risk
-from ..harness.transports import carrying
-from ..registry import ToolSpec
-from .definitions import BridgeError, Paths
+from ...capabilities import Risk
+from ...harness.transports import carrying
+from ...registry import ToolSpec
+from ..definitions.spec import Paths
+from ..errors import BridgeError
 from .mcp_stdio import (
     STARTUP_SECONDS,
     WORKSPACE,
