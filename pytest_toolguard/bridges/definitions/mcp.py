@@ -124,6 +124,10 @@ def spec_from_wire(
     trust_annotations: bool,
     risks: Mapping[str, Risk | str] | None,
 ) -> ToolSpec:
+    """The ``ToolSpec`` of one tool's wire dict, run by ``handler``: what
+    ``from_mcp`` and the live servers (``guards.mcp_server``,
+    ``guards.mcp_stdio``) share. Risks, warnings and errors as for
+    ``from_mcp``."""
     name = wire.get("name")
     annotations = wire.get("annotations")
     if annotations is not None and not isinstance(annotations, Mapping):

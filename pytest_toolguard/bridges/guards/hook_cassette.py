@@ -33,8 +33,8 @@ another shape than ours), its audit row on state, decision and rule, and
 every known file at the end.
 
 What it cannot hold, by design: a call of a tool toolguard does not run
-(Bash, WebFetch, WebSearch: ``claude_code.NOT_RUN_HERE``), or one the
-registry does not hold, is audited but not appended, since replay could not
+(Bash, WebFetch, WebSearch: ``definitions.claude_code.NOT_RUN_HERE``), or
+one the registry does not hold, is audited but not appended, since replay could not
 run it. A file such a call created joins the starting state of the first
 later call that declares it; a change it made to a file the cassette knew
 already shows in the final state, and replay reports the difference. Files

@@ -1,8 +1,8 @@
 """MCP servers started as commands, spoken to over stdio with the ``mcp``
 SDK's own client (``stdio_client`` + ``ClientSession``).
 
-``from_mcp_command`` (re-exported by ``bridges.mcp``) lists the server's
-tools once, in a temporary directory (or ``list_in``), and gives each a
+``from_mcp_command`` (re-exported by ``guards.mcp_server``) lists the
+server's tools once, in a temporary directory (or ``list_in``), and gives each a
 handler that talks to the server of the world the call runs in: ``StdioServers`` keeps one
 ``StdioServer`` per workspace root, started for the first call there with
 ``{workspace}`` in the command, its environment and its working directory
@@ -168,7 +168,7 @@ def from_mcp_command(
     list_in: str | os.PathLike[str] | None = None,
     transport: Callable[..., StdioServers] = StdioServers,  # mcp_http's servers
 ) -> list[ToolSpec]:
-    """See ``bridges.mcp.from_mcp_command``."""
+    """See ``guards.mcp_server.from_mcp_command``."""
     if isinstance(command, (str, bytes)) or not command:
         raise BridgeError("from_mcp_command: the command is a list of its words, not empty")
     command, cwd = _pinned(command, cwd)

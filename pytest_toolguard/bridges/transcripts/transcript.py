@@ -1,13 +1,14 @@
-"""A session another program ran, as the calls it made, and that session
-re-executed into a cassette.
+"""A session another program ran, as the calls it made.
 
-The readers (``claude_code.read_session``, ``openai.read_responses``,
-``openai.read_chat``, ``anthropic.read_messages``, ``mcp.read_jsonrpc_log``)
-are pure functions over their wire formats. Each gives a ``Transcript``:
-the calls in order, each with the result the transcript holds for it, and
-a ``TranscriptProblem`` for every line or item it could not use (a truncated JSON
-line, a result with no call, a repeated id, arguments that are not JSON).
-Good calls are kept whatever else is wrong.
+The readers (in this package: ``claude_code.read_session``,
+``openai.read_responses``, ``openai.read_chat``,
+``anthropic.read_messages``, ``mcp.read_jsonrpc_log``) are pure functions
+over their wire formats, sharing ``CallCollector`` and ``json_records``.
+Each gives a ``Transcript``: the calls in order, each with the result the
+transcript holds for it, and a ``TranscriptProblem`` for every line or
+item it could not use (a truncated JSON line, a result with no call, a
+repeated id, arguments that are not JSON). Good calls are kept whatever
+else is wrong. ``into_cassette`` re-executes a transcript into a cassette.
 """
 
 from __future__ import annotations
