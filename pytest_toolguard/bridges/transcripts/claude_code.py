@@ -16,7 +16,7 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any
 
-from .anthropic import tool_result
+from .anthropic import read_blocks
 from .transcript import CallCollector, Transcript, json_records
 
 PATH_ARGUMENTS = ("file_path", "path", "notebook_path")
@@ -39,7 +39,7 @@ def read_session(text: str, *, relative_to_cwd: bool = True) -> Transcript:
         message = event.get("message")
         if event.get("type") not in ("assistant", "user") or not isinstance(message, Mapping):
             continue
-        _read_event(collector, where, message, event.get("toolUseResult"))
+        read_blocks(collector, where, message, event.get("toolUseResult"))
     transcript = collector.transcript()
     if not relative_to_cwd or transcript.cwd is None:
         return transcript
@@ -55,26 +55,6 @@ def read_session(text: str, *, relative_to_cwd: bool = True) -> Transcript:
         for call in transcript.calls
     )
     return Transcript(transcript.format, calls, transcript.problems, transcript.session_id, cwd)
-
-
-def _read_event(
-    collector: CallCollector, where: str, message: Mapping[str, Any], extra: Any
-) -> None:
-    content = message.get("content")
-    if not isinstance(content, list):
-        return
-    results = [b for b in content if isinstance(b, Mapping) and b.get("type") == "tool_result"]
-    for position, block in enumerate(content):
-        if not isinstance(block, Mapping):
-            continue
-        place = f"{where} content[{position}]"
-        if block.get("type") == "tool_use":
-            collector.call(place, block.get("id"), block.get("name"), block.get("input"))
-        elif block.get("type") == "tool_result":
-            result = tool_result(block)
-            if extra is not None and len(results) == 1:  # toolUseResult belongs to the one result
-                result = type(result)(ok=result.ok, content=result.content, data=extra)
-            collector.result(place, block.get("tool_use_id"), result)
 
 
 def relative_arguments(arguments: Mapping[str, Any], cwd: str) -> dict[str, Any]:
