@@ -187,7 +187,7 @@ def _run(options: argparse.Namespace, directory: Path) -> int:
     root = directory / "proj"
     (root / "notes").mkdir(parents=True)
     (root / "notes" / "a.md").write_text("hello\n")
-    from pytest_toolguard.bridges.mcp import from_mcp_command, from_mcp_http
+    from pytest_toolguard.bridges.guards.mcp_server import from_mcp_command, from_mcp_http
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

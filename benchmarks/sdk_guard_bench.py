@@ -136,7 +136,10 @@ class Calls:
         from mcp.server.mcpserver import MCPServer
         from mcp.types import ToolAnnotations
 
-        from pytest_toolguard.bridges.mcp import from_mcp_server, restoring_process_state
+        from pytest_toolguard.bridges.guards.mcp_server import (
+            from_mcp_server,
+            restoring_process_state,
+        )
 
         with restoring_process_state():
             server = MCPServer("bench")
@@ -161,7 +164,7 @@ class Calls:
         from agents.tool_context import ToolContext
 
         from pytest_toolguard.bridges import from_openai
-        from pytest_toolguard.bridges.openai import guarded_function_tool
+        from pytest_toolguard.bridges.guards.openai_agents import guarded_function_tool
 
         bare = function_tool(echo)
         runtime = self._runtime(from_openai(bare), root)
@@ -194,7 +197,7 @@ class Calls:
         from langchain_core.tools import tool
 
         from pytest_toolguard.bridges import from_langchain
-        from pytest_toolguard.bridges.langchain import toolguard_wrap_tool_call
+        from pytest_toolguard.bridges.guards.langgraph import toolguard_wrap_tool_call
 
         bare = tool(echo)
         runtime = self._runtime(from_langchain(bare), root)

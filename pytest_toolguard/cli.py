@@ -21,14 +21,13 @@ from typing import Any, NoReturn
 from . import options as options_names
 from .cli_mcp import UsageError as UsageError
 from .cli_mcp import add_command_option, add_mcp_command, command_registry, tools_from
-from .documents import MAX_DOCUMENT_BYTES, DocumentRefused, parse_yaml, read_text
+from .documents import DocumentRefused, parse_yaml, read_text
 
 USAGE_ERROR = 2
 PYTEST_USAGE_ERROR = 4
 """``pytest.ExitCode.USAGE_ERROR`` (pytest is not imported here)."""
 
 FORMATS = ("claude-code", "openai-chat", "openai-responses", "anthropic", "mcp")
-DEFAULT_HOOK_AUDIT = ".toolguard/audit.db"
 
 
 # -- entry point --------------------------------------------------------------
@@ -111,7 +110,7 @@ def _parser() -> argparse.ArgumentParser:
         "import",
         "turn another program's session transcript into a cassette, re-executing its calls",
         "toolguard import claude-code ~/.claude/projects/x/s.jsonl --registry "
-        "pytest_toolguard.bridges.claude_code:claude_code_registry --workspace repo "
+        "pytest_toolguard.bridges.definitions.claude_code:claude_code_registry --workspace repo "
         "-o cassettes/s.yaml",
         _import,
     )
@@ -281,7 +280,7 @@ def _read(path: str) -> str:
 
 def reader(format: str) -> Callable[[str], Any]:
     """The transcript reader of a format name."""
-    from .bridges import anthropic, claude_code, mcp, openai
+    from .bridges.transcripts import anthropic, claude_code, mcp, openai
 
     readers: dict[str, Callable[[str], Any]] = {
         "claude-code": claude_code.read_session,
@@ -295,7 +294,8 @@ def reader(format: str) -> Callable[[str], Any]:
 
 def _import(options: argparse.Namespace, passthrough: list[str]) -> int:
     from .bridges import BridgeError
-    from .bridges.transcript import IMPORT_CAPABILITIES, transcript_to_cassette, undecodable
+    from .bridges.transcripts.into_cassette import IMPORT_CAPABILITIES, transcript_to_cassette
+    from .bridges.transcripts.transcript import undecodable
     from .capabilities import Capabilities
 
     transcript = reader(options.format)(_read(options.file))
@@ -445,7 +445,7 @@ def _audit(options: argparse.Namespace, _: list[str]) -> int:
         and (options.since is None or row.started_at >= options.since)
     ]
     if options.openai_trace:
-        from .bridges.openai_trace import trace_items
+        from .bridges.exports.openai_trace import trace_items
 
         print(json.dumps({"data": trace_items(rows)}, ensure_ascii=False, indent=2))
         return 0
@@ -523,57 +523,13 @@ def _migrated(file: str, text: str) -> str:
 
 
 def _hook(options: argparse.Namespace, _: list[str]) -> int:
-    from .audit import AuditUnavailable
-    from .bridges import claude_code, claude_code_hook
-    from .bridges.hook_cassette import HookCassetteError, session_cassette
-    from .capabilities import Capabilities
-    from .replay.registry_loading import IMPORTED_FROM_CWD_FIRST, importable_from
+    from .bridges.guards.claude_code_command import HookCommandError, hook_command
 
     config = _hook_config(options.config)
-    stream = getattr(sys.stdin, "buffer", None)  # bytes: invalid UTF-8 is refused, not escaped
-    most = MAX_DOCUMENT_BYTES + 1  # never more read: read_event refuses what is over
     try:
-        event = claude_code_hook.read_event(
-            stream.read(most) if stream is not None else sys.stdin.read(most), options.event
-        )
-    except claude_code_hook.HookEventError as exc:
+        output = hook_command(options.event, sys.stdin, config, config_file=options.config)
+    except HookCommandError as exc:
         raise UsageError(str(exc)) from None
-    unknown = config.get("unknown_tools", "ask")
-    given = event.get("cwd")
-    cwd: str = given if isinstance(given, str) and given else os.getcwd()
-    if not os.path.isdir(cwd):
-        raise UsageError(f"the event's cwd {cwd!r} is not a directory")
-    spec = config.get("registry")
-    with importable_from(os.getcwd()) as finder:  # the project's code is its own (run_hook)
-        registry = _load_registry(spec) if spec else claude_code.claude_code_registry()
-    try:
-        capabilities = Capabilities(**(config.get("capabilities") or {}))
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f"{options.config}: capabilities: {exc}") from None
-    session_id = event.get("session_id") or "default"
-    try:
-        cassette = session_cassette(config.get("cassette"), cwd, session_id)
-    except HookCassetteError as exc:
-        raise UsageError(f"{options.config}: {exc}") from None
-    database = os.path.join(cwd, config.get("audit") or DEFAULT_HOOK_AUDIT)
-    os.makedirs(os.path.dirname(database) or ".", exist_ok=True)
-    try:
-        output = claude_code_hook.run_hook(
-            options.event,
-            event,
-            cwd=cwd,
-            registry=registry,
-            capabilities=capabilities,
-            database=database,
-            config_file=options.config,
-            cassette=cassette,
-            unknown_tools=unknown,
-            imported=(finder.directory, (*finder.asked, *IMPORTED_FROM_CWD_FIRST)),
-        )
-    except AuditUnavailable as exc:
-        raise UsageError(f"audit database {database}: {exc}") from None
-    except HookCassetteError as exc:
-        raise UsageError(f"cassette {cassette}: {exc}") from None
     if output is not None:
         print(json.dumps(output))
     return 0
@@ -584,7 +540,7 @@ def _hook_config(path: str | None) -> dict[str, Any]:
         return {}
     import yaml
 
-    from .bridges.claude_code_hook import HookEventError, check_config
+    from .bridges.guards.claude_code_hook import HookEventError, check_config
 
     try:
         return check_config(parse_yaml(_read(path)))

@@ -1,6 +1,6 @@
 """``toolguard mcp check`` and ``toolguard import ... --command``: an MCP
-server started as a command (``bridges.mcp.from_mcp_command``), tested the
-way its author tests it.
+server started as a command (``bridges.guards.mcp_server.from_mcp_command``),
+tested the way its author tests it.
 
 ``mcp check`` starts the server, lists its tools, and runs what it is
 given against them, each call in a fresh directory world with the server
@@ -180,7 +180,7 @@ def server_registry(
     ``options``' ``--cwd``, ``--env``, ``--startup-timeout``); a server that
     cannot be started or listed is a ``UsageError``, one line."""
     from .bridges import BridgeError, BridgeWarning
-    from .bridges.mcp import from_mcp_command, from_mcp_http
+    from .bridges.guards.mcp_server import from_mcp_command, from_mcp_http
     from .registry import ToolRegistry
 
     if not command:
@@ -269,7 +269,7 @@ def command_registry(
 
 def unknown_tools(transcript: Any, registry: Any, log: str) -> None:
     """``UsageError`` naming the first call of a tool the server lacks."""
-    from .bridges.transcript import registry_name
+    from .bridges.transcripts.into_cassette import registry_name
     from .redaction import Redactor
 
     for call in transcript.calls:
@@ -400,8 +400,8 @@ def _read(path: str) -> str:
 def _transcript(log: str) -> Any:
     """The log's calls; a log with anything unreadable (a truncated line, a
     result with no call) is refused: a check must run the session it names."""
-    from .bridges.mcp import read_jsonrpc_log
-    from .bridges.transcript import undecodable
+    from .bridges.transcripts.mcp import read_jsonrpc_log
+    from .bridges.transcripts.transcript import undecodable
     from .redaction import Redactor
 
     transcript = read_jsonrpc_log(_read(log))
@@ -427,7 +427,7 @@ def _imported(
 ) -> tuple[Any, list[str], bool]:
     """The log re-executed in a copy of ``--workspace`` (or of an empty
     directory) into a cassette: (cassette, report lines, nothing outside changed)."""
-    from .bridges.transcript import transcript_to_cassette
+    from .bridges.transcripts.into_cassette import transcript_to_cassette
 
     workspace = options.workspace or os.path.join(scratch, "empty")
     os.makedirs(workspace, exist_ok=True)

@@ -5,7 +5,7 @@ at the prompt replays), as an MCP server's tool would be."""
 from __future__ import annotations
 
 from pytest_toolguard import PathAccess, Risk, ToolContext, ToolRegistry, tool
-from pytest_toolguard.bridges.claude_code import claude_code_registry
+from pytest_toolguard.bridges.definitions.claude_code import claude_code_registry
 
 
 @tool(

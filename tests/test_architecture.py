@@ -48,7 +48,7 @@ def test_the_exception_check_sees_every_module() -> None:
     names = _modules()
     assert "pytest_toolguard.sandbox" in names
     assert "pytest_toolguard.replay.cassette" in names
-    assert "pytest_toolguard.bridges.mcp" in names
+    assert "pytest_toolguard.bridges.guards.mcp_server" in names
 
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -114,7 +114,7 @@ def targets(
     ]
 
 
-RELAYING_MODULE = "pytest_toolguard.bridges.mcp"
+RELAYING_MODULE = "pytest_toolguard.bridges.guards.mcp"
 """Where the handlers of bridged MCP servers live: they relay each call to
 a server process, whose clock, event loop and files are its own."""
 

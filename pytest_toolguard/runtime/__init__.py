@@ -229,7 +229,7 @@ class ToolRuntime:
         """Every step of ``execute`` before the handler, for a tool another
         program runs (an agent framework's own tool, a Claude Code hook):
         None when the call is admitted, its RUNNING audit row committed
-        (``pytest_toolguard.bridges.gate.finish_admitted`` finishes it with
+        (``pytest_toolguard.bridges.guards.gate.finish_admitted`` finishes it with
         the other program's outcome); otherwise the refusal, recorded and
         returned as ``execute`` would. Never raises for anything the call
         contains."""
@@ -357,7 +357,7 @@ class ToolRuntime:
         """Tell every listener (``add_listener``) the outcome of a call
         ``admit`` let through and another program ran: what ``execute``
         does after a call, for a call it never ran
-        (``pytest_toolguard.bridges.gate`` does once the call's row is
+        (``pytest_toolguard.bridges.guards.gate`` does once the call's row is
         finished, so that a recorder hears of every call a guard saw).
         ``stored_data`` must already be redacted and cut."""
         self._observers.tell_listeners(call, result, stored_data, approval)

@@ -16,7 +16,7 @@ import yaml
 from conftest import hook_in_process
 
 from pytest_toolguard import documents
-from pytest_toolguard.bridges.openai import output_result, read_chat
+from pytest_toolguard.bridges.transcripts.openai import output_result, read_chat
 from pytest_toolguard.cli import USAGE_ERROR
 from pytest_toolguard.contract import ToolCall
 from pytest_toolguard.faults import Target

@@ -31,7 +31,7 @@ import pytest
 import yaml
 from conftest import python_path
 
-from pytest_toolguard.bridges.claude_code import relative_arguments
+from pytest_toolguard.bridges.transcripts.claude_code import relative_arguments
 from pytest_toolguard.cli import main
 from pytest_toolguard.sandbox import Workspace
 
@@ -129,7 +129,7 @@ def registry_project(root: Path, names: dict[str, str], *, packaged: bool) -> Pa
     body = (
         f"import {names['helpers']}\n"
         f"try:\n    import {names['optional']}\nexcept ImportError:\n    pass\n"
-        "from pytest_toolguard.bridges.claude_code import claude_code_registry\n"
+        "from pytest_toolguard.bridges.definitions.claude_code import claude_code_registry\n"
         "registry = claude_code_registry()\n"
     )
     spec = f"{names['package']}.tools:registry" if packaged else f"{names['tools']}:registry"
@@ -269,7 +269,7 @@ def run_hook(project: Path, entry: str, body: str) -> subprocess.CompletedProces
         "sqlite3/__init__.py",
         "jsonschema.py",
         "pytest_toolguard/__init__.py",
-        "pytest_toolguard/bridges/claude_code_hook.py",
+        "pytest_toolguard/bridges/guards/claude_code_hook.py",
         "typing.py",
         "ast.py",
         "enum.py",

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from pytest_toolguard import CallState, SQLiteAuditStore
-from pytest_toolguard.bridges.claude_code import relative_arguments
+from pytest_toolguard.bridges.transcripts.claude_code import relative_arguments
 from pytest_toolguard.cli import main
 
 SESSION = "own-files-session"

@@ -21,9 +21,9 @@ import pytest
 from conftest import python_path
 
 from pytest_toolguard import documents
-from pytest_toolguard.bridges.claude_code import read_session
-from pytest_toolguard.bridges.mcp import read_jsonrpc_log
-from pytest_toolguard.bridges.openai import read_chat, read_responses
+from pytest_toolguard.bridges.transcripts.claude_code import read_session
+from pytest_toolguard.bridges.transcripts.mcp import read_jsonrpc_log
+from pytest_toolguard.bridges.transcripts.openai import read_chat, read_responses
 from pytest_toolguard.replay import cassette as cassette_module
 from pytest_toolguard.replay.cassette import CassetteError, load, loads
 
@@ -469,7 +469,7 @@ def import_arguments(tmp_path: Path, path: Path) -> list[str]:
         "claude-code",
         str(path),
         "--registry",
-        "pytest_toolguard.bridges.claude_code:claude_code_registry",
+        "pytest_toolguard.bridges.definitions.claude_code:claude_code_registry",
         "--workspace",
         str(tmp_path / "ws"),
         "-o",

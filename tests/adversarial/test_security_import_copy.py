@@ -28,7 +28,7 @@ import pytest
 
 from pytest_toolguard import PathAccess, Risk, ToolRegistry
 from pytest_toolguard.bridges import Transcript, transcript_to_cassette
-from pytest_toolguard.bridges.transcript import TranscriptCall, TranscriptResult
+from pytest_toolguard.bridges.transcripts.transcript import TranscriptCall, TranscriptResult
 from pytest_toolguard.cli import main
 from pytest_toolguard.registry import ToolSpec
 from pytest_toolguard.replay import dumps, load, replay

@@ -22,7 +22,7 @@ from pytest_toolguard.cli import FORMATS, USAGE_ERROR, main
 from pytest_toolguard.replay import load
 
 WORKSPACE = Path(__file__).parents[1] / "data" / "transcripts" / "workspace"
-CLAUDE_REGISTRY = "pytest_toolguard.bridges.claude_code:claude_code_registry"
+CLAUDE_REGISTRY = "pytest_toolguard.bridges.definitions.claude_code:claude_code_registry"
 BUILTIN_REGISTRY = "pytest_toolguard.tools:builtin_registry"
 
 GITHUB_TOKEN = "ghp_" + "R8kT2vLq9Wm4Xn7Pz1Hc5Jd3Fg6Sb0Ya8Ue2"

@@ -33,7 +33,7 @@ from pytest_toolguard import (
     ToolRuntime,
 )
 from pytest_toolguard.bridges import BridgeWarning
-from pytest_toolguard.bridges.mcp import from_mcp
+from pytest_toolguard.bridges.definitions.mcp import from_mcp
 from pytest_toolguard.harness.effects import declared_writes, undeclared_changes
 from pytest_toolguard.path_templates import PathValueError
 from pytest_toolguard.policy import MAX_PATHS_PER_CALL
@@ -569,7 +569,7 @@ def test_a_live_servers_out_of_workspace_edit_is_refused_following_the_advice(wo
     from mcp.server.mcpserver import MCPServer
     from mcp.types import ToolAnnotations
 
-    from pytest_toolguard.bridges.mcp import from_mcp_server, restoring_process_state
+    from pytest_toolguard.bridges.guards.mcp_server import from_mcp_server, restoring_process_state
 
     root, outside, written = world
 

@@ -23,7 +23,7 @@ from pytest_toolguard import (
     ToolRuntime,
 )
 from pytest_toolguard.bridges import from_openai
-from pytest_toolguard.bridges.openai import (
+from pytest_toolguard.bridges.guards.openai_agents import (
     guarded_function_tool,
     toolguard_input_guardrail,
     toolguard_output_guardrail,

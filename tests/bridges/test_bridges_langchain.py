@@ -29,7 +29,7 @@ from pytest_toolguard import (
     ToolRuntime,
 )
 from pytest_toolguard.bridges import from_langchain
-from pytest_toolguard.bridges.langchain import toolguard_wrap_tool_call
+from pytest_toolguard.bridges.guards.langgraph import toolguard_wrap_tool_call
 
 
 class NoteArguments(BaseModel):

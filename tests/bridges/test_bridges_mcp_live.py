@@ -26,12 +26,8 @@ from pytest_toolguard import (
     ToolRegistry,
     ToolRuntime,
 )
-from pytest_toolguard.bridges.mcp import (
-    call_tool_outcome,
-    from_mcp_server,
-    restoring_process_state,
-    result_wire,
-)
+from pytest_toolguard.bridges.guards.mcp_results import call_tool_outcome, result_wire
+from pytest_toolguard.bridges.guards.mcp_server import from_mcp_server, restoring_process_state
 from pytest_toolguard.faults import iter_cells, run_cell, select_faults
 from pytest_toolguard.replay import load, record_session, replay
 

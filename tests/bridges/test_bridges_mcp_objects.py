@@ -12,7 +12,8 @@ import pytest
 from pydantic import BaseModel
 
 from pytest_toolguard.bridges import BridgeError, BridgeWarning
-from pytest_toolguard.bridges.mcp import afrom_mcp_server, from_mcp_server, result_wire
+from pytest_toolguard.bridges.guards.mcp_results import result_wire
+from pytest_toolguard.bridges.guards.mcp_server import afrom_mcp_server, from_mcp_server
 
 
 class SyncLister:
@@ -176,3 +177,31 @@ def test_the_world_a_servers_tools_need_is_given_to_each(world: Any) -> None:
 def test_an_unknown_world_is_refused_before_the_server_is_asked(world: str) -> None:
     with pytest.raises(ValueError, match="unknown world"):
         from_mcp_server(AsyncServer(), world=world)
+
+
+class Echo:
+    async def list_tools(self) -> list[dict[str, Any]]:
+        return [{"name": "echo", "inputSchema": {"type": "object"}}]
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+        return {"content": [{"type": "text", "text": "hi"}]}
+
+
+def test_a_wrapped_servers_handler_is_known_to_the_faults_as_relaying() -> None:
+    # The faults leave a relaying handler's own clock and loop alone: the
+    # live servers' handlers must stay where faults.target looks for them.
+    from pytest_toolguard.faults.target import relays_to_a_server
+
+    [spec] = from_mcp_server(Echo())
+    assert relays_to_a_server(spec.handler)
+
+
+def test_a_definition_only_handler_of_the_bridges_is_not_relaying() -> None:
+    # The control: the bridges' own handler of a tool imported from its
+    # definition alone (it refuses every call) relays to no server.
+    from pytest_toolguard.bridges import from_mcp
+    from pytest_toolguard.faults.target import relays_to_a_server
+
+    [spec] = from_mcp({"name": "echo"})
+    assert spec.handler.__module__.startswith("pytest_toolguard.bridges.")
+    assert not relays_to_a_server(spec.handler)

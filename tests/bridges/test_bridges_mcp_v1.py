@@ -25,12 +25,8 @@ from pytest_toolguard import (  # noqa: E402
     ToolRuntime,
 )
 from pytest_toolguard.bridges import BridgeError  # noqa: E402
-from pytest_toolguard.bridges.mcp import (  # noqa: E402
-    call_tool_outcome,
-    from_mcp_server,
-    restoring_process_state,
-    result_wire,
-)
+from pytest_toolguard.bridges.guards.mcp_results import call_tool_outcome, result_wire  # noqa: E402
+from pytest_toolguard.bridges.guards.mcp_server import from_mcp_server, restoring_process_state  # noqa: E402
 
 
 def test_a_v1_fastmcp_server_is_wrapped_with_its_results_mapped(tmp_path: Path) -> None:

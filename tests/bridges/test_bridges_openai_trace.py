@@ -10,7 +10,7 @@ import pytest
 
 from pytest_toolguard import SQLiteAuditStore, ToolCall, ToolRuntime
 from pytest_toolguard.audit import AuditRecord
-from pytest_toolguard.bridges.openai_trace import trace_items
+from pytest_toolguard.bridges.exports.openai_trace import trace_items
 from pytest_toolguard.cli import main
 from pytest_toolguard.tools import builtin_registry
 

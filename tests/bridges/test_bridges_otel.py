@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from pytest_toolguard import ToolCall, ToolRuntime
-from pytest_toolguard.bridges.otel import export_audit_rows, export_replay
+from pytest_toolguard.bridges.exports.otel import export_audit_rows, export_replay
 from pytest_toolguard.replay import load, replay
 from pytest_toolguard.tools import builtin_registry
 

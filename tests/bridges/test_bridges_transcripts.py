@@ -11,15 +11,12 @@ import pytest
 
 from pytest_toolguard import Capabilities, ErrorCode, Risk, ToolCall, ToolRegistry, ToolRuntime
 from pytest_toolguard.bridges import BridgeError, Transcript, transcript_to_cassette
-from pytest_toolguard.bridges.anthropic import read_messages
-from pytest_toolguard.bridges.claude_code import (
-    claude_code_registry,
-    read_session,
-    relative_arguments,
-)
-from pytest_toolguard.bridges.mcp import read_jsonrpc_log
-from pytest_toolguard.bridges.openai import read_chat, read_responses
-from pytest_toolguard.bridges.transcript import IMPORT_CAPABILITIES, registry_name
+from pytest_toolguard.bridges.definitions.claude_code import claude_code_registry
+from pytest_toolguard.bridges.transcripts.anthropic import read_messages
+from pytest_toolguard.bridges.transcripts.claude_code import read_session, relative_arguments
+from pytest_toolguard.bridges.transcripts.into_cassette import IMPORT_CAPABILITIES, registry_name
+from pytest_toolguard.bridges.transcripts.mcp import read_jsonrpc_log
+from pytest_toolguard.bridges.transcripts.openai import read_chat, read_responses
 from pytest_toolguard.replay import CassetteError, dumps, load, loads, replay
 from pytest_toolguard.tools import builtin_registry, read_text
 

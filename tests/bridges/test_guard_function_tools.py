@@ -31,7 +31,7 @@ from agents import Agent, RunConfig, Runner, function_tool  # noqa: E402
 from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
 
 from pytest_toolguard.bridges import from_langchain, from_openai  # noqa: E402
-from pytest_toolguard.bridges.openai import (  # noqa: E402
+from pytest_toolguard.bridges.guards.openai_agents import (  # noqa: E402
     guarded_function_tool,
     toolguard_input_guardrail,
     toolguard_output_guardrail,
@@ -293,7 +293,7 @@ def through_langgraph(
     from langgraph.graph import END, START, MessagesState, StateGraph
     from langgraph.prebuilt import ToolNode
 
-    from pytest_toolguard.bridges.langchain import toolguard_wrap_tool_call
+    from pytest_toolguard.bridges.guards.langgraph import toolguard_wrap_tool_call
 
     @tool
     def close_ticket(ticket: str) -> str:

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from pytest_toolguard.bridges import transcript_to_cassette
-from pytest_toolguard.bridges.anthropic import read_messages
-from pytest_toolguard.bridges.mcp import read_jsonrpc_log
-from pytest_toolguard.bridges.openai import read_chat, read_responses
+from pytest_toolguard.bridges.transcripts.anthropic import read_messages
+from pytest_toolguard.bridges.transcripts.mcp import read_jsonrpc_log
+from pytest_toolguard.bridges.transcripts.openai import read_chat, read_responses
 from pytest_toolguard.cli import main
 from pytest_toolguard.replay import load
 from pytest_toolguard.tools import builtin_registry

@@ -87,7 +87,7 @@ def test_langgraph_wrap_tool_call_records_every_call(tmp_path: Path, paths: list
     from langgraph.prebuilt import ToolNode
 
     from pytest_toolguard.bridges import from_langchain
-    from pytest_toolguard.bridges.langchain import toolguard_wrap_tool_call
+    from pytest_toolguard.bridges.guards.langgraph import toolguard_wrap_tool_call
 
     written: list[str] = []
 
@@ -143,7 +143,7 @@ def test_agents_sdk_guardrails_record_every_call(tmp_path: Path, paths: list[str
     from agents.testing import function_call
 
     from pytest_toolguard.bridges import from_openai
-    from pytest_toolguard.bridges.openai import (
+    from pytest_toolguard.bridges.guards.openai_agents import (
         toolguard_input_guardrail,
         toolguard_output_guardrail,
     )
@@ -180,7 +180,7 @@ def test_guarded_function_tool_records_every_call(tmp_path: Path, paths: list[st
     from agents.testing import function_call
 
     from pytest_toolguard import tool
-    from pytest_toolguard.bridges.openai import guarded_function_tool
+    from pytest_toolguard.bridges.guards.openai_agents import guarded_function_tool
 
     written: list[str] = []
 
@@ -207,8 +207,8 @@ def test_guarded_function_tool_records_every_call(tmp_path: Path, paths: list[st
 
 @pytest.mark.parametrize("paths", list(WITH_FAILURE.values()), ids=list(WITH_FAILURE))
 def test_claude_code_hook_records_every_call(tmp_path: Path, paths: list[str]) -> None:
-    from pytest_toolguard.bridges.claude_code import claude_code_registry
-    from pytest_toolguard.bridges.claude_code_hook import answer
+    from pytest_toolguard.bridges.definitions.claude_code import claude_code_registry
+    from pytest_toolguard.bridges.guards.claude_code_hook import answer
 
     workspace = tmp_path / "ws"
     workspace.mkdir()

@@ -236,7 +236,7 @@ def test_langgraph_guard_gives_its_tool_the_workspace(tmp_path: Path) -> None:
     from langgraph.prebuilt import ToolNode
 
     from pytest_toolguard.bridges import from_langchain
-    from pytest_toolguard.bridges.langchain import toolguard_wrap_tool_call
+    from pytest_toolguard.bridges.guards.langgraph import toolguard_wrap_tool_call
 
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "a.md").write_text("hello\n", encoding="utf-8")

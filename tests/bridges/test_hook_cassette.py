@@ -19,7 +19,7 @@ import pytest
 import yaml
 from conftest import python_path
 
-from pytest_toolguard.bridges.claude_code import claude_code_registry
+from pytest_toolguard.bridges.definitions.claude_code import claude_code_registry
 from pytest_toolguard.cli import main
 from pytest_toolguard.replay import load, replay
 
@@ -171,7 +171,7 @@ def test_the_hook_cassette_replays_with_pytest_toolguard_replay(recorded: Path) 
             "replay",
             str(recorded),
             "--registry",
-            "pytest_toolguard.bridges.claude_code:claude_code_registry",
+            "pytest_toolguard.bridges.definitions.claude_code:claude_code_registry",
             "--",
             "-q",
             "-p",

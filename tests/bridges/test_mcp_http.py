@@ -30,8 +30,8 @@ from pytest_toolguard import (  # noqa: E402
     ToolRegistry,
     ToolRuntime,
 )
-from pytest_toolguard.bridges.definitions import BridgeError  # noqa: E402
-from pytest_toolguard.bridges.mcp import from_mcp_http  # noqa: E402
+from pytest_toolguard.bridges.errors import BridgeError  # noqa: E402
+from pytest_toolguard.bridges.guards.mcp_server import from_mcp_http  # noqa: E402
 from pytest_toolguard.faults import run_cell, select_faults, targets  # noqa: E402
 from pytest_toolguard.fuzz import fuzz_tool  # noqa: E402
 from pytest_toolguard.harness.directory_world import (  # noqa: E402
@@ -207,7 +207,7 @@ def test_a_stalled_server_is_killed_at_the_deadline_plus_the_bound_and_a_dead_on
     """At the deadline: TIMEOUT, the server killed a bound later, the next
     call on a new server. A server dying mid-call: a stable code, its row
     FAILED, the next call on a new server."""
-    from pytest_toolguard.bridges.mcp_stdio import KILL_AFTER_SECONDS
+    from pytest_toolguard.bridges.guards.mcp_stdio import KILL_AFTER_SECONDS
 
     runtime, store = _runtime(notes, place)
     with runtime:

@@ -28,8 +28,8 @@ from pytest_toolguard import (  # noqa: E402
     ToolRegistry,
     ToolRuntime,
 )
-from pytest_toolguard.bridges.definitions import BridgeError  # noqa: E402
-from pytest_toolguard.bridges.mcp import from_mcp_command  # noqa: E402
+from pytest_toolguard.bridges.errors import BridgeError  # noqa: E402
+from pytest_toolguard.bridges.guards.mcp_server import from_mcp_command  # noqa: E402
 from pytest_toolguard.faults import BUILTIN_FAULTS, run_cell, select_faults, targets  # noqa: E402
 from pytest_toolguard.fuzz import fuzz_tool  # noqa: E402
 from pytest_toolguard.harness.directory_world import (  # noqa: E402
@@ -362,7 +362,7 @@ def test_a_stalled_server_is_killed_at_the_deadline_plus_the_bound_and_answers_t
     """Thread mode sets ``ctx.cancelled`` at the deadline; inline mode
     interrupts the handler's wait: either way the request is cancelled and
     the server killed a bound later."""
-    from pytest_toolguard.bridges.mcp_stdio import KILL_AFTER_SECONDS
+    from pytest_toolguard.bridges.guards.mcp_stdio import KILL_AFTER_SECONDS
 
     runtime, store = _runtime(misbehaving, place, isolation)
     with runtime:
@@ -532,7 +532,7 @@ def test_a_thread_serving_the_world_is_never_a_thread_left_running() -> None:
 PLUGIN_REGISTRY = """
 import warnings
 from pytest_toolguard import PathAccess, ToolRegistry
-from pytest_toolguard.bridges.mcp import from_mcp_command
+from pytest_toolguard.bridges.guards.mcp_server import from_mcp_command
 
 PATHS = {{
     "read_note": [PathAccess.read("{{path}}")],

@@ -28,9 +28,9 @@ from pytest_toolguard import (  # noqa: E402
     ToolRegistry,
     ToolRuntime,
 )
-from pytest_toolguard.bridges.definitions import BridgeError  # noqa: E402
-from pytest_toolguard.bridges.mcp import from_mcp_command  # noqa: E402
-from pytest_toolguard.bridges.mcp_stdio import KILL_AFTER_SECONDS  # noqa: E402
+from pytest_toolguard.bridges.errors import BridgeError  # noqa: E402
+from pytest_toolguard.bridges.guards.mcp_server import from_mcp_command  # noqa: E402
+from pytest_toolguard.bridges.guards.mcp_stdio import KILL_AFTER_SECONDS  # noqa: E402
 from pytest_toolguard.harness.directory_world import DirectoryWorld  # noqa: E402
 from pytest_toolguard.replay.cassette import WorkspaceState  # noqa: E402
 
@@ -336,7 +336,7 @@ def test_a_running_server_needs_no_preparing_and_a_dead_one_does(tmp_path: Path)
     import threading
     from types import SimpleNamespace
 
-    from pytest_toolguard.bridges.mcp_stdio import MCPServerDied, StdioServers
+    from pytest_toolguard.bridges.guards.mcp_stdio import MCPServerDied, StdioServers
 
     servers = StdioServers(["node", SERVER], env=None, cwd=None, startup_timeout=30.0)
     handler: Any = servers.handler("die")
@@ -402,7 +402,7 @@ import gc, sys
 from pytest_toolguard import (
     Capabilities, Risk, SQLiteAuditStore, ToolCall, ToolRegistry, ToolRuntime,
 )
-from pytest_toolguard.bridges.mcp import from_mcp_command
+from pytest_toolguard.bridges.guards.mcp_server import from_mcp_command
 
 registry = ToolRegistry(from_mcp_command({command!r}))
 runtime = ToolRuntime(registry, sys.argv[1], Capabilities(allowed_risks=frozenset({{Risk.READ}})),
@@ -450,7 +450,7 @@ def test_a_probe_passes_on_the_prepare_of_the_handler_it_wraps_even_when_a_fault
 def test_the_end_of_a_servers_stderr_is_kept_after_its_loop_ended(tmp_path: Path) -> None:
     """A call that learns the server died may ask for its stderr after the
     server's loop has ended and closed the file: the end is kept."""
-    from pytest_toolguard.bridges.mcp_stdio import MCPServerDied, StdioServers
+    from pytest_toolguard.bridges.guards.mcp_stdio import MCPServerDied, StdioServers
 
     server = StdioServers(["node", SERVER], env=None, cwd=None, startup_timeout=30.0).start(
         str(tmp_path)

@@ -15,7 +15,7 @@ import pytest
 from test_faults_catch_bugs import one_call_case, reported, run, run_all
 
 from pytest_toolguard.bridges import BridgeWarning
-from pytest_toolguard.bridges.mcp import from_mcp
+from pytest_toolguard.bridges.definitions.mcp import from_mcp
 from pytest_toolguard.capabilities import Risk
 from pytest_toolguard.context import ToolContext
 from pytest_toolguard.faults import targets

@@ -93,7 +93,7 @@ def test_a_deadline_passing_while_an_exchange_is_recorded_loses_no_exchange(
 
 
 def test_our_packages_are_owned_but_those_holding_tools_code() -> None:
-    import pytest_toolguard.bridges.python  # noqa: F401 - owned() reads loaded modules
+    import pytest_toolguard.bridges.definitions.python  # noqa: F401 - owned() reads loaded modules
     import pytest_toolguard.faults.handler  # noqa: F401
     import pytest_toolguard.replay.http  # noqa: F401
     import pytest_toolguard.tools.files  # noqa: F401
@@ -103,5 +103,5 @@ def test_our_packages_are_owned_but_those_holding_tools_code() -> None:
     assert inline.owned("pytest_toolguard.sandbox")
     assert not inline.owned("pytest_toolguard.tools.files")
     assert not inline.owned("pytest_toolguard.faults.handler")
-    assert not inline.owned("pytest_toolguard.bridges.python")
+    assert not inline.owned("pytest_toolguard.bridges.definitions.python")
     assert not inline.owned("http_tools")  # a user's module

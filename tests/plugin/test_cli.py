@@ -20,7 +20,7 @@ from pytest_toolguard.tools import builtin_registry
 
 ROOT = Path(__file__).parents[2]
 SAMPLES = Path(__file__).parents[1] / "data" / "transcripts"
-CLAUDE_REGISTRY = "pytest_toolguard.bridges.claude_code:claude_code_registry"
+CLAUDE_REGISTRY = "pytest_toolguard.bridges.definitions.claude_code:claude_code_registry"
 
 SAMPLE_OF = {
     "claude-code": "claude_code.jsonl",

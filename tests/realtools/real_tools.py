@@ -292,7 +292,7 @@ def write_at(ctx: Any, path: str, text: str) -> dict[str, Any]:
 def constructing() -> Iterator[None]:
     """Servers built in a controlled scope: what they change in the process
     (environment, working directory, logging) is put back."""
-    from pytest_toolguard.bridges.mcp import restoring_process_state
+    from pytest_toolguard.bridges.guards.mcp_server import restoring_process_state
 
     with restoring_process_state():
         yield
@@ -302,7 +302,7 @@ def time_server_tools() -> list[ToolSpec]:
     """mcp-server-time's tools. Its descriptions name the local time zone: pinned."""
     from mcp_server_time.server import create_server
 
-    from pytest_toolguard.bridges.mcp import from_mcp_server
+    from pytest_toolguard.bridges.guards.mcp_server import from_mcp_server
 
     with constructing():
         server = create_server("UTC")
@@ -314,7 +314,7 @@ def git_server_tools() -> list[ToolSpec]:
     name the repository by its absolute path. GitPython runs ``git``."""
     from mcp_server_git.server import create_server
 
-    from pytest_toolguard.bridges.mcp import from_mcp_server
+    from pytest_toolguard.bridges.guards.mcp_server import from_mcp_server
 
     with constructing():
         server = create_server(None)

@@ -22,7 +22,7 @@ from real_tools import CAPS, GIT_ENVIRONMENT, run_git
 from sessions import Session, git_environment, record
 
 from pytest_toolguard import ToolRegistry
-from pytest_toolguard.bridges.mcp import from_mcp_command
+from pytest_toolguard.bridges.guards.mcp_server import from_mcp_command
 from pytest_toolguard.faults import run_cell, select_faults, targets
 from pytest_toolguard.fuzz import check_call, fuzz_tool
 from pytest_toolguard.replay import load, replay

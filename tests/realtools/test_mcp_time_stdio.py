@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from pytest_toolguard import ToolRegistry
-from pytest_toolguard.bridges.mcp import from_mcp_command
+from pytest_toolguard.bridges.guards.mcp_server import from_mcp_command
 from pytest_toolguard.fuzz import fuzz_tool
 
 pytest.importorskip("mcp_server_time")

@@ -29,7 +29,7 @@ from real_tools import NOTES_CAPS  # noqa: E402
 from sessions import Session, record  # noqa: E402
 
 from pytest_toolguard import PathAccess, ToolRegistry  # noqa: E402
-from pytest_toolguard.bridges.mcp import (  # noqa: E402
+from pytest_toolguard.bridges.guards.mcp_server import (  # noqa: E402
     from_mcp_command,
     from_mcp_server,
     restoring_process_state,

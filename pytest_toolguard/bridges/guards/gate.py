@@ -31,11 +31,11 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
-from ..audit import AuditRecord
-from ..contract import CallState, ErrorCode, ToolCall, ToolResult
-from ..hooks import Approval
-from ..idempotency import scope_client_key
-from ..runtime import MESSAGE_LIMIT, PREVIEW_LIMIT, ToolRuntime, storable_id
+from ...audit import AuditRecord
+from ...contract import CallState, ErrorCode, ToolCall, ToolResult
+from ...hooks import Approval
+from ...idempotency import scope_client_key
+from ...runtime import MESSAGE_LIMIT, PREVIEW_LIMIT, ToolRuntime, storable_id
 
 
 def stored_id(runtime: ToolRuntime, text: str) -> str:

@@ -1,27 +1,5 @@
-"""MCP: tool definitions in, live servers wrapped, JSON-RPC logs read.
-
-``from_mcp(tools)`` reads MCP ``Tool`` definitions (the wire form: ``name``,
-``description``, ``inputSchema``, ``outputSchema``, ``annotations``) into
-``ToolSpec``s. The risk comes from the annotations, with the spec's
-defaults (``readOnlyHint`` false, ``destructiveHint`` true,
-``openWorldHint`` true):
-
-===========================  =========
-annotations                  risk
-===========================  =========
-read-only, closed world      READ
-read-only, open world        EXTERNAL
-not read-only, destructive   DANGEROUS
-not destructive, open world  EXTERNAL
-otherwise                    WRITE
-===========================  =========
-
-A tool without annotations is DANGEROUS (``default_risk=``), and the spec
-calls hints untrusted: ``trust_annotations=False`` gives every tool
-``default_risk``. ``idempotentHint`` sets ``ToolSpec.idempotent``. A hint
-that is not a boolean, or an annotation the spec does not define, is a
-``BridgeWarning`` naming the tool and is read as the spec's default (never
-as read-only).
+"""Live MCP servers behind our executor: each call goes through our
+pipeline first, then to the server.
 
 ``from_mcp_server(server)`` wraps a live in-process server (the ``mcp``
 SDK's ``MCPServer``, v1's ``FastMCP``, the ``fastmcp`` package's
@@ -39,9 +17,6 @@ language), spoken to over stdio (``bridges.mcp_stdio``).
 
 ``from_mcp_http(command)`` does the same over Streamable HTTP, for a
 server the command starts on 127.0.0.1 (``bridges.mcp_http``).
-
-``read_jsonrpc_log(text)`` reads a JSON-RPC log (one message per line, or
-a JSON array): ``tools/call`` requests and their responses.
 """
 
 from __future__ import annotations
@@ -56,218 +31,15 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..capabilities import Risk
-from ..errors import ToolguardError
-from ..registry import Handler, ToolSpec, WorldKind, checked_world
-from .definitions import BridgeError, BridgeWarning, Paths, as_list, build_spec, handler_for, warn
-from .transcript import CallCollector, Transcript, TranscriptResult, json_records, text_of
+from ...capabilities import Risk
+from ...registry import Handler, ToolSpec, WorldKind, checked_world
+from ..definitions.mcp import spec_from_wire, tool_wire
+from ..definitions.spec import Paths
+from ..errors import BridgeError, BridgeWarning, warn
+from .mcp_results import MCPToolError, call_tool_outcome, result_wire
 
 if TYPE_CHECKING:
     from .mcp_http import from_mcp_http as from_mcp_http
-
-ANNOTATION_DEFAULTS = {
-    "readOnlyHint": False,
-    "destructiveHint": True,
-    "idempotentHint": False,
-    "openWorldHint": True,
-}
-"""The MCP spec's value of each hint when a tool's annotations omit it."""
-
-KNOWN_ANNOTATIONS = frozenset(ANNOTATION_DEFAULTS) | {"title"}
-
-
-class MCPToolError(ToolguardError):
-    """An MCP tool answered ``isError: true``; the message is its text."""
-
-
-def risk_from_annotations(
-    annotations: Mapping[str, Any] | None, *, tool: str = "?", default_risk: Risk = Risk.DANGEROUS
-) -> tuple[Risk, bool]:
-    """The risk and idempotence MCP ``annotations`` give (the module's
-    table); ``default_risk`` when there are none. Warns for values that are
-    not booleans and for unknown keys, reading them as the defaults."""
-    if not annotations:
-        return Risk(default_risk), False
-    hints = dict(ANNOTATION_DEFAULTS)
-    for key, value in annotations.items():
-        if key not in KNOWN_ANNOTATIONS:
-            warn(f"MCP tool {tool}: unknown annotation {key!r} ignored")
-        elif key != "title":
-            if isinstance(value, bool):
-                hints[key] = value
-            elif value is not None:
-                warn(
-                    f"MCP tool {tool}: annotation {key}={value!r} is not a boolean; "
-                    f"read as {ANNOTATION_DEFAULTS[key]}"
-                )
-    read_only = hints["readOnlyHint"]
-    open_world = hints["openWorldHint"]
-    destructive = hints["destructiveHint"] and not read_only
-    if read_only:
-        risk = Risk.EXTERNAL if open_world else Risk.READ
-    elif destructive:
-        risk = Risk.DANGEROUS
-    elif open_world:
-        risk = Risk.EXTERNAL
-    else:
-        risk = Risk.WRITE
-    return risk, bool(hints["idempotentHint"])
-
-
-def from_mcp(
-    tools: Mapping[str, Any] | Sequence[Mapping[str, Any]] | Any,
-    *,
-    handlers: Mapping[str, Handler] | None = None,
-    paths: Paths | None = None,
-    default_risk: Risk | str = Risk.DANGEROUS,
-    trust_annotations: bool = True,
-    risks: Mapping[str, Risk | str] | None = None,
-) -> list[ToolSpec]:
-    """``ToolSpec``s from MCP tool definitions: one, a list, or a
-    ``tools/list`` result (``{"tools": [...]}``); wire dicts or the SDK's
-    ``Tool`` objects. ``handlers`` gives each tool its handler (without
-    one a call fails saying so); ``paths`` its ``PathAccess``es; ``risks``
-    overrides the risk of named tools. ``BridgeError`` names a definition
-    that cannot be read."""
-    if isinstance(tools, Mapping) and "tools" in tools and "name" not in tools:
-        tools = tools["tools"]
-    specs = []
-    for index, definition in enumerate(as_list(tools)):
-        wire = tool_wire(definition)
-        if not isinstance(wire, Mapping):
-            raise BridgeError(f"MCP tool {index + 1}: not an object ({type(definition).__name__})")
-        name = wire.get("name")
-        specs.append(
-            _spec(
-                wire,
-                handler_for(str(name), handlers, lambda: None),
-                paths=paths,
-                default_risk=Risk(default_risk),
-                trust_annotations=trust_annotations,
-                risks=risks,
-            )
-        )
-    return specs
-
-
-def _spec(
-    wire: Mapping[str, Any],
-    handler: Handler | None,
-    *,
-    paths: Paths | None,
-    default_risk: Risk,
-    trust_annotations: bool,
-    risks: Mapping[str, Risk | str] | None,
-) -> ToolSpec:
-    name = wire.get("name")
-    annotations = wire.get("annotations")
-    if annotations is not None and not isinstance(annotations, Mapping):
-        warn(f"MCP tool {name}: annotations are not an object; ignored")
-        annotations = None
-    if trust_annotations:
-        risk, idempotent = risk_from_annotations(
-            annotations, tool=str(name), default_risk=default_risk
-        )
-    else:
-        risk = default_risk
-        idempotent = bool((annotations or {}).get("idempotentHint") is True)
-    if risks and name in risks:
-        risk = Risk(risks[str(name)])
-    output = wire.get("outputSchema")
-    return build_spec(
-        source="MCP tool",
-        name=name,
-        description=str(wire.get("description") or wire.get("title") or ""),
-        input_schema=wire.get("inputSchema"),
-        output_schema=output if isinstance(output, Mapping) else None,
-        handler=handler,
-        risk=risk,
-        paths=paths,
-        idempotent=idempotent,
-        extra=wire,
-    )
-
-
-def tool_wire(definition: Any) -> Any:
-    """An MCP tool definition as its wire dict (camelCase), from a dict, an
-    ``mcp.types.Tool`` or a ``fastmcp`` tool."""
-    if isinstance(definition, Mapping):
-        return definition
-    to_mcp_tool = getattr(definition, "to_mcp_tool", None)
-    if callable(to_mcp_tool):  # fastmcp's own Tool objects
-        definition = to_mcp_tool()
-    return _wire(definition)
-
-
-def _wire(value: Any) -> Any:
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        return dump(by_alias=True, mode="json", exclude_none=True)
-    return value
-
-
-# -- results ------------------------------------------------------------------
-
-
-def result_wire(value: Any) -> dict[str, Any]:
-    """What a server's ``call_tool`` returned, as a ``CallToolResult`` wire
-    dict: an ``mcp`` ``CallToolResult``, a ``fastmcp`` ``ToolResult`` (its
-    ``is_error``, ``content``, ``structured_content``), v1 ``FastMCP``'s
-    content list, structured dict or ``(content, structured)`` pair."""
-    if isinstance(value, Mapping) and ("content" in value or "isError" in value):
-        return dict(value)
-    dumped = _wire(value)  # an SDK's model whose wire form is a CallToolResult's (v1's, v2's)
-    if (
-        dumped is not value
-        and isinstance(dumped, Mapping)
-        and {"content", "isError"} <= set(dumped)
-    ):
-        return dict(dumped)
-    if hasattr(value, "is_error") and hasattr(value, "content"):
-        body: dict[str, Any] = {
-            "content": [_wire(block) for block in value.content or ()],
-            "isError": bool(value.is_error),
-        }
-        structured = getattr(value, "structured_content", None)
-        if structured is not None:
-            body["structuredContent"] = structured
-        return body
-    if isinstance(value, tuple) and len(value) == 2:
-        content, structured = value
-        return {"content": [_wire(b) for b in content], "structuredContent": structured}
-    if isinstance(value, Mapping):
-        return {"content": [], "structuredContent": dict(value)}
-    if isinstance(value, Sequence) and not isinstance(value, str):
-        return {"content": [_wire(block) for block in value]}
-    raise BridgeError(f"call_tool returned {type(value).__name__}, not a CallToolResult")
-
-
-def call_tool_outcome(wire: Mapping[str, Any]) -> tuple[bool, Any, str]:
-    """``(ok, data, message)`` of a ``CallToolResult`` wire dict:
-    ``isError`` means not ok; the data is ``structuredContent``, else the
-    text of the text blocks when there are only those, else the blocks;
-    the message is the text."""
-    content = wire.get("content") or []
-    text = text_of(content)
-    if wire.get("structuredContent") is not None:
-        data = wire["structuredContent"]
-    elif all(isinstance(b, Mapping) and b.get("type") == "text" for b in content):
-        data = text
-    else:
-        data = list(content)
-    return not wire.get("isError", False), data, text
-
-
-def transcript_result(wire: Mapping[str, Any]) -> TranscriptResult:
-    """A ``CallToolResult`` wire dict as a transcript keeps it."""
-    return TranscriptResult(
-        ok=not wire.get("isError", False),
-        content=wire.get("content"),
-        data=wire.get("structuredContent"),
-    )
-
-
-# -- live servers -------------------------------------------------------------
 
 
 class RequestHandlerServer:
@@ -408,7 +180,7 @@ async def afrom_mcp_server(
         name = wire.get("name")
         if tools is not None and name not in tools:
             continue
-        spec = _spec(
+        spec = spec_from_wire(
             wire,
             server_tool_handler(server, str(name)),
             paths=paths,
@@ -541,54 +313,3 @@ def restoring_process_state() -> Iterator[None]:
             os.chdir(cwd)
         root.handlers[:] = handlers
         root.setLevel(level)
-
-
-# -- JSON-RPC logs ------------------------------------------------------------
-
-
-def read_jsonrpc_log(text: str) -> Transcript:
-    """The ``tools/call`` requests of an MCP JSON-RPC log and their
-    responses (``result``: a ``CallToolResult``; ``error``: a failure).
-    One message per line, a JSON array of messages, or lines wrapping one
-    in ``{"message": {...}}``. Unreadable lines and responses to no request
-    are problems naming the line; responses to other methods are ignored."""
-    collector = CallCollector("mcp")
-    other_requests: set[str] = set()
-    for where, message in json_records(text, collector, noun="item"):
-        if isinstance(message, Mapping) and isinstance(message.get("message"), Mapping):
-            message = message["message"]
-        if not isinstance(message, Mapping):
-            collector.problem(where, "not a JSON-RPC message object")
-            continue
-        key = _id(message.get("id"))
-        method = message.get("method")
-        if method is not None:
-            if method != "tools/call":
-                if key is not None:
-                    other_requests.add(key)
-                continue
-            params = message.get("params")
-            if not isinstance(params, Mapping):
-                collector.problem(where, f"tools/call {key} without params: skipped")
-                continue
-            collector.call(where, key, params.get("name"), params.get("arguments"))
-        elif "result" in message or "error" in message:
-            if key in other_requests:
-                continue
-            if "error" in message:
-                error = message.get("error") or {}
-                detail = error.get("message", "") if isinstance(error, Mapping) else str(error)
-                collector.result(where, key, TranscriptResult(ok=False, content=detail))
-            elif isinstance(message.get("result"), Mapping):
-                collector.result(where, key, transcript_result(message["result"]))
-            else:
-                collector.problem(where, f"response {key} has a result that is not an object")
-        else:
-            collector.problem(where, "neither a request nor a response")
-    return collector.transcript()
-
-
-def _id(value: Any) -> str | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    return str(value) if isinstance(value, (str, int)) else None

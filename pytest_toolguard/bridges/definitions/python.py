@@ -12,8 +12,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from ..registry import Handler, ToolSpec, tool
-from ..signatures import schema_from_signature, with_dataclass_arguments
+from ...registry import Handler, ToolSpec, tool
+from ...signatures import schema_from_signature, with_dataclass_arguments
 
 __all__ = ["from_function", "schema_from_signature"]
 

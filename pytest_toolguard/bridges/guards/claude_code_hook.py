@@ -48,17 +48,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .. import documents
-from ..audit import AuditRecord, SQLiteAuditStore
-from ..capabilities import Capabilities
-from ..contract import CallState, ErrorCode, ToolCall, ToolResult
-from ..documents import DocumentRefused
-from ..hooks import Approval, HookDecision, PreToolUseEvent
-from ..registry import ToolRegistry
-from ..runtime import ToolRuntime
-from ..sandbox import SandboxError
-from .claude_code import PATH_ARGUMENTS, relative_arguments, runs_here
-from .definitions import BridgeError
+from ... import documents
+from ...audit import AuditRecord, SQLiteAuditStore
+from ...capabilities import Capabilities
+from ...contract import CallState, ErrorCode, ToolCall, ToolResult
+from ...documents import DocumentRefused
+from ...hooks import Approval, HookDecision, PreToolUseEvent
+from ...registry import ToolRegistry
+from ...runtime import ToolRuntime
+from ...sandbox import SandboxError
+from ..definitions.claude_code import runs_here
+from ..errors import BridgeError
+from ..transcripts.claude_code import PATH_ARGUMENTS, relative_arguments
+from ..transcripts.into_cassette import registry_name
 from .gate import admit, close_admitted, stored_id
 from .hook_cassette import HookCassette
 from .own_files import (
@@ -69,7 +71,6 @@ from .own_files import (
     loaded_code,
     module_names,
 )
-from .transcript import registry_name
 
 ACTOR = "claude-code"
 """The actor of every call a Claude Code hook audits."""

@@ -2,8 +2,8 @@
 loopback, with the ``mcp`` SDK's own client (``streamable_http_client`` +
 ``ClientSession``).
 
-``from_mcp_http`` (re-exported by ``bridges.mcp``) is ``from_mcp_command``
-with another transport: the same servers per world (``HttpServers``, a
+``from_mcp_http`` (re-exported by ``guards.mcp_server``) is
+``from_mcp_command`` with another transport: the same servers per world (``HttpServers``, a
 ``StdioServers``), the same lifecycle (started from the world's first call
 through the world's ``ChildProcesses``, killed with it, retired at a
 deadline and killed a bound later, started again after it died), the same
@@ -38,10 +38,11 @@ import anyio
 from mcp.client import streamable_http
 from mcp.client.stdio import get_default_environment
 
-from ..capabilities import Risk
-from ..harness.transports import carrying
-from ..registry import ToolSpec
-from .definitions import BridgeError, Paths
+from ...capabilities import Risk
+from ...harness.transports import carrying
+from ...registry import ToolSpec
+from ..definitions.spec import Paths
+from ..errors import BridgeError
 from .mcp_stdio import (
     STARTUP_SECONDS,
     WORKSPACE,

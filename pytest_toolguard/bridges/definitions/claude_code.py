@@ -1,13 +1,4 @@
-"""Claude Code: session files read, its built-in tools as ours, and the
-PreToolUse / PostToolUse hook.
-
-``read_session(text)`` reads a session transcript
-(``~/.claude/projects/<project>/<sessionId>.jsonl``): one event per line;
-``tool_use`` blocks in assistant lines, ``tool_result`` blocks (and the
-line's ``toolUseResult``) in user lines; the ``sessionId`` and ``cwd`` of
-the lines. Claude Code's tools take absolute paths: with
-``relative_to_cwd`` (the default) a path argument inside the session's
-``cwd`` becomes workspace-relative, so the call replays in a workspace.
+"""Claude Code's built-in tools as ours.
 
 ``claude_code_registry()`` holds Claude Code's built-in tools under their
 own names and schemas, run in our sandbox: Read, Glob and Grep are READ;
@@ -16,29 +7,20 @@ Bash is DANGEROUS (these three never run here: they need an approval, and
 their handlers refuse to reach the network or a shell). An
 ``mcp__<server>__<tool>`` call is looked up as ``<tool>`` in the registry
 given (MCP tools imported with ``from_mcp`` or ``from_mcp_server``).
-
-Claude Code's hook events (``toolguard hook pre-tool-use``) are answered
-in ``claude_code_hook``.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import os
 import posixpath
 import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..capabilities import Risk
-from ..context import ToolContext
-from ..errors import ToolguardError
-from ..registry import PathAccess, ToolRegistry, ToolSpec, tool
-from .anthropic import tool_result
-from .transcript import CallCollector, Transcript, json_records
-
-PATH_ARGUMENTS = ("file_path", "path", "notebook_path")
-"""Claude Code's tool arguments that hold an absolute path."""
+from ...capabilities import Risk
+from ...context import ToolContext
+from ...errors import ToolguardError
+from ...registry import PathAccess, ToolRegistry, ToolSpec, tool
 
 BUILTIN_RISKS = {
     "Read": Risk.READ,
@@ -52,103 +34,6 @@ BUILTIN_RISKS = {
     "Bash": Risk.DANGEROUS,
 }
 
-
-# -- sessions -----------------------------------------------------------------
-
-
-def read_session(text: str, *, relative_to_cwd: bool = True) -> Transcript:
-    """The calls of a Claude Code session file. A line that is not JSON
-    (a truncated last line) is a problem naming it; lines of other types
-    (``summary``, ``system``) are skipped."""
-    collector = CallCollector("claude-code")
-    for where, event in json_records(text, collector, noun="line"):
-        if not isinstance(event, Mapping):
-            collector.problem(where, "not a JSON object")
-            continue
-        if collector.session_id is None and isinstance(event.get("sessionId"), str):
-            collector.session_id = event["sessionId"]
-        if collector.cwd is None and isinstance(event.get("cwd"), str):
-            collector.cwd = event["cwd"]
-        message = event.get("message")
-        if event.get("type") not in ("assistant", "user") or not isinstance(message, Mapping):
-            continue
-        _read_event(collector, where, message, event.get("toolUseResult"))
-    transcript = collector.transcript()
-    if not relative_to_cwd or transcript.cwd is None:
-        return transcript
-    cwd = transcript.cwd
-    calls = tuple(
-        type(call)(
-            call_id=call.call_id,
-            tool_name=call.tool_name,
-            arguments=relative_arguments(call.arguments, cwd),
-            where=call.where,
-            result=call.result,
-        )
-        for call in transcript.calls
-    )
-    return Transcript(transcript.format, calls, transcript.problems, transcript.session_id, cwd)
-
-
-def _read_event(
-    collector: CallCollector, where: str, message: Mapping[str, Any], extra: Any
-) -> None:
-    content = message.get("content")
-    if not isinstance(content, list):
-        return
-    results = [b for b in content if isinstance(b, Mapping) and b.get("type") == "tool_result"]
-    for position, block in enumerate(content):
-        if not isinstance(block, Mapping):
-            continue
-        place = f"{where} content[{position}]"
-        if block.get("type") == "tool_use":
-            collector.call(place, block.get("id"), block.get("name"), block.get("input"))
-        elif block.get("type") == "tool_result":
-            result = tool_result(block)
-            if extra is not None and len(results) == 1:  # toolUseResult belongs to the one result
-                result = type(result)(ok=result.ok, content=result.content, data=extra)
-            collector.result(place, block.get("tool_use_id"), result)
-
-
-def relative_arguments(arguments: Mapping[str, Any], cwd: str) -> dict[str, Any]:
-    """``arguments`` with each absolute path argument inside ``cwd`` made
-    relative to it (``cwd`` itself is ``.``); others unchanged.
-
-    Only the ``cwd`` prefix is taken off, component by component (``.``
-    and empty components dropped); every ``..`` after it is kept, for the
-    sandbox to apply to the directory it actually reaches. Collapsing
-    ``ln/../secret`` as text would judge ``secret`` when ``ln`` is a link
-    elsewhere, and the kernel goes to ``ln``'s target's parent.
-
-    A path beginning with ``~`` is a home directory to Claude Code (and to
-    a shell), never a folder of the project: ``~`` and ``~user`` are
-    expanded first (``os.path.expanduser``), so the result is judged as the
-    absolute path it is (outside the project: refused). One that cannot be
-    expanded (no such user) is left as it is, and the hook's workspace
-    refuses it (``own_files.GuardedWorkspace``). A path inside ``cwd``
-    whose relative form would begin with ``~`` is written ``./~...``, the
-    project's own folder of that name."""
-    root = _components(posixpath.normpath(cwd))  # as the workspace's root is spelt
-    changed = dict(arguments)
-    for name in PATH_ARGUMENTS:
-        value = changed.get(name)
-        if isinstance(value, str) and value.startswith("~"):
-            value = changed[name] = os.path.expanduser(value)
-        if isinstance(value, str) and value.startswith("/"):
-            parts = _components(value)
-            if parts[: len(root)] == root:
-                relative = "/".join(parts[len(root) :]) or "."
-                changed[name] = f"./{relative}" if relative.startswith("~") else relative
-    return changed
-
-
-def _components(path: str) -> list[str]:
-    """The components of an absolute POSIX path, ``.`` and empty ones
-    dropped, ``..`` kept as it is."""
-    return [part for part in path.split("/") if part not in ("", ".")]
-
-
-# -- the built-in tools -------------------------------------------------------
 
 _FILE_PATH = {"type": "string", "minLength": 1, "description": "The file's path"}
 

@@ -13,16 +13,15 @@ that cannot become a tool at all raises ``BridgeError`` naming it.
 
 from __future__ import annotations
 
-import sys
-import warnings
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from ..capabilities import Risk
-from ..errors import ToolguardError
-from ..path_templates import looks_like_path, path_selectors
-from ..registry import Handler, PathAccess, ToolSpec
-from ..schema import InvalidSchema
+from ...capabilities import Risk
+from ...path_templates import looks_like_path, path_selectors
+from ...registry import Handler, PathAccess, ToolSpec
+from ...schema import InvalidSchema
+from ..errors import BridgeError, warn
 
 DIALECT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 
@@ -39,26 +38,6 @@ def declared_idempotent(name: str, idempotent: Idempotent) -> bool:
     if isinstance(idempotent, bool):
         return idempotent
     return name in ({idempotent} if isinstance(idempotent, str) else set(idempotent))
-
-
-class BridgeWarning(UserWarning):
-    """An importer had to assume something about a tool; the message names
-    the tool and says what to pass to be explicit."""
-
-
-class BridgeError(ToolguardError, ValueError):
-    """A definition, transcript or server that cannot be imported; the
-    message names the tool or the place, and what is wrong."""
-
-
-def warn(message: str) -> None:
-    """A ``BridgeWarning`` pointing at the first caller outside this package."""
-    frame = sys._getframe(1)
-    level = 2
-    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith(__package__):
-        frame = frame.f_back
-        level += 1
-    warnings.warn(message, BridgeWarning, stacklevel=level)
 
 
 def no_handler(name: str) -> Handler:
@@ -227,3 +206,53 @@ def as_list(definitions: Any) -> list[Any]:
     if isinstance(definitions, (list, tuple)):
         return list(definitions)
     return [definitions]
+
+
+@dataclass(frozen=True, slots=True)
+class Declared:
+    """What the caller of an importer declared about the tools it reads
+    (the importers' shared keyword arguments): ``handlers`` by name,
+    ``paths`` by name, ``risks`` by name over ``default_risk``, and which
+    tools are ``idempotent``. ``spec`` applies them to one definition."""
+
+    handlers: Mapping[str, Handler] | None = None
+    paths: Paths | None = None
+    default_risk: Risk | str = Risk.READ
+    risks: Mapping[str, Risk | str] | None = None
+    idempotent: Idempotent = False
+
+    def risk(self, name: str) -> Risk:
+        """``risks[name]``, else ``default_risk``."""
+        if self.risks and name in self.risks:
+            return Risk(self.risks[name])
+        return Risk(self.default_risk)
+
+    def spec(
+        self,
+        *,
+        source: str,
+        name: Any,
+        description: str,
+        input_schema: Mapping[str, Any] | None,
+        handler: Callable[[], Handler | None] = lambda: None,
+        risk: Risk | None = None,
+        output_schema: Mapping[str, Any] | None = None,
+        timeout_seconds: float | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> ToolSpec:
+        """``build_spec`` for one definition: the handler given for
+        ``name``, else ``handler()``; ``risk`` when the format says it,
+        else the declared one. Raises and warns as ``build_spec``."""
+        return build_spec(
+            source=source,
+            name=name,
+            description=description,
+            input_schema=input_schema,
+            handler=handler_for(str(name), self.handlers, handler),
+            risk=risk if risk is not None else self.risk(str(name)),
+            paths=self.paths,
+            output_schema=output_schema,
+            idempotent=declared_idempotent(str(name), self.idempotent),
+            timeout_seconds=timeout_seconds,
+            extra=extra,
+        )

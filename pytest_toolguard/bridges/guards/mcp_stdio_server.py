@@ -29,10 +29,10 @@ import anyio.abc
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from ..errors import ToolguardError
-from ..harness.probes import file_serving_the_world, serving_the_world
-from .definitions import BridgeError
-from .mcp import result_wire
+from ...errors import ToolguardError
+from ...harness.probes import file_serving_the_world, serving_the_world
+from ..errors import BridgeError
+from .mcp_results import result_wire
 
 KILL_AFTER_SECONDS = 1.0
 """After a call's deadline (``notifications/cancelled`` sent), how long the

@@ -49,7 +49,7 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..sandbox import (
+from ...sandbox import (
     AccessMode,
     ForbiddenPath,
     Location,

@@ -1,8 +1,8 @@
 """MCP servers started as commands, spoken to over stdio with the ``mcp``
 SDK's own client (``stdio_client`` + ``ClientSession``).
 
-``from_mcp_command`` (re-exported by ``bridges.mcp``) lists the server's
-tools once, in a temporary directory (or ``list_in``), and gives each a
+``from_mcp_command`` (re-exported by ``guards.mcp_server``) lists the
+server's tools once, in a temporary directory (or ``list_in``), and gives each a
 handler that talks to the server of the world the call runs in: ``StdioServers`` keeps one
 ``StdioServer`` per workspace root, started for the first call there with
 ``{workspace}`` in the command, its environment and its working directory
@@ -35,10 +35,12 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..capabilities import Risk
-from ..registry import Handler, PathAccess, ToolSpec
-from .definitions import BridgeError, Paths
-from .mcp import MCPToolError, call_tool_outcome, from_mcp, tool_wire
+from ...capabilities import Risk
+from ...registry import Handler, PathAccess, ToolSpec
+from ..definitions.mcp import from_mcp, tool_wire
+from ..definitions.spec import Paths
+from ..errors import BridgeError
+from .mcp_results import MCPToolError, call_tool_outcome
 from .mcp_stdio_server import KILL_AFTER_SECONDS as KILL_AFTER_SECONDS  # callers read it here
 from .mcp_stdio_server import MCPServerDied as MCPServerDied
 from .mcp_stdio_server import StdioServer as StdioServer
@@ -166,7 +168,7 @@ def from_mcp_command(
     list_in: str | os.PathLike[str] | None = None,
     transport: Callable[..., StdioServers] = StdioServers,  # mcp_http's servers
 ) -> list[ToolSpec]:
-    """See ``bridges.mcp.from_mcp_command``."""
+    """See ``guards.mcp_server.from_mcp_command``."""
     if isinstance(command, (str, bytes)) or not command:
         raise BridgeError("from_mcp_command: the command is a list of its words, not empty")
     command, cwd = _pinned(command, cwd)

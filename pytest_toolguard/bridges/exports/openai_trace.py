@@ -25,7 +25,7 @@ import hashlib
 from collections.abc import Iterable
 from typing import Any
 
-from ..audit import AuditRecord
+from ...audit import AuditRecord
 
 WORKFLOW_NAME = "toolguard audit"
 

@@ -1,13 +1,4 @@
-"""A session another program ran, as the calls it made, and that session
-re-executed into a cassette.
-
-The readers (``claude_code.read_session``, ``openai.read_responses``,
-``openai.read_chat``, ``anthropic.read_messages``, ``mcp.read_jsonrpc_log``)
-are pure functions over their wire formats. Each gives a ``Transcript``:
-the calls in order, each with the result the transcript holds for it, and
-a ``Problem`` for every line or item it could not use (a truncated JSON
-line, a result with no call, a repeated id, arguments that are not JSON).
-Good calls are kept whatever else is wrong.
+"""A transcript re-executed into a cassette.
 
 A transcript has no workspace, no audit and no file state, so
 ``transcript_to_cassette`` makes them by running the calls again: through
@@ -29,35 +20,33 @@ Nothing from the transcript reaches the cassette unredacted: the calls'
 arguments and results are redacted by the recorder, the transcript's
 result by ``kept_result`` (the tool's redactor, as for the call's own
 result; the Claude Code hook keeps Claude Code's response the same way),
-the ids as the audit row stores them (``gate.stored_id``), the root as a
+the ids as the audit row stores them (``runtime.storable_id``), the root as a
 path. Text that is not valid Unicode (a lone surrogate) is escaped, so
 that the cassette can be written (``kept_interaction``).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .. import documents
-from ..audit import storable_data, storable_text
-from ..capabilities import Capabilities, Risk
-from ..contract import ToolCall, ToolResult
-from ..documents import DocumentRefused
-from ..redaction import Redactor
-from ..registry import ToolRegistry
-from ..replay.cassette import Cassette, Interaction, dump
-from ..replay.recorder import Recorder
-from ..replay.redacting import redact_path, tool_redactor
-from ..runtime import ToolRuntime
-from .gate import stored_id
+from ...audit import storable_data, storable_text
+from ...capabilities import Capabilities, Risk
+from ...contract import ToolCall, ToolResult
+from ...redaction import Redactor
+from ...registry import ToolRegistry
+from ...replay.cassette import Cassette, Interaction, dump
+from ...replay.recorder import Recorder
+from ...replay.redacting import redact_path, tool_redactor
+from ...runtime import ToolRuntime, storable_id
+from ..errors import BridgeError
 from .import_copy import IntoCopy, changed_entries, entries, named_by_root, session_roots
+from .transcript import Transcript, TranscriptCall, TranscriptProblem, TranscriptResult
 
 DEFAULT_ROOT = "/workspace"
 """The root an imported cassette names when the transcript has no ``cwd``."""
@@ -69,265 +58,6 @@ IMPORT_CAPABILITIES = Capabilities(
 anywhere in its workspace. External and dangerous tools still need an
 approval, which a replayed cassette cannot give: they are recorded (and
 replay) as APPROVAL_REQUIRED."""
-
-
-@dataclass(frozen=True, slots=True)
-class TranscriptResult:
-    """What the transcript says a call returned."""
-
-    ok: bool | None
-    """Whether the call succeeded; None when the format cannot say (OpenAI
-    Chat and Responses carry no error flag): such an outcome is never
-    compared with the re-executed one."""
-    content: Any = None
-    """The result as the transcript holds it: text, content blocks or JSON."""
-    data: Any = None
-    """Structured data beside it, when the format has some (MCP
-    ``structuredContent``, Claude Code's ``toolUseResult``)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"ok": self.ok, "content": self.content}
-        if self.data is not None:
-            body["data"] = self.data
-        return body
-
-
-@dataclass(frozen=True, slots=True)
-class TranscriptCall:
-    """One tool call a transcript holds."""
-
-    call_id: str
-    tool_name: str
-    arguments: Mapping[str, Any]
-    where: str
-    """Where it is in the file: ``line 4``, ``item 2``, ``message 3``."""
-    result: TranscriptResult | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """A line or item of a transcript that could not be used."""
-
-    where: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.where}: {self.message}"
-
-    def shown(self, redactor: Redactor) -> Problem:
-        """The problem as a report may print it: a message that quotes the
-        transcript (a call's id, a tool name) redacted, every text storable."""
-        return Problem(
-            storable_text(redactor.redact_text(self.where)),
-            storable_text(redactor.redact_text(self.message)),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Transcript:
-    """The calls of one session, in order, and what could not be read."""
-
-    format: str
-    calls: tuple[TranscriptCall, ...]
-    problems: tuple[Problem, ...] = ()
-    session_id: str | None = None
-    cwd: str | None = None
-    """The directory the session ran in, when the format says (Claude Code)."""
-
-
-class CallCollector:
-    """Builds a transcript as a reader walks its file: calls by id, results
-    matched to them, and a problem for each thing that does not fit."""
-
-    def __init__(self, format: str) -> None:
-        self.format = format
-        self._calls: dict[str, TranscriptCall] = {}
-        self._order: list[str] = []
-        self._first_seen: dict[str, str] = {}
-        self.problems: list[Problem] = []
-        self.session_id: str | None = None
-        self.cwd: str | None = None
-
-    def problem(self, where: str, message: str) -> None:
-        self.problems.append(Problem(where, message))
-
-    def call(self, where: str, call_id: Any, name: Any, arguments: Any) -> None:
-        """A call; ``arguments`` a mapping or the JSON text of one."""
-        if not isinstance(call_id, str) or not call_id:
-            self.problem(where, "tool call without an id: skipped")
-            return
-        if not isinstance(name, str) or not name:
-            self.problem(where, f"tool call {call_id} without a tool name: skipped")
-            return
-        if call_id in self._first_seen:
-            self.problem(
-                where,
-                f"duplicate call id {call_id} (first at {self._first_seen[call_id]}): skipped",
-            )
-            return
-        parsed = parse_arguments(arguments)
-        if isinstance(parsed, str):
-            self.problem(where, f"call {call_id} ({name}): {parsed}: skipped")
-            self._first_seen[call_id] = where
-            return
-        self._first_seen[call_id] = where
-        self._calls[call_id] = TranscriptCall(call_id, name, parsed, where)
-        self._order.append(call_id)
-
-    def result(self, where: str, call_id: Any, result: TranscriptResult) -> None:
-        if not isinstance(call_id, str) or call_id not in self._first_seen:
-            self.problem(where, f"result for {call_id!r} with no matching tool call: skipped")
-            return
-        call = self._calls.get(call_id)
-        if call is None:  # the call itself was skipped; its problem says why
-            return
-        if call.result is not None:
-            self.problem(where, f"second result for call {call_id}: ignored")
-            return
-        self._calls[call_id] = replace(call, result=result)
-
-    def transcript(self) -> Transcript:
-        return Transcript(
-            format=self.format,
-            calls=tuple(self._calls[call_id] for call_id in self._order),
-            problems=tuple(self.problems),
-            session_id=self.session_id,
-            cwd=self.cwd,
-        )
-
-
-def undecodable(transcript: Transcript) -> Problem | None:
-    """The first place ``transcript`` holds text that is not valid Unicode
-    (a lone surrogate: JSON's ``\\ud800`` escape spells one, no UTF-8 file
-    can hold one), as a problem naming it; None when there is none. The
-    session's ids, each call's id, name, arguments and result, and what
-    the problems quote (a skipped call's id) are read."""
-    if _holds_surrogate(transcript.session_id) or _holds_surrogate(transcript.cwd):
-        return Problem("the session", "its id or cwd is text that is not valid Unicode")
-    for problem in transcript.problems:
-        if _holds_surrogate(problem.message):
-            return Problem(problem.where, "quotes text that is not valid Unicode")
-    for call in transcript.calls:
-        fields = {
-            "id": call.call_id,
-            "tool name": call.tool_name,
-            "arguments": call.arguments,
-            "result": None if call.result is None else call.result.to_dict(),
-        }
-        for name, value in fields.items():
-            if _holds_surrogate(value):
-                return Problem(
-                    call.where,
-                    f"the call's {name} holds text that is not valid Unicode (a lone surrogate)",
-                )
-    return None
-
-
-def _holds_surrogate(value: Any) -> bool:
-    # A walk with a stack: a transcript's results may be nested deeper than
-    # Python recurses.
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if not item.isascii():
-                try:
-                    item.encode("utf-8")
-                except UnicodeEncodeError:
-                    return True
-        elif isinstance(item, Mapping):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
-    return False
-
-
-def json_records(
-    text: str, collector: CallCollector, *, noun: str, containers: Sequence[str] = ()
-) -> Iterator[tuple[str, Any]]:
-    """The records of a transcript file with where each is: a JSON array
-    (``item 3``), a JSON object holding the array under one of
-    ``containers`` (``{"messages": [...]}``), or JSON lines (``line 3``).
-    A line that is not JSON is a problem naming it; the others still come.
-    So is a record nested deeper than ``documents.MAX_DEPTH``, or a text
-    over ``documents.MAX_DOCUMENT_BYTES`` (then nothing comes)."""
-    try:
-        documents.check_length(text)
-    except DocumentRefused as exc:
-        collector.problem("file", str(exc))
-        return
-    stripped = text.lstrip()
-    if stripped.startswith(("[", "{")):
-        try:
-            document = json.loads(text)
-        except (ValueError, RecursionError):
-            document = None  # JSON lines, or a broken document: read line by line
-        if isinstance(document, Mapping):
-            for key in containers:
-                if isinstance(document.get(key), list):
-                    document = document[key]
-                    break
-            else:
-                document = [document]
-        if isinstance(document, list):
-            for index, item in enumerate(document, start=1):
-                try:
-                    documents.check_depth(item)
-                except DocumentRefused as exc:
-                    collector.problem(f"{noun} {index}", f"{exc}: skipped")
-                    continue
-                yield f"{noun} {index}", item
-            return
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = documents.parse_json(line)
-        except DocumentRefused as exc:
-            collector.problem(f"line {number}", f"{exc}: skipped")
-            continue
-        except json.JSONDecodeError as exc:
-            collector.problem(f"line {number}", f"not valid JSON ({exc.msg}; truncated?)")
-            continue
-        except ValueError as exc:  # an integer of more digits than Python reads
-            collector.problem(f"line {number}", f"not valid JSON ({exc})")
-            continue
-        yield f"line {number}", record
-
-
-def parse_arguments(arguments: Any) -> dict[str, Any] | str:
-    """A call's arguments as a dict, or why they are not one (a string)."""
-    if arguments is None:
-        return {}
-    if isinstance(arguments, str):
-        if not arguments.strip():
-            return {}
-        try:
-            arguments = documents.parse_json(arguments)
-        except DocumentRefused as exc:
-            return f"arguments refused: {exc}"
-        except json.JSONDecodeError as exc:
-            return f"arguments are not valid JSON ({exc.msg} at character {exc.pos})"
-        except ValueError as exc:  # an integer of more digits than Python reads
-            return f"arguments are not valid JSON ({exc})"
-    if not isinstance(arguments, Mapping):
-        return f"arguments are a JSON {type(arguments).__name__}, not an object"
-    return dict(arguments)
-
-
-def text_of(content: Any) -> str:
-    """The text of a result's content: a string, or the ``text`` of its
-    text blocks joined by newlines."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, Sequence):
-        return "\n".join(
-            str(block.get("text", ""))
-            for block in content
-            if isinstance(block, Mapping) and block.get("type") == "text"
-        )
-    return ""
 
 
 # -- into a cassette ----------------------------------------------------------
@@ -344,7 +74,7 @@ def kept_result(result: TranscriptResult, redactor: Redactor) -> dict[str, Any]:
 def kept_interaction(interaction: Interaction, runtime: ToolRuntime) -> Interaction:
     """``interaction`` (the recorder's, already redacted) as an importer or
     the Claude Code hook writes it: the call's ids and tool name as
-    ``runtime``'s audit row stores them (``stored_id``: a token there
+    ``runtime``'s audit row stores them (``storable_id``: a token there
     redacted), and every other text from outside (arguments, the result's
     data and message, the transcript's result) storable: a lone surrogate,
     which no UTF-8 file can hold, becomes its ``\\udXXXX`` escape."""
@@ -353,9 +83,9 @@ def kept_interaction(interaction: Interaction, runtime: ToolRuntime) -> Interact
         interaction,
         call=replace(
             call,
-            call_id=stored_id(runtime, call.call_id),
-            tool_name=stored_id(runtime, call.tool_name),
-            session_id=stored_id(runtime, call.session_id),
+            call_id=storable_id(runtime.redactor, call.call_id),
+            tool_name=storable_id(runtime.redactor, call.tool_name),
+            session_id=storable_id(runtime.redactor, call.session_id),
             arguments=storable_data(call.arguments),
         ),
         result=replace(
@@ -386,13 +116,13 @@ class Mismatch:
 @dataclass(frozen=True, slots=True)
 class ImportReport:
     """What ``transcript_to_cassette`` did. Its problems are the
-    transcript's, as ``Problem.shown`` prints them (redacted with the
+    transcript's, as ``TranscriptProblem.shown`` prints them (redacted with the
     import's redactor); its mismatches name calls by their stored ids."""
 
     cassette: Cassette
     path: str
     imported: int
-    problems: tuple[Problem, ...]
+    problems: tuple[TranscriptProblem, ...]
     mismatches: tuple[Mismatch, ...] = field(default=())
     changed_outside: tuple[str, ...] = field(default=())
     """What the calls changed outside the copy they ran in: entries of the
@@ -480,8 +210,6 @@ def transcript_to_cassette(
     are kept (each id as the audit row stores it: a token in it redacted).
     Everything written is redacted first. ``BridgeError`` when
     ``workspace`` is not a directory."""
-    from .definitions import BridgeError
-
     source = Path(workspace)
     if not source.is_dir():
         raise BridgeError(f"workspace {os.fspath(workspace)!r} is not a directory")
@@ -524,15 +252,15 @@ def transcript_to_cassette(
                 # The transcript's result is redacted as the call's own is.
                 redactor = tool_redactor(registry, tool_name, runtime.redactor)
                 shown = None if item.result is None else kept_result(item.result, redactor)
-                kept.append((stored_id(runtime, item.call_id), shown))
+                kept.append((storable_id(runtime.redactor, item.call_id), shown))
                 said = None if item.result is None else item.result.ok
                 if item.result is not None and said is None:
                     unknown += 1  # the format cannot say: never compared
                 elif said is not None and said != result.ok:
                     mismatches.append(
                         Mismatch(
-                            stored_id(runtime, item.call_id),
-                            stored_id(runtime, item.tool_name),
+                            storable_id(runtime.redactor, item.call_id),
+                            storable_id(runtime.redactor, item.tool_name),
                             item.where,
                             said,
                             result,
@@ -546,7 +274,8 @@ def transcript_to_cassette(
                 kept_interaction(interaction, runtime) for interaction in recorded.interactions
             )
             session = replace(
-                recorded.session, session_id=stored_id(runtime, recorded.session.session_id)
+                recorded.session,
+                session_id=storable_id(runtime.redactor, recorded.session.session_id),
             )
             shown_root = storable_text(
                 redact_path(runtime.redactor, root or transcript.cwd or DEFAULT_ROOT)

@@ -21,8 +21,8 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from ..audit import AuditRecord
-from ..contract import ErrorCode
+from ...audit import AuditRecord
+from ...contract import ErrorCode
 
 TRACER_NAME = "pytest_toolguard"
 

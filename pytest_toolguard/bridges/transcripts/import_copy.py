@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..replay.cassette import Cassette, loads, to_dict
-from ..replay.root_map import RootMap
+from ...replay.cassette import Cassette, loads, to_dict
+from ...replay.root_map import RootMap
 
 
 def session_roots(workspace: Path, root: str | None, cwd: str | None) -> list[str]:

@@ -33,8 +33,8 @@ another shape than ours), its audit row on state, decision and rule, and
 every known file at the end.
 
 What it cannot hold, by design: a call of a tool toolguard does not run
-(Bash, WebFetch, WebSearch: ``claude_code.NOT_RUN_HERE``), or one the
-registry does not hold, is audited but not appended, since replay could not
+(Bash, WebFetch, WebSearch: ``definitions.claude_code.NOT_RUN_HERE``), or
+one the registry does not hold, is audited but not appended, since replay could not
 run it. A file such a call created joins the starting state of the first
 later call that declares it; a change it made to a file the cassette knew
 already shows in the final state, and replay reports the difference. Files
@@ -60,10 +60,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..contract import ToolCall, ToolResult
-from ..file_writes import PRIVATE_MODE
-from ..hooks import Approval
-from ..replay.cassette import (
+from ...contract import ToolCall, ToolResult
+from ...file_writes import PRIVATE_MODE
+from ...hooks import Approval
+from ...replay.cassette import (
     Cassette,
     CassetteError,
     FileState,
@@ -73,12 +73,13 @@ from ..replay.cassette import (
     dump,
     load,
 )
-from ..replay.recorder import Recorder
-from ..replay.redacting import redact_file, redact_path, tool_redactor
-from ..runtime import ToolRuntime
-from ..sandbox import SandboxError
-from .definitions import BridgeError
-from .transcript import TranscriptResult, kept_interaction, kept_result
+from ...replay.recorder import Recorder
+from ...replay.redacting import redact_file, redact_path, tool_redactor
+from ...runtime import ToolRuntime
+from ...sandbox import SandboxError
+from ..errors import BridgeError
+from ..transcripts.into_cassette import kept_interaction, kept_result
+from ..transcripts.transcript import TranscriptResult
 
 LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 """How the lock file is opened: never through a link at its name, never
