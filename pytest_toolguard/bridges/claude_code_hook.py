@@ -59,7 +59,7 @@ from ..runtime import ToolRuntime
 from ..sandbox import SandboxError
 from .claude_code import PATH_ARGUMENTS, relative_arguments, runs_here
 from .definitions import BridgeError
-from .gate import admit, close_admitted, stored_id
+from .gate import admit, finish_admitted_row, stored_id
 from .hook_cassette import HookCassette
 from .own_files import (
     GuardedWorkspace,
@@ -335,7 +335,7 @@ def post_tool_use(event: Mapping[str, Any], runtime: ToolRuntime) -> ToolResult 
         return None
     code = ErrorCode.EXECUTION_ERROR if failed else ErrorCode.OK
     state = CallState.FAILED if failed else CallState.SUCCEEDED
-    if not close_admitted(
+    if not finish_admitted_row(
         runtime, row, state=state, code=code, data=response, message=message, call=call
     ):
         return None
@@ -368,7 +368,7 @@ def stop(event: Mapping[str, Any], runtime: ToolRuntime) -> list[AuditRecord]:
         if row.state is not CallState.RUNNING or row.actor != ACTOR:
             continue
         if prompt_approval(row) is not None:
-            done = close_admitted(
+            done = finish_admitted_row(
                 runtime,
                 row,
                 state=CallState.DENIED,
@@ -376,7 +376,7 @@ def stop(event: Mapping[str, Any], runtime: ToolRuntime) -> list[AuditRecord]:
                 message=NOT_APPROVED,
             )
         else:
-            done = close_admitted(
+            done = finish_admitted_row(
                 runtime,
                 row,
                 state=CallState.INTERRUPTED,

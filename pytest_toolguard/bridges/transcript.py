@@ -46,7 +46,6 @@ from pathlib import Path
 from typing import Any
 
 from .. import documents
-from ..audit import storable_data, storable_text
 from ..capabilities import Capabilities, Risk
 from ..contract import ToolCall, ToolResult
 from ..documents import DocumentRefused
@@ -56,6 +55,7 @@ from ..replay.cassette import Cassette, Interaction, dump
 from ..replay.recorder import Recorder
 from ..replay.redacting import redact_path, tool_redactor
 from ..runtime import ToolRuntime
+from ..storable import storable_data, storable_text
 from .gate import stored_id
 from .import_copy import IntoCopy, changed_entries, entries, named_by_root, session_roots
 

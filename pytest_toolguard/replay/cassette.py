@@ -62,7 +62,6 @@ import yaml
 from jsonschema import Draft202012Validator
 
 from .. import documents
-from ..audit import storable_data
 from ..capabilities import Capabilities, Risk
 from ..contract import ToolCall
 from ..documents import DocumentRefused
@@ -71,6 +70,7 @@ from ..file_writes import write_atomically
 from ..hooks import Approval
 from ..plan import Artifact, PlanStep
 from ..schema import SchemaValidator, format_path
+from ..storable import storable_data
 from . import blobs
 from .root_map import RootMap, RootPlaceholder, expanded
 
