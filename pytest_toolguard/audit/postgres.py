@@ -18,7 +18,7 @@ What it guarantees
       and expires at the call's deadline plus ``lease_grace_seconds`` by the
       *server's* clock, the one clock every worker shares. ``recover`` takes
       over only expired leases, or those of processes of its own host that
-      are provably dead (see ``pytest_toolguard.lease``).
+      are provably dead (see ``pytest_toolguard.audit.lease``).
     - **Fail closed, with a bound.** Every operation waits at most
       ``timeout`` seconds for a connection, and every statement runs under a
       server-side ``statement_timeout`` of the same length: a server that is

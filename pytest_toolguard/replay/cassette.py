@@ -919,7 +919,7 @@ def dumps(cassette: Cassette, *, syntax: Syntax | None = None) -> str:
     Text that is not valid Unicode (a lone surrogate: a file name that is
     not UTF-8, as ``os.fsdecode`` gives it, or a model's broken escape)
     cannot be written to a UTF-8 file: every string is then written as the
-    audit row stores it (``audit.storable_text``: ``\\udcff`` spelt out),
+    audit row stores it (``storable.storable_text``: ``\\udcff`` spelt out),
     and that escaped text is what loading reads back."""
     body = with_root_placeholder(to_dict(cassette), cassette.workspace.aliases)
     try:
