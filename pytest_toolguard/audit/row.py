@@ -176,12 +176,14 @@ class Outcome:
 
 
 def table_columns() -> tuple[tuple[str, Column], ...]:
-    """Every column of ``tool_call_audit`` but ``audit_id``, in table order."""
-    return tuple(
+    """Every column of ``tool_call_audit`` but ``audit_id``, in table order:
+    by the version that added it (``ALTER TABLE`` appends), then as declared."""
+    declared = [
         (item.name, item.metadata["column"])
         for item in fields(AuditRecord)
         if "column" in item.metadata
-    )
+    ]
+    return tuple(sorted(declared, key=lambda column: column[1].since))
 
 
 AUDIT_COLUMNS: tuple[str, ...] = tuple(name for name, spec in table_columns() if not spec.by_store)

@@ -20,13 +20,7 @@ from conftest import WRITE_ANYWHERE, Spy, spy_tool
 
 from pytest_toolguard import CallState, ErrorCode, SQLiteAuditStore, ToolCall, ToolRuntime
 from pytest_toolguard.audit.postgres import PostgresAuditStore
-from pytest_toolguard.audit.row import (
-    AUDIT_COLUMNS,
-    LEASE_COLUMNS,
-    AuditRecord,
-    AuditUnavailable,
-    Outcome,
-)
+from pytest_toolguard.audit.row import AuditRecord, AuditUnavailable, Outcome, table_columns
 from pytest_toolguard.audit.schema import POSTGRES_SCHEMA_VERSION
 from pytest_toolguard.audit.stores import open_audit_store
 from pytest_toolguard.cli import main
@@ -129,9 +123,9 @@ def test_tables_have_the_columns_of_the_sqlite_tables(
             assert columns(postgres_server, url, table) == sqlite_columns
     finally:
         raw.close()
-    assert columns(postgres_server, url, "tool_call_audit")[1:] == list(
-        AUDIT_COLUMNS + LEASE_COLUMNS
-    )
+    assert columns(postgres_server, url, "tool_call_audit")[1:] == [
+        name for name, _ in table_columns()
+    ]
 
 
 def test_migrations_are_recorded_and_applied_once(url: str) -> None:
