@@ -93,11 +93,11 @@ class SQLiteAuditStore(SQLiteConnections):
     ``busy_timeout_ms`` bounds how long a write waits for another writer.
     ``host`` names this machine in the leases of the rows it starts (default:
     its host name); ``lease_grace_seconds`` is what a lease lasts beyond the
-    call's deadline (see the module docstring).
+    call's deadline (see ``pytest_toolguard.audit.lease``).
 
     The constructor opens the database and creates or migrates the schema;
     it raises ``AuditUnavailable`` when it cannot, ``ValueError`` for bad
-    settings. See the module docstring for threads, processes and fork.
+    settings. ``sqlite_connections`` says how threads, processes and forks share it.
     """
 
     def __init__(
