@@ -18,7 +18,7 @@ import os
 import sqlite3
 from collections.abc import Sequence
 
-from pytest_toolguard.audit import AUDIT_COLUMNS
+from pytest_toolguard.audit.row import AUDIT_COLUMNS
 
 COLUMNS = AUDIT_COLUMNS  # the same row shape as the real store
 

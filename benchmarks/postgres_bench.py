@@ -45,7 +45,7 @@ from variants import (
 )
 
 from pytest_toolguard import CallState, ErrorCode, ToolCall, ToolRuntime
-from pytest_toolguard.audit import AUDIT_COLUMNS
+from pytest_toolguard.audit.row import AUDIT_COLUMNS
 from pytest_toolguard.tools import builtin_registry
 
 RATIOS = (
@@ -72,7 +72,7 @@ _BARE_FINISH = (
 
 def runtime_execute(url: str, root: Path, content: str) -> Variant:
     """pg: the whole pipeline, audited in PostgreSQL."""
-    from pytest_toolguard.audit_postgres import PostgresAuditStore
+    from pytest_toolguard.audit.postgres import PostgresAuditStore
 
     store = PostgresAuditStore(url)
     runtime = ToolRuntime(builtin_registry(), root, audit=store)
@@ -126,7 +126,7 @@ def bare_commits(url: str, content: str) -> Variant:
 
 def store_only(url: str, content: str) -> Variant:
     """(ps): PostgresAuditStore.start + finish of the same row, no executor."""
-    from pytest_toolguard.audit_postgres import PostgresAuditStore
+    from pytest_toolguard.audit.postgres import PostgresAuditStore
 
     store = PostgresAuditStore(url)
     preview = sample_preview(content)

@@ -1,7 +1,7 @@
 # The public API, listed once: what the README teaches. Everything else is
 # in the submodule that owns it (pytest_toolguard.sandbox.CallCancelled, ...).
-from .audit import AuditRecord as AuditRecord
-from .audit import SQLiteAuditStore as SQLiteAuditStore
+from .audit.row import AuditRecord as AuditRecord
+from .audit.sqlite import SQLiteAuditStore as SQLiteAuditStore
 from .capabilities import Capabilities as Capabilities
 from .capabilities import Risk as Risk
 from .context import ToolContext as ToolContext

@@ -417,11 +417,11 @@ def _fuzz(options: argparse.Namespace, passthrough: list[str]) -> int:
 
 def _audit(options: argparse.Namespace, _: list[str]) -> int:
     from .audit import AuditUnavailable, SQLiteAuditStore
-    from .audit_stores import store_kind
+    from .audit.stores import store_kind
 
     try:
         if store_kind(options.database) == "postgres":
-            from .audit_postgres import PostgresAuditStore
+            from .audit.postgres import PostgresAuditStore
 
             shown = "the PostgreSQL audit store"  # the URL may hold a password
             with PostgresAuditStore(options.database, migrate=False, max_connections=1) as pg:

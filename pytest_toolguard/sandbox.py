@@ -1098,7 +1098,7 @@ class Workspace:
         again, and follows no symbolic link from there. ``on_access(path)``
         hears every path the view is asked about, as given, before it is
         walked (what a recorder keeps). ``temp_tag`` (hex, from
-        ``pytest_toolguard.lease.call_tag``) goes into the names of the
+        ``pytest_toolguard.audit.lease.call_tag``) goes into the names of the
         view's temporary files, so that ``remove_temporaries`` can find those
         of one call. ``on_leave(relative_path, leaves)`` hears, right after
         ``on_change``, what the change will leave (``Leaves``): what ``undo``

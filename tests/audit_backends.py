@@ -118,6 +118,6 @@ def open_store(spec: tuple[str, str], **settings: Any) -> Any:
     name, target = spec
     if name == "sqlite":
         return SQLiteAuditStore(target, **settings)
-    from pytest_toolguard.audit_postgres import PostgresAuditStore
+    from pytest_toolguard.audit.postgres import PostgresAuditStore
 
     return PostgresAuditStore(target, **settings)

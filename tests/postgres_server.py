@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
-from pytest_toolguard.lease import LeaseOwner, current_owner, owner_is_dead
+from pytest_toolguard.audit.lease import LeaseOwner, current_owner, owner_is_dead
 
 INSTALL_COMMAND = "apt-get install -y postgresql"
 SERVER_USER = "postgres"

@@ -564,18 +564,7 @@ def _expectation(branch: Branch) -> Expectation:
 
 
 def _audit(branch: Branch) -> AuditExpectation:
-    row = branch.audit_row
-    if row is None:
-        return AuditExpectation()
-    return AuditExpectation(
-        state=row.state.value,
-        decision=getattr(row.decision, "value", row.decision),
-        rule=row.rule,
-        result_code=row.result_code.value if row.result_code else None,
-        check_result_code=True,
-        idempotency_outcome=row.idempotency_outcome,
-        check_idempotency_outcome=True,
-    )
+    return AuditExpectation.from_row(branch.audit_row)
 
 
 def _volatile(first: Branch, second: Branch) -> tuple[str, ...]:

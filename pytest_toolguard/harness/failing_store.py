@@ -3,19 +3,18 @@
 ``FailingStore(store)`` is an ``AuditStore`` that passes every operation to
 ``store`` except those ``fail(...)`` named, which raise
 ``AuditUnavailable`` (as a store whose disk failed would) and change
-nothing, until ``recover()``. It is how the ``audit_unavailable`` fault and
+nothing, until ``heal()``. It is how the ``audit_unavailable`` fault and
 the tests make the store go down: the production stores carry no such
 switch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
-from ..audit import AuditRecord, AuditStore, AuditUnavailable
-from ..contract import CallState, ErrorCode
+from ..audit.protocol import AuditStore
+from ..audit.row import AuditRecord, AuditUnavailable, Outcome
 from ..idempotency import Claim
 
 OPERATIONS: frozenset[str] = frozenset(
@@ -88,31 +87,9 @@ class FailingStore:
             arguments_digest=arguments_digest,
         )
 
-    def finish(
-        self,
-        audit_id: int,
-        *,
-        state: CallState,
-        result_code: ErrorCode | None,
-        result_preview: str | None,
-        error_message: str | None,
-        finished_at: str,
-        duration_ms: int | None,
-        claim_key: str | None = None,
-        stored_result: Mapping[str, Any] | None = None,
-    ) -> None:
+    def finish(self, audit_id: int, outcome: Outcome, *, claim_key: str | None = None) -> None:
         self._check("finish")
-        self.store.finish(
-            audit_id,
-            state=state,
-            result_code=result_code,
-            result_preview=result_preview,
-            error_message=error_message,
-            finished_at=finished_at,
-            duration_ms=duration_ms,
-            claim_key=claim_key,
-            stored_result=stored_result,
-        )
+        self.store.finish(audit_id, outcome, claim_key=claim_key)
 
     def release(self, claim_key: str) -> None:
         self._check("release")

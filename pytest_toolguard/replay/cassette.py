@@ -51,7 +51,7 @@ import json
 import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -62,8 +62,8 @@ import yaml
 from jsonschema import Draft202012Validator
 
 from .. import documents
-from ..audit import storable_data
-from ..capabilities import Capabilities, Risk
+from ..audit.row import AuditRecord
+from ..capabilities import Capabilities
 from ..contract import ToolCall
 from ..documents import DocumentRefused
 from ..errors import ToolguardError
@@ -71,6 +71,7 @@ from ..file_writes import write_atomically
 from ..hooks import Approval
 from ..plan import Artifact, PlanStep
 from ..schema import SchemaValidator, format_path
+from ..storable import storable_data
 from . import blobs
 from .root_map import RootMap, RootPlaceholder, expanded
 
@@ -151,17 +152,55 @@ class Expectation:
     message_contains: str | None = None
 
 
+class Unset:
+    """The value of an expectation's field that is not checked (``UNSET``):
+    None is a value a row's column may hold and a cassette may expect."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET = Unset()
+
+
 @dataclass(frozen=True, slots=True)
 class AuditExpectation:
-    """What must hold for one call's audit row; None fields are not checked."""
+    """What must hold for one call's audit row. Each field is the column of
+    ``AuditRecord`` of the same name, as the cassette spells it (an enum as
+    its text); a field left ``UNSET`` is not checked, any other value (None
+    included) must equal the row's. The reader, the writer and the checks
+    loop over these fields: a column the cassette also holds is one more
+    field here (and in ``cassette.schema.json``)."""
 
-    state: str | None = None
-    decision: str | None = None
-    rule: str | None = None
-    result_code: str | None = None
-    check_result_code: bool = False
-    idempotency_outcome: str | None = None
-    check_idempotency_outcome: bool = False
+    state: str | Unset = UNSET
+    decision: str | Unset = UNSET
+    rule: str | Unset = UNSET
+    result_code: str | None | Unset = UNSET
+    idempotency_outcome: str | None | Unset = UNSET
+
+    @classmethod
+    def from_row(cls, row: AuditRecord | None) -> AuditExpectation:
+        """Every field set from ``row`` (recording), or none for no row."""
+        if row is None:
+            return cls()
+        values = {item.name: getattr(row, item.name) for item in fields(cls)}
+        return cls(**{name: getattr(value, "value", value) for name, value in values.items()})
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> AuditExpectation:
+        """The fields a cassette's ``audit:`` mapping names."""
+        return cls(**{item.name: raw[item.name] for item in fields(cls) if item.name in raw})
+
+    def checked(self) -> dict[str, Any]:
+        """The fields that are set, in order: what a cassette writes and
+        what replay compares."""
+        return {
+            item.name: value
+            for item in fields(self)
+            if (value := getattr(self, item.name)) is not UNSET
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -556,14 +595,7 @@ def _build(raw: dict[str, Any], source: str) -> Cassette:
 
 
 def _session(raw: Mapping[str, Any]) -> Session:
-    caps = dict(raw.get("capabilities") or {})
-    if caps.get("allowed_tools") is not None:
-        caps["allowed_tools"] = frozenset(caps["allowed_tools"])
-    if "allowed_risks" in caps:
-        caps["allowed_risks"] = frozenset(Risk(r) for r in caps["allowed_risks"])
-    for name in ("read_roots", "write_roots", "network_hosts"):
-        if name in caps:
-            caps[name] = tuple(caps[name])
+    caps = dict(raw.get("capabilities") or {})  # Capabilities converts the lists
     plan = raw.get("plan")
     return Session(
         actor=raw.get("actor", "agent"),
@@ -599,7 +631,7 @@ def _interaction(raw: Mapping[str, Any], index: int, session: Session, kind: Kin
             idempotency_key=call.get("idempotency_key"),
         ),
         result=_expectation(raw.get("result") or {}),
-        audit=_audit_expectation(raw.get("audit") or {}),
+        audit=AuditExpectation.from_dict(raw.get("audit") or {}),
         volatile=tuple(raw.get("volatile") or ()),
         approval=None
         if approval is None
@@ -624,18 +656,6 @@ def _expectation(result: Mapping[str, Any]) -> Expectation:
     )
 
 
-def _audit_expectation(audit: Mapping[str, Any]) -> AuditExpectation:
-    return AuditExpectation(
-        state=audit.get("state"),
-        decision=audit.get("decision"),
-        rule=audit.get("rule"),
-        result_code=audit.get("result_code"),
-        check_result_code="result_code" in audit,
-        idempotency_outcome=audit.get("idempotency_outcome"),
-        check_idempotency_outcome="idempotency_outcome" in audit,
-    )
-
-
 def _variant(raw: Mapping[str, Any]) -> Variant:
     return Variant(
         name=raw["name"],
@@ -643,7 +663,7 @@ def _variant(raw: Mapping[str, Any]) -> Variant:
         arguments=raw["arguments"],
         files={path: _variant_file(value) for path, value in (raw.get("files") or {}).items()},
         result=_expectation(raw.get("result") or {}),
-        audit=_audit_expectation(raw.get("audit") or {}),
+        audit=AuditExpectation.from_dict(raw.get("audit") or {}),
         changed_files={
             path: None if state is None else _file_state(state)
             for path, state in (raw.get("changed_files") or {}).items()
@@ -899,7 +919,7 @@ def dumps(cassette: Cassette, *, syntax: Syntax | None = None) -> str:
     Text that is not valid Unicode (a lone surrogate: a file name that is
     not UTF-8, as ``os.fsdecode`` gives it, or a model's broken escape)
     cannot be written to a UTF-8 file: every string is then written as the
-    audit row stores it (``audit.storable_text``: ``\\udcff`` spelt out),
+    audit row stores it (``storable.storable_text``: ``\\udcff`` spelt out),
     and that escaped text is what loading reads back."""
     body = with_root_placeholder(to_dict(cassette), cassette.workspace.aliases)
     try:
@@ -1070,7 +1090,7 @@ def _interaction_dict(item: Interaction) -> dict[str, Any]:
     if call.idempotency_key is not None:
         body["call"]["idempotency_key"] = call.idempotency_key
     body["result"] = _expectation_dict(item.result)
-    body["audit"] = _audit_dict(item.audit)
+    body["audit"] = item.audit.checked()
     if item.approval is not None:
         body["approval"] = {"rule": item.approval.rule, "reason": item.approval.reason}
     if item.http:
@@ -1099,18 +1119,6 @@ def _expectation_dict(result: Expectation) -> dict[str, Any]:
     return outcome
 
 
-def _audit_dict(audit: AuditExpectation) -> dict[str, Any]:
-    row: dict[str, Any] = {}
-    for name in ("state", "decision", "rule"):
-        if getattr(audit, name) is not None:
-            row[name] = getattr(audit, name)
-    if audit.check_result_code:
-        row["result_code"] = audit.result_code
-    if audit.check_idempotency_outcome:
-        row["idempotency_outcome"] = audit.idempotency_outcome
-    return row
-
-
 def _variant_dict(variant: Variant) -> dict[str, Any]:
     body: dict[str, Any] = {
         "name": variant.name,
@@ -1126,7 +1134,7 @@ def _variant_dict(variant: Variant) -> dict[str, Any]:
     body["result"] = _expectation_dict(variant.result)
     if variant.data_sha256 is not None:
         body["data_sha256"] = variant.data_sha256
-    body["audit"] = _audit_dict(variant.audit)
+    body["audit"] = variant.audit.checked()
     if variant.changed_files:
         body["changed_files"] = {
             path: None if state is None else _file_state_dict(state)

@@ -207,21 +207,9 @@ class ReplayChecks:
                 self.compare(where, "audit.call_id", interaction.call.call_id, row.call_id)
             if not row.state.finished:
                 self.add(where, "audit.state", "a finished state", row.state.value)
-            for name in ("state", "decision", "rule"):
-                recorded = getattr(expected, name)
-                if recorded is not None:
-                    value = getattr(row, name)
-                    self.compare(where, f"audit.{name}", recorded, getattr(value, "value", value))
-            if expected.check_result_code:
-                code = row.result_code.value if row.result_code else None
-                self.compare(where, "audit.result_code", expected.result_code, code)
-            if expected.check_idempotency_outcome:
-                self.compare(
-                    where,
-                    "audit.idempotency_outcome",
-                    expected.idempotency_outcome,
-                    row.idempotency_outcome,
-                )
+            for name, recorded in expected.checked().items():
+                value = getattr(row, name)
+                self.compare(where, f"audit.{name}", recorded, getattr(value, "value", value))
 
     def files(self, cassette: Cassette, actual: Mapping[str, bytes]) -> None:
         expected = cassette.final_files

@@ -335,17 +335,7 @@ class Recorder:
                 check_data=True,
                 message=result.message,
             ),
-            audit=AuditExpectation()
-            if row is None
-            else AuditExpectation(
-                state=row.state.value,
-                decision=row.decision,
-                rule=row.rule,
-                result_code=row.result_code.value if row.result_code else None,
-                check_result_code=True,
-                idempotency_outcome=row.idempotency_outcome,
-                check_idempotency_outcome=True,
-            ),
+            audit=AuditExpectation.from_row(row),
             approval=item.approval,
             http=tuple(item.http),
         )

@@ -56,13 +56,15 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Generic, Literal, TypeVar, overload
 
-from ..audit import AuditStore, SQLiteAuditStore
-from ..audit_stores import open_audit_store
+from ..audit.protocol import AuditStore
+from ..audit.recovery import Recovery, recover_calls
+from ..audit.row import AuditRecord
+from ..audit.sqlite import SQLiteAuditStore
+from ..audit.stores import open_audit_store
 from ..capabilities import Capabilities, Risk, under_root
 from ..contract import CallState, ErrorCode, ToolCall, ToolResult
 from ..hooks import Approval, PostToolUse, PreToolUse
 from ..isolation import IsolationMode, make_isolation
-from ..recovery import Recovery, recover_calls
 from ..redaction import Redactor
 from ..registry import ToolRegistry
 from ..rollback import ChangeJournal
@@ -361,6 +363,21 @@ class ToolRuntime:
         finished, so that a recorder hears of every call a guard saw).
         ``stored_data`` must already be redacted and cut."""
         self._observers.tell_listeners(call, result, stored_data, approval)
+
+    def finish_reported(
+        self,
+        row: AuditRecord,
+        result: ToolResult,
+        data: object = None,
+        claim_key: str | None = None,
+    ) -> None:
+        """Finish ``row``, the RUNNING row ``admit`` left for a call another
+        program ran, with the ``result`` it reported (a preview of ``data``,
+        redacted here; the outcome kept under ``claim_key`` when given).
+        Through the audit log's retry queue like every write of the
+        runtime: a store that is down gets the write again at the next
+        ``flush_audit``."""
+        self._log.finish_reported(row, result, data, claim_key)
 
     def watch_files(self, watcher: FileWatcher) -> Callable[[], None]:
         """Call ``watcher(call_id, paths)`` once a handler has run, with every

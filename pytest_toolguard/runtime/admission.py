@@ -21,13 +21,13 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from ..audit import storable_text
 from ..contract import CallState, ErrorCode, ToolCall
 from ..hooks import Approval, HookDecision, PreToolUse, PreToolUseEvent
 from ..jsondata import copy_json, plain, plain_json_problem
 from ..policy import PolicyDecision, authorize
 from ..redaction import Redactor, strings_in
 from ..registry import ToolSpec
+from ..storable import storable_text
 from .attempt import Attempt, Refusal, bad_request
 from .limits import MAX_ID_LENGTH
 from .messages import first_line, hide_secret_arguments, json_type, text

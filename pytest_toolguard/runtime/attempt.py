@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..audit import Decision as RowDecision
+from ..audit.row import AuditDecision
 from ..contract import CallState, ErrorCode, ToolCall
 from ..errors import ToolguardError
 from ..hooks import Approval
@@ -70,7 +70,7 @@ class Attempt:
     """The call's own values, which scope the idempotency claim."""
     spec: ToolSpec | None = None
     arguments: Mapping[str, Any] | None = None
-    decision: RowDecision = "none"
+    decision: AuditDecision = "none"
     rule: str = ""
     reason: str = ""
     approval: Approval | None = None

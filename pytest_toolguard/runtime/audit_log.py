@@ -26,12 +26,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..audit import AuditRecord, AuditUnavailable, storable_text
+from ..audit.lease import call_tag
+from ..audit.row import AuditRecord, AuditUnavailable, Outcome
 from ..contract import CallState, ErrorCode, ToolCall, ToolResult
 from ..idempotency import Claim, ClaimOutcome, scope_client_key
 from ..jsondata import canonical_json, json_hash, sha256_text
-from ..lease import call_tag
 from ..registry import ToolSpec
+from ..storable import storable_text
 from .attempt import Attempt, Refusal, Running
 from .limits import ARGUMENTS_LIMIT, PENDING_LIMIT, PREVIEW_LIMIT
 from .messages import text, warn
@@ -299,17 +300,16 @@ class AuditLog:
         error = "" if result.ok else result.message  # redacted when the result was made
 
         def finish(preview: str, error: str, stored: dict[str, Any] | None) -> None:
-            self.settings.audit.finish(
-                audit_id,
+            outcome = Outcome(
                 state=result.state,
                 result_code=result.code,
                 result_preview=preview,
                 error_message=error,
                 finished_at=finished_at,
                 duration_ms=result.duration_ms,
-                claim_key=claim_key,
                 stored_result=stored,
             )
+            self.settings.audit.finish(audit_id, outcome, claim_key=claim_key)
 
         try:
             self._try_or_queue(lambda: finish(preview, error, stored))
@@ -330,6 +330,36 @@ class AuditLog:
                 self._try_or_queue(lambda: finish("", dropped, bare if claim_key else None))
             except Exception as again:
                 warn(f"audit row {audit_id} could not be finished: {type(again).__name__}")
+
+    def finish_reported(
+        self, row: AuditRecord, result: ToolResult, data: Any, claim_key: str | None
+    ) -> None:
+        """Finish ``row``, a RUNNING row whose handler another program ran
+        (a gate's admitted call), with the ``result`` it reported: a
+        redacted preview of ``data`` (its tool's redactor, as ``execute``
+        shows one), the result's message as the error, the outcome stored
+        under ``claim_key`` when given. Queued for retry when the store is
+        down, as every finishing write."""
+        assert row.audit_id is not None
+        audit_id = row.audit_id
+        preview = ""
+        if data is not None:
+            spec = self.settings.registry.get(row.tool_name)
+            redacted = self.settings.redactor_for(spec).redact(data)
+            shown = json.dumps(redacted, ensure_ascii=False, sort_keys=True, default=str)
+            preview = shown[:PREVIEW_LIMIT]
+        outcome = Outcome(
+            state=result.state,
+            result_code=result.code,
+            result_preview=preview,
+            error_message=result.message,
+            finished_at=self.settings.now(),
+            duration_ms=result.duration_ms,
+            stored_result=None if claim_key is None else _kept_as_is(result),
+        )
+        self._try_or_queue(
+            lambda: self.settings.audit.finish(audit_id, outcome, claim_key=claim_key)
+        )
 
     # -- rows ------------------------------------------------------------------------
 
@@ -447,6 +477,19 @@ class AuditLog:
         with self._pending_lock:
             self._pending[:0] = failed
             return len(self._pending)
+
+
+def _kept_as_is(result: ToolResult) -> dict[str, Any]:
+    """What a key keeps of a result whose data is redacted and cut already
+    (a gate's reported outcome): the fields ``stored_outcome`` keeps."""
+    return {
+        "ok": result.ok,
+        "code": result.code.value,
+        "message": result.message,
+        "data": result.data,
+        "truncated": result.truncated,
+        "total_size": result.total_size,
+    }
 
 
 def _refused_outcome(exc: Exception) -> str:

@@ -26,7 +26,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..audit import storable_data
 from ..context import ToolContext, workspace_of_call
 from ..contract import CallState, ErrorCode, ToolResult
 from ..errors import ToolguardError
@@ -35,6 +34,7 @@ from ..policy import PolicyDecision
 from ..registry import ToolSpec
 from ..rollback import ChangeJournal
 from ..sandbox import CallCancelled, Leaves, Previous, SandboxError, show_path
+from ..storable import storable_data
 from .attempt import Attempt, Running
 from .inline import Cancellation, TimerBusy, run_inline, usable
 from .messages import describe, first_line

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..audit import storable_text
 from ..contract import CallState, ErrorCode, ToolResult
 from ..redaction import strings_in
+from ..storable import storable_text
 from .attempt import Attempt
 from .messages import bounded, hide_secret_arguments
 from .settings import RuntimeSettings

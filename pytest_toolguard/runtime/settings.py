@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from ..audit import AuditStore
+from ..audit.protocol import AuditStore
 from ..capabilities import Capabilities
 from ..hooks import PostToolUse, PreToolUse
 from ..redaction import Redactor

@@ -39,8 +39,8 @@ from pytest_toolguard import (
     ToolRuntime,
     ToolSpec,
 )
-from pytest_toolguard.audit import INTERRUPTED_MESSAGE
-from pytest_toolguard.recovery import recover_calls
+from pytest_toolguard.audit.recovery import recover_calls
+from pytest_toolguard.audit.row import INTERRUPTED_MESSAGE
 from pytest_toolguard.sandbox import TEMP_PREFIX, Workspace
 
 NOW = "2030-01-01T00:00:00.000+00:00"

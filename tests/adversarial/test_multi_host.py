@@ -48,7 +48,7 @@ from pytest_toolguard import (
     ToolRuntime,
     ToolSpec,
 )
-from pytest_toolguard.audit_postgres import PostgresAuditStore
+from pytest_toolguard.audit.postgres import PostgresAuditStore
 
 WAIT = 120.0  # seconds: the bound on every wait for a child
 HOSTS = ("host-a", "host-b")

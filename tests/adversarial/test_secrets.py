@@ -426,7 +426,7 @@ def test_no_secret_is_in_the_postgres_data_directory_after_a_checkpoint(
 ):
     """The same calls, through a PostgreSQL store on a server of this test's
     own (no other test's rows in its files)."""
-    from pytest_toolguard.audit_postgres import PostgresAuditStore
+    from pytest_toolguard.audit.postgres import PostgresAuditStore
 
     server = own_postgres_server
     workspace = tmp_path / "workspace"

@@ -28,7 +28,7 @@ from audit_backends import open_store
 from conftest import WRITE_ANYWHERE, python_path
 
 from pytest_toolguard import ErrorCode, Risk, ToolCall, ToolRegistry, ToolRuntime, tool
-from pytest_toolguard.audit import _MIGRATIONS, SCHEMA_VERSION
+from pytest_toolguard.audit.schema import SCHEMA_VERSION, SQLITE_MIGRATIONS
 from pytest_toolguard.jsondata import json_hash
 
 REAL = "Summer2024!"
@@ -225,7 +225,7 @@ def old_sqlite_database(path: Path, claim_key: str) -> None:
     and its row, both holding the plain hash of the raw arguments."""
     raw = sqlite3.connect(path, isolation_level=None)
     try:
-        for step in _MIGRATIONS[:2]:
+        for step in SQLITE_MIGRATIONS[:2]:
             for statement in step:
                 raw.execute(statement)
         raw.execute("PRAGMA user_version = 2")
@@ -278,7 +278,7 @@ def test_an_old_sqlite_database_migrates_and_keeps_its_claims(tmp_path):
 
 
 def fingerprint_key(audit_backend: Any) -> str:
-    from pytest_toolguard.audit import FINGERPRINT_KEY
+    from pytest_toolguard.audit.schema import FINGERPRINT_KEY
 
     return str(
         query(audit_backend, "SELECT value FROM toolguard_meta WHERE name = ?", (FINGERPRINT_KEY,))[
@@ -312,14 +312,13 @@ def test_an_old_postgres_database_migrates_and_keeps_its_claims(postgres_server,
     import psycopg
     from audit_backends import PostgresBackend
 
-    from pytest_toolguard.audit_postgres import _CREATE_MIGRATIONS
-    from pytest_toolguard.audit_postgres import _MIGRATIONS as PG_MIGRATIONS
+    from pytest_toolguard.audit.schema import POSTGRES_MIGRATIONS, POSTGRES_MIGRATIONS_TABLE
     from pytest_toolguard.idempotency import scope_client_key
 
     backend = PostgresBackend(postgres_server)
     with psycopg.connect(backend.url, autocommit=True) as conn:
-        conn.execute(_CREATE_MIGRATIONS)
-        for statement in PG_MIGRATIONS[0]:
+        conn.execute(POSTGRES_MIGRATIONS_TABLE)
+        for statement in POSTGRES_MIGRATIONS[0]:
             conn.execute(statement)
         conn.execute("INSERT INTO toolguard_schema_migrations (version) VALUES (1)")
         conn.execute(

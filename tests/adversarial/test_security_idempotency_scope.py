@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from pytest_toolguard import ErrorCode, Redactor, ToolCall, ToolRuntime
-from pytest_toolguard.audit import SQLiteAuditStore, storable_text
+from pytest_toolguard.audit import SQLiteAuditStore
 from pytest_toolguard.idempotency import scope_client_key
+from pytest_toolguard.storable import storable_text
 from pytest_toolguard.tools import builtin_registry
 
 JWT_HEAD = "eyJhbGciOiJIUzI1NiJ9"

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from pytest_toolguard import CallState, Capabilities, ErrorCode, Risk, ToolCall
-from pytest_toolguard.audit import AuditRecord, SQLiteAuditStore
+from pytest_toolguard.audit import AuditRecord, Outcome, SQLiteAuditStore
 from pytest_toolguard.tools import builtin_registry
 
 NAMES = [
@@ -127,10 +127,10 @@ class RefusingFinish(SQLiteAuditStore):
     """A store whose ``finish`` raises a non-audit error for rows holding a
     preview: the runtime must still finish the same row and settle its key."""
 
-    def finish(self, audit_id: int, **fields: Any) -> None:  # type: ignore[override]
-        if fields.get("result_preview"):
+    def finish(self, audit_id: int, outcome: Outcome, *, claim_key: str | None = None) -> None:
+        if outcome.result_preview:
             raise UnicodeEncodeError("utf-8", "x", 0, 1, "surrogates not allowed")
-        super().finish(audit_id, **fields)
+        super().finish(audit_id, outcome, claim_key=claim_key)
 
 
 def test_an_error_while_finishing_still_finishes_that_row_and_settles_the_key(

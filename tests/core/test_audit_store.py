@@ -17,19 +17,13 @@ from typing import Any
 import pytest
 from audit_backends import open_store
 
-from pytest_toolguard.audit import (
-    _MIGRATIONS,
-    INTERRUPTED_MESSAGE,
-    SCHEMA_VERSION,
-    AuditRecord,
-    AuditStore,
-    AuditUnavailable,
-    SQLiteAuditStore,
-)
+from pytest_toolguard.audit import AuditRecord, AuditStore, AuditUnavailable, SQLiteAuditStore
+from pytest_toolguard.audit.lease import LeaseOwner, current_owner
+from pytest_toolguard.audit.row import INTERRUPTED_MESSAGE, Outcome
+from pytest_toolguard.audit.schema import SCHEMA_VERSION, SQLITE_MIGRATIONS
 from pytest_toolguard.contract import CallState, ErrorCode
 from pytest_toolguard.idempotency import ClaimOutcome
 from pytest_toolguard.jsondata import canonical_json, json_hash
-from pytest_toolguard.lease import LeaseOwner, current_owner
 from pytest_toolguard.redaction import Redactor
 
 CRASHED = {"lease_grace_seconds": 0}
@@ -85,7 +79,8 @@ def finish_ok(store: AuditStore, audit_id: int, **overrides: Any) -> None:
         "duration_ms": 250,
     }
     fields.update(overrides)
-    store.finish(audit_id, **fields)
+    claim_key = fields.pop("claim_key", None)
+    store.finish(audit_id, Outcome(**fields), claim_key=claim_key)
 
 
 @pytest.fixture
@@ -296,13 +291,13 @@ PRE_RELEASE_INDEXES = (
 def test_database_of_the_pre_release_shape_is_read_and_written(db_path: Path) -> None:
     """Schema version 1 once had AUTOINCREMENT and four more indexes; such a
     file reads and writes the same (only its inserts cost more)."""
-    table, *_ = _MIGRATIONS[0]
+    table, *_ = SQLITE_MIGRATIONS[0]
     raw = sqlite3.connect(db_path, isolation_level=None)
     try:
         old_table = table.replace("INTEGER PRIMARY KEY,", "INTEGER PRIMARY KEY AUTOINCREMENT,")
         assert old_table != table
         raw.execute(old_table)
-        for statement in _MIGRATIONS[0][1:]:
+        for statement in SQLITE_MIGRATIONS[0][1:]:
             raw.execute(statement)
         for statement in PRE_RELEASE_INDEXES:
             raw.execute(statement)
@@ -347,7 +342,7 @@ def test_sqlite_database_of_schema_version_1_gains_leases_and_keeps_its_rows(
 ) -> None:
     raw = sqlite3.connect(db_path, isolation_level=None)
     try:
-        for statement in _MIGRATIONS[0]:
+        for statement in SQLITE_MIGRATIONS[0]:
             raw.execute(statement)
         raw.execute("PRAGMA user_version = 1")
         raw.execute(

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from audit_backends import open_store
 
-from pytest_toolguard.audit import AuditRecord, AuditStore
+from pytest_toolguard.audit import AuditRecord, AuditStore, Outcome
 from pytest_toolguard.contract import CallState, ErrorCode
 from pytest_toolguard.idempotency import Claim, ClaimOutcome, make_idempotency_key, scope_client_key
 from pytest_toolguard.jsondata import canonical_json, json_hash
@@ -44,14 +44,16 @@ def running_record(call_id: str, arguments: dict[str, Any] | None = None) -> Aud
 def finish(store: AuditStore, audit_id: int, key: str, result: dict[str, Any]) -> None:
     store.finish(
         audit_id,
-        state=CallState.SUCCEEDED,
-        result_code=ErrorCode.OK,
-        result_preview="sent",
-        error_message=None,
-        finished_at=T1,
-        duration_ms=1000,
+        Outcome(
+            state=CallState.SUCCEEDED,
+            result_code=ErrorCode.OK,
+            result_preview="sent",
+            error_message=None,
+            finished_at=T1,
+            duration_ms=1000,
+            stored_result=result,
+        ),
         claim_key=key,
-        stored_result=result,
     )
 
 
@@ -171,14 +173,16 @@ def test_a_failed_first_outcome_is_replayed_too(store: AuditStore) -> None:
     assert audit_id is not None
     store.finish(
         audit_id,
-        state=CallState.TIMED_OUT,
-        result_code=ErrorCode.TIMEOUT,
-        result_preview=None,
-        error_message="deadline 1s",
-        finished_at=T1,
-        duration_ms=1000,
+        Outcome(
+            state=CallState.TIMED_OUT,
+            result_code=ErrorCode.TIMEOUT,
+            result_preview=None,
+            error_message="deadline 1s",
+            finished_at=T1,
+            duration_ms=1000,
+            stored_result={"ok": False, "code": "TIMEOUT"},
+        ),
         claim_key=KEY,
-        stored_result={"ok": False, "code": "TIMEOUT"},
     )
     _, claim = store.start(running_record("c2"), claim_key=KEY)
     assert claim is not None and claim.outcome is ClaimOutcome.REPLAY

@@ -29,7 +29,7 @@ from pytest_toolguard import (
     ToolRuntime,
     ToolSpec,
 )
-from pytest_toolguard.lease import LeaseOwner, current_owner, owner_is_dead
+from pytest_toolguard.audit.lease import LeaseOwner, current_owner, owner_is_dead
 from pytest_toolguard.sandbox import TEMP_PREFIX
 
 WAIT = 60.0  # seconds: the bound on every wait for a child

@@ -11,6 +11,7 @@ import sqlite3
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,10 @@ import pytest
 from conftest import WRITE_ANYWHERE, Spy, spy_tool
 
 from pytest_toolguard import CallState, ErrorCode, SQLiteAuditStore, ToolCall, ToolRuntime
-from pytest_toolguard.audit import AUDIT_COLUMNS, LEASE_COLUMNS, AuditRecord, AuditUnavailable
-from pytest_toolguard.audit_postgres import POSTGRES_SCHEMA_VERSION, PostgresAuditStore
-from pytest_toolguard.audit_stores import open_audit_store
+from pytest_toolguard.audit.postgres import PostgresAuditStore
+from pytest_toolguard.audit.row import AuditRecord, AuditUnavailable, Outcome, table_columns
+from pytest_toolguard.audit.schema import POSTGRES_SCHEMA_VERSION
+from pytest_toolguard.audit.stores import open_audit_store
 from pytest_toolguard.cli import main
 
 T0 = "2025-01-02T03:04:05.000Z"
@@ -121,9 +123,9 @@ def test_tables_have_the_columns_of_the_sqlite_tables(
             assert columns(postgres_server, url, table) == sqlite_columns
     finally:
         raw.close()
-    assert columns(postgres_server, url, "tool_call_audit")[1:] == list(
-        AUDIT_COLUMNS + LEASE_COLUMNS
-    )
+    assert columns(postgres_server, url, "tool_call_audit")[1:] == [
+        name for name, _ in table_columns()
+    ]
 
 
 def test_migrations_are_recorded_and_applied_once(url: str) -> None:
@@ -180,14 +182,16 @@ def test_nul_in_stored_text_is_kept_as_its_escape(store: PostgresAuditStore) -> 
     assert audit_id is not None
     store.finish(
         audit_id,
-        state=CallState.FAILED,
-        result_code=ErrorCode.EXECUTION_ERROR,
-        result_preview="out\x00put",
-        error_message="boom\x00",
-        finished_at=T0,
-        duration_ms=1,
+        Outcome(
+            state=CallState.FAILED,
+            result_code=ErrorCode.EXECUTION_ERROR,
+            result_preview="out\x00put",
+            error_message="boom\x00",
+            finished_at=T0,
+            duration_ms=1,
+            stored_result={"message": "x\x00y"},
+        ),
         claim_key="k\x00",
-        stored_result={"message": "x\x00y"},
     )
     row = store.get("nul\x00id")
     assert row is not None
@@ -231,20 +235,19 @@ def test_a_finish_repeated_after_a_lost_commit_succeeds(store: PostgresAuditStor
     attempt had committed, the retry finds this very outcome and succeeds."""
     audit_id, _ = store.start(running(), claim_key="k")
     assert audit_id is not None
-    outcome: dict[str, Any] = {
-        "state": CallState.SUCCEEDED,
-        "result_code": ErrorCode.OK,
-        "result_preview": "ok",
-        "error_message": None,
-        "finished_at": T0,
-        "duration_ms": 3,
-        "claim_key": "k",
-        "stored_result": {"ok": True},
-    }
-    store.finish(audit_id, **outcome)
-    store.finish(audit_id, **outcome)
+    outcome = Outcome(
+        state=CallState.SUCCEEDED,
+        result_code=ErrorCode.OK,
+        result_preview="ok",
+        error_message=None,
+        finished_at=T0,
+        duration_ms=3,
+        stored_result={"ok": True},
+    )
+    store.finish(audit_id, outcome, claim_key="k")
+    store.finish(audit_id, outcome, claim_key="k")
     with pytest.raises(AuditUnavailable, match="not RUNNING"):
-        store.finish(audit_id, **{**outcome, "state": CallState.FAILED})
+        store.finish(audit_id, replace(outcome, state=CallState.FAILED), claim_key="k")
 
 
 def test_settings_are_checked(url: str) -> None:

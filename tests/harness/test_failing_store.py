@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from pytest_toolguard.audit import AuditRecord, AuditUnavailable, SQLiteAuditStore
+from pytest_toolguard.audit import AuditRecord, AuditUnavailable, Outcome, SQLiteAuditStore
 from pytest_toolguard.contract import CallState, ErrorCode
 from pytest_toolguard.harness.failing_store import OPERATIONS, FailingStore
 from pytest_toolguard.idempotency import ClaimOutcome
@@ -32,12 +32,14 @@ def record(call_id: str = "call-1", state: CallState = CallState.RUNNING) -> Aud
 def finish(store: Any, audit_id: int) -> None:
     store.finish(
         audit_id,
-        state=CallState.SUCCEEDED,
-        result_code=ErrorCode.OK,
-        result_preview="",
-        error_message="",
-        finished_at=T1,
-        duration_ms=1,
+        Outcome(
+            state=CallState.SUCCEEDED,
+            result_code=ErrorCode.OK,
+            result_preview="",
+            error_message="",
+            finished_at=T1,
+            duration_ms=1,
+        ),
     )
 
 

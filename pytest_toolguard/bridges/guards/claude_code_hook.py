@@ -61,7 +61,7 @@ from ..definitions.claude_code import runs_here
 from ..errors import BridgeError
 from ..transcripts.claude_code import PATH_ARGUMENTS, relative_arguments
 from ..transcripts.into_cassette import registry_name
-from .gate import admit, close_admitted, stored_id
+from .gate import admit, finish_admitted_row, stored_id
 from .hook_cassette import HookCassette
 from .own_files import (
     GuardedWorkspace,
@@ -336,7 +336,7 @@ def post_tool_use(event: Mapping[str, Any], runtime: ToolRuntime) -> ToolResult 
         return None
     code = ErrorCode.EXECUTION_ERROR if failed else ErrorCode.OK
     state = CallState.FAILED if failed else CallState.SUCCEEDED
-    if not close_admitted(
+    if not finish_admitted_row(
         runtime, row, state=state, code=code, data=response, message=message, call=call
     ):
         return None
@@ -369,7 +369,7 @@ def stop(event: Mapping[str, Any], runtime: ToolRuntime) -> list[AuditRecord]:
         if row.state is not CallState.RUNNING or row.actor != ACTOR:
             continue
         if prompt_approval(row) is not None:
-            done = close_admitted(
+            done = finish_admitted_row(
                 runtime,
                 row,
                 state=CallState.DENIED,
@@ -377,7 +377,7 @@ def stop(event: Mapping[str, Any], runtime: ToolRuntime) -> list[AuditRecord]:
                 message=NOT_APPROVED,
             )
         else:
-            done = close_admitted(
+            done = finish_admitted_row(
                 runtime,
                 row,
                 state=CallState.INTERRUPTED,

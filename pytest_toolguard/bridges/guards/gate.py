@@ -7,8 +7,12 @@ gets the same code, message and audit row as ``execute`` gives, and an
 admitted call leaves its RUNNING row. ``finish_admitted`` finishes that
 row once the other program reports the outcome, possibly from another
 process (a Claude Code PostToolUse hook): it finds the row by call id in
-the audit store. Given the call as it was admitted, it also tells the
-runtime's listeners the outcome (``ToolRuntime.tell_listeners``), as
+the audit store (``finish_admitted_row`` when the caller has the row). The
+row is finished through the runtime's audit log
+(``ToolRuntime.finish_reported``), as every write of the runtime is: a
+store that is down gets the write queued and retried, never lost. Given
+the call as it was admitted, it also tells the runtime's listeners the
+outcome (``ToolRuntime.tell_listeners``), as
 ``execute`` does: a ``record_session`` around a guarded agent records the
 calls the guard admitted, not only those it refused.
 
@@ -31,11 +35,11 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
-from ...audit import AuditRecord
+from ...audit.row import AuditRecord
 from ...contract import CallState, ErrorCode, ToolCall, ToolResult
 from ...hooks import Approval
 from ...idempotency import scope_client_key
-from ...runtime import MESSAGE_LIMIT, PREVIEW_LIMIT, ToolRuntime, storable_id
+from ...runtime import MESSAGE_LIMIT, ToolRuntime, storable_id
 
 
 def stored_id(runtime: ToolRuntime, text: str) -> str:
@@ -72,7 +76,7 @@ def finish_admitted(
     row = runtime.audit.get(stored_id(runtime, call_id))
     if row is None:
         return False
-    return close_admitted(
+    return finish_admitted_row(
         runtime,
         row,
         state=CallState.SUCCEEDED if ok else CallState.FAILED,
@@ -83,7 +87,7 @@ def finish_admitted(
     )
 
 
-def close_admitted(
+def finish_admitted_row(
     runtime: ToolRuntime,
     row: AuditRecord,
     *,
@@ -102,23 +106,9 @@ def close_admitted(
     if row.state is not CallState.RUNNING or row.audit_id is None:
         return False
     now = datetime.now(timezone.utc)
-    preview = ""
-    if data is not None:
-        redacted = runtime.redactor.redact(data)
-        preview = json.dumps(redacted, ensure_ascii=False, sort_keys=True, default=str)
     result = _result(runtime, row, state, code, data, message, now)
     claim = _claim_key(runtime, call) if call is not None else None
-    runtime.audit.finish(
-        row.audit_id,
-        state=state,
-        result_code=code,
-        result_preview=preview[:PREVIEW_LIMIT],
-        error_message=result.message,
-        finished_at=now.isoformat(timespec="milliseconds"),
-        duration_ms=_since(row.started_at, now),
-        claim_key=claim,
-        stored_result=None if claim is None else _stored_outcome(result),
-    )
+    runtime.finish_reported(row, result, data, claim)
     if call is not None:
         approval = (
             Approval(row.rule, row.reason)
@@ -178,19 +168,6 @@ def _claim_key(runtime: ToolRuntime, call: ToolCall) -> str | None:
     return scope_client_key(
         call.idempotency_key, call.tool_name, call.session_id, scope_kind="session"
     )
-
-
-def _stored_outcome(result: ToolResult) -> dict[str, Any]:
-    """What a later call with the same key is answered: the fields
-    ``execute`` stores."""
-    return {
-        "ok": result.ok,
-        "code": result.code.value,
-        "message": result.message,
-        "data": result.data,
-        "truncated": result.truncated,
-        "total_size": result.total_size,
-    }
 
 
 def _since(started_at: str, now: datetime) -> int | None:

@@ -35,7 +35,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ...audit import storable_data, storable_text
 from ...capabilities import Capabilities, Risk
 from ...contract import ToolCall, ToolResult
 from ...redaction import Redactor
@@ -44,6 +43,7 @@ from ...replay.cassette import Cassette, Interaction, dump
 from ...replay.recorder import Recorder
 from ...replay.redacting import redact_path, tool_redactor
 from ...runtime import ToolRuntime, storable_id
+from ...storable import storable_data, storable_text
 from ..errors import BridgeError
 from .import_copy import IntoCopy, changed_entries, entries, named_by_root, session_roots
 from .transcript import Transcript, TranscriptCall, TranscriptProblem, TranscriptResult

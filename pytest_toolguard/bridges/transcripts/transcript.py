@@ -19,9 +19,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ... import documents
-from ...audit import storable_text
 from ...documents import DocumentRefused
 from ...redaction import Redactor
+from ...storable import storable_text
 
 
 @dataclass(frozen=True, slots=True)

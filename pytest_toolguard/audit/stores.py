@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from pytest_toolguard.audit import AuditStore, SQLiteAuditStore
+from .protocol import AuditStore
+from .sqlite import SQLiteAuditStore
 
 __all__ = ["open_audit_store", "store_kind"]
 
@@ -40,7 +41,7 @@ def open_audit_store(target: str | os.PathLike[str], **settings: Any) -> AuditSt
     PostgreSQL driver is missing."""
     text = os.fspath(target)
     if store_kind(text) == "postgres":
-        from pytest_toolguard.audit_postgres import PostgresAuditStore
+        from .postgres import PostgresAuditStore
 
         return PostgresAuditStore(text, **settings)
     return SQLiteAuditStore(_sqlite_path(text), **settings)

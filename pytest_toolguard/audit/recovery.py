@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pytest_toolguard.audit import AuditRecord, AuditStore
-from pytest_toolguard.lease import call_tag
-from pytest_toolguard.sandbox import Workspace
+from ..sandbox import Workspace
+from .lease import call_tag
+from .protocol import AuditStore
+from .row import AuditRecord
 
 __all__ = ["Recovery", "recover_calls"]
 
