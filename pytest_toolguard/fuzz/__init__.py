@@ -53,7 +53,7 @@ argument's schema accepts runs first as an explicit example (on top of the
 simplest valid arguments), and probes are mixed into the random examples.
 Nested path arguments are reached by random text only.
 
-The fuzz world (``fuzz.world``). The workspace root is ``WORKSPACE_ROOT``
+The fuzz workspace (``fuzz.workspace``). The workspace root is ``WORKSPACE_ROOT``
 holding ``WORKSPACE_FILES`` and ``WORKSPACE_SYMLINKS``; ``OUTSIDE_FILES``
 are decoys, planted in a fresh ``harness.World`` for every example.
 A tool that needs a workspace of its own (a git server needs a repository)
@@ -105,7 +105,7 @@ the real machine outside the container (``~/.ssh``, ``$HOME``, more
 examples are not run, and a note says so.
 
 The package does not import pytest; the plugin turns reports into items.
-Its modules: ``world`` (the fuzz world), ``directory`` (its directory
+Its modules: ``workspace`` (the fuzz workspace), ``directory`` (its directory
 twin), ``arguments`` (what is tried),
 ``call`` (one call, checked), ``search`` (Hypothesis), ``report``.
 """
@@ -172,9 +172,9 @@ def fuzz_tool(
     ``network=True`` lets handlers reach the network (refused by default:
     ``fuzz.network``), and the report says so.
     ``workspace`` is the state every example's workspace starts from
-    (default ``fuzz.world.FUZZ_WORKSPACE``; a cassette's ``workspace``, or a
+    (default ``fuzz.workspace.FUZZ_WORKSPACE``; a cassette's ``workspace``, or a
     ``WorkspaceState`` of a repository for a tool that needs one), placed
-    at ``WORKSPACE_ROOT`` as ``fuzz.world.starting_workspace`` says.
+    at ``WORKSPACE_ROOT`` as ``fuzz.workspace.starting_workspace`` says.
 
     Never raises for a tool's behaviour; a schema outside the supported
     subset, or a handler that no valid call reached, gives a report with
@@ -331,7 +331,7 @@ def check_call(
     network: bool = False,
     workspace: WorkspaceState | None = None,
 ) -> tuple[FuzzFailure, ...]:
-    """Run one call of ``spec`` with ``arguments`` in a fresh fuzz world and
+    """Run one call of ``spec`` with ``arguments`` in a fresh fuzz workspace and
     return every failure it shows (empty when it passes every check).
     Whether the arguments are valid is judged by the tool's input schema.
     Options as for ``fuzz_tool``."""

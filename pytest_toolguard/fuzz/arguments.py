@@ -19,7 +19,7 @@ from ..redaction import Redactor
 from ..registry import ToolSpec
 from ..schema import SchemaValidator
 from .call import is_json
-from .world import EXISTING_FILE, PATH_PROBES, SECRET_VALUE
+from .workspace import EXISTING_FILE, PATH_PROBES, SECRET_VALUE
 
 _NAMES = Redactor()
 """Reads argument names as the redactor reads keys."""

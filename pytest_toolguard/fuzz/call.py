@@ -1,5 +1,5 @@
 """One fuzzed call, checked: the tool wrapped in a ``HandlerProbe``, run
-through a fresh ``ToolRuntime`` in a fresh fuzz world, and every property
+through a fresh ``ToolRuntime`` in a fresh fuzz workspace, and every property
 of the ``fuzz`` docstring judged."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from ..secret_entropy import shannon_entropy
 from .directory import FuzzDirectory
 from .network import NetworkLog, refusing_network
 from .report import Problem
-from .world import FUZZ_DECOYS, RUN_ID, WORKSPACE_ROOT, starting_workspace
+from .workspace import FUZZ_DECOYS, RUN_ID, WORKSPACE_ROOT, starting_workspace
 
 MIN_SECRET_LENGTH = 8
 """A secret-named argument's value shorter than this is not looked for
@@ -141,7 +141,7 @@ class CallChecker:
         return self._probe.calls
 
     def check(self, arguments: dict[str, Any], valid: bool) -> list[tuple[Problem, str]]:
-        """Run one call in a fresh fuzz world; every problem it shows."""
+        """Run one call in a fresh fuzz workspace; every problem it shows."""
         problems: list[tuple[Problem, str]] = []
         result: ToolResult | None = None
         store = SQLiteAuditStore(":memory:")  # made outside the fake fs; never sees it

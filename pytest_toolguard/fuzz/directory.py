@@ -1,14 +1,14 @@
-"""The fuzz world on the real disk, for tools that run in the directory world.
+"""The fuzz workspace on the real disk, for tools that run in the directory world.
 
 A tool declaring ``world="directory"`` (or fuzzed with ``world="directory"``)
 reaches files through C libraries or other processes, which pyfakefs never
 sees; it is fuzzed in a ``harness.DirectoryWorld`` of ``FUZZ_WORKSPACE`` (or
-the starting workspace given, as ``fuzz.world.starting_workspace`` places it)
+the starting workspace given, as ``fuzz.workspace.starting_workspace`` places it)
 instead, a fresh one per example (``FuzzDirectory``), inside a container
 that stands for the machine's root::
 
     <tmp>/toolguard-fuzz-XXXXXXXX/             the container (mkdtemp: 0700)
-        up/up/.../up/                          LEVELS_ABOVE levels: "/" of the fuzz world
+        up/up/.../up/                          LEVELS_ABOVE levels: "/" of the fuzz workspace
             etc/passwd, tmp/toolguard-decoy.txt   the fake world's decoys there
             toolguard-world-XXXXXXXX/          the DirectoryWorld: FUZZ_ROOT
                 workspace/                     WORKSPACE_ROOT
@@ -52,19 +52,19 @@ from ..harness.world import Decoys, running
 from ..harness.world_parent import world_parent
 from ..replay.cassette import WorkspaceState
 from ..replay.root_map import RootMap
-from .world import FUZZ_ROOT, FUZZ_WORKSPACE
+from .workspace import FUZZ_ROOT, FUZZ_WORKSPACE
 
 CONTAINER_PREFIX = "toolguard-fuzz-"
 """The name of every fuzz container begins with this."""
 
 LEVELS_ABOVE = 8
-"""Directories between the container and the fuzz world's "/": a relative
+"""Directories between the container and the fuzz workspace's "/": a relative
 path climbing up to this far above the world's "/" still lands inside the
 container (``PATH_PROBES`` climb four)."""
 
 
 class FuzzDirectory:
-    """One example's fuzz world on the real disk (see the module docstring).
+    """One example's fuzz workspace on the real disk (see the module docstring).
     Has what ``fuzz.call.CallChecker`` asks of ``harness.World``."""
 
     def __init__(
@@ -131,7 +131,7 @@ class FuzzDirectory:
         return self.world.escapes()
 
     def spelt(self, value: Any) -> Any:
-        """``value`` (JSON) with every path of the fake fuzz world spelt as
+        """``value`` (JSON) with every path of the fake fuzz workspace spelt as
         this one's: under ``FUZZ_ROOT``, under the world's directory; any
         other absolute path, under the container's "/"."""
         if isinstance(value, str):
@@ -171,7 +171,7 @@ class FuzzDirectory:
         return None
 
     def plant(self, decoys: Decoys) -> tuple[str, ...]:
-        """``decoys`` (spelt as the fake fuzz world spells them) planted at
+        """``decoys`` (spelt as the fake fuzz workspace spells them) planted at
         their place in this one (``$HOME``'s under the container's "/");
         returns those that cannot be (none, unless spelt outside it)."""
         spelt = Decoys({self._path(path): content for path, content in decoys.files.items()})
@@ -237,7 +237,7 @@ class FuzzDirectory:
         return entries
 
     def recorded(self, path: str) -> str:
-        """A path of this world as the fake fuzz world spells it."""
+        """A path of this world as the fake fuzz workspace spells it."""
         if self._slash is not None and path.startswith(self._slash + "/"):
             return path[len(self._slash) :]
         return self.world.recorded_path(path)

@@ -105,7 +105,7 @@ class FuzzFailure:
     @property
     def reproduce(self) -> str:
         """One line of Python that runs the failing call again with the
-        same checks, in the same fuzz world; ``spec`` is the tool's
+        same checks, in the same fuzz workspace; ``spec`` is the tool's
         ``ToolSpec`` (``registry.get(name)``)."""
         return f"pytest_toolguard.fuzz.check_call(spec, json.loads({self.arguments_json!r}))"
 

@@ -1,5 +1,5 @@
 """Fuzzing from a starting workspace of one's own (``workspace=``): every
-example starts from that state, moved to the fuzz world's root beside the
+example starts from that state, moved to the fuzz workspace's root beside the
 same decoys and the link leading out; without it, the fixed fuzz workspace."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from pytest_toolguard.capabilities import Risk
 from pytest_toolguard.context import ToolContext
 from pytest_toolguard.fuzz import Problem, check_call, fuzz_tool
-from pytest_toolguard.fuzz.world import (
+from pytest_toolguard.fuzz.workspace import (
     FUZZ_WORKSPACE,
     WORKSPACE_ROOT,
     WORKSPACE_SYMLINKS,

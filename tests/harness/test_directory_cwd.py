@@ -41,7 +41,7 @@ CAPS = Capabilities(allowed_risks=frozenset({Risk.READ, Risk.WRITE}), write_root
 FROZEN = "2024-05-01T12:00:00+00:00"
 
 WRITTEN: list[str] = []
-"""Where ``write_relative`` wrote, links resolved: a fuzz world is gone
+"""Where ``write_relative`` wrote, links resolved: a fuzz workspace is gone
 once the call is judged."""
 
 GIT_ENVIRONMENT = {
@@ -152,7 +152,7 @@ def project(tmp_path: Path, temporary: Path, monkeypatch: pytest.MonkeyPatch) ->
     """The decoy project checkout the run starts in: it is the working
     directory again afterwards, and nothing in it changed."""
     checkout = tmp_path / "project"
-    (checkout / "sub").mkdir(parents=True)  # the fuzz world's own names too
+    (checkout / "sub").mkdir(parents=True)  # the fuzz workspace's own names too
     (checkout / "sub" / "nested.txt").write_text("the project's own file\n")
     (checkout / "notes.txt").write_text("the project's own notes\n")
     monkeypatch.chdir(checkout)

@@ -420,7 +420,7 @@ def test_the_fuzzer_reports_a_write_into_configured_real_data(data: Path, name: 
 def test_a_fuzz_world_kept_between_examples_reports_each_write_once(
     data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Unobserved by the kernel, a fuzz world is kept from one example to the
+    # Unobserved by the kernel, a fuzz workspace is kept from one example to the
     # next; one that saw a write into the real data is not.
     monkeypatch.setattr(directory_world, "watching", lambda top: None)
     spec = REGISTRY.get("poke")

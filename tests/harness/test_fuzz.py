@@ -27,7 +27,7 @@ from pytest_toolguard.fuzz import (
     fuzz_tool,
 )
 from pytest_toolguard.fuzz import call as fuzz_call
-from pytest_toolguard.fuzz.world import FUZZ_ROOT, WORKSPACE_ROOT
+from pytest_toolguard.fuzz.workspace import FUZZ_ROOT, WORKSPACE_ROOT
 from pytest_toolguard.registry import ToolRegistry, ToolSpec, tool
 from pytest_toolguard.runtime import ToolRuntime
 from pytest_toolguard.schema import SchemaValidator
@@ -351,7 +351,7 @@ def send_message(ctx: ToolContext, message: str) -> dict[str, Any]:
 
 @tool(input_schema=URL_SCHEMA, risk=Risk.EXTERNAL, network_host_argument="url")
 def fetch_stub(ctx: ToolContext, url: str) -> dict[str, Any]:
-    """Names its host, so the fuzz world's policy (no host allowed) refuses it."""
+    """Names its host, so the fuzz workspace's policy (no host allowed) refuses it."""
     return {"fetched": url}
 
 

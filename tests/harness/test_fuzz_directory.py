@@ -18,7 +18,7 @@ from pytest_toolguard.capabilities import Risk
 from pytest_toolguard.fuzz import Problem, check_call, fuzz_tool
 from pytest_toolguard.fuzz.call import fuzzed_world
 from pytest_toolguard.fuzz.directory import CONTAINER_PREFIX, FuzzDirectory
-from pytest_toolguard.fuzz.world import FUZZ_ROOT
+from pytest_toolguard.fuzz.workspace import FUZZ_ROOT
 from pytest_toolguard.harness.directory_world import DirectoryWorld
 from pytest_toolguard.registry import PathAccess, ToolRegistry, ToolSpec, tool
 
@@ -136,7 +136,7 @@ def test_a_twin_reaching_outside_is_one_outside_change(
     problems = {failure.problem for failure in failures}
     assert Problem.OUTSIDE_CHANGED in problems, failures
     detail = next(f.detail for f in failures if f.problem is Problem.OUTSIDE_CHANGED)
-    assert f"{FUZZ_ROOT}/" in detail  # spelt as the fuzz world spells it, not the temp path
+    assert f"{FUZZ_ROOT}/" in detail  # spelt as the fuzz workspace spells it, not the temp path
     assert tree_snapshot(temporary) == before
     assert check_call(append_checked, arguments) == ()
 

@@ -52,7 +52,7 @@ def notify(ctx, to):
     network_host_argument="url",
 )
 def fetch(ctx, url):
-    """Names its host: the fuzz world allows none, so no call reaches it."""
+    """Names its host: the fuzz workspace allows none, so no call reaches it."""
     return {"fetched": url}
 
 external = ToolRegistry([notify, fetch])

@@ -1,4 +1,4 @@
-"""The fuzz world: the workspace every fuzzed call starts from, the decoys
+"""The fuzz workspace: the files every fuzzed call starts from, the decoys
 outside it, and the path probes tried in path-like arguments.
 
 The workspace root is ``WORKSPACE_ROOT`` holding ``WORKSPACE_FILES`` and
@@ -61,7 +61,7 @@ def starting_workspace(workspace: WorkspaceState | None = None) -> WorkspaceStat
     probes and decoys keep their places), a link target under its old root
     moved with it, plus the link leading out (``WORKSPACE_SYMLINKS``) where
     it names no path of its own. Its ``outside_files`` and ``aliases`` are
-    dropped: what is outside is the fuzz world's decoys."""
+    dropped: what is outside is the fuzz workspace's decoys."""
     if workspace is None:
         return FUZZ_WORKSPACE
     old = posixpath.normpath(workspace.root)
