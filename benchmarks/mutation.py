@@ -3,7 +3,7 @@
 How many small changes to a tool's code does ``pytest --toolguard-replay``
 catch? cosmic-ray (a maintained mutation tester) mutates each module one
 change at a time, and runs replay as the test command: a mutant is killed
-when replay fails. The operators are those of the measurement in issue 15:
+when replay fails. The operators are these:
 comparisons flipped (``>`` to ``>=``, ``==`` to ``!=``, ...), constants moved
 by one, booleans flipped, conditions negated, ``and``/``or`` swapped, loops
 that never run.
@@ -318,7 +318,7 @@ def _verdict(module: Path, number: int, old: str, new: str) -> str:
             "equivalent: loosens an output schema check that the tool's results already "
             "pass (the right tool never returns what only the looser schema allows)"
         )
-    return "gap: no variant reaches it (see the report of issue 15)"
+    return "gap: no variant reaches it (no variant changes the data the mutated line reads)"
 
 
 def _loosens(old: str, new: str) -> bool:

@@ -332,7 +332,7 @@ def read_leaving_a_cache(ctx: ToolContext, path: str, max_chars: int = 4000) -> 
     }
 
 
-# -- 8. what the issue 12 oracles see ------------------------------------------------------
+# -- 8. what the harness's oracles see ----------------------------------------------------
 #
 # Each is the twin of a correct tool (the same schemas and declarations) with
 # one bug an earlier matrix let through; tests/harness/test_oracles_catch_bugs.py

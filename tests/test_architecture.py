@@ -157,3 +157,28 @@ def test_every_test_path_the_ci_scripts_and_makefile_name_exists() -> None:
     }
     assert named, "the check found no test paths at all"
     assert sorted((name, path) for name, path in named if not (ROOT / path).exists()) == []
+
+
+ISSUE_CITATION = re.compile(r"\bissue\s+#?\d+|\bfindings?\s+\d+", re.IGNORECASE)
+
+
+def test_no_comment_or_page_cites_an_issue_number() -> None:
+    # A reader cannot look an issue number up: the text says the reason.
+    places = [
+        *ROOT.glob("pytest_toolguard/**/*.py"),
+        *ROOT.glob("tests/**/*.py"),
+        *ROOT.glob("benchmarks/*.py"),
+        *ROOT.glob("scripts/*.py"),
+        *ROOT.glob("examples/**/*.py"),
+        *ROOT.glob("docs/*.md"),
+        *ROOT.glob("*.md"),
+        ROOT / "benchmarks" / "README.md",
+    ]
+    assert len(places) > 100, "the check found too few files"
+    cited = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in places
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if ISSUE_CITATION.search(line)
+    ]
+    assert cited == []

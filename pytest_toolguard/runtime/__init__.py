@@ -31,7 +31,7 @@ blocks (an approval that waits for a person) blocks the loop.
 
 When the store cannot take the RUNNING row the handler never runs
 (AUDIT_UNAVAILABLE). A READ tool's call run in this process without an
-idempotency key commits one row instead (issue 16): no RUNNING row, the
+idempotency key commits one row instead: no RUNNING row, the
 handler runs, and its row is written with the outcome, committed before the
 result is returned; when that commit fails the result is withheld
 (AUDIT_UNAVAILABLE, no data): nothing read leaves unrecorded. Its handler

@@ -1,5 +1,5 @@
 """Process isolation never forks a process whose SQLite locks another thread
-holds (issue 13, item 2): a child copies every mutex of the parent but only
+holds: a child copies every mutex of the parent but only
 the forking thread, so a mutex held inside SQLite at the fork stays held in
 the child for ever."""
 

@@ -1,5 +1,4 @@
-"""A read never escapes its read roots through a file name holding ``\\``
-(issue 9, finding 3).
+"""A read never escapes its read roots through a file name holding ``\\``.
 
 ``\\`` is an ordinary character in a POSIX name, but a separator in a
 workspace path. ``walk`` yielded ``public/..\\private\\secret.txt`` as a path,

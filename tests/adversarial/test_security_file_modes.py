@@ -1,5 +1,4 @@
-"""A rewrite never opens a file's content wider than its permission bits
-(issue 9, findings 7 and 8).
+"""A rewrite never opens a file's content wider than its permission bits.
 
 The temporary file of an atomic rewrite was created 0666 (less the umask)
 and chmod'ed afterwards: another user could open it in between and read the

@@ -1,5 +1,4 @@
-"""The host allow-list judges a URL the way HTTP clients read it (issue 9,
-finding 1).
+"""The host allow-list judges a URL the way HTTP clients read it.
 
 ``urllib.parse`` takes the host after the last ``@`` and keeps ``\\`` as an
 ordinary character; urllib3 (requests), httpx and WHATWG parsers end the

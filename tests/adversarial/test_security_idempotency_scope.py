@@ -1,5 +1,5 @@
 """Idempotency is scoped on the raw session and key, never on their redacted
-or escaped forms (issue 9, finding 5).
+or escaped forms.
 
 Two runtimes with separate workspaces shared one audit database, and their
 session ids looked like JWTs: both were stored as ``<redacted:jwt>``, which

@@ -1,5 +1,4 @@
-"""The rollback journal keeps a bounded copy of what a write replaces
-(issue 9, finding 9).
+"""The rollback journal keeps a bounded copy of what a write replaces.
 
 The journal read the whole previous file before every write: a 1-byte
 write over a 3 GiB sparse file took peak memory from 34 MiB to 6 GiB, and

@@ -1,5 +1,4 @@
-"""Secrets never reach the audit database through messages (issue 9,
-finding 6).
+"""Secrets never reach the audit database through messages.
 
 A message quoted the caller's path with ``repr()``, which turned the tab of
 ``notes/Bearer\\tsk_live_...`` into ``\\\\t``: the Bearer pattern no longer

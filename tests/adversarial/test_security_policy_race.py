@@ -1,5 +1,5 @@
 """The handler acts where the policy checked, not where the path leads a
-moment later (issue 9, finding 10).
+moment later.
 
 The write root was checked by the policy, then the handler resolved the
 path again: a ``RENAME_EXCHANGE`` swap inside the workspace put a write

@@ -1,5 +1,4 @@
-"""A handler killed in process isolation can still be rolled back (issue 9,
-finding 11).
+"""A handler killed in process isolation can still be rolled back.
 
 In process mode the journal entries were made in the child and travelled
 back with its outcome: a child killed at its deadline (or dead of its own

@@ -1,5 +1,5 @@
 """``execute`` never raises on a mapping whose keys (or values) are hostile
-``str`` subclasses (issue 9, finding 12).
+``str`` subclasses.
 
 A key that cannot be ordered made ``execute`` raise ``TypeError`` (sorting
 keys for the canonical JSON) with no audit row written. Keys and values are

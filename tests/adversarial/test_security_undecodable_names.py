@@ -1,5 +1,4 @@
-"""File names that are not UTF-8 never break the audit row or the key
-(issue 9, finding 4).
+"""File names that are not UTF-8 never break the audit row or the key.
 
 ``list_files`` on a directory holding ``report-\\xff.txt`` answered
 ``EXECUTION_ERROR ... UnicodeEncodeError``: the RUNNING row was never

@@ -1,5 +1,5 @@
 """A write never escapes its write root through a symlink at the final
-component (issue 9, finding 2).
+component.
 
 With ``README.md -> docs/README.md`` and ``write_roots=("docs",)``, the
 policy judged where the link points (inside ``docs``) while the write

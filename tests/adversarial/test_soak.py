@@ -1,4 +1,4 @@
-"""Soak (issue 13, item 6): many threads, many mixed calls, nothing leaks.
+"""Soak: many threads, many mixed calls, nothing leaks.
 
 Eight threads make 20,000 calls through one runtime: reads, writes,
 refusals (policy, schema, unknown tool), keyed calls sent twice (by the same

@@ -3,7 +3,7 @@
 A READ tool's handler changes nothing, so a call of it (run in this
 process, without an idempotency key) commits one finished row after the
 handler instead of a RUNNING row before it and its update after. Fail
-closed still holds, in the form issue 16 gives it: no data leaves the
+closed still holds, in this form: no data leaves the
 executor unless the call's row is committed. When that commit fails the
 result is withheld (AUDIT_UNAVAILABLE, no data), even though the handler
 ran. A READ handler that writes anyway gets its RUNNING row committed

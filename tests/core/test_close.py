@@ -1,4 +1,4 @@
-"""``ToolRuntime.close()`` ends what the runtime started (issue 13, item 5):
+"""``ToolRuntime.close()`` ends what the runtime started:
 handlers other threads are still waiting for are joined with the same bound
 as orphaned ones and reported when still alive, their workers stop, and the
 audit store's connections of threads that ended are closed."""

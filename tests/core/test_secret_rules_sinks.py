@@ -4,8 +4,8 @@ not the files of a recorded cassette, not the raw bytes of the audit
 database (``.db``, ``-wal``, ``-shm``).
 
 The examples go in chunks, one chunk per call and per way in: as a write
-tool's file contents (the held-out check of issue 13 that found none of
-these formats redacted), as free-text arguments, as a handler's result,
+tool's file contents (a held-out check once found none of these
+formats redacted there), as free-text arguments, as a handler's result,
 as a file the handler reads back, and in a handler's exception. A secret
 is looked for only where its rule, run alone, reports it in the chunk as
 sent (a neighbour can end a match early); the count of those is printed.

@@ -1,5 +1,5 @@
 """Mistakes a new user makes get an answer that says what happened and what
-to do next (issue 8, item 9): each of these answered with a raw error, a
+to do next: each of these answered with a raw error, a
 cut id, two bare hashes or a wrong hint before."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Recorded calls whose ids repeat or are empty replay (issue 13, item 4).
+"""Recorded calls whose ids repeat or are empty replay.
 
 Models reuse tool call ids, and some send none. A cassette binds each call
 to its own audit row by position; the id is kept as data."""

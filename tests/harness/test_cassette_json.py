@@ -1,5 +1,5 @@
 """JSON as the second syntax of a cassette: written for large cassettes,
-read like YAML, the same document either way (issue 16)."""
+read like YAML, the same document either way."""
 
 from __future__ import annotations
 

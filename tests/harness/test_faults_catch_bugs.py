@@ -5,7 +5,8 @@ Each tool (``tests/broken_tools.py``) is called once in a one-call case
 written here as YAML; ``run_cell`` injects one fault into that call. The
 two gaps found on the way (a handler's own check-then-open race; a torn
 rewrite no longer than the old content) are closed: ``symlink_race`` and
-``partial_write`` catch them. The oracles of issue 12 have their own
+``partial_write`` catch them. The harness's oracles (outside snapshots, accesses,
+effects against declarations) have their own
 broken tools in ``test_oracles_catch_bugs.py``.
 
 Which fault catches which bug, and the problem the cell reports

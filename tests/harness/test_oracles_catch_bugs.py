@@ -1,4 +1,5 @@
-"""The oracles of issue 12 catch what a broken tool got away with: each
+"""The harness's oracles (what a handler left outside, where it reached,
+its effects against its declarations) catch what a broken tool got away with: each
 tool of ``tests/broken_tools.py``'s section 8 fails the cell (or fuzz run,
 or replay) named here, and its correct twin passes the same one.
 
