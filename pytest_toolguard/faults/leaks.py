@@ -1,0 +1,461 @@
+"""The resources family's own fault: ``resource_leak``, the failures a
+call meets between acquiring a resource and giving it back.
+
+Every cell judges what a call leaves open (``resources``), but only on
+the error paths its fault happens to force: a descriptor leaked when the
+second ``open`` fails is seen by ``disk_failure`` only when one of its
+spread-out k lands there. This fault aims at those paths. A clean run of
+the call is watched: before each of its handler's file operations
+(``harness.accesses`` in the fake world, ``directory.Operations`` in the
+directory world), each growth of a file (fake world), each recorded HTTP
+request it makes and right after each process it starts, what the handler
+side holds is counted: open files (pyfakefs's open-file table, or this
+process's descriptors), temporary files (the fake ``/tmp``'s entries, or
+the paths in the temporary directory its operations made and did not
+remove), processes it started still running, and live threads. Each
+event at which that count grew since the event before (something was
+acquired, and is held) is a failure point; at most ``MAX_POINTS`` of them,
+spread evenly over the call (the first and the last kept), each get one
+call with the one failure the machinery of its kind injects there:
+
+- a file operation: ``EIO``, as ``disk_failure`` raises it (counted among the
+  handler's own operations: not those the harness makes starting a process);
+- a file's growth: ``ENOSPC``, the disk full as it writes (fake world);
+- an HTTP request: the connection reset (``network.connection_reset``);
+- a process started: killed with ``SIGKILL`` as it starts, so it exits
+  non-zero (``harness.child_processes.on_start``, as ``process_killed``).
+
+After each call: what it left open that was not held before it
+(``resources.ResourceWatch``, the line naming the failure), and an OK
+answer must not claim the work it did not do: after a failed file
+operation, write or process, the files a clean run leaves
+(``Cell.check_complete``); after a failed request, no claim of success
+(``http_claims.false_success``). A thread left running is the cell's own
+check. A call that held nothing at any event is ``n/a`` (nothing to
+inject), as is one whose clean run failed.
+
+Not forced: a read or write on a descriptor failing in the directory
+world (no Python-level event: a tool's ``os.read`` is not seen), a
+failure in the tool's own code between two events (a parse error), and
+the ``n``-th failure of a loop whose resources all look alike past
+``MAX_POINTS``.
+"""
+
+from __future__ import annotations
+
+import errno
+import inspect
+import os
+import posixpath
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..harness.child_processes import ChildProcess, ChildProcesses, on_start, processes_of
+from ..redaction import Redactor
+from .cell import Cell, CleanRun
+from .disk import failing_at
+from .fault import Fault
+from .http_claims import false_success
+from .network import connection_reset
+from .outcome import NOTHING_TO_INJECT
+from .resources import ResourceWatch
+from .target import Target
+
+MAX_POINTS = 4
+"""At most this many failure points per cell (one call each)."""
+
+INJECTED = "(injected by pytest-toolguard)"
+
+Kind = Literal["operation", "growth", "request", "process"]
+
+_REMOVALS = frozenset({"os.remove", "os.rmdir", "shutil.rmtree", "os.rename", "shutil.move"})
+
+
+@dataclass(frozen=True, slots=True)
+class FailurePoint:
+    """One event of the clean run at which the handler held more than
+    before: where one call of the fault fails."""
+
+    kind: Kind
+    index: int
+    """1-based among the call's events of its kind."""
+    what: str
+    """The path, request or command of the event, as the problem shows it."""
+
+    def describe(self) -> str:
+        """What failed there, for a problem line."""
+        if self.kind == "operation":
+            return f"EIO on the handler's file operation {self.index} ({self.what})"
+        if self.kind == "growth":
+            return f"ENOSPC on the handler's write {self.index} (to {self.what})"
+        if self.kind == "request":
+            return f"the connection reset on the handler's HTTP request {self.index} ({self.what})"
+        return f"the handler's process {self.index} ({self.what}) killed as it started"
+
+
+class _Holdings:
+    """Counts what the handler side holds, the same way at every event of
+    one clean run, and keeps the events at which the count grew."""
+
+    def __init__(self, cell: Cell) -> None:
+        self._cell = cell
+        self._temporary = tempfile.gettempdir()
+        self._lock = threading.Lock()
+        self._last: tuple[int, ...] | None = None
+        self._made: set[str] = set()
+        """Directory world: temporary entries the handler's operations made."""
+        self._seen_operations = 0
+        self._first_operation = cell.operations.count if cell.operations is not None else 0
+        self.points: list[FailurePoint] = []
+
+    def start(self) -> None:
+        """The handler begins: what it holds is counted from here."""
+        with self._lock:
+            if self._last is None:
+                self._last = self._held(pending=False)
+
+    def note(self, kind: Kind, index: int, what: str) -> None:
+        """An event: a failure point when the count grew since the last."""
+        with self._lock:
+            if self._last is None:
+                return  # not the handler's (it has not started)
+            held = self._held(pending=kind == "operation")
+            if any(now > then for now, then in zip(held, self._last, strict=True)):
+                self.points.append(FailurePoint(kind, index, what))
+            if kind != "process":  # counted after the start: the next event must see it grow
+                self._last = held
+
+    def _held(self, *, pending: bool) -> tuple[int, ...]:
+        """(files, temporary files, processes, threads) held now; counted
+        quietly: the harness's looks are never the handler's operations.
+        ``pending``: the last operation noted has not happened yet."""
+        with self._cell.files.quiet():
+            return self._counted(pending)
+
+    def _counted(self, pending: bool) -> tuple[int, ...]:
+        cell = self._cell
+        threads = threading.active_count()
+        if not cell.directory:
+            files = sum(1 for wrappers in list(cell.fs.open_files) if wrappers)
+            try:
+                temporary = len(os.listdir(self._temporary))
+            except OSError:
+                temporary = 0
+            return files, temporary, 0, threads
+        try:
+            descriptors = len(os.listdir("/proc/self/fd"))
+        except OSError:
+            descriptors = 0
+        processes = processes_of(cell.world)
+        running = (
+            sum(1 for child in processes.started if not child.exited())
+            if processes is not None
+            else 0
+        )
+        return descriptors, self._temporary_made(pending), running, threads
+
+    def _temporary_made(self, pending: bool) -> int:
+        """Entries of the temporary directory the handler's operations made
+        and have not removed so far (others share the directory: only
+        these count); ``pending``: but the last one, not made yet."""
+        operations = self._cell.operations
+        assert operations is not None
+        first = self._first_operation + self._seen_operations
+        last = min(len(operations.events), len(operations.paths)) - (1 if pending else 0)
+        events, paths = operations.events[first:last], operations.paths[first:last]
+        self._seen_operations += len(events)
+        prefix = self._temporary.rstrip("/") + "/"
+        for event, path in zip(events, paths, strict=False):
+            if not path:
+                continue
+            absolute = os.path.abspath(path)
+            if not absolute.startswith(prefix):
+                continue
+            top = posixpath.join(self._temporary, absolute[len(prefix) :].split("/", 1)[0])
+            if event in _REMOVALS:
+                self._made.discard(top)
+            else:
+                self._made.add(top)
+        return len(self._made)
+
+
+class ResourceLeakFault(Fault):
+    name = "resource_leak"
+    applies_to = (
+        "successful calls of tools that write, touch paths or HTTP, or run in the directory world"
+    )
+    injection = (
+        "a clean run watched for the events at which the handler holds more than before (an "
+        "open file, a temporary file, a process, a thread); at each (at most "
+        f"{MAX_POINTS}, one call each) that event fails: EIO on the file operation, ENOSPC "
+        "on the write, the connection reset on the HTTP request, the process killed as it "
+        "starts"
+    )
+    expected = (
+        "nothing left open that the call acquired (no file, temporary file, process or "
+        "thread); an OK answer leaves exactly the files of a clean run, and after a failed "
+        "request claims no success; n/a when the call held nothing at any event"
+    )
+
+    def applies(self, target: Target) -> bool:
+        spec = target.spec
+        if spec is None or not target.handler_can_run:
+            return False
+        return (
+            target.writes
+            or bool(spec.paths)
+            or bool(target.interaction.http)
+            or target.world == "directory"
+            or bool(target.path_arguments)
+        )
+
+    def inject(self, cell: Cell) -> None:
+        holdings = _Holdings(cell)
+        with _watching(cell, holdings):
+            clean = cell.clean_run()
+        if not clean.result.ok:
+            cell.problems.append(
+                f"{NOTHING_TO_INJECT}: the call failed with nothing injected "
+                f"({clean.result.code.value}), so no error path of its own was left to force"
+            )
+            return
+        points = _spread(holdings.points, MAX_POINTS)
+        if not points:
+            cell.problems.append(
+                f"{NOTHING_TO_INJECT}: the handler held nothing of its own (no open file, "
+                "temporary file, process or thread) at any of its file operations, writes, "
+                "HTTP requests or process starts"
+            )
+            return
+        saved = cell.world.save_workspace()
+        for point in points:
+            cell.world.restore_workspace(saved)
+            self._fail_at(cell, point, clean)
+
+    @staticmethod
+    def _fail_at(cell: Cell, point: FailurePoint, clean: CleanRun) -> None:
+        why = point.describe()
+        watch = ResourceWatch(cell)
+        with watch, _failing(cell, point):
+            result = cell.execute(cell.call())
+        if result.ok and point.kind == "request":
+            recorded = cell.target.interaction.result.data
+            claim = false_success(Redactor().redact(result.data), result.message, recorded)
+            cell.check(
+                claim is None,
+                f"{why}: answered {result.code.value} {claim}, as if the request had succeeded",
+            )
+        elif result.ok:
+            cell.check_complete(clean, f"{why} and the call answered OK")
+        cell.problems.extend(watch.left_open(after=why))
+
+
+@contextmanager
+def _watching(cell: Cell, holdings: _Holdings) -> Iterator[None]:
+    """Within the block, every event of the handler's is noted in
+    ``holdings`` (the handler's start first)."""
+    with ExitStack() as stack:
+        previous = cell.replace_handler(_starting(holdings.start))
+        stack.callback(cell.restore_handler, previous)
+        processes = [0]
+
+        def started(child: ChildProcess) -> None:
+            processes[0] += 1
+            holdings.note("process", processes[0], " ".join(child.argv[:3]))
+
+        stack.enter_context(on_start(cell.world, started))
+        if cell.http is not None and cell.target.interaction.http:
+            stack.enter_context(cell.http.injected(_noting(holdings)))
+        handlers = _HandlerOperations(cell)
+        stack.enter_context(handlers.watched(lambda k, what: holdings.note("operation", k, what)))
+        log = cell.files.access_log
+        if not cell.directory and log is not None:
+            growths, root = log.growths, cell.root
+            log.before_growth = lambda index, path: holdings.note(
+                "growth", index - growths, _shown(path, root)
+            )
+            stack.callback(setattr, log, "before_growth", None)
+        yield
+
+
+def _failing(cell: Cell, point: FailurePoint) -> AbstractContextManager[Any]:
+    """Within the block, the call's event ``point`` fails."""
+    if point.kind == "operation":
+        return _HandlerOperations(cell).failing(point.index)
+    if point.kind == "growth":
+        return failing_at(cell, "write", errno.ENOSPC, point.index)
+    if point.kind == "request":
+        if cell.http is None:
+            return nullcontext()
+        return cell.http.injected(_reset_at(point.index))
+    return _killing_at(cell, point.index)
+
+
+class _HandlerOperations:
+    """The handler's own file operations, counted from 1 in each call:
+    the fake world's accesses, or the directory world's Python-level
+    operations but those the harness makes while it starts a process (it
+    probes the machine the first time only: counted, they would move every
+    later index of the clean run)."""
+
+    def __init__(self, cell: Cell) -> None:
+        self._cell = cell
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def _next(self) -> int | None:
+        if _starting_a_process():
+            return None
+        with self._lock:
+            self._count += 1
+            return self._count
+
+    @contextmanager
+    def _before(self, act: Callable[[int, str], None]) -> Iterator[None]:
+        """Within the block, ``act(k, what)`` runs before the handler's k-th
+        operation (and may raise, to fail it)."""
+        cell, root = self._cell, self._cell.root
+        operations = cell.operations
+        if operations is not None:
+
+            def before(_index: int, event: str, path: str) -> None:
+                k = self._next()
+                if k is not None:
+                    act(k, f"{event} {_shown(path, root)}".strip())
+
+            operations.before = before
+            try:
+                yield
+            finally:
+                operations.before = None
+            return
+        log = cell.files.access_log
+        if log is None:
+            yield
+            return
+
+        def before_access(_index: int, path: str) -> None:
+            k = self._next()
+            if k is not None:
+                act(k, _shown(path, root))
+
+        log.before_access = before_access
+        try:
+            yield
+        finally:
+            log.before_access = None
+
+    def watched(self, note: Callable[[int, str], None]) -> AbstractContextManager[None]:
+        """Within the block, ``note(k, what)`` before each of the handler's operations."""
+        return self._before(note)
+
+    def failing(self, k: int) -> AbstractContextManager[None]:
+        """Within the block, the handler's k-th operation raises EIO, as
+        ``disk_failure``'s does."""
+
+        def fail(index: int, what: str) -> None:
+            if index == k:
+                raise OSError(errno.EIO, f"{os.strerror(errno.EIO)} {INJECTED}", what)
+
+        return self._before(fail)
+
+
+def _starting_a_process() -> bool:
+    """Whether this thread is inside ``ChildProcesses.start`` (the harness
+    wrapping a process the handler starts)."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        if frame.f_code is _START:
+            return True
+        frame = frame.f_back
+    return False
+
+
+_START = ChildProcesses.start.__code__
+
+
+@contextmanager
+def _killing_at(cell: Cell, nth: int) -> Iterator[None]:
+    """Within the block, the ``nth`` process a handler run starts is
+    killed (``SIGKILL``) as it starts."""
+    processes = processes_of(cell.world)
+    seen = [0]
+
+    def kill(child: ChildProcess) -> None:
+        seen[0] += 1
+        if seen[0] == nth and processes is not None:
+            processes.kill(child)
+
+    with on_start(cell.world, kill):
+        yield
+
+
+def _noting(holdings: _Holdings) -> Callable[[Any, dict[str, Any]], dict[str, Any]]:
+    """An HTTP answer that notes each request and serves its recorded response."""
+    count = [0]
+    lock = threading.Lock()
+
+    def answer(request: Any, response: dict[str, Any]) -> dict[str, Any]:
+        with lock:
+            count[0] += 1
+            index = count[0]
+        holdings.note("request", index, f"{request.method} {request.uri}")
+        return response
+
+    return answer
+
+
+def _reset_at(nth: int) -> Callable[[Any, dict[str, Any]], dict[str, Any]]:
+    """An HTTP answer that resets the connection of the ``nth`` request
+    and serves every other its recorded response."""
+    count = [0]
+    lock = threading.Lock()
+
+    def answer(request: Any, response: dict[str, Any]) -> dict[str, Any]:
+        with lock:
+            count[0] += 1
+            index = count[0]
+        if index == nth:
+            return connection_reset(request, response)
+        return response
+
+    return answer
+
+
+def _starting(start: Callable[[], None]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A handler wrapper that calls ``start()`` as the handler's body begins."""
+
+    def wrap(handler: Callable[..., Any]) -> Callable[..., Any]:
+        if inspect.iscoroutinefunction(handler):
+
+            async def run_async(ctx: Any, **arguments: Any) -> Any:
+                start()
+                return await handler(ctx, **arguments)
+
+            return run_async
+
+        def run(ctx: Any, **arguments: Any) -> Any:
+            start()
+            return handler(ctx, **arguments)
+
+        return run
+
+    return wrap
+
+
+def _spread(points: list[FailurePoint], most: int) -> list[FailurePoint]:
+    """``points``, or ``most`` of them spread evenly (first and last kept)."""
+    if len(points) <= most:
+        return points
+    chosen = sorted({round(i * (len(points) - 1) / (most - 1)) for i in range(most)})
+    return [points[i] for i in chosen]
+
+
+def _shown(path: str, root: str) -> str:
+    """``path`` relative to the workspace when it lies there."""
+    prefix = root.rstrip("/") + "/"
+    return path[len(prefix) :] if path.startswith(prefix) else path
