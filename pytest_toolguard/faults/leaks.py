@@ -43,6 +43,7 @@ the ``n``-th failure of a loop whose resources all look alike past
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import inspect
 import os
@@ -98,14 +99,16 @@ class FailurePoint:
 
 
 class _Holdings:
-    """Counts what the handler side holds, the same way at every event of
-    one clean run, and keeps the events at which the count grew."""
+    """What the handler side holds, taken the same way at every event of
+    one clean run, and the events at which it held something it did not
+    hold at the event before: an acquisition since (a file closed and
+    another opened between two events is one too)."""
 
     def __init__(self, cell: Cell) -> None:
         self._cell = cell
         self._temporary = tempfile.gettempdir()
         self._lock = threading.Lock()
-        self._last: tuple[int, ...] | None = None
+        self._last: frozenset[tuple[str, object]] | None = None
         self._made: set[str] = set()
         """Directory world: temporary entries the handler's operations made."""
         self._seen_operations = 0
@@ -113,52 +116,55 @@ class _Holdings:
         self.points: list[FailurePoint] = []
 
     def start(self) -> None:
-        """The handler begins: what it holds is counted from here."""
+        """The handler begins: what it holds is taken from here."""
         with self._lock:
             if self._last is None:
                 self._last = self._held(pending=False)
 
     def note(self, kind: Kind, index: int, what: str) -> None:
-        """An event: a failure point when the count grew since the last."""
+        """An event: a failure point when something is held that was not
+        at the event before."""
         with self._lock:
             if self._last is None:
                 return  # not the handler's (it has not started)
             held = self._held(pending=kind == "operation")
-            if any(now > then for now, then in zip(held, self._last, strict=True)):
+            if held - self._last:
                 self.points.append(FailurePoint(kind, index, what))
-            if kind != "process":  # counted after the start: the next event must see it grow
+            if kind != "process":  # taken after the start: the next event must see it new
                 self._last = held
 
-    def _held(self, *, pending: bool) -> tuple[int, ...]:
-        """(files, temporary files, processes, threads) held now; counted
-        quietly: the harness's looks are never the handler's operations.
-        ``pending``: the last operation noted has not happened yet."""
+    def _held(self, *, pending: bool) -> frozenset[tuple[str, object]]:
+        """Each file, temporary file, process and thread held now, by
+        identity; taken quietly: the harness's looks are never the
+        handler's operations. ``pending``: the last operation noted has
+        not happened yet."""
         with self._cell.files.quiet():
-            return self._counted(pending)
+            return frozenset(self._taken(pending))
 
-    def _counted(self, pending: bool) -> tuple[int, ...]:
+    def _taken(self, pending: bool) -> Iterator[tuple[str, object]]:
         cell = self._cell
-        threads = threading.active_count()
+        for thread in threading.enumerate():
+            yield "thread", thread.ident
         if not cell.directory:
-            files = sum(1 for wrappers in list(cell.fs.open_files) if wrappers)
-            try:
-                temporary = len(os.listdir(self._temporary))
-            except OSError:
-                temporary = 0
-            return files, temporary, 0, threads
-        try:
-            descriptors = len(os.listdir("/proc/self/fd"))
-        except OSError:
-            descriptors = 0
+            for number, wrappers in enumerate(list(cell.fs.open_files)):
+                if wrappers:
+                    yield "file", (number, id(wrappers[0]))
+            with contextlib.suppress(OSError):
+                for name in os.listdir(self._temporary):
+                    yield "temporary", name
+            return
+        with contextlib.suppress(OSError):
+            for name in os.listdir("/proc/self/fd"):
+                with contextlib.suppress(OSError):
+                    yield "file", (name, os.readlink(f"/proc/self/fd/{name}"))
+        for made in self._temporary_made(pending):
+            yield "temporary", made
         processes = processes_of(cell.world)
-        running = (
-            sum(1 for child in processes.started if not child.exited())
-            if processes is not None
-            else 0
-        )
-        return descriptors, self._temporary_made(pending), running, threads
+        for child in processes.started if processes is not None else ():
+            if not child.exited():
+                yield "process", child.pid
 
-    def _temporary_made(self, pending: bool) -> int:
+    def _temporary_made(self, pending: bool) -> set[str]:
         """Entries of the temporary directory the handler's operations made
         and have not removed so far (others share the directory: only
         these count); ``pending``: but the last one, not made yet."""
@@ -180,7 +186,7 @@ class _Holdings:
                 self._made.discard(top)
             else:
                 self._made.add(top)
-        return len(self._made)
+        return self._made
 
 
 class ResourceLeakFault(Fault):
