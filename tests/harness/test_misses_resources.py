@@ -42,15 +42,16 @@ its spread-out k happened to land between the acquiring and the release.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import threading
-import urllib.request
 from collections.abc import Iterator
 from typing import Any, BinaryIO
+from urllib.parse import urlsplit
 
 import pytest
 from test_faults_catch_bugs import one_call_case, reported, run
@@ -262,10 +263,18 @@ def _open_note(ctx: ToolContext, name: str) -> BinaryIO:
 
 
 def _post(url: str, data: bytes) -> str:
-    request = urllib.request.Request(url, data=data, method="POST")
-    with urllib.request.urlopen(request, timeout=2) as response:  # noqa: S310 - replayed
-        answer: dict[str, Any] = json.loads(response.read())
-    return str(answer["id"])
+    """POST ``data``, no redirect followed (one is a failure)."""
+    parts = urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=2)
+    try:
+        connection.request("POST", parts.path, data)
+        response = connection.getresponse()
+        raw = response.read()
+    finally:
+        connection.close()
+    if response.status >= 300:
+        raise OSError(f"the upload answered {response.status} {response.reason}")
+    return str(json.loads(raw)["id"])
 
 
 def upload_leaving_note_open(ctx: ToolContext, name: str, url: str) -> dict[str, Any]:
@@ -324,7 +333,8 @@ def format_leaving_server_running(ctx: ToolContext, text: str) -> dict[str, Any]
     shouted = _shout(text)  # raises when the formatter exits non-zero...
     assert server.stdin is not None
     server.stdin.close()  # ...and then the server is never stopped
-    server.wait()
+    if server.wait() != 0:
+        raise RuntimeError("the server ended with an error")
     return {"text": shouted}
 
 
@@ -335,7 +345,9 @@ def format_stopping_server(ctx: ToolContext, text: str) -> dict[str, Any]:
     finally:
         assert server.stdin is not None
         server.stdin.close()
-        server.wait()
+        ended = server.wait()
+    if ended != 0:
+        raise RuntimeError(f"the server ended with {ended}")
     return {"text": shouted}
 
 
