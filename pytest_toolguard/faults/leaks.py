@@ -31,8 +31,10 @@ answer must not claim the work it did not do: after a failed file
 operation, write or process, the files a clean run leaves
 (``Cell.check_complete``); after a failed request, no claim of success
 (``http_claims.false_success``). A thread left running is the cell's own
-check. A call that held nothing at any event is ``n/a`` (nothing to
-inject), as is one whose clean run failed.
+check. A call that held nothing of its own at any of its events passes:
+a failure at any of them has nothing to leave open. A call none of whose
+events is seen in this process (a handler relaying to a server process)
+is ``n/a`` (nothing to inject), as is one whose clean run failed.
 
 Not forced: a read or write on a descriptor failing in the directory
 world (no Python-level event: a tool's ``os.read`` is not seen), a
@@ -114,6 +116,8 @@ class _Holdings:
         self._seen_operations = 0
         self._first_operation = cell.operations.count if cell.operations is not None else 0
         self.points: list[FailurePoint] = []
+        self.events = 0
+        """Events of the handler's seen."""
 
     def start(self) -> None:
         """The handler begins: what it holds is taken from here."""
@@ -127,6 +131,7 @@ class _Holdings:
         with self._lock:
             if self._last is None:
                 return  # not the handler's (it has not started)
+            self.events += 1
             held = self._held(pending=kind == "operation")
             if held - self._last:
                 self.points.append(FailurePoint(kind, index, what))
@@ -195,8 +200,9 @@ class ResourceLeakFault(Fault):
         "successful calls of tools that write, touch paths or HTTP, or run in the directory world"
     )
     injection = (
-        "a clean run watched for the events at which the handler holds more than before (an "
-        "open file, a temporary file, a process, a thread); at each (at most "
+        "a clean run watched for the events at which the handler holds something it did not "
+        "hold at the event before (an open file, a temporary file, a process, a thread); at "
+        "each (at most "
         f"{MAX_POINTS}, one call each) that event fails: EIO on the file operation, ENOSPC "
         "on the write, the connection reset on the HTTP request, the process killed as it "
         "starts"
@@ -204,7 +210,7 @@ class ResourceLeakFault(Fault):
     expected = (
         "nothing left open that the call acquired (no file, temporary file, process or "
         "thread); an OK answer leaves exactly the files of a clean run, and after a failed "
-        "request claims no success; n/a when the call held nothing at any event"
+        "request claims no success; n/a when no event of the handler's is seen in this process"
     )
 
     def applies(self, target: Target) -> bool:
@@ -229,14 +235,14 @@ class ResourceLeakFault(Fault):
                 f"({clean.result.code.value}), so no error path of its own was left to force"
             )
             return
-        points = _spread(holdings.points, MAX_POINTS)
-        if not points:
+        if not holdings.events:
             cell.problems.append(
-                f"{NOTHING_TO_INJECT}: the handler held nothing of its own (no open file, "
-                "temporary file, process or thread) at any of its file operations, writes, "
-                "HTTP requests or process starts"
+                f"{NOTHING_TO_INJECT}: no file operation, write, HTTP request or process "
+                "start of the handler's was seen in this process"
             )
             return
+        # Nothing held at any of its events: no failure there can leave anything open.
+        points = _spread(holdings.points, MAX_POINTS)
         saved = cell.world.save_workspace()
         for point in points:
             cell.world.restore_workspace(saved)
