@@ -458,3 +458,25 @@ def test_a_tool_giving_back_what_it_opened_passes_every_cell(handler: Any, world
     failed = {name: o.problems for name, o in outcomes.items() if o.status == "fail"}
     assert failed == {}
     assert outcomes["resource_leak"].status == "pass"
+
+
+def test_each_resource_left_open_is_named_once_with_the_failure_that_left_it() -> None:
+    # The cell-wide watch (every cell's) says nothing resource_leak named
+    # already, even once the world removed the directory a descriptor is on.
+    outcome = run_twin("resource_leak", write_leaving_descriptors_open, "directory")
+
+    left = [problem for problem in outcome.problems if problem.startswith("left open: ")]
+    assert left, outcome.problems
+    assert all(" (after " in problem for problem in left), left
+
+
+def echo_path(ctx: ToolContext, path: str, content: str) -> dict[str, Any]:
+    return {"path": path, "length": len(content)}
+
+
+@pytest.mark.parametrize("world", ["fake", "directory"])
+def test_a_call_with_no_event_of_its_own_is_not_applicable_never_a_pass(world: str) -> None:
+    outcome = run("resource_leak", _spec(echo_path, world), WRITE, FILES)
+
+    assert outcome.status == "n/a", outcome
+    assert outcome.problems[0].startswith("nothing to inject: no file operation"), outcome
