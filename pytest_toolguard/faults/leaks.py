@@ -111,6 +111,7 @@ class _Holdings:
         self._temporary = tempfile.gettempdir()
         self._lock = threading.Lock()
         self._last: frozenset[tuple[str, object]] | None = None
+        self._first: frozenset[tuple[str, object]] = frozenset()
         self._made: set[str] = set()
         """Directory world: temporary entries the handler's operations made."""
         self._seen_operations = 0
@@ -123,7 +124,7 @@ class _Holdings:
         """The handler begins: what it holds is taken from here."""
         with self._lock:
             if self._last is None:
-                self._last = self._held(pending=False)
+                self._last = self._first = self._held(pending=False)
 
     def note(self, kind: Kind, index: int, what: str) -> None:
         """An event: a failure point when something is held that was not
@@ -133,7 +134,9 @@ class _Holdings:
                 return  # not the handler's (it has not started)
             self.events += 1
             held = self._held(pending=kind == "operation")
-            if held - self._last:
+            # A request is a point while anything acquired since the start is
+            # held: a cleanup that covers file errors may miss the client's.
+            if held - self._last or (kind == "request" and held - self._first):
                 self.points.append(FailurePoint(kind, index, what))
             if kind != "process":  # taken after the start: the next event must see it new
                 self._last = held
@@ -460,11 +463,19 @@ def _starting(start: Callable[[], None]) -> Callable[[Callable[..., Any]], Calla
 
 
 def _spread(points: list[FailurePoint], most: int) -> list[FailurePoint]:
-    """``points``, or ``most`` of them spread evenly (first and last kept)."""
+    """``points``, or ``most`` of them: the first of each kind, then the
+    others spread evenly (the first and the last first), in call order."""
     if len(points) <= most:
         return points
-    chosen = sorted({round(i * (len(points) - 1) / (most - 1)) for i in range(most)})
-    return [points[i] for i in chosen]
+    firsts = {point.kind: index for index, point in reversed(list(enumerate(points)))}
+    last = len(points) - 1
+    even = [round(i * last / (most - 1)) for i in range(most)]
+    chosen: set[int] = set()
+    for index in [*sorted(firsts.values()), 0, last, *even, *range(len(points))]:
+        if len(chosen) == most:
+            break
+        chosen.add(index)
+    return [points[index] for index in sorted(chosen)]
 
 
 def _shown(path: str, root: str) -> str:
