@@ -7,28 +7,36 @@ second ``open`` fails is seen by ``disk_failure`` only when one of its
 spread-out k lands there. This fault aims at those paths. A clean run of
 the call is watched: before each of its handler's file operations
 (``harness.accesses`` in the fake world, ``directory.Operations`` in the
-directory world), each growth of a file (fake world), each recorded HTTP
-request it makes and right after each process it starts, what the handler
-side holds is counted: open files (pyfakefs's open-file table, or this
-process's descriptors), temporary files (the fake ``/tmp``'s entries, or
-the paths in the temporary directory its operations made and did not
-remove), processes it started still running, and live threads. Each
-event at which that count grew since the event before (something was
-acquired, and is held) is a failure point; at most ``MAX_POINTS`` of them,
-spread evenly over the call (the first and the last kept), each get one
-call with the one failure the machinery of its kind injects there:
+directory world, but those the harness makes starting a process), each
+growth of a file (fake world), each recorded HTTP request it makes and
+right after each process it starts, what the handler side holds is
+taken, each thing by its identity: open files (pyfakefs's open-file
+table, or this process's descriptors and what they name), temporary
+files (the fake ``/tmp``'s entries, or the paths in the temporary
+directory its operations made and did not remove), processes it started
+still running, live threads. Each event at which something is held that
+was not at the event before (acquired since, and held: a file closed and
+another opened between two events counts) is a failure point, and so is
+each HTTP request while anything acquired since the handler began is
+held. At most ``MAX_POINTS`` of them (the first of each kind, then spread
+evenly) each get one call with the failure of its kind:
 
-- a file operation: ``EIO``, as ``disk_failure`` raises it (counted among the
-  handler's own operations: not those the harness makes starting a process);
-- a file's growth: ``ENOSPC``, the disk full as it writes (fake world);
+- a file operation: ``EIO``, as ``disk_failure`` raises it;
+- a file's growth: ``ENOSPC``, the disk full as it writes (fake world,
+  ``disk.failing_at``);
 - an HTTP request: the connection reset (``network.connection_reset``);
 - a process started: killed with ``SIGKILL`` as it starts, so it exits
   non-zero (``harness.child_processes.on_start``, as ``process_killed``).
 
+In the directory world a write to an open file is no event; when the
+clean run changed the workspace, one more call runs with the workspace's
+disk full (``directory.FullDisk`` with no byte left, as ``partial_write``),
+what it left open watched from inside that disk's mount namespace.
+
 After each call: what it left open that was not held before it
 (``resources.ResourceWatch``, the line naming the failure), and an OK
 answer must not claim the work it did not do: after a failed file
-operation, write or process, the files a clean run leaves
+operation, write, disk or process, the files a clean run leaves
 (``Cell.check_complete``); after a failed request, no claim of success
 (``http_claims.false_success``). A thread left running is the cell's own
 check. A call that held nothing of its own at any of its events passes:
@@ -36,11 +44,11 @@ a failure at any of them has nothing to leave open. A call none of whose
 events is seen in this process (a handler relaying to a server process)
 is ``n/a`` (nothing to inject), as is one whose clean run failed.
 
-Not forced: a read or write on a descriptor failing in the directory
-world (no Python-level event: a tool's ``os.read`` is not seen), a
-failure in the tool's own code between two events (a parse error), and
-the ``n``-th failure of a loop whose resources all look alike past
-``MAX_POINTS``.
+Not forced: a read on a descriptor failing (no event, and no seam
+fails it), a failure in the tool's own code between two events (a parse
+error), a write failing part way in the directory world (the disk is
+full from the start), and the failure points past ``MAX_POINTS`` of a
+call that acquires many things.
 """
 
 from __future__ import annotations
@@ -57,9 +65,11 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager, nullco
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..contract import ToolResult
 from ..harness.child_processes import ChildProcess, ChildProcesses, on_start, processes_of
 from ..redaction import Redactor
 from .cell import Cell, CleanRun
+from .directory import FullDisk, full_disk_unavailable
 from .disk import failing_at
 from .fault import Fault
 from .http_claims import false_success
@@ -73,7 +83,7 @@ MAX_POINTS = 4
 
 INJECTED = "(injected by pytest-toolguard)"
 
-Kind = Literal["operation", "growth", "request", "process"]
+Kind = Literal["operation", "growth", "request", "process", "disk"]
 
 _REMOVALS = frozenset({"os.remove", "os.rmdir", "shutil.rmtree", "os.rename", "shutil.move"})
 
@@ -95,6 +105,8 @@ class FailurePoint:
             return f"EIO on the handler's file operation {self.index} ({self.what})"
         if self.kind == "growth":
             return f"ENOSPC on the handler's write {self.index} (to {self.what})"
+        if self.kind == "disk":
+            return f"ENOSPC on the handler's first write, {self.what} disk full"
         if self.kind == "request":
             return f"the connection reset on the handler's HTTP request {self.index} ({self.what})"
         return f"the handler's process {self.index} ({self.what}) killed as it started"
@@ -205,10 +217,10 @@ class ResourceLeakFault(Fault):
     injection = (
         "a clean run watched for the events at which the handler holds something it did not "
         "hold at the event before (an open file, a temporary file, a process, a thread); at "
-        "each (at most "
-        f"{MAX_POINTS}, one call each) that event fails: EIO on the file operation, ENOSPC "
-        "on the write, the connection reset on the HTTP request, the process killed as it "
-        "starts"
+        f"each (at most {MAX_POINTS}, one call each) that event fails: EIO on the file "
+        "operation, ENOSPC on the write, the connection reset on the HTTP request, the process "
+        "killed as it starts; in the directory world, one more call on a full disk when the "
+        "call writes"
     )
     expected = (
         "nothing left open that the call acquired (no file, temporary file, process or "
@@ -229,6 +241,7 @@ class ResourceLeakFault(Fault):
         )
 
     def inject(self, cell: Cell) -> None:
+        before = cell.tree()
         holdings = _Holdings(cell)
         with _watching(cell, holdings):
             clean = cell.clean_run()
@@ -246,6 +259,9 @@ class ResourceLeakFault(Fault):
             return
         # Nothing held at any of its events: no failure there can leave anything open.
         points = _spread(holdings.points, MAX_POINTS)
+        if cell.directory and clean.tree != before and full_disk_unavailable() is None:
+            # Its writes to an open file are no event here: the whole disk fills up instead.
+            points.append(FailurePoint("disk", 1, "the workspace's"))
         saved = cell.world.save_workspace()
         for point in points:
             cell.world.restore_workspace(saved)
@@ -254,9 +270,13 @@ class ResourceLeakFault(Fault):
     @staticmethod
     def _fail_at(cell: Cell, point: FailurePoint, clean: CleanRun) -> None:
         why = point.describe()
-        watch = ResourceWatch(cell)
-        with watch, _failing(cell, point):
-            result = cell.execute(cell.call())
+        if point.kind == "disk":
+            result, left = _on_a_full_disk(cell, why)
+        else:
+            watch = ResourceWatch(cell)
+            with watch, _failing(cell, point):
+                result = cell.execute(cell.call())
+            left = watch.left_open(after=why)
         if result.ok and point.kind == "request":
             recorded = cell.target.interaction.result.data
             claim = false_success(Redactor().redact(result.data), result.message, recorded)
@@ -266,7 +286,7 @@ class ResourceLeakFault(Fault):
             )
         elif result.ok:
             cell.check_complete(clean, f"{why} and the call answered OK")
-        cell.problems.extend(watch.left_open(after=why))
+        cell.problems.extend(left)
 
 
 @contextmanager
@@ -307,7 +327,9 @@ def _failing(cell: Cell, point: FailurePoint) -> AbstractContextManager[Any]:
         if cell.http is None:
             return nullcontext()
         return cell.http.injected(_reset_at(point.index))
-    return _killing_at(cell, point.index)
+    if point.kind == "process":
+        return _killing_at(cell, point.index)
+    return nullcontext()  # the full disk is no context: ``_fail_at`` runs it
 
 
 class _HandlerOperations:
@@ -391,6 +413,24 @@ def _starting_a_process() -> bool:
 
 
 _START = ChildProcesses.start.__code__
+
+
+def _on_a_full_disk(cell: Cell, why: str) -> tuple[ToolResult, list[str]]:
+    """The call through a runtime made for it on a disk with no byte left
+    (``directory.FullDisk``, as ``partial_write``), and what it left open,
+    watched from there (a descriptor on that disk names its file only in
+    its mount namespace; the disk's own are held before the call)."""
+    world = cell.world
+    disk = FullDisk(cell.root, world.save_workspace, world.restore_workspace)
+
+    def body() -> tuple[ToolResult, list[str]]:
+        runtime = cell.make_runtime()
+        watch = ResourceWatch(cell)
+        with watch:
+            result = cell.execute(cell.call(), runtime)
+        return result, watch.left_open(after=why)
+
+    return disk.run(0, body)
 
 
 @contextmanager

@@ -34,6 +34,14 @@ format_leaving_server_running  directory        left open: processes still runni
 (a second process exiting                       ... (pid N) (after the handler's process 2
 non-zero raises before the                      (python -c ...) killed as it started)
 first is stopped)
+write_leaving_staging_open     fake             left open: files still open when the call
+(``os.write`` to a staging                      ended: .../notes/.todo.md.partial (after
+descriptor, closed only when                    ENOSPC on the handler's write 1 (to
+the write succeeded)                            .todo.md.partial))
+write_leaving_staging_open     directory        left open: files still open when the call
+                                                ended: .../notes/.todo.md.partial (deleted)
+                                                (after ENOSPC on the handler's first write,
+                                                the workspace's disk full)
 =============================  ===============  ===============================================
 
 Before this cell, only ``disk_failure`` caught the first four, when one of
@@ -45,6 +53,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import posixpath
 import subprocess
 import sys
 import tempfile
@@ -87,6 +96,7 @@ def _spec(handler: Any, world: str) -> ToolSpec:
 
 
 DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+STAGING = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
 
 
 def write_leaving_descriptors_open(ctx: ToolContext, path: str, content: str) -> dict[str, Any]:
@@ -140,6 +150,54 @@ def write_staging_in_tmp(ctx: ToolContext, path: str, content: str) -> dict[str,
             ctx.workspace.write_text(path, staged.read())
     finally:
         os.unlink(file.name)
+    return {"written": path}
+
+
+STAGED = ".todo.md.partial"
+
+
+def _staged_name(ctx: ToolContext, path: str) -> str:
+    """The file of ``notes/`` that ``path`` names; refused for any other
+    path, or once the call's deadline has passed (nothing written then)."""
+    directory, name = posixpath.split(path)
+    if directory != "notes" or name in ("", ".", "..") or name == STAGED:
+        raise ValueError(f"{path!r} is not a file of notes/")
+    if ctx.cancelled.is_set():
+        raise TimeoutError("the call was cancelled before it wrote")
+    return name
+
+
+def write_leaving_staging_open(ctx: ToolContext, path: str, content: str) -> dict[str, Any]:
+    name = _staged_name(ctx, path)
+    notes = _open_notes(ctx)
+    try:
+        staging = os.open(STAGED, STAGING, 0o644, dir_fd=notes)
+        os.write(staging, content.encode())  # the bug: a failed write leaves it open...
+        os.close(staging)
+        os.replace(STAGED, name, src_dir_fd=notes, dst_dir_fd=notes)
+    except BaseException:
+        os.remove(STAGED, dir_fd=notes)  # ...though the staging file is removed
+        raise
+    finally:
+        os.close(notes)
+    return {"written": path}
+
+
+def write_closing_staging(ctx: ToolContext, path: str, content: str) -> dict[str, Any]:
+    name = _staged_name(ctx, path)
+    notes = _open_notes(ctx)
+    try:
+        staging = os.open(STAGED, STAGING, 0o644, dir_fd=notes)
+        try:
+            os.write(staging, content.encode())
+        finally:
+            os.close(staging)
+        os.replace(STAGED, name, src_dir_fd=notes, dst_dir_fd=notes)
+    except BaseException:
+        os.remove(STAGED, dir_fd=notes)
+        raise
+    finally:
+        os.close(notes)
     return {"written": path}
 
 
@@ -422,6 +480,19 @@ BROKEN = [
         "left open: processes still running",
         "(after the handler's process 2 (",
     ),
+    (
+        write_leaving_staging_open,
+        "fake",
+        "left open: files still open when the call ended",
+        "notes/.todo.md.partial (after ENOSPC on the handler's write 1",
+    ),
+    (
+        write_leaving_staging_open,
+        "directory",
+        "left open: files still open when the call ended",
+        "notes/.todo.md.partial (deleted) (after ENOSPC on the handler's first write, the "
+        "workspace's disk full)",
+    ),
 ]
 CORRECT = [
     (write_closing_descriptors, "fake"),
@@ -432,6 +503,8 @@ CORRECT = [
     (upload_closing_note, "fake"),
     (upload_closing_note, "directory"),
     (format_stopping_server, "directory"),
+    (write_closing_staging, "fake"),
+    (write_closing_staging, "directory"),
 ]
 
 
