@@ -31,7 +31,9 @@ held that was not held before:
 - **threads**: the cell's own check (``Cell.finish``: a thread a handler run
   started and left working), which every cell shares already.
 
-Each problem names the family (``left open:``) and what was left.
+Each problem names the family (``left open:``) and what was left. A
+resource a line of the fault's already names (``resource_leak`` judges
+each of its calls, and names the failure that left it) is not named again.
 
 Not seen: descriptors outside the world and the temporary directory
 (sockets, pipes: a process left running is reported instead), a process
