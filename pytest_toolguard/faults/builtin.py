@@ -21,6 +21,7 @@ from .fault import Fault
 from .handler import HandlerExceptionFault, OversizedOutputFault, TimeoutFault
 from .hash_seed import HashSeedFault
 from .inputs import LargeInputFault
+from .leaks import ResourceLeakFault
 from .network import HttpErrorFault, HttpRedirectFault, LateResponseFault, NetworkErrorFault
 from .paths import SymlinkEscapeFault, SymlinkRaceFault
 from .processes import ProcessKilledFault
@@ -66,6 +67,7 @@ BUILTIN_FAULTS: tuple[Fault, ...] = (
     AsyncLoopFault(),
     ShellInjectionFault(),
     ConcurrentCallsFault(),
+    ResourceLeakFault(),
 )
 """Every built-in fault, in catalogue order."""
 

@@ -135,7 +135,7 @@ class DiskFailureFault(Fault):
                 result, runtime = _on_full_disk(cell, (k - 1) * PAGE, call)
                 why = f"ENOSPC with {k - 1} pages left on the disk"
             else:
-                with _failing_at(cell, kind, code, k):
+                with failing_at(cell, kind, code, k):
                     result = cell.execute(call)
                 what = "Python-level file operation" if cell.directory else kind
                 why = f"{label} on the handler's {what} {k}"
@@ -169,7 +169,7 @@ class DiskFailureFault(Fault):
 
 
 @contextmanager
-def _failing_at(cell: Cell, kind: str, code: int, k: int) -> Iterator[None]:
+def failing_at(cell: Cell, kind: str, code: int, k: int) -> Iterator[None]:
     """Within the block, the handler's k-th operation of ``kind`` fails
     with ``code``: a path it resolves (``access``) or a file's growth
     (``write``) in the fake world, a Python-level file operation in the

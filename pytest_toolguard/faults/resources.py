@@ -31,7 +31,9 @@ held that was not held before:
 - **threads**: the cell's own check (``Cell.finish``: a thread a handler run
   started and left working), which every cell shares already.
 
-Each problem names the family (``left open:``) and what was left.
+Each problem names the family (``left open:``) and what was left. A
+resource a line of the fault's already names (``resource_leak`` judges
+each of its calls, and names the failure that left it) is not named again.
 
 Not seen: descriptors outside the world and the temporary directory
 (sockets, pipes: a process left running is reported instead), a process
@@ -47,10 +49,11 @@ import contextlib
 import gc
 import os
 import posixpath
+import re
 import tempfile
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from pyfakefs.fake_file import FakeFileWrapper
@@ -139,26 +142,34 @@ class ResourceWatch:
 
     # -- the judgement
 
-    def left_open(self) -> list[str]:
+    def left_open(self, after: str = "", reported: Sequence[str] = ()) -> list[str]:
         """A problem line per kind of resource still held that was not
-        held when the watch was made (empty: nothing). What something holds
-        only until the garbage collector reaches it (a file object nothing
-        references, GitPython's ``git cat-file`` helpers, ended with their
+        held when the watch was made (empty: nothing), ending with
+        `` (after ...)`` when ``after`` says what failed. A resource a line
+        of ``reported`` names already (a fault judged it after its own
+        injection) is not named again. What something holds only until the
+        garbage collector reaches it (a file object nothing references any
+        more, GitPython's ``git cat-file`` helpers, ended with their
         ``Repo``) is looked at again after a collection."""
         files, children = self._new_files(), self._running()
         if files or children:
             gc.collect()
             files, children = self._new_files(), self._running()
-        problems: list[str] = []
-        if files:
-            problems.append(LEFT_OPEN + f"files still open when the call ended: {_list(files)}")
-        temporary = self._new_temporary()
-        if temporary:
-            problems.append(LEFT_OPEN + f"temporary files never removed: {_list(temporary)}")
-        if children:
-            shown = [" ".join(child.argv) + f" (pid {child.pid})" for child in children]
-            problems.append(LEFT_OPEN + f"processes still running: {_list(shown)}")
-        return problems
+        said = {_bare(item) for line in reported for item in _named(line)}
+
+        def unsaid(items: list[str]) -> list[str]:
+            return [item for item in items if _bare(item) not in said]
+
+        shown = [" ".join(child.argv) + f" (pid {child.pid})" for child in children]
+        found = {
+            "files still open when the call ended": unsaid(files),
+            "temporary files never removed": unsaid(self._new_temporary()),
+            "processes still running": unsaid(shown),
+        }
+        cause = f" (after {after})" if after else ""
+        return [
+            LEFT_OPEN + f"{what}: {_list(items)}{cause}" for what, items in found.items() if items
+        ]
 
     def _running(self) -> list[ChildProcess]:
         with self._lock:
@@ -222,6 +233,19 @@ def _descriptors() -> dict[int, str]:
         with contextlib.suppress(OSError, ValueError):
             held[int(name)] = os.readlink(f"/proc/self/fd/{name}")
     return held
+
+
+def _named(line: str) -> list[str]:
+    """The resources a ``left_open`` line names (none for another line)."""
+    if not line.startswith(LEFT_OPEN):
+        return []
+    listed = line.partition(": ")[2].partition(": ")[2].split(" (after ", 1)[0]
+    return re.sub(r" and \d+ more$", "", listed).split(", ")
+
+
+def _bare(item: str) -> str:
+    """A resource as named before the world removed it."""
+    return item.removesuffix(" (deleted)")
 
 
 def _list(items: list[str]) -> str:

@@ -144,7 +144,7 @@ def _run(
         cell.finish()
         _check_sends(cell, sent)
         if resources is not None:
-            cell.problems.extend(resources.left_open())
+            cell.problems.extend(resources.left_open(reported=cell.problems))
         cell.check_outside()
         return cell.problems
 
@@ -212,7 +212,7 @@ def _run_in_directory(
             cell.finish()
             _check_sends(cell, sent)
             if resources is not None:
-                cell.problems.extend(resources.left_open())
+                cell.problems.extend(resources.left_open(reported=cell.problems))
         cell.check_outside()
         return cell.problems
 
