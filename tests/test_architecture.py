@@ -157,3 +157,120 @@ def test_every_test_path_the_ci_scripts_and_makefile_name_exists() -> None:
     }
     assert named, "the check found no test paths at all"
     assert sorted((name, path) for name, path in named if not (ROOT / path).exists()) == []
+
+
+# -- the public surface: ARCHITECTURE.md's table, and nothing else ------------------
+
+
+def _surface(text: str) -> dict[str, list[str]]:
+    """Each public package of the table under "The public surface", with
+    its names."""
+    section = text[text.index("## The public surface") :]
+    section = section[: section.index("\n## ", 1)]
+    rows = re.findall(r"^\| `(pytest_toolguard[\w.]*)` \| (.*) \|$", section, re.MULTILINE)
+    return {package: re.findall(r"`(\w+)`", names) for package, names in rows}
+
+
+SURFACE = _surface((ROOT / "ARCHITECTURE.md").read_text())
+
+NOT_YET_INTERNAL = {
+    "pytest_toolguard/audit.py",
+    "pytest_toolguard/audit_postgres.py",
+    "pytest_toolguard/audit_stores.py",
+    "pytest_toolguard/forking.py",
+    "pytest_toolguard/lease.py",
+    "pytest_toolguard/recovery.py",
+    "pytest_toolguard/bridges/python.py",
+}
+"""Modules that still list what they share in an ``__all__``: they are being
+moved into the ``audit`` package and the bridges' new layout, which drop it."""
+
+
+def _init(package: str) -> Path:
+    return ROOT.joinpath(*package.split("."), "__init__.py")
+
+
+def _defines_all(path: Path) -> bool:
+    return any(
+        isinstance(node, (ast.Assign, ast.AnnAssign))
+        and any(
+            isinstance(target, ast.Name) and target.id == "__all__"
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        )
+        for node in ast.parse(path.read_text()).body
+    )
+
+
+def test_the_surface_table_lists_the_top_level_and_the_documented_packages() -> None:
+    # the control of the tests below: they read a table, not nothing
+    assert {
+        "pytest_toolguard",
+        "pytest_toolguard.replay",
+        "pytest_toolguard.faults",
+        "pytest_toolguard.fuzz",
+        "pytest_toolguard.bridges",
+    } <= set(SURFACE)
+    assert "ToolRuntime" in SURFACE["pytest_toolguard"]
+    assert all(names for names in SURFACE.values())
+
+
+def test_each_public_package_exports_the_names_of_its_row() -> None:
+    for package, names in SURFACE.items():
+        module = importlib.import_module(package)
+        assert sorted(module.__all__) == sorted(names), package
+        assert [name for name in names if not hasattr(module, name)] == [], package
+        assert set(names) <= set(dir(module)), package
+
+
+def _typed_and_loaded(path: Path) -> tuple[set[tuple[str, str]], set[tuple[str, str]]] | None:
+    """For an ``__init__`` that calls ``lazy_exports``: the (module, name)
+    pairs its ``TYPE_CHECKING`` block imports, and those of the table it
+    gives ``lazy_exports``; None for a package that imports plainly."""
+    tree = ast.parse(path.read_text())
+    calls = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "lazy_exports"
+    ]
+    if not calls:
+        return None
+    table = ast.literal_eval(calls[0].args[1])
+    loaded = {(module, name) for module, names in table.items() for name in names}
+    typed = set()
+    for node in tree.body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for imported in node.body:
+                assert isinstance(imported, ast.ImportFrom) and imported.level == 1
+                for alias in imported.names:
+                    # ``X as X``: what a type checker takes as a re-export
+                    assert alias.asname == alias.name, ast.unparse(imported)
+                    typed.add((imported.module or "", alias.name))
+    return typed, loaded
+
+
+def test_a_package_loading_its_names_on_first_use_types_the_same_names() -> None:
+    lazy = 0
+    for package in SURFACE:
+        found = _typed_and_loaded(_init(package))
+        if found is not None:
+            typed, loaded = found
+            assert typed == loaded, package
+            lazy += 1
+    assert lazy >= 2  # the top level and replay at least
+
+
+def test_only_the_public_packages_define_all() -> None:
+    public = {_init(package).relative_to(ROOT).as_posix() for package in SURFACE}
+    listing = {shown for shown, path in _sources().items() if _defines_all(path)}
+    assert sorted(listing - public - NOT_YET_INTERNAL) == []
+
+
+def test_the_all_check_sees_an_all(tmp_path: Path) -> None:
+    # the control of the test above
+    module = tmp_path / "helpers.py"
+    module.write_text("__all__ = ['shared']\nshared = 1\n")
+    assert _defines_all(module)
+    module.write_text("shared = 1\n")
+    assert not _defines_all(module)

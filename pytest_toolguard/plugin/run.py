@@ -277,7 +277,7 @@ class ToolguardRun:
         lines = [str(line) for line in self.config.getini(AMPLIFY_MAX_INI)]
         if not lines:
             return None
-        from ..amplify import VariantCaps
+        from ..amplify.record import VariantCaps
 
         try:
             return VariantCaps.parse(lines)
