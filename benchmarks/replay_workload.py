@@ -25,7 +25,9 @@ from pathlib import Path
 from variants import BenchmarkSetupError
 
 from pytest_toolguard import Capabilities, Risk, SQLiteAuditStore, ToolCall, ToolRuntime
-from pytest_toolguard.replay import Cassette, CassetteError, Interaction, Recorder, load, loads
+from pytest_toolguard.replay import Cassette, CassetteError, load, loads
+from pytest_toolguard.replay.cassette import Interaction
+from pytest_toolguard.replay.recorder import Recorder
 from pytest_toolguard.tools import builtin_registry
 
 MODULES = 20

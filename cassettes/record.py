@@ -45,10 +45,10 @@ from pytest_toolguard import (
     ToolCall,
     ToolRuntime,
 )
+from pytest_toolguard.amplify import amplify_file
 from pytest_toolguard.demo import ANALYSIS_SCHEMA, FEEDBACK_CSV
 from pytest_toolguard.harness.clock import frozen_clock
 from pytest_toolguard.plan import Artifact
-from pytest_toolguard.amplify import amplify_file
 from pytest_toolguard.replay import record_session
 from pytest_toolguard.tools import builtin_registry
 

@@ -455,8 +455,9 @@ def _replayed(cassette: Any, registry: Any) -> list[str]:
 
 
 def _matrix(cassette: Any, registry: Any, source: str, faults: Sequence[Any], parent: str) -> Any:
-    from .faults import PrefixCache, run_cell, targets
+    from .faults import run_cell, targets
     from .faults.outcome import MatrixReport
+    from .faults.prefixes import PrefixCache
 
     prefixes, cells = PrefixCache(), []
     for target in targets(cassette, registry, source, "directory"):

@@ -35,8 +35,6 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-__all__ = ["ForkGate", "FORK_GATE"]
-
 T = TypeVar("T")
 
 

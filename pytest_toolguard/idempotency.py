@@ -72,18 +72,6 @@ from typing import Any, Literal
 from .contract import ErrorCode
 from .jsondata import canonical_json, json_hash, sha256_text
 
-__all__ = [
-    "Claim",
-    "ClaimOutcome",
-    "StoredKey",
-    "arguments_fingerprint",
-    "claim_fingerprint",
-    "make_idempotency_key",
-    "new_fingerprint_key",
-    "resolve_claim",
-    "scope_client_key",
-]
-
 
 def make_idempotency_key(tool_name: str, arguments: Mapping[str, Any], scope: str) -> str:
     """sha256 hex digest of ``scope\\ntool_name\\n<canonical JSON of arguments>``.

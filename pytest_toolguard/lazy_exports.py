@@ -1,43 +1,30 @@
-"""A package's public names, listed once in its ``__init__.pyi`` and loaded
-on first use (PEP 562).
+"""A package's public names, imported from their modules on first use (PEP 562).
 
-The stub is the one list: each public name is a line ``from .module import
-Name as Name`` there, which is what type checkers read, and
-``lazy_exports(__name__)`` builds the package's ``__getattr__``,
-``__dir__`` and ``__all__`` from the same lines. Importing
-``pytest_toolguard``, as the pytest plugin does in every test run, then
-costs no jsonschema, yaml or sqlite set-up: a name's module is imported
-when the name is first used.
+Only the packages the pytest plugin imports in every run need this (the
+top level and ``replay``): importing them then costs no jsonschema, yaml or
+sqlite set-up. The package's ``__init__.py`` writes its names twice, side
+by side: once as plain imports under ``TYPE_CHECKING`` (what type checkers
+and readers see) and once as the table given here (what runs);
+``tests/test_architecture.py`` checks that both equal the package's
+documented names in ``ARCHITECTURE.md``.
 """
 
 from __future__ import annotations
 
-import ast
 import importlib
 import sys
-from collections.abc import Callable
-from importlib import resources
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 
 def lazy_exports(
-    package: str,
+    package: str, table: Mapping[str, Sequence[str]]
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]], list[str]]:
-    """The ``__getattr__``, ``__dir__`` and ``__all__`` of ``package``, from
-    the ``from .module import Name as Name`` lines of its ``__init__.pyi``
-    (a name is imported from its submodule on first access, then kept in the
-    package's globals). ``ValueError`` for a stub line of another form."""
-    stub = resources.files(package).joinpath("__init__.pyi").read_text(encoding="utf-8")
-    module_of: dict[str, str] = {}
-    for node in ast.parse(stub).body:
-        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
-            for alias in node.names:
-                if alias.asname != alias.name:
-                    raise ValueError(
-                        f"{package}/__init__.pyi: write 'import {alias.name} as "
-                        f"{alias.name}' (a re-export), not {ast.unparse(node)!r}"
-                    )
-                module_of[alias.name] = node.module
+    """The ``__getattr__``, ``__dir__`` and ``__all__`` of ``package`` whose
+    public names are ``table`` (a submodule, relative to the package, and
+    the names it gives): a name is imported from its submodule on first
+    access, then kept in the package's globals."""
+    module_of = {name: module for module, names in table.items() for name in names}
     namespace = sys.modules[package].__dict__
 
     def __getattr__(name: str) -> Any:

@@ -63,16 +63,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .secret_rules import (
-    Finding,
-    Keywords,
-    SecretRuleSet,
-    bounded_repeats,
-    default_rule_set,
-    high_entropy_assignments,
-)
-
-__all__ = ["MAX_DEPTH", "EntropyScope", "ExtraPattern", "Redactor", "placeholder", "strings_in"]
+from .secret_entropy import high_entropy_assignments
+from .secret_regex import bounded_repeats
+from .secret_rules import SecretRuleSet, default_rule_set
+from .secret_scan import Finding, Keywords
 
 MAX_DEPTH = 64
 """Containers nested deeper than this are replaced by ``<redacted:depth_limit>``."""

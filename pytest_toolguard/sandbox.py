@@ -175,33 +175,6 @@ from .contract import ErrorCode
 from .errors import ToolguardError
 from .file_writes import write_all
 
-__all__ = [
-    "DEFAULT_FORBIDDEN_NAMES",
-    "DEFAULT_KEEP_AT_MOST",
-    "UNRECORDED",
-    "MAX_SYMLINK_EXPANSIONS",
-    "TEMP_PREFIX",
-    "Entry",
-    "Fingerprint",
-    "ForbiddenPath",
-    "InvalidPath",
-    "Leaves",
-    "LimitExceeded",
-    "Location",
-    "OnAccess",
-    "OnChange",
-    "OnLeave",
-    "PathOutsideWorkspace",
-    "Previous",
-    "RollbackConflict",
-    "SandboxError",
-    "Symlink",
-    "Unkept",
-    "Unrecorded",
-    "show_path",
-    "Workspace",
-]
-
 
 @dataclass(frozen=True, slots=True)
 class Symlink:

@@ -61,19 +61,12 @@ from typing import Any
 
 from .secret_allowlists import LINE_WINDOW, Allowlist
 from .secret_entropy import (
-    ENTROPY_MIN_LENGTH,
-    ENTROPY_THRESHOLD,
-    high_entropy_assignments,
     shannon_entropy,
 )
 from .secret_regex import (
-    SCAN_LIMIT,
-    UnsupportedRegex,
-    bounded_repeats,
     compile_bounded,
     split_gap,
     split_lazy_prefix,
-    translate_go_regex,
 )
 from .secret_scan import (
     ASSIGNMENT_SIGN,
@@ -87,25 +80,6 @@ from .secret_scan import (
     gated_starts,
     gates_of,
 )
-
-__all__ = [
-    "RULES_FILE",
-    "Allowlist",
-    "Finding",
-    "Keywords",
-    "SecretRule",
-    "SecretRuleSet",
-    "UnsupportedRegex",
-    "ENTROPY_MIN_LENGTH",
-    "LINE_WINDOW",
-    "SCAN_LIMIT",
-    "ENTROPY_THRESHOLD",
-    "bounded_repeats",
-    "default_rule_set",
-    "high_entropy_assignments",
-    "shannon_entropy",
-    "translate_go_regex",
-]
 
 RULES_FILE = "secret_rules.json"
 

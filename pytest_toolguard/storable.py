@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["storable_data", "storable_text"]
-
 
 def storable_text(text: str) -> str:
     """``text`` as SQLite (and YAML) can store it: a lone surrogate (a file

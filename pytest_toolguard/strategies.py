@@ -61,8 +61,6 @@ from .errors import ToolguardError
 from .registry import ToolSpec
 from .schema import SchemaValidator, format_path
 
-__all__ = ["UnsupportedSchema", "arguments_for", "from_schema"]
-
 Path = tuple[str | int, ...]
 
 _ANNOTATIONS = frozenset(

@@ -34,12 +34,12 @@ import tomllib
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pytest_toolguard.secret_regex import split_lazy_prefix  # noqa: E402
-from pytest_toolguard.secret_rules import (  # noqa: E402
-    RULES_FILE,
+from pytest_toolguard.secret_regex import (  # noqa: E402
     UnsupportedRegex,
+    split_lazy_prefix,
     translate_go_regex,
 )
+from pytest_toolguard.secret_rules import RULES_FILE  # noqa: E402
 
 PACKAGE = ROOT / "pytest_toolguard"
 LICENCE_FILE = "secret_rules.LICENSE.txt"

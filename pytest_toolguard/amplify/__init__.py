@@ -9,13 +9,10 @@ file's own text. Replay runs them with ``replay.variants.replay_variants``.
 
 from __future__ import annotations
 
-from .record import DEFAULT_MAX_VARIANTS, AmplifyReport, Dropped, VariantCaps, amplify, amplify_file
+from .record import AmplifyReport, amplify, amplify_file
 
 __all__ = [
-    "DEFAULT_MAX_VARIANTS",
     "AmplifyReport",
-    "Dropped",
-    "VariantCaps",
     "amplify",
     "amplify_file",
 ]

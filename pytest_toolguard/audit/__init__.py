@@ -58,20 +58,14 @@ from __future__ import annotations
 
 from .postgres import PostgresAuditStore
 from .protocol import AuditStore
-from .recovery import Recovery, recover_calls
-from .row import AuditDecision, AuditRecord, AuditUnavailable, Outcome
+from .row import AuditRecord, AuditUnavailable, Outcome
 from .sqlite import SQLiteAuditStore
-from .stores import open_audit_store
 
 __all__ = [
-    "AuditDecision",
     "AuditRecord",
     "AuditStore",
     "AuditUnavailable",
     "Outcome",
     "PostgresAuditStore",
-    "Recovery",
     "SQLiteAuditStore",
-    "open_audit_store",
-    "recover_calls",
 ]

@@ -34,13 +34,6 @@ import socket
 import time
 from dataclasses import dataclass
 
-__all__ = [
-    "LeaseOwner",
-    "call_tag",
-    "current_owner",
-    "owner_is_dead",
-]
-
 _PROC = "/proc"
 
 

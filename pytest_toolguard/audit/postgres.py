@@ -100,14 +100,11 @@ from .row import (
     row_values,
     takes_over,
 )
-from .schema import ALL_COLUMNS, POSTGRES_SCHEMA_VERSION, finish_sql
+from .schema import ALL_COLUMNS, finish_sql
 
 if TYPE_CHECKING:
     import psycopg
     import psycopg_pool
-
-__all__ = ["POSTGRES_SCHEMA_VERSION", "PostgresAuditStore", "is_postgres_url"]
-
 
 _PLACEHOLDERS = ", ".join("%s" for _ in AUDIT_COLUMNS)
 _SERVER_NOW = (

@@ -30,17 +30,6 @@ from .schema import (
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = [
-    "INSTALL_HINT",
-    "applied_version",
-    "check_idle",
-    "fingerprint_key",
-    "import_driver",
-    "migrate_schema",
-    "postgres_text",
-    "postgres_texts",
-]
-
 INSTALL_HINT = "pip install 'pytest-toolguard[postgres]'"
 
 _MIGRATION_LOCK = 0x746F6F6C67756172  # "toolguar": pg_advisory_xact_lock's key

@@ -9,8 +9,6 @@ from typing import Protocol, runtime_checkable
 from ..idempotency import Claim
 from .row import AuditRecord, Outcome
 
-__all__ = ["AuditStore"]
-
 
 @runtime_checkable
 class AuditStore(Protocol):

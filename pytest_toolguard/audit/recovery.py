@@ -21,8 +21,6 @@ from .lease import call_tag
 from .protocol import AuditStore
 from .row import AuditRecord
 
-__all__ = ["Recovery", "recover_calls"]
-
 
 @dataclass(frozen=True, slots=True)
 class Recovery:

@@ -26,30 +26,6 @@ from ..errors import ToolguardError
 from ..storable import storable_data, storable_text
 from .lease import LeaseOwner, owner_is_dead
 
-__all__ = [
-    "AUDIT_COLUMNS",
-    "FINISH_COLUMNS",
-    "INTERRUPTED_MESSAGE",
-    "LEASE_COLUMNS",
-    "LEASE_GRACE_SECONDS",
-    "MAX_LEASE_SECONDS",
-    "AuditDecision",
-    "AuditRecord",
-    "AuditUnavailable",
-    "Column",
-    "Outcome",
-    "finish_values",
-    "interrupted_result",
-    "interrupted_row",
-    "lease_length",
-    "not_running_error",
-    "record_from_row",
-    "result_json",
-    "row_values",
-    "table_columns",
-    "takes_over",
-]
-
 LEASE_GRACE_SECONDS = 30.0
 """What a lease lasts beyond the call's deadline, by default: time for the
 runtime to answer TIMEOUT and write the finishing update after the deadline

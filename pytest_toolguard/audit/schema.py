@@ -37,21 +37,6 @@ from typing import Literal
 
 from .row import AUDIT_COLUMNS, FINISH_COLUMNS, LEASE_COLUMNS, Column, table_columns
 
-__all__ = [
-    "ALL_COLUMNS",
-    "FINGERPRINT_KEY",
-    "KEYED_CLAIMS_VERSION",
-    "KEYED_NAMES_VERSION",
-    "PLACEHOLDER_LIKE",
-    "POSTGRES_MIGRATIONS",
-    "POSTGRES_MIGRATIONS_TABLE",
-    "POSTGRES_SCHEMA_VERSION",
-    "SCHEMA_VERSION",
-    "SQLITE_MIGRATIONS",
-    "Dialect",
-    "finish_sql",
-]
-
 Dialect = Literal["sqlite", "postgres"]
 
 META_VERSION = 3

@@ -53,8 +53,6 @@ from .row import (
 from .schema import ALL_COLUMNS, finish_sql
 from .sqlite_connections import SQLiteConnections
 
-__all__ = ["ConnectionSettings", "SQLiteAuditStore"]
-
 _SELECT_AUDIT = f"SELECT audit_id, {ALL_COLUMNS} FROM tool_call_audit"
 _INSERT_AUDIT = (
     f"INSERT INTO tool_call_audit ({', '.join(AUDIT_COLUMNS)})"

@@ -44,8 +44,6 @@ from .schema import (
     SQLITE_MIGRATIONS,
 )
 
-__all__ = ["SQLiteConnections"]
-
 
 class _SchemaTemplate:
     """A memory database holding the current schema, migrated once per

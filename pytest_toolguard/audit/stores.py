@@ -15,8 +15,6 @@ from typing import Any
 from .protocol import AuditStore
 from .sqlite import SQLiteAuditStore
 
-__all__ = ["open_audit_store", "store_kind"]
-
 
 def store_kind(target: str | os.PathLike[str]) -> str:
     """``"postgres"`` or ``"sqlite"``: which store ``target`` names."""

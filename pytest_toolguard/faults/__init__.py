@@ -13,8 +13,7 @@ real files.
 
 from .builtin import BUILTIN_FAULTS, select_faults
 from .cell import Cell
-from .fault import AfterSuccess, Fault, iter_cells
-from .prefixes import PrefixCache
+from .fault import Fault, iter_cells
 from .run import run_cell
 from .target import Target, targets
 
@@ -22,10 +21,8 @@ __toolguard_owned__ = False  # tools' code: an inline deadline may interrupt it 
 
 __all__ = [
     "BUILTIN_FAULTS",
-    "AfterSuccess",
     "Cell",
     "Fault",
-    "PrefixCache",
     "Target",
     "iter_cells",
     "run_cell",

@@ -59,6 +59,7 @@ from ..contract import CallState, ErrorCode, ToolCall, ToolResult
 from ..harness.directory_world import DirectoryWorld
 from ..harness.effects import changed_files, undeclared_changes
 from ..harness.failing_store import FailingStore
+from ..harness.known_secrets import MIN_SECRET_LENGTH
 from ..harness.probes import (
     HandlerProbe,
     OutsideSnapshot,
@@ -66,13 +67,7 @@ from ..harness.probes import (
     audit_row_problems,
     outside_changes,
 )
-from ..harness.session import (
-    MIN_SECRET_LENGTH,
-    recorded_hooks,
-    secrets_redactor,
-    session_runtime,
-    with_secrets,
-)
+from ..harness.session import recorded_hooks, secrets_redactor, session_runtime, with_secrets
 from ..harness.world import DECOY_MARKER, FORBIDDEN_MARKER, OUTSIDE_DIR, World
 from ..hooks import PostToolUse, PreToolUse
 from ..plan import PlanProgress

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..contract import CallState, ErrorCode
 from ..errors import ToolguardError
-from ..runtime import PREVIEW_LIMIT
+from ..runtime.limits import PREVIEW_LIMIT
 from .cell import JOIN_SECONDS, Cell
 from .fault import AfterSuccess
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ..contract import ErrorCode
-from ..runtime import PREVIEW_LIMIT
+from ..runtime.limits import PREVIEW_LIMIT
 from .cell import Cell
 from .fault import AfterSuccess
 from .target import Target

@@ -44,8 +44,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import quote, quote_plus
 
-__all__ = ["MIN_SECRET_LENGTH", "MIN_SLICE", "KnownSecrets", "slice_bound"]
-
 MIN_SECRET_LENGTH = 4
 """Secret values shorter than this are not redacted as literals (they
 would match inside ordinary words)."""

@@ -34,18 +34,10 @@ from ..replay.approvals import approval_hooks
 from ..replay.cassette import Cassette
 from ..replay.http import HttpPlayback
 from ..runtime import ToolRuntime
-from .known_secrets import MIN_SECRET_LENGTH, KnownSecrets
+from .known_secrets import KnownSecrets
 
 _PLACEHOLDER = re.compile(r"<redacted:([a-z0-9_]+)>")
 
-__all__ = [
-    "MIN_SECRET_LENGTH",
-    "RuntimeClass",
-    "recorded_hooks",
-    "secrets_redactor",
-    "session_runtime",
-    "with_secrets",
-]
 
 RuntimeClass = Callable[..., ToolRuntime]
 """What makes the runtime: ``ToolRuntime`` or a subclass (taking its arguments)."""

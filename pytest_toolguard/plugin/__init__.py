@@ -51,24 +51,17 @@ import pytest
 
 from ..options import FUZZ_NODE
 from . import hookspecs, outcomes
-from .fixtures import (
-    record_phase,
-    toolguard,
-    toolguard_registry,
-    toolguard_runtime,
-    toolguard_secrets,
-)
+from .fixtures import record_phase
+
+# The fixtures, imported so that pytest finds them in this plugin.
+from .fixtures import toolguard as toolguard
+from .fixtures import toolguard_registry as toolguard_registry
+from .fixtures import toolguard_runtime as toolguard_runtime
+from .fixtures import toolguard_secrets as toolguard_secrets
 from .items import CassetteFile, FuzzTools
 from .options import add_options
 from .outcomes import YAML_SUFFIXES
 from .run import RUN, ToolguardRun, run_of
-
-__all__ = [
-    "toolguard",
-    "toolguard_registry",
-    "toolguard_runtime",
-    "toolguard_secrets",
-]
 
 RUN_PLUGIN = "toolguard-run"
 """The name the run is registered under: it adds up and reports (see ``run``)."""

@@ -38,7 +38,6 @@ from ..errors import ToolguardError
 if TYPE_CHECKING:
     from _pytest.fixtures import FixtureDef
 
-__all__ = ["NotAtCollection", "describe", "value_at_collection", "visible_definition"]
 
 PYTESTCONFIG = "pytestconfig"
 _MAX_DEPTH = 20

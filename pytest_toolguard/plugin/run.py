@@ -47,8 +47,9 @@ from ..replay.record_mode import parse as parse_record_mode
 from . import outcomes
 
 if TYPE_CHECKING:
-    from ..faults import Fault, PrefixCache
+    from ..faults import Fault
     from ..faults.outcome import CellOutcome, MatrixReport
+    from ..faults.prefixes import PrefixCache
     from ..fuzz import FuzzReport
     from ..harness.fake_filesystem import FakeWorld
     from ..registry import ToolRegistry
@@ -141,7 +142,7 @@ class ToolguardRun:
     def prefixes(self) -> PrefixCache:
         """The run's cache of the states before targets, made on first use."""
         if self._prefixes is None:
-            from ..faults import PrefixCache
+            from ..faults.prefixes import PrefixCache
 
             self._prefixes = PrefixCache()
         return self._prefixes
@@ -276,7 +277,7 @@ class ToolguardRun:
         lines = [str(line) for line in self.config.getini(AMPLIFY_MAX_INI)]
         if not lines:
             return None
-        from ..amplify import VariantCaps
+        from ..amplify.record import VariantCaps
 
         try:
             return VariantCaps.parse(lines)

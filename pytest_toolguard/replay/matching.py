@@ -19,7 +19,7 @@ from typing import Any
 
 from ..contract import ToolCall
 from ..redaction import Redactor
-from ..runtime import storable_id
+from ..runtime.admission import storable_id
 from .cassette import Interaction
 from .checks import Difference
 

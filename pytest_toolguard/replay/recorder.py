@@ -55,7 +55,8 @@ from ..errors import ToolguardError
 from ..harness.files import read_tree
 from ..hooks import Approval
 from ..plan import PlanProgress
-from ..runtime import ToolRuntime, storable_id
+from ..runtime import ToolRuntime
+from ..runtime.admission import storable_id
 from ..sandbox import SandboxError
 from .cassette import (
     AuditExpectation,

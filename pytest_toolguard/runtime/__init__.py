@@ -69,17 +69,12 @@ from ..redaction import Redactor
 from ..registry import ToolRegistry
 from ..rollback import ChangeJournal
 from ..sandbox import RollbackConflict, SandboxError, Workspace
-from .admission import Admission, storable_id
+from .admission import Admission
 from .attempt import Attempt, Refusal, Running, bad_request
 from .audit_log import AuditLog
 from .invocation import Invocation
 from .limits import (
-    ARGUMENTS_LIMIT,
     CANCELLED_MESSAGE,
-    MAX_ID_LENGTH,
-    MESSAGE_LIMIT,
-    PENDING_LIMIT,
-    PREVIEW_LIMIT,
     TIMEOUT_MAX,
     valid_timeout,
 )
@@ -87,21 +82,6 @@ from .messages import describe, warn
 from .observers import FileWatcher, Listener, Observers, post_tool_use
 from .results import failure, stored_data
 from .settings import RuntimeSettings, utc_now
-
-__all__ = [
-    "ARGUMENTS_LIMIT",
-    "CANCELLED_MESSAGE",
-    "MAX_ID_LENGTH",
-    "MESSAGE_LIMIT",
-    "PENDING_LIMIT",
-    "PREVIEW_LIMIT",
-    "TIMEOUT_MAX",
-    "FileWatcher",
-    "Listener",
-    "ToolRuntime",
-    "storable_id",
-]
-
 
 _T = TypeVar("_T")
 

@@ -299,17 +299,3 @@ def _disarm(restore: tuple[float, float]) -> None:
 def installed() -> bool:
     """Whether our SIGALRM handler is the one installed (tests)."""
     return _ALARM is not None and _disposition(_ALARM) is _on_alarm
-
-
-__all__ = [
-    "OWNED",
-    "RETRY_SECONDS",
-    "Cancellation",
-    "DeadlinePassed",
-    "TimerBusy",
-    "call_tool_code",
-    "installed",
-    "owned",
-    "run_inline",
-    "usable",
-]

@@ -17,8 +17,8 @@ from pytest_toolguard.bridges import (
     from_function,
     from_mcp,
     from_openai,
-    risk_from_annotations,
 )
+from pytest_toolguard.bridges.definitions.mcp import risk_from_annotations
 
 OBJECT = {"type": "object", "properties": {"q": {"type": "string"}}}
 

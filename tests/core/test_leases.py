@@ -203,7 +203,7 @@ def test_the_owner_first_asked_for_under_a_fake_filesystem_is_still_this_host(
     the real disk, still recognises this host's dead processes."""
     from pyfakefs.fake_filesystem_unittest import Patcher
 
-    from pytest_toolguard import lease
+    from pytest_toolguard.audit import lease
 
     real = current_owner("replay-host")
     monkeypatch.setattr(lease, "_cached", {})  # as if never asked before

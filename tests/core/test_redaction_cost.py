@@ -33,21 +33,16 @@ from pytest_toolguard.redaction import (
     Redactor,
     _combined,
 )
-from pytest_toolguard.secret_allowlists import _any_of, _shortest_lead
+from pytest_toolguard.secret_allowlists import Allowlist, _any_of, _shortest_lead
 from pytest_toolguard.secret_regex import (
+    SCAN_LIMIT,
+    bounded_repeats,
     compile_bounded,
     reads_around,
     split_gap,
     split_lazy_prefix,
 )
-from pytest_toolguard.secret_rules import (
-    SCAN_LIMIT,
-    Allowlist,
-    SecretRule,
-    SecretRuleSet,
-    bounded_repeats,
-    default_rule_set,
-)
+from pytest_toolguard.secret_rules import SecretRule, SecretRuleSet, default_rule_set
 from pytest_toolguard.secret_scan import (
     assignment_sign_reach,
     gated_starts,

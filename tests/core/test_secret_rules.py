@@ -21,15 +21,8 @@ from hypothesis import strategies as st
 from secret_examples import all_examples, examples
 
 from pytest_toolguard.redaction import Redactor, placeholder
-from pytest_toolguard.secret_regex import split_lazy_prefix
-from pytest_toolguard.secret_rules import (
-    RULES_FILE,
-    SecretRule,
-    SecretRuleSet,
-    UnsupportedRegex,
-    default_rule_set,
-    translate_go_regex,
-)
+from pytest_toolguard.secret_regex import UnsupportedRegex, split_lazy_prefix, translate_go_regex
+from pytest_toolguard.secret_rules import RULES_FILE, SecretRule, SecretRuleSet, default_rule_set
 
 RULES = default_rule_set().rules
 RULE_IDS = [rule.id for rule in RULES]

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from pytest_toolguard import Capabilities, Risk, SQLiteAuditStore, ToolRuntime
-from pytest_toolguard.amplify import VariantCaps, amplify, amplify_file
+from pytest_toolguard.amplify import amplify, amplify_file
 from pytest_toolguard.amplify.derive import CallFacts, candidates
+from pytest_toolguard.amplify.record import VariantCaps
 from pytest_toolguard.amplify.write import with_variants
 from pytest_toolguard.registry import PathAccess, ToolRegistry, ToolSpec, tool
 from pytest_toolguard.replay import load, record_session

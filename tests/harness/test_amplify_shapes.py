@@ -49,8 +49,9 @@ from typing import Any
 import pytest
 
 from pytest_toolguard import Capabilities, Risk, SQLiteAuditStore, ToolCall, ToolRuntime
-from pytest_toolguard.amplify import VariantCaps, amplify
+from pytest_toolguard.amplify import amplify
 from pytest_toolguard.amplify.derive import GROUPS, CallFacts, candidates
+from pytest_toolguard.amplify.record import VariantCaps
 from pytest_toolguard.amplify.shapes import SHAPES, composed
 from pytest_toolguard.registry import PathAccess, ToolRegistry, ToolSpec, tool
 from pytest_toolguard.replay import load, record_session

@@ -19,7 +19,6 @@ from pytest_toolguard import SQLiteAuditStore, ToolCall, ToolRuntime
 from pytest_toolguard.faults import (
     BUILTIN_FAULTS,
     Fault,
-    PrefixCache,
     iter_cells,
     run_cell,
     select_faults,
@@ -28,6 +27,7 @@ from pytest_toolguard.faults import disk as disk_faults
 from pytest_toolguard.faults.directory import full_disk_unavailable
 from pytest_toolguard.faults.fault import AfterSuccess
 from pytest_toolguard.faults.outcome import CellOutcome, MatrixReport
+from pytest_toolguard.faults.prefixes import PrefixCache
 from pytest_toolguard.faults.report import render_markdown, terminal_grid
 from pytest_toolguard.faults.target import targets
 from pytest_toolguard.harness.directory_world import WORLD_PREFIX

@@ -9,13 +9,13 @@ from pathlib import Path
 from pytest_toolguard.faults import (
     Cell,
     Fault,
-    PrefixCache,
     iter_cells,
     run_cell,
     select_faults,
     targets,
 )
 from pytest_toolguard.faults.outcome import CellOutcome
+from pytest_toolguard.faults.prefixes import PrefixCache
 from pytest_toolguard.replay.cassette import load
 from pytest_toolguard.tools import builtin_registry
 

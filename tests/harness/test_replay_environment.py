@@ -23,7 +23,8 @@ from pyfakefs.fake_filesystem_unittest import Patcher
 from pytest_toolguard.harness import fake_filesystem as fakes
 from pytest_toolguard.harness.fake_filesystem import FakeWorld, process_fake_world
 from pytest_toolguard.harness.files import read_tree, read_tree_through_os
-from pytest_toolguard.replay import Cassette, Session, WorkspaceState
+from pytest_toolguard.replay import Cassette, WorkspaceState
+from pytest_toolguard.replay.cassette import Session
 
 ROOT = "/toolguard-world-test/workspace"
 """A root no real machine has, so a real lookup of it is always False."""

@@ -15,8 +15,6 @@ from typing import Any
 from ...registry import Handler, ToolSpec, tool
 from ...signatures import schema_from_signature, with_dataclass_arguments
 
-__all__ = ["from_function", "schema_from_signature"]
-
 
 def from_function(
     function: Callable[..., Any], *, takes_context: bool = False, **options: Any

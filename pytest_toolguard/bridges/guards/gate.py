@@ -39,7 +39,9 @@ from ...audit.row import AuditRecord
 from ...contract import CallState, ErrorCode, ToolCall, ToolResult
 from ...hooks import Approval
 from ...idempotency import scope_client_key
-from ...runtime import MESSAGE_LIMIT, ToolRuntime, storable_id
+from ...runtime import ToolRuntime
+from ...runtime.admission import storable_id
+from ...runtime.limits import MESSAGE_LIMIT
 
 
 def stored_id(runtime: ToolRuntime, text: str) -> str:

@@ -46,11 +46,10 @@ from ..errors import BridgeError
 from .mcp_stdio import (
     STARTUP_SECONDS,
     WORKSPACE,
-    MCPServerDied,
-    StdioServer,
     StdioServers,
     from_mcp_command,
 )
+from .mcp_stdio_server import MCPServerDied, StdioServer
 
 PORT = "{port}"
 """Spelt as the port chosen for a server (free on 127.0.0.1 when chosen), in

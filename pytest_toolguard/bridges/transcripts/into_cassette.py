@@ -42,7 +42,8 @@ from ...registry import ToolRegistry
 from ...replay.cassette import Cassette, Interaction, dump
 from ...replay.recorder import Recorder
 from ...replay.redacting import redact_path, tool_redactor
-from ...runtime import ToolRuntime, storable_id
+from ...runtime import ToolRuntime
+from ...runtime.admission import storable_id
 from ...storable import storable_data, storable_text
 from ..errors import BridgeError
 from .import_copy import IntoCopy, changed_entries, entries, named_by_root, session_roots
