@@ -185,9 +185,7 @@ class Cell:
 
     @property
     def operations(self) -> Operations | None:
-        """In the directory world, the handler's Python-level file
-        operations (``directory.Operations``, which ``run.run_cell``
-        installs); None in the fake world."""
+        """The directory world's ``directory.Operations`` (``run.run_cell``'s); else None."""
         return self.files.operations
 
     def _probing_registry(self, registry: ToolRegistry) -> ToolRegistry:
@@ -411,7 +409,8 @@ class Cell:
     def outside_planted(self) -> None:
         """Call after planting files outside the workspace: they become part
         of what must stay unchanged."""
-        self.outside_before = self.world.outside()
+        with self.files.quiet():  # the harness's look, never counted as the handler's
+            self.outside_before = self.world.outside()
 
     def unaudited(self, call_id: str) -> None:
         """Declare that ``call_id`` may have no audit row (the store was down
@@ -590,7 +589,8 @@ class Cell:
     def check_outside(self) -> None:
         """Nothing outside the workspace changed since ``outside_planted``."""
         if (before := self.outside_before) is not None:
-            changes = outside_changes(before, self.world.outside()).paths
+            with self.files.quiet():
+                changes = outside_changes(before, self.world.outside()).paths
             self.check(not changes, f"outside the workspace changed: {', '.join(changes[:5])}")
 
 
