@@ -56,6 +56,7 @@ from typing import Any, TypeVar
 from ..harness.accesses import is_ancestor, is_within
 from ..harness.directory_world import DirectoryWorld
 from ..harness.escapes import in_handler_run
+from ..harness.files import harness_at_work
 from ..harness.world import World
 from ..replay.cassette import VOLATILE_FILE_PREFIX
 
@@ -201,7 +202,12 @@ class Operations:
     def _reached(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Keep where a look reached (called inside it: its own lookups
         are not counted)."""
-        if getattr(self._local, "quiet", 0) or not self._handlers() or not args:
+        if (
+            getattr(self._local, "quiet", 0)
+            or harness_at_work()
+            or not args
+            or not self._handlers()
+        ):
             return
         value = args[0]
         if kwargs.get("dir_fd") is not None or not isinstance(value, (str, bytes, os.PathLike)):
@@ -264,7 +270,9 @@ class Operations:
 
     def _seen(self, event: str, args: tuple[Any, ...]) -> None:
         local = self._local
-        if getattr(local, "quiet", 0) or getattr(local, "inside", 0) or not self._handlers():
+        if getattr(local, "quiet", 0) or getattr(local, "inside", 0) or harness_at_work():
+            return
+        if not self._handlers():
             return
         if event == "open" and args and isinstance(args[0], int):
             return  # a descriptor wrapped (os.fdopen): no path is resolved, nothing can fail
