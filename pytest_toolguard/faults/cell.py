@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import json
 import posixpath
-import stat
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -468,14 +467,14 @@ class Cell:
         accesses = getattr(log, "count", 0)
         growths = getattr(log, "growths", 0)
         result = self.execute(self.call(arguments), self.make_runtime(hooks=[]))
-        count, left = getattr(log, "count", 0), self.world.save_workspace()
+        count = getattr(log, "count", 0)
         clean = CleanRun(
             result,
             self.tree(),
             count - accesses,
             getattr(log, "growths", 0) - growths,
             operation_paths(log, accesses, count),
-            frozenset(relative for relative, mode, _data in left if stat.S_ISDIR(mode)),
+            self.files.directories(),
         )
         self.world.restore_workspace(saved)
         return clean
