@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import json
 import posixpath
-import stat
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -180,9 +179,7 @@ class Cell:
 
     @property
     def operations(self) -> Operations | None:
-        """In the directory world, the handler's Python-level file
-        operations (``directory.Operations``, which ``run.run_cell``
-        installs); None in the fake world."""
+        """The directory world's ``directory.Operations`` (``run.run_cell``'s); else None."""
         return self.files.operations
 
     def _probing_registry(self, registry: ToolRegistry) -> ToolRegistry:
@@ -406,7 +403,8 @@ class Cell:
     def outside_planted(self) -> None:
         """Call after planting files outside the workspace: they become part
         of what must stay unchanged."""
-        self.outside_before = self.world.outside()
+        with self.files.quiet():  # the harness's look, never counted as the handler's
+            self.outside_before = self.world.outside()
 
     def unaudited(self, call_id: str) -> None:
         """Declare that ``call_id`` may have no audit row (the store was down
@@ -464,14 +462,14 @@ class Cell:
         accesses = getattr(log, "count", 0)
         growths = getattr(log, "growths", 0)
         result = self.execute(self.call(arguments), self.make_runtime(hooks=[]))
-        count, left = getattr(log, "count", 0), self.world.save_workspace()
+        count = getattr(log, "count", 0)
         clean = CleanRun(
             result,
             self.tree(),
             count - accesses,
             getattr(log, "growths", 0) - growths,
             operation_paths(log, accesses, count),
-            frozenset(relative for relative, mode, _data in left if stat.S_ISDIR(mode)),
+            self.files.directories(),
         )
         self.world.restore_workspace(saved)
         return clean
@@ -585,7 +583,8 @@ class Cell:
     def check_outside(self) -> None:
         """Nothing outside the workspace changed since ``outside_planted``."""
         if (before := self.outside_before) is not None:
-            changes = outside_changes(before, self.world.outside()).paths
+            with self.files.quiet():
+                changes = outside_changes(before, self.world.outside()).paths
             self.check(not changes, f"outside the workspace changed: {', '.join(changes[:5])}")
 
 

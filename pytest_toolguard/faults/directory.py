@@ -46,6 +46,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import posixpath
+import stat
 import sys
 import threading
 import weakref
@@ -56,6 +58,7 @@ from typing import Any, TypeVar
 from ..harness.accesses import is_ancestor, is_within
 from ..harness.directory_world import DirectoryWorld
 from ..harness.escapes import in_handler_run
+from ..harness.files import harness_at_work, harness_work
 from ..harness.world import World
 from ..replay.cassette import VOLATILE_FILE_PREFIX
 
@@ -201,7 +204,12 @@ class Operations:
     def _reached(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Keep where a look reached (called inside it: its own lookups
         are not counted)."""
-        if getattr(self._local, "quiet", 0) or not self._handlers() or not args:
+        if (
+            getattr(self._local, "quiet", 0)
+            or harness_at_work()
+            or not args
+            or not self._handlers()
+        ):
             return
         value = args[0]
         if kwargs.get("dir_fd") is not None or not isinstance(value, (str, bytes, os.PathLike)):
@@ -264,7 +272,9 @@ class Operations:
 
     def _seen(self, event: str, args: tuple[Any, ...]) -> None:
         local = self._local
-        if getattr(local, "quiet", 0) or getattr(local, "inside", 0) or not self._handlers():
+        if getattr(local, "quiet", 0) or getattr(local, "inside", 0) or harness_at_work():
+            return
+        if not self._handlers():
             return
         if event == "open" and args and isinstance(args[0], int):
             return  # a descriptor wrapped (os.fdopen): no path is resolved, nothing can fail
@@ -339,6 +349,25 @@ class WorldFiles:
             if entry.startswith(VOLATILE_FILE_PREFIX) and path in files:
                 files[path] = VOLATILE_CONTENT
         return files
+
+    def directories(self) -> frozenset[str]:
+        """Every directory under the workspace (relative paths; a link to
+        one is a link), as ``save_workspace`` would list them, without
+        reading a file: in the directory world, a walk of ``lstat``s."""
+        if not isinstance(self.world, DirectoryWorld):  # pyfakefs's objects: cheap
+            entries = self.world.save_workspace()
+            return frozenset(relative for relative, mode, _data in entries if stat.S_ISDIR(mode))
+        found: list[str] = []
+        pending = [""]
+        with self.quiet(), harness_work():
+            while pending:
+                prefix = pending.pop()
+                for name in os.listdir(posixpath.join(self.world.root, prefix)):
+                    relative = prefix + name
+                    if stat.S_ISDIR(os.lstat(posixpath.join(self.world.root, relative)).st_mode):
+                        found.append(relative)
+                        pending.append(relative + "/")
+        return frozenset(found)
 
     def exists(self, path: str) -> bool:
         """Whether ``path`` (absolute, in this world) is there, as a link or not."""

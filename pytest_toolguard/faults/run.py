@@ -204,7 +204,8 @@ def _run_in_directory(
                 place.plant_forbidden()
                 place.plant(beside_the_workspace(place.root))  # /etc/passwd is refused
                 cell.outside_planted()
-                resources = ResourceWatch(cell)
+                with cell.files.quiet():  # its look at /proc/self/fd is no handler's
+                    resources = ResourceWatch(cell)
                 with resources:
                     fault.inject(cell)
             except Exception:
@@ -212,7 +213,8 @@ def _run_in_directory(
             cell.finish()
             _check_sends(cell, sent)
             if resources is not None:
-                cell.problems.extend(resources.left_open(reported=cell.problems))
+                with cell.files.quiet():
+                    cell.problems.extend(resources.left_open(reported=cell.problems))
         cell.check_outside()
         return cell.problems
 

@@ -71,7 +71,7 @@ from ..replay.root_map import RootMap
 from .child_processes import ChildProcesses
 from .clock import DEFAULT_TIME, frozen_clock
 from .escapes import Escape
-from .files import read_tree_through_os
+from .files import harness_work, read_tree_through_os
 from .kernel_watch import UNKNOWN, KernelAccessLog, watching
 from .probes import OutsideSnapshot
 from .real_data import RealData
@@ -115,9 +115,7 @@ def _unwatched(
     @functools.wraps(method)
     def unwatched(world: DirectoryWorld, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         log = world._accesses
-        if log is None:
-            return method(world, *args, **kwargs)
-        with log.quiet():
+        with harness_work(), log.quiet() if log is not None else contextlib.nullcontext():
             return method(world, *args, **kwargs)
 
     return unwatched

@@ -40,6 +40,7 @@ import posixpath
 import stat
 import sys
 import sysconfig
+import tempfile
 import threading
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -276,6 +277,11 @@ def reset_filesystem(fs: FakeFilesystem) -> None:
     # As FakeFilesystem._create_temp_dir, which also clears tempfile's cache.
     if tempdir_name() != "/tmp" or not _Builder(fs).make("/tmp", None):
         fs.reset()  # a temporary directory elsewhere gets a /tmp link: pyfakefs's way
+        return
+    # What ``tempfile.gettempdir()`` finds first in this filesystem, told
+    # now: found, it writes and removes a probe file through the fake
+    # filesystem, milliseconds in every world that asks (each fault cell does).
+    tempfile.tempdir = "/tmp"
 
 
 def _plain_posix(fs: FakeFilesystem) -> bool:

@@ -1,10 +1,13 @@
-"""Reading a tree of files back, in the fake filesystem or the real one."""
+"""Reading a tree of files back, in the fake filesystem or the real one;
+and telling the harness's own file work from a handler's."""
 
 from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from pyfakefs import helpers as fake_helpers
@@ -99,3 +102,23 @@ def read_files(paths: Mapping[str, bytes]) -> dict[str, bytes | None]:
         except OSError:
             current[path] = None
     return current
+
+
+_AT_WORK = threading.local()
+
+
+@contextmanager
+def harness_work() -> Iterator[None]:
+    """A block of the harness's own file work on this thread (a world
+    planting, reading, saving or restoring its files): no handler runs
+    inside it, so ``harness_at_work()`` says so without asking the stack."""
+    _AT_WORK.depth = getattr(_AT_WORK, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _AT_WORK.depth -= 1
+
+
+def harness_at_work() -> bool:
+    """Whether this thread is inside ``harness_work()``."""
+    return getattr(_AT_WORK, "depth", 0) > 0
