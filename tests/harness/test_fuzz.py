@@ -300,7 +300,7 @@ def test_invalid_arguments_answered_another_code_are_reported(
 
 def test_audit_row_left_running_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     class ForgetsToFinish(SQLiteAuditStore):
-        def finish(self, audit_id: int, **fields: Any) -> None:
+        def finish(self, audit_id: int, outcome: Any, **fields: Any) -> None:
             pass
 
     monkeypatch.setattr(fuzz_call, "SQLiteAuditStore", ForgetsToFinish)
