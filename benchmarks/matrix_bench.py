@@ -71,7 +71,7 @@ import pytest_toolguard
 from pytest_toolguard.faults import Fault, Target, run_cell
 from pytest_toolguard.faults import cell as cell_module
 from pytest_toolguard.faults import run as run_module
-from pytest_toolguard.harness.world import World
+from pytest_toolguard.harness.world import FakeWorld
 from pytest_toolguard.runtime import ToolRuntime
 from pytest_toolguard.tools import builtin_registry
 
@@ -612,9 +612,9 @@ def _timed_parts() -> Iterator[dict[str, float]]:
 
     cell = cell_module.Cell
     swap(cell, "__init__", timing(PARTS[1], cell.__init__))
-    swap(World, "plant", timing(PARTS[2], World.plant))
+    swap(FakeWorld, "plant", timing(PARTS[2], FakeWorld.plant))
     swap(cell, "replay_before", timing(PARTS[3], cell.replay_before))
-    swap(World, "outside", timing(PARTS[4], World.outside))
+    swap(FakeWorld, "outside", timing(PARTS[4], FakeWorld.outside))
     swap(cell, "finish", timing(PARTS[6], cell.finish))
     swap(ToolRuntime, "execute", counting(ToolRuntime.execute))
     original_run = run_module._run

@@ -9,7 +9,7 @@ one-call case with its call taken out, in this process, after the pytest
 runs below have loaded pytest and its plugins (freezegun and pyfakefs scan
 every loaded module when they start, so the count matters; it is printed).
 Each part is also timed alone. The fake filesystem is the process's shared
-``FakeWorld``: its pyfakefs patcher is started once, then resumed with an
+``FakeFilesystems``: its pyfakefs patcher is started once, then resumed with an
 emptied filesystem per cassette and paused after it; a reference times the
 way it was before, a new ``Patcher`` per cassette.
 
@@ -53,7 +53,7 @@ from variants import BenchmarkSetupError
 
 from pytest_toolguard import Redactor, SQLiteAuditStore, ToolRuntime
 from pytest_toolguard.harness.clock import DEFAULT_TIME, frozen_clock
-from pytest_toolguard.harness.fake_filesystem import process_fake_world
+from pytest_toolguard.harness.fake_filesystem import process_fake_filesystems
 from pytest_toolguard.harness.files import read_tree
 from pytest_toolguard.replay import Cassette, loads, replay
 from pytest_toolguard.tools import builtin_registry
@@ -167,7 +167,7 @@ def setup_steps(case: Cassette) -> list[Callable[[], object]]:
     root = case.workspace.root
 
     def filesystem() -> object:
-        with process_fake_world().filesystem(case.workspace):
+        with process_fake_filesystems().filesystem(case.workspace):
             return None
 
     def clock() -> object:
@@ -201,7 +201,7 @@ REFERENCES = (
 )
 """What a part of the world would cost per cassette made another way: a
 running freezer moved to each cassette's time (the clock made once per
-session); the fake filesystem as it was made before ``FakeWorld``, a new
+session); the fake filesystem as it was made before ``FakeFilesystems``, a new
 ``Patcher`` started and torn down per cassette, filled with pyfakefs's own
 ``create_*`` (timed in turn with the shared one). The freezer is timed after
 the rest, so no freezer is nested."""
@@ -253,7 +253,7 @@ def time_setup(case: Cassette, repeats: int) -> SetupTimes:
             timed(name, step)
         timed(STEPS[1], clock)
         with ExitStack() as world:
-            world.enter_context(process_fake_world().filesystem(case.workspace))
+            world.enter_context(process_fake_filesystems().filesystem(case.workspace))
             world.enter_context(frozen_clock(case.recorded_at))
             timed(STEPS[2], runtime)
             timed(STEPS[3], tree)
@@ -281,7 +281,7 @@ def time_setup(case: Cassette, repeats: int) -> SetupTimes:
 
 def _own_patcher(case: Cassette) -> None:
     """The fake filesystem as replay made it before
-    ``FakeWorld``: a new ``Patcher``, filled with pyfakefs's ``create_*``."""
+    ``FakeFilesystems``: a new ``Patcher``, filled with pyfakefs's ``create_*``."""
     with Patcher() as patcher:
         fs: Any = patcher.fs
         state = case.workspace

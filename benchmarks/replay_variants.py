@@ -13,10 +13,10 @@ the store before the first call; tear them down and compare files and
 audit rows after the last). ``execute`` alone is the first part of it.
 
 The world is the other thing a variant changes. ``replay()`` runs in a
-``harness.World``, which looks up ``frozen_clock`` in its module when it
-starts and takes the ``FakeWorld`` to run in as an argument of ``replay()``,
+``harness.FakeWorld``, which looks up ``frozen_clock`` in its module when it
+starts and takes the ``FakeFilesystems`` to run in as an argument of ``replay()``,
 so a variant can swap either for a stand-in: no frozen clock (a null
-context), or no fake filesystem (a ``FakeWorld`` stand-in leaving the real
+context), or no fake filesystem (a ``FakeFilesystems`` stand-in leaving the real
 workspace, put back as it was before the first call). ``plain`` does not
 use ``replay()`` at all: a ``ToolRuntime`` on the real workspace with an
 in-memory audit store, as replay's is, making the same calls in the same
@@ -106,7 +106,7 @@ class _NoFilesystem:
 
 
 class _RealWorkspace:
-    """A ``FakeWorld`` stand-in that fakes nothing: the world is the real
+    """A ``FakeFilesystems`` stand-in that fakes nothing: the world is the real
     workspace, with no real directory mapped in."""
 
     real_paths: tuple[str, ...] = ()
@@ -142,7 +142,7 @@ def timed_replay(
         patched(session_module, ToolRuntime=_timed_runtime(stamps)),
         patched(world_module, **clock),
     ):
-        report = replay(cassette, registry, fake_world=None if fake_fs else _RealWorkspace())
+        report = replay(cassette, registry, fake_filesystems=None if fake_fs else _RealWorkspace())
     starts = [start for start, _ in stamps.calls] + [stamps.closed]
     per_interaction = [
         following - start for start, following in zip(starts, starts[1:], strict=False)

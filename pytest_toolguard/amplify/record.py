@@ -58,7 +58,7 @@ from ..contract import CallState, ErrorCode
 from ..file_writes import write_atomically
 from ..harness.branching import Branch, SessionWalk
 from ..harness.clock import DEFAULT_TIME
-from ..harness.fake_filesystem import FakeWorld
+from ..harness.fake_filesystem import FakeFilesystems
 from ..harness.session import secrets_redactor
 from ..jsondata import canonical_json
 from ..redaction import Redactor
@@ -207,7 +207,7 @@ def amplify(
     caps: VariantCaps | None = None,
     redactor: Redactor | None = None,
     secrets: Mapping[str, str] | None = None,
-    fake_world: FakeWorld | None = None,
+    fake_filesystems: FakeFilesystems | None = None,
     world: str = "auto",
 ) -> tuple[Cassette, AmplifyReport]:
     """``cassette`` with fresh variants on its calls (its old ones
@@ -224,14 +224,24 @@ def amplify(
         cassette, interactions=tuple(replace(i, variants=()) for i in cassette.interactions)
     )
     recorded = replay(
-        plain, registry, redactor=redactor, secrets=secrets, fake_world=fake_world, world=world
+        plain,
+        registry,
+        redactor=redactor,
+        secrets=secrets,
+        fake_filesystems=fake_filesystems,
+        world=world,
     )
     if not recorded.ok:
         return cassette, AmplifyReport(cassette.source, replay_differences=recorded.differences)
     run = _Amplifier(plain, registry, caps, redactor)
     interactions: list[Interaction] = []
     with SessionWalk(
-        plain, registry, redactor=redactor, secrets=secrets, fake_world=fake_world, world=world
+        plain,
+        registry,
+        redactor=redactor,
+        secrets=secrets,
+        fake_filesystems=fake_filesystems,
+        world=world,
     ) as walk:
         for index, interaction in enumerate(plain.interactions):
             why = run.why_not(interaction, recorded.results[index].state)
@@ -262,7 +272,7 @@ def amplify_file(
     caps: VariantCaps | None = None,
     redactor: Redactor | None = None,
     secrets: Mapping[str, str] | None = None,
-    fake_world: FakeWorld | None = None,
+    fake_filesystems: FakeFilesystems | None = None,
     world: str = "auto",
 ) -> AmplifyReport:
     """Amplify the cassette or case at ``path`` and write its variants in
@@ -277,7 +287,7 @@ def amplify_file(
         caps=caps,
         redactor=redactor,
         secrets=secrets,
-        fake_world=fake_world,
+        fake_filesystems=fake_filesystems,
         world=world,
     )
     if not report.ok:

@@ -1,6 +1,6 @@
 """What a fault works with: the ``Cell`` of one fault against one target.
 
-``run.run_cell`` rebuilds the cassette's world (``harness.World``: fake
+``run.run_cell`` rebuilds the cassette's world (``harness.FakeWorld``: fake
 filesystem, frozen clock; or a fresh ``harness.DirectoryWorld`` of real
 files, where "outside" is the world's own directory around the workspace
 and the access oracle speaks only when one observes it, ``files.access_log``
@@ -22,13 +22,13 @@ invariants every cell shares:
   ``listdir``, ``readlink``, ``realpath``: ``harness.accesses``), decoy or
   not; directories above the root are not outside;
 - no result, message or audit row holds a decoy's marker (nothing outside
-  was read) or a forbidden ``.env`` file's marker (``World.plant_forbidden``
+  was read) or a forbidden ``.env`` file's marker (``FakeWorld.plant_forbidden``
   puts them in every cell's workspace), or the real value of a secret the
   test gave (``toolguard_secrets``);
 - each call of the target tool changed only what its declarations allow
   (``harness.effects``: a READ tool nothing; others only beneath their
   declared write paths, inside the write roots);
-- no handler run reached the real disk (``World.escapes()``: SQLite on a
+- no handler run reached the real disk (``FakeWorld.escapes()``: SQLite on a
   file, a process started, a real file opened for writing, a write beneath
   a read-only real directory; each refused, and a problem even when the
   handler swallowed the refusal).
@@ -67,7 +67,7 @@ from ..harness.probes import (
     outside_changes,
 )
 from ..harness.session import recorded_hooks, secrets_redactor, session_runtime, with_secrets
-from ..harness.world import DECOY_MARKER, FORBIDDEN_MARKER, OUTSIDE_DIR, World
+from ..harness.world import DECOY_MARKER, FORBIDDEN_MARKER, OUTSIDE_DIR, FakeWorld
 from ..hooks import PostToolUse, PreToolUse
 from ..plan import PlanProgress
 from ..registry import ToolRegistry, ToolSpec
@@ -117,7 +117,7 @@ class Cell:
         fault_name: str,
         target: Target,
         registry: ToolRegistry,
-        world: World | DirectoryWorld,
+        world: FakeWorld | DirectoryWorld,
         secrets: Mapping[str, str] | None,
         *,
         http: HttpPlayback | None = None,

@@ -59,7 +59,7 @@ from ..harness.accesses import is_ancestor, is_within
 from ..harness.directory_world import DirectoryWorld
 from ..harness.escapes import in_handler_run
 from ..harness.files import harness_at_work, harness_work
-from ..harness.world import World
+from ..harness.world import FakeWorld
 from ..replay.cassette import VOLATILE_FILE_PREFIX
 
 OPERATION_EVENTS: dict[str, int] = {
@@ -300,7 +300,7 @@ class WorldFiles:
     quietly for its ``AccessLog``) and in the directory world (real files,
     quietly for ``operations``)."""
 
-    def __init__(self, world: World | DirectoryWorld, fault_name: str = "") -> None:
+    def __init__(self, world: FakeWorld | DirectoryWorld, fault_name: str = "") -> None:
         self.world = world
         self.fault_name = fault_name
         self.operations: Operations | None = None

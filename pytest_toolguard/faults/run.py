@@ -27,8 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from ..harness.directory_world import DirectoryWorld
-from ..harness.fake_filesystem import FakeWorld
-from ..harness.world import WorkspaceEntry, World, beside_the_workspace
+from ..harness.fake_filesystem import FakeFilesystems
+from ..harness.world import FakeWorld, WorkspaceEntry, beside_the_workspace
 from ..registry import ToolRegistry
 from ..replay.cassette import Cassette
 from ..replay.http import HttpPlayback, HttpUnavailable
@@ -51,7 +51,7 @@ def run_cell(
     secrets: Mapping[str, str] | None = None,
     nodeid: str = "",
     prefixes: PrefixCache | None = None,
-    fake_world: FakeWorld | None = None,
+    fake_filesystems: FakeFilesystems | None = None,
     world: str = "auto",
     parent: str | None = None,
 ) -> CellOutcome:
@@ -59,7 +59,7 @@ def run_cell(
     what happens in it. ``prefixes`` keeps the state before each target
     for the next cell of the same interaction, and the first cell of a later
     one replays on from it (``registry`` and ``secrets`` are part of its
-    key; the fake world's only); ``fake_world`` is the ``FakeWorld`` to run
+    key; the fake world's only); ``fake_filesystems`` is the ``FakeFilesystems`` to run
     in (default: the process's). ``world`` is ``auto``, ``fake`` or
     ``directory`` (``replay.player.chosen_world``; ``ValueError`` for
     another); ``parent`` is where a directory world is made (default: the
@@ -73,13 +73,13 @@ def run_cell(
     elif skipped is not None:
         problems, status = (skipped_in(kind) + skipped,), "n/a"
     elif kind == "directory":
-        real_paths = fake_world.real_paths if fake_world is not None else None
+        real_paths = fake_filesystems.real_paths if fake_filesystems is not None else None
         problems = tuple(
             _run_in_directory(fault, target, registry, secrets, parent, prefixes, real_paths)
         )
         status = _status(problems)
     else:
-        problems = tuple(_run(fault, target, registry, secrets, prefixes, fake_world))
+        problems = tuple(_run(fault, target, registry, secrets, prefixes, fake_filesystems))
         status = _status(problems)
     return CellOutcome(
         source=target.source,
@@ -104,14 +104,14 @@ def _run(
     registry: ToolRegistry,
     secrets: Mapping[str, str] | None,
     prefixes: PrefixCache | None,
-    fake_world: FakeWorld | None,
+    fake_filesystems: FakeFilesystems | None,
 ) -> list[str]:
     cassette, index = target.cassette, target.index
     try:  # before the fake world: it imports vcrpy
         http = HttpPlayback.for_cassette(cassette, registry, repeats=True)
     except HttpUnavailable as exc:
         return [str(exc)]
-    with World.of(cassette, fake_world=fake_world) as world:
+    with FakeWorld.of(cassette, fake_filesystems=fake_filesystems) as world:
         saved = prefixes.get(cassette, index, registry, secrets) if prefixes is not None else None
         earlier = (
             prefixes.nearest(cassette, index, registry, secrets)

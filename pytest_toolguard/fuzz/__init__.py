@@ -55,7 +55,7 @@ Nested path arguments are reached by random text only.
 
 The fuzz workspace (``fuzz.workspace``). The workspace root is ``WORKSPACE_ROOT``
 holding ``WORKSPACE_FILES`` and ``WORKSPACE_SYMLINKS``; ``OUTSIDE_FILES``
-are decoys, planted in a fresh ``harness.World`` for every example.
+are decoys, planted in a fresh ``harness.FakeWorld`` for every example.
 A tool that needs a workspace of its own (a git server needs a repository)
 is given one with ``workspace=``: every example starts from that state
 instead, at the same root, beside the same decoys.
@@ -116,7 +116,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..capabilities import Capabilities
-from ..harness.fake_filesystem import FakeWorld
+from ..harness.fake_filesystem import FakeFilesystems
 from ..registry import ToolRegistry, ToolSpec
 from ..replay.cassette import WorkspaceState
 from ..strategies import UnsupportedSchema, arguments_for
@@ -151,7 +151,7 @@ def fuzz_tool(
     variables: Mapping[str, str] | None = None,
     approve: bool = True,
     timeout_seconds: float | None = None,
-    fake_world: FakeWorld | None = None,
+    fake_filesystems: FakeFilesystems | None = None,
     world: str = "auto",
     network: bool = False,
     workspace: WorkspaceState | None = None,
@@ -166,7 +166,7 @@ def fuzz_tool(
     runs beside (default: the tool alone); ``variables`` default to
     ``{"run_id": RUN_ID}``; ``approve`` (default True) approves every call
     of a tool whose risk needs it, so its handler runs; ``timeout_seconds``
-    replaces the tool's deadline; ``fake_world`` is the ``FakeWorld`` the
+    replaces the tool's deadline; ``fake_filesystems`` is the ``FakeFilesystems`` the
     examples run in (default: the process's); ``world`` is ``auto`` (the
     tool's ``world``, else the registry's), ``fake`` or ``directory``;
     ``network=True`` lets handlers reach the network (refused by default:
@@ -189,7 +189,7 @@ def fuzz_tool(
         variables=variables,
         approve=approve,
         timeout_seconds=timeout_seconds,
-        fake_world=fake_world,
+        fake_filesystems=fake_filesystems,
         world=world,
         network=network,
         workspace=workspace,
@@ -285,7 +285,7 @@ def fuzz_registry(
     approve: bool = True,
     timeout_seconds: float | None = None,
     tools: Sequence[str] | None = None,
-    fake_world: FakeWorld | None = None,
+    fake_filesystems: FakeFilesystems | None = None,
     world: str = "auto",
     network: bool = False,
     workspace: WorkspaceState | None = None,
@@ -308,7 +308,7 @@ def fuzz_registry(
                 variables=variables,
                 approve=approve,
                 timeout_seconds=timeout_seconds,
-                fake_world=fake_world,
+                fake_filesystems=fake_filesystems,
                 world=world,
                 network=network,
                 workspace=workspace,
@@ -326,7 +326,7 @@ def check_call(
     variables: Mapping[str, str] | None = None,
     approve: bool = True,
     timeout_seconds: float | None = None,
-    fake_world: FakeWorld | None = None,
+    fake_filesystems: FakeFilesystems | None = None,
     world: str = "auto",
     network: bool = False,
     workspace: WorkspaceState | None = None,
@@ -342,7 +342,7 @@ def check_call(
         variables=variables,
         approve=approve,
         timeout_seconds=timeout_seconds,
-        fake_world=fake_world,
+        fake_filesystems=fake_filesystems,
         world=world,
         network=network,
         workspace=workspace,

@@ -16,7 +16,7 @@ from ..audit import AuditRecord, SQLiteAuditStore
 from ..capabilities import Capabilities
 from ..contract import ErrorCode, ToolCall, ToolResult
 from ..harness.effects import changed_files, undeclared_changes
-from ..harness.fake_filesystem import FakeWorld
+from ..harness.fake_filesystem import FakeFilesystems
 from ..harness.probes import (
     HandlerProbe,
     HandlerRuns,
@@ -25,7 +25,7 @@ from ..harness.probes import (
     holds_marker,
     outside_changes,
 )
-from ..harness.world import DECOY_MARKER, FORBIDDEN_MARKER, WorkspaceEntry, World
+from ..harness.world import DECOY_MARKER, FORBIDDEN_MARKER, FakeWorld, WorkspaceEntry
 from ..hooks import Approver
 from ..redaction import Redactor
 from ..registry import ToolRegistry, ToolSpec, WorldKind, checked_world
@@ -87,7 +87,7 @@ class CallChecker:
         variables: Mapping[str, str] | None,
         approve: bool,
         timeout_seconds: float | None,
-        fake_world: FakeWorld | None = None,
+        fake_filesystems: FakeFilesystems | None = None,
         world: str = "auto",
         network: bool = False,
         workspace: WorkspaceState | None = None,
@@ -103,7 +103,7 @@ class CallChecker:
         self.workspace = starting_workspace(workspace)
         """What every example's workspace holds before its call."""
         self.world: WorldKind = fuzzed_world(spec, registry, world)
-        """The world each example runs in: ``fake`` (``harness.World``) or
+        """The world each example runs in: ``fake`` (``harness.FakeWorld``) or
         ``directory`` (``fuzz.directory.FuzzDirectory``)."""
         # Validators compiled afresh from the schemas: the contract, judged
         # independently of whatever the runtime uses.
@@ -126,7 +126,7 @@ class CallChecker:
         if deadline is None:
             deadline = min(spec.timeout_seconds, DEADLINE_SECONDS)
         self.timeouts = {spec.name: deadline}
-        self.fake_world = fake_world
+        self.fake_filesystems = fake_filesystems
         self.codes: dict[str, int] = {}
         """How many calls were answered with each code."""
         self.refusals: dict[tuple[str, str], Refusals] = {}
@@ -298,10 +298,10 @@ class CallChecker:
             problems.append((Problem.AUDIT_ROWS, audit))
         return problems
 
-    def _world(self) -> AbstractContextManager[World | FuzzDirectory]:
+    def _world(self) -> AbstractContextManager[FakeWorld | FuzzDirectory]:
         if self.world == "directory":
             return self._directory()
-        return World(self.workspace, fake_world=self.fake_world)
+        return FakeWorld(self.workspace, fake_filesystems=self.fake_filesystems)
 
     @contextmanager
     def _directory(self) -> Iterator[FuzzDirectory]:
@@ -313,9 +313,9 @@ class CallChecker:
         directory-world example cost 2-3x a fake-world one on ext4; kept,
         about the same)."""
         if self._kept is None:
-            fake_world = self.fake_world
+            fake_filesystems = self.fake_filesystems
             place = FuzzDirectory(
-                real_paths=fake_world.real_paths if fake_world is not None else None,
+                real_paths=fake_filesystems.real_paths if fake_filesystems is not None else None,
                 workspace=self.workspace,
             )
             place.__enter__()

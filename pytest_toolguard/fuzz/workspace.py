@@ -4,7 +4,7 @@ outside it, and the path probes tried in path-like arguments.
 The workspace root is ``WORKSPACE_ROOT`` holding ``WORKSPACE_FILES`` and
 ``WORKSPACE_SYMLINKS`` (one leads out); ``FUZZ_DECOYS`` are files outside,
 each holding ``harness.world.DECOY_MARKER``. Every example runs in a fresh
-``harness.World`` of ``FUZZ_WORKSPACE`` (or of the starting workspace
+``harness.FakeWorld`` of ``FUZZ_WORKSPACE`` (or of the starting workspace
 given, ``starting_workspace``) with the decoys planted.
 """
 
@@ -47,7 +47,7 @@ FUZZ_DECOYS = Decoys({**where_checks_go_wrong(WORKSPACE_ROOT).files, **OUTSIDE_F
 """``OUTSIDE_FILES`` and ``harness.world.where_checks_go_wrong``'s decoys
 (``<root>-old/``, ``$HOME``'s dotfiles, ``/tmp``), as the world plants
 them; every example's workspace gets the forbidden ``.env`` files too
-(``World.plant_forbidden``)."""
+(``FakeWorld.plant_forbidden``)."""
 
 FUZZ_WORKSPACE = WorkspaceState(
     root=WORKSPACE_ROOT, files=WORKSPACE_FILES, symlinks=WORKSPACE_SYMLINKS

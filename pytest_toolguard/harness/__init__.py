@@ -1,7 +1,7 @@
 """The harness: the world recorded sessions, fault cells and fuzzed calls
 run in, and what their oracles look at. Pytest-free.
 
-- ``world``: ``World`` (frozen clock, fake filesystem, decoys: one context
+- ``world``: ``FakeWorld`` (frozen clock, fake filesystem, decoys: one context
   manager), built on ``clock``, ``fake_filesystem`` and ``files``;
 - ``probes``: handler runs, changes outside the workspace, threads left
   running, audit rows;

@@ -1,7 +1,7 @@
 """A recorded session walked call by call, with branches off it before a call.
 
 ``SessionWalk(cassette, registry)`` is a context manager: the cassette's
-world (``world.World``: fake filesystem, frozen clock) and the session's
+world (``world.FakeWorld``: fake filesystem, frozen clock) and the session's
 runtime (``session.session_runtime``: its plan, its approvals, its HTTP
 exchanges served). ``step()`` sends the next recorded call. Before any call,
 ``branch(call, files=...)`` runs another call from the state the session had
@@ -25,7 +25,7 @@ root spelt as the world's (``RootMap``), and what a ``Branch`` holds
 (result, data, audit row, changed files) is spelt back as recorded, so
 both worlds give the same ``Branch`` for the same tool. ``Branch.escapes``
 says what the call reached beyond its world: in the fake world the real
-disk (``World.escapes()``, refused), in the directory world any entry of
+disk (``FakeWorld.escapes()``, refused), in the directory world any entry of
 the world's own tree outside the workspace created, changed or removed,
 which is then put back (kinds, modes, bytes, link targets), so the next
 branch and call start from the world as built.
@@ -54,10 +54,10 @@ from ..replay.root_map import RootMap
 from ..runtime import ToolRuntime
 from .clock import frozen_clock
 from .directory_world import DirectoryWorld, make_removable
-from .fake_filesystem import FakeWorld
+from .fake_filesystem import FakeFilesystems
 from .probes import OutsideChanges, OutsideSnapshot, outside_changes
 from .session import secrets_redactor, session_runtime, with_secrets
-from .world import WorkspaceEntry, World
+from .world import FakeWorld, WorkspaceEntry
 
 JOIN_SECONDS = 5.0
 """How long a branch waits for a handler that overran its deadline."""
@@ -95,7 +95,7 @@ class SessionWalk:
         *,
         redactor: Redactor | None = None,
         secrets: Mapping[str, str] | None = None,
-        fake_world: FakeWorld | None = None,
+        fake_filesystems: FakeFilesystems | None = None,
         world: str = "auto",
     ) -> None:
         self.cassette = cassette
@@ -106,9 +106,9 @@ class SessionWalk:
         self.secrets = secrets
         self.index = 0
         """The recorded call ``step()`` sends next."""
-        self._fake_world = fake_world
+        self._fake_filesystems = fake_filesystems
         self._stack = ExitStack()
-        self._world: World | DirectoryWorld | None = None
+        self._world: FakeWorld | DirectoryWorld | None = None
         self._map: RootMap | None = None
         self._in_world = cassette
         """The cassette as the world spells it (its root, the calls' arguments)."""
@@ -126,8 +126,8 @@ class SessionWalk:
                 stack.callback(self._http.close)
             stack.callback(self._store.close)
             if self.kind == "directory":
-                fake_world = self._fake_world
-                real_paths = fake_world.real_paths if fake_world is not None else None
+                fake_filesystems = self._fake_filesystems
+                real_paths = fake_filesystems.real_paths if fake_filesystems is not None else None
                 place = stack.enter_context(DirectoryWorld.of(self.cassette, real_paths=real_paths))
                 self._world, self._map = place, place.root_map
                 self._in_world = replace(
@@ -137,7 +137,7 @@ class SessionWalk:
                 )
             else:
                 self._world = stack.enter_context(
-                    World.of(self.cassette, fake_world=self._fake_world)
+                    FakeWorld.of(self.cassette, fake_filesystems=self._fake_filesystems)
                 )
             self._runtime = self._make_runtime(self._store, self._plan, ())
             runtime = self._runtime
@@ -153,7 +153,7 @@ class SessionWalk:
         self._stack.close()
 
     @property
-    def world(self) -> World | DirectoryWorld:
+    def world(self) -> FakeWorld | DirectoryWorld:
         """The running world; ``RuntimeError`` outside the ``with`` block."""
         if self._world is None:
             raise RuntimeError("the walk is not running: use it inside its with block")
@@ -278,7 +278,7 @@ class SessionWalk:
         """``data`` written over the workspace file ``relative``."""
         world = self.world
         full = f"{world.root}/{relative}"
-        if isinstance(world, World):
+        if isinstance(world, FakeWorld):
             if world.fs.exists(full):
                 world.fs.remove_object(full)
             world.fs.create_file(full, contents=data)
@@ -297,7 +297,7 @@ class SessionWalk:
         escapes (the fake world) or the ``outside`` snapshot (the directory
         world)."""
         world = self.world
-        if isinstance(world, World):
+        if isinstance(world, FakeWorld):
             return tuple(escape.message for escape in world.escapes()[seen:])
         if outside is None:
             return ()
@@ -368,7 +368,7 @@ def _is_text(data: bytes) -> bool:
 
 
 def _put_back(
-    world: World | DirectoryWorld,
+    world: FakeWorld | DirectoryWorld,
     saved: tuple[WorkspaceEntry, ...],
     now: tuple[WorkspaceEntry, ...],
 ) -> None:

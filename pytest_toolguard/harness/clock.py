@@ -9,7 +9,7 @@ freezegun takes ~5 ms (it scans every loaded module: the benchmark measured
 it as two thirds of a cassette's set-up). Deadlines stay on the real
 monotonic clock: ``Lock.acquire`` with a timeout is C code neither patches.
 
-Start the clock before the fake filesystem (``world.World`` does): pyfakefs
+Start the clock before the fake filesystem (``world.FakeWorld`` does): pyfakefs
 unloads modules first imported while it is active, so the clock's backend
 must be imported outside it.
 """

@@ -1,6 +1,6 @@
 """The directory world: a recorded session rebuilt in a fresh real directory.
 
-The fake world (``world.World``) serves tools that reach files through
+The fake world (``world.FakeWorld``) serves tools that reach files through
 Python's own ``os`` and ``open``. A tool that reaches them through C code
 (sqlite3), another process (``git``) or an absolute path needs real files:
 ``DirectoryWorld(state, frozen_at=...)`` makes them, one context manager::
@@ -25,7 +25,7 @@ naming the recorded root name the world's instead (``root_map``, a
 ``replay.root_map.RootMap``); the in-process clock is frozen at
 ``frozen_at`` as in the fake world. ``tree()``, ``outside()``,
 ``plant(decoys)``, ``plant_forbidden()``, ``resolve_inside()``,
-``save_workspace()`` and ``restore_workspace()`` answer as ``World``'s do,
+``save_workspace()`` and ``restore_workspace()`` answer as ``FakeWorld``'s do,
 on the real files. The process's working directory is the workspace root
 (``working_directory``), as the fake world's is: a relative path a handler
 opens, hands to C code (``sqlite3.connect("crm.db")``) or to a process it
@@ -156,7 +156,7 @@ class DirectoryWorld:
 
     @classmethod
     def of(cls, cassette: Cassette, *, empty: bool = False, **options: Any) -> DirectoryWorld:
-        """The world of a recorded session, as ``World.of`` makes it: its
+        """The world of a recorded session, as ``FakeWorld.of`` makes it: its
         workspace before the first call (only the empty root with
         ``empty``), the clock frozen at its recorded time; ``options`` as
         the constructor's (``parent``, ``real_paths``)."""
@@ -327,7 +327,7 @@ class DirectoryWorld:
 
     @_unwatched
     def plant_forbidden(self) -> tuple[str, ...]:
-        """What ``World.plant_forbidden`` plants, on the real files: a
+        """What ``FakeWorld.plant_forbidden`` plants, on the real files: a
         forbidden ``.env`` (holding ``FORBIDDEN_MARKER``) at the root, in
         the first and in the deepest directory; returns the relative paths."""
         root = self.root

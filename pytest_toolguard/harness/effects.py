@@ -16,7 +16,7 @@ undeclared side write (a cache file, a log), and a path the handler
 transforms after the check (decoding, normalising, joining): the write
 lands elsewhere than the path that was checked. Pure string work but for
 ``resolve``, which the caller gives (inside a fake world:
-``World.resolve_inside``).
+``FakeWorld.resolve_inside``).
 """
 
 from __future__ import annotations

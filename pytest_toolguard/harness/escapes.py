@@ -7,7 +7,7 @@ SQLite's C library, a process a handler starts (and all it runs), a file
 Python opens itself (``io.FileIO``). Such a tool needs the directory world
 (``world="directory"``), not the fake one.
 
-``guarding(log)`` (a ``World`` holds it while it runs) watches the Python
+``guarding(log)`` (a ``FakeWorld`` holds it while it runs) watches the Python
 audit events those reaches raise, and refuses the ones a handler run makes:
 
 =========================================================  ==================================
@@ -42,7 +42,7 @@ writing a module's byte-code cache. Code outside a handler run (a
 test's own code around a played-back cassette, the harness) passes.
 
 ``ReadOnlyPaths`` keeps the real directories mapped into the fake
-filesystem (``FakeWorld.real_paths``: the time-zone database, installed
+filesystem (``FakeFilesystems.real_paths``: the time-zone database, installed
 packages) read-only for everyone while the world runs: opening for
 writing, creating, removing, renaming, linking, ``chmod``, ``utime`` or
 ``truncate`` beneath one raises ``RealDiskRefused`` (``EROFS``) and is

@@ -2,14 +2,14 @@
 
 The filesystem is pyfakefs, with a workspace rebuilt at its root (and any
 files outside it, so an escape would meet something). One patcher serves
-every world of a ``FakeWorld``: starting a pyfakefs ``Patcher`` scans
+every world of a ``FakeFilesystems``: starting a pyfakefs ``Patcher`` scans
 every loaded module and builds a filesystem, about as much as the rest of
 a cassette's set-up together, so the patcher is started once, *paused*
 between worlds (the real ``os``, ``open`` and ``pathlib`` are back: pytest
 writes its cache, reports and ``tmp_path`` for real) and resumed with an
-emptied filesystem for the next one. Whoever makes a ``FakeWorld`` closes
+emptied filesystem for the next one. Whoever makes a ``FakeFilesystems`` closes
 it (the pytest plugin's run does, at the end of the session); the one
-``process_fake_world()`` gives, for callers that pass none, is closed by
+``process_fake_filesystems()`` gives, for callers that pass none, is closed by
 an ``atexit`` hook (nothing is patched while it is paused, so late is
 harmless).
 
@@ -18,9 +18,9 @@ Importing this module makes pyfakefs's modules call ``_make_string_path``
 it: the same value for every argument, and about 12% of a fault cell).
 
 Real directories a tool reads but a cassette does not own are mapped in
-read-only (``FakeWorld.real_paths``: ``default_real_paths()``, the
+read-only (``FakeFilesystems.real_paths``: ``default_real_paths()``, the
 time-zone database and installed packages, plus any the caller names):
-each ``World`` gets them as pyfakefs's lazily read real directories
+each ``FakeWorld`` gets them as pyfakefs's lazily read real directories
 (``map_real_paths``), unless one overlaps the workspace root or an entry
 the world already holds. pyfakefs's ``read_only`` does not hold for root:
 ``harness.escapes.ReadOnlyPaths`` refuses the writes.
@@ -76,7 +76,7 @@ _CAN_SHARE = all(
     hasattr(Patcher, name)
     for name in ("PATCHER", "REF_COUNT", "CACHED_MODULES", "pause", "resume", "_find_modules")
 )
-"""pyfakefs has what ``FakeWorld`` relies on (6.x does); otherwise every
+"""pyfakefs has what ``FakeFilesystems`` relies on (6.x does); otherwise every
 world gets its own ``Patcher``, as before."""
 
 
@@ -384,7 +384,7 @@ class _Builder:
         return True
 
 
-class FakeWorld:
+class FakeFilesystems:
     """One pyfakefs ``Patcher`` for many worlds, one at a time.
 
     ``filesystem(state)`` gives each world an empty fake filesystem
@@ -415,7 +415,7 @@ class FakeWorld:
     ``close()`` drops the paused patcher (nothing is patched while paused,
     so closing late is harmless); the next world starts a new one.
 
-    ``real_paths``: the real directories a ``World`` maps in read-only
+    ``real_paths``: the real directories a ``FakeWorld`` maps in read-only
     (``map_real_paths``): ``default_real_paths()`` and the ``real_paths``
     given (made absolute now, against the current directory).
     ``filesystem(state)`` itself holds ``state`` only.
@@ -585,12 +585,12 @@ class FakeWorld:
             patcher.pause()
 
 
-_PROCESS_WORLD = FakeWorld()
-"""The ``FakeWorld`` of callers that bring none (pyfakefs patches the whole
+_PROCESS_WORLD = FakeFilesystems()
+"""The ``FakeFilesystems`` of callers that bring none (pyfakefs patches the whole
 process, so only one world runs at a time anyway)."""
 
 
-def process_fake_world() -> FakeWorld:
-    """The process's ``FakeWorld``, for callers that pass none; its paused
+def process_fake_filesystems() -> FakeFilesystems:
+    """The process's ``FakeFilesystems``, for callers that pass none; its paused
     patcher is dropped at exit."""
     return _PROCESS_WORLD

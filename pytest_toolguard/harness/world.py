@@ -1,6 +1,6 @@
 """The world a recorded session, a fault cell or a fuzzed call runs in.
 
-``World(state, frozen_at=...)`` is one context manager: the clock frozen at
+``FakeWorld(state, frozen_at=...)`` is one context manager: the clock frozen at
 ``frozen_at`` for every thread (when given), then a fake filesystem holding
 ``state`` (the workspace and any files outside it), in that order (pyfakefs
 unloads modules first imported while it is active, so the clock's backend
@@ -16,7 +16,7 @@ is imported first). Inside it:
   ``FORBIDDEN_MARKER``) inside it, for a call that must never read them;
 - ``world.accesses`` is the ``AccessLog`` of the paths handlers resolve
   (``harness.accesses``), installed while the world runs; reads beneath
-  the real directories mapped in read-only (``FakeWorld.real_paths``: the
+  the real directories mapped in read-only (``FakeFilesystems.real_paths``: the
   time-zone database, installed packages) are not outside;
 - ``world.escapes()`` lists what handler runs reached of the real disk,
   refused (``harness.escapes``: SQLite on a file, a process started, a
@@ -53,7 +53,7 @@ from ..replay.cassette import Cassette, WorkspaceState
 from .accesses import AccessLog
 from .clock import DEFAULT_TIME, frozen_clock
 from .escapes import Escape, EscapeLog, ReadOnlyPaths, guarding
-from .fake_filesystem import FakeWorld, fill_entries, plant_files, process_fake_world
+from .fake_filesystem import FakeFilesystems, fill_entries, plant_files, process_fake_filesystems
 from .files import read_tree
 from .probes import OutsideSnapshot, snapshot_outside
 
@@ -139,22 +139,22 @@ def running(value: _Value | None, what: str = "the world") -> _Value:
     return value
 
 
-class World:
+class FakeWorld:
     """A frozen clock and a fake filesystem holding ``state`` (see the
     module docstring). ``frozen_at`` None leaves the clock alone;
-    ``fake_world`` is the ``FakeWorld`` to run in (default: the process's)."""
+    ``fake_filesystems`` is the ``FakeFilesystems`` to run in (default: the process's)."""
 
     def __init__(
         self,
         state: WorkspaceState,
         *,
         frozen_at: str | None = None,
-        fake_world: FakeWorld | None = None,
+        fake_filesystems: FakeFilesystems | None = None,
     ) -> None:
         self.state = state
         self.root = state.root
         self.frozen_at = frozen_at
-        self._fake_world = fake_world or process_fake_world()
+        self._fake_filesystems = fake_filesystems or process_fake_filesystems()
         self._stack = ExitStack()
         self._fs: FakeFilesystem | None = None
         self._accesses: AccessLog | None = None
@@ -162,22 +162,28 @@ class World:
 
     @classmethod
     def of(
-        cls, cassette: Cassette, *, empty: bool = False, fake_world: FakeWorld | None = None
-    ) -> World:
+        cls,
+        cassette: Cassette,
+        *,
+        empty: bool = False,
+        fake_filesystems: FakeFilesystems | None = None,
+    ) -> FakeWorld:
         """The world of a recorded session: its workspace as it was before
         the first call (only the empty root with ``empty``: a test that
         plays a cassette back makes its own set-up), the clock frozen at
         its recorded time (``DEFAULT_TIME`` for a case that gives none)."""
         state = WorkspaceState(root=cassette.workspace.root) if empty else cassette.workspace
-        return cls(state, frozen_at=cassette.recorded_at or DEFAULT_TIME, fake_world=fake_world)
+        return cls(
+            state, frozen_at=cassette.recorded_at or DEFAULT_TIME, fake_filesystems=fake_filesystems
+        )
 
-    def __enter__(self) -> World:
-        real_paths = self._fake_world.real_paths  # known before the fake filesystem runs
+    def __enter__(self) -> FakeWorld:
+        real_paths = self._fake_filesystems.real_paths  # known before the fake filesystem runs
         with ExitStack() as stack:
             if self.frozen_at is not None:
                 stack.enter_context(frozen_clock(self.frozen_at))
-            self._fs = stack.enter_context(self._fake_world.filesystem(self.state))
-            self._fake_world.map_real_paths(self._fs, self.root)
+            self._fs = stack.enter_context(self._fake_filesystems.filesystem(self.state))
+            self._fake_filesystems.map_real_paths(self._fs, self.root)
             # A relative path is the workspace's, as in the directory world.
             stack.callback(setattr, self._fs, "cwd", self._fs.cwd)
             self._fs.cwd = self.root

@@ -169,7 +169,7 @@ def _play_back(
         volatile=options.volatile,
         capabilities=options.capabilities,
         variables=options.variables or None,
-        fake_world=run_of(request.config).fake_world(),
+        fake_filesystems=run_of(request.config).fake_filesystems(),
         secrets=secrets,
         # The marker's world is this test's; else the option's, the ini's, the tools'.
         world=options.world or run_of(request.config).world,

@@ -215,7 +215,7 @@ def replay_file(
         cassette,
         toolguard_registry,
         secrets=toolguard_secrets,
-        fake_world=run.fake_world(),
+        fake_filesystems=run.fake_filesystems(),
         world=run.world,
     )
     outcomes.leave(item, replay=ReplayTotals.of(report).as_dict())
@@ -247,7 +247,7 @@ def replay_file_variants(
         cassette,
         toolguard_registry,
         secrets=toolguard_secrets,
-        fake_world=run.fake_world(),
+        fake_filesystems=run.fake_filesystems(),
         world=run.world,
     )
     outcomes.leave(
@@ -290,7 +290,7 @@ def amplify_one_file(
         source=shown,
         caps=run.amplify_caps,
         secrets=toolguard_secrets,
-        fake_world=run.fake_world(),
+        fake_filesystems=run.fake_filesystems(),
         world=run.world,
     )
     outcomes.leave(item, amplify=report.lines())
@@ -341,7 +341,7 @@ def run_fault_cell(
         secrets=toolguard_secrets,
         nodeid=item.nodeid,
         prefixes=run.prefixes(),
-        fake_world=run.fake_world(),
+        fake_filesystems=run.fake_filesystems(),
         world=run.world,  # chosen as replay chooses it (faults/run.py)
     )
     outcomes.leave(item, cell=outcome.as_dict())
@@ -504,7 +504,7 @@ def _fuzz(spec: ToolSpec, registry: ToolRegistry, config: pytest.Config) -> Fuzz
         registry=registry,
         examples=run.fuzz_examples,
         seed=run.fuzz_seed,
-        fake_world=run.fake_world(),
+        fake_filesystems=run.fake_filesystems(),
         world=run.world,
         network=run.fuzz_network,
     )

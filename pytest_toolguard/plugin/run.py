@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from ..faults.outcome import CellOutcome, MatrixReport
     from ..faults.prefixes import PrefixCache
     from ..fuzz import FuzzReport
-    from ..harness.fake_filesystem import FakeWorld
+    from ..harness.fake_filesystem import FakeFilesystems
     from ..registry import ToolRegistry
     from ..replay.cassette import Cassette
     from ..replay.report import ReplayTotals
@@ -100,7 +100,7 @@ class ToolguardRun:
         definition (a ``RegistryAtCollection`` or ``RegistryUnavailable``)."""
         self.ini_registry: ToolRegistry | None = None
         """The registry the plugin's own ``toolguard_registry`` fixture loaded."""
-        self._fake_world: FakeWorld | None = None
+        self._fake_filesystems: FakeFilesystems | None = None
         self._prefixes: PrefixCache | None = None
         self._cassettes: dict[tuple[Path, str], tuple[tuple[int, int], Cassette]] = {}
 
@@ -111,13 +111,13 @@ class ToolguardRun:
 
     # -- what the items share ---------------------------------------------------
 
-    def fake_world(self) -> FakeWorld:
-        """The run's ``FakeWorld``, made on first use (it loads pyfakefs)."""
-        if self._fake_world is None:
-            from ..harness.fake_filesystem import FakeWorld
+    def fake_filesystems(self) -> FakeFilesystems:
+        """The run's ``FakeFilesystems``, made on first use (it loads pyfakefs)."""
+        if self._fake_filesystems is None:
+            from ..harness.fake_filesystem import FakeFilesystems
 
-            self._fake_world = FakeWorld(real_paths=self.config.getini(REAL_PATHS_INI))
-        return self._fake_world
+            self._fake_filesystems = FakeFilesystems(real_paths=self.config.getini(REAL_PATHS_INI))
+        return self._fake_filesystems
 
     def cassette(self, path: Path, source: str) -> Cassette:
         """``replay.cassette.load(path, source=source)``, read, validated and
@@ -150,8 +150,8 @@ class ToolguardRun:
     def close(self) -> None:
         """End the fake filesystem the run's items shared (paused between
         them) and drop the states its cells saved."""
-        if self._fake_world is not None:
-            self._fake_world.close()
+        if self._fake_filesystems is not None:
+            self._fake_filesystems.close()
         if self._prefixes is not None:
             self._prefixes.clear()
         self._cassettes.clear()

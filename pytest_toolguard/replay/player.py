@@ -2,13 +2,13 @@
 
 ``replay(cassette, registry)`` rebuilds the recorded world (a fake
 filesystem holding the recorded workspace, the clock frozen at the
-recorded time: ``harness.World``), runs every recorded call through the
+recorded time: ``harness.FakeWorld``), runs every recorded call through the
 recorded session's runtime (``harness.session_runtime``: its plan, its
 approvals granted again, its HTTP exchanges served with no network), and
 compares what ``checks.ReplayChecks`` compares: each result and audit row,
 the files after the last call, the files outside, the handlers still
 running, the HTTP requests nothing recorded answered, and what a handler
-reached of the real disk (refused: ``World.escapes()``).
+reached of the real disk (refused: ``FakeWorld.escapes()``).
 
 A cassette that calls a tool declaring ``world="directory"`` (or any
 cassette, with ``world="directory"``) is replayed in a
@@ -39,12 +39,12 @@ from ..contract import ToolResult
 from ..harness.branching import row_as_recorded, walked_world
 from ..harness.directory_world import DirectoryWorld, mapped_files
 from ..harness.escapes import Escape
-from ..harness.fake_filesystem import FakeWorld
+from ..harness.fake_filesystem import FakeFilesystems
 from ..harness.files import read_files
 from ..harness.known_secrets import KnownSecrets
 from ..harness.probes import OutsideSnapshot, outside_changes, probing
 from ..harness.session import secrets_redactor, session_runtime, with_secrets
-from ..harness.world import World
+from ..harness.world import FakeWorld
 from ..redaction import Redactor
 from ..registry import ToolRegistry, WorldKind
 from .cassette import VOLATILE_FILE_PREFIX, Cassette
@@ -64,7 +64,7 @@ def replay(
     redactor: Redactor | None = None,
     secrets: Mapping[str, str] | None = None,
     volatile: Sequence[str] = (),
-    fake_world: FakeWorld | None = None,
+    fake_filesystems: FakeFilesystems | None = None,
     world: str = "auto",
 ) -> ReplayReport:
     """Replay ``cassette`` through a fresh runtime over ``registry``.
@@ -73,7 +73,7 @@ def replay(
     ``<redacted:authorization>``) to the real value to send; placeholders
     without one are sent as they are. ``volatile`` adds field paths (such as
     ``data.files_searched``) that are not compared in any interaction.
-    ``fake_world`` is the ``FakeWorld`` to run in (default: the process's).
+    ``fake_filesystems`` is the ``FakeFilesystems`` to run in (default: the process's).
     ``world`` is ``auto``, ``fake`` or ``directory`` (see ``chosen_world``).
     Without a ``redactor``, the runtime's also redacts the ``secrets``.
     ``ValueError`` for an unknown ``world``.
@@ -84,12 +84,12 @@ def replay(
     )
     http = checks.http_playback(cassette, registry)  # imports vcrpy outside the fake world
     if chosen_world(cassette, registry, world) == "directory":
-        real_paths = fake_world.real_paths if fake_world is not None else None
+        real_paths = fake_filesystems.real_paths if fake_filesystems is not None else None
         results, rows = _replay_in_directory(
             cassette, registry, checks, http, redactor, secrets, real_paths
         )
         return ReplayReport(cassette, results, tuple(checks.differences), checks.checks, rows)
-    with World.of(cassette, fake_world=fake_world) as fake:
+    with FakeWorld.of(cassette, fake_filesystems=fake_filesystems) as fake:
         outside_before = dict(cassette.workspace.outside_files)
         results, rows = _play(
             cassette, cassette, registry, checks, http, redactor, secrets, escapes=fake.escapes

@@ -65,12 +65,12 @@ from ..capabilities import Capabilities
 from ..contract import ToolCall, ToolResult
 from ..harness.branching import row_as_recorded, walked_world
 from ..harness.directory_world import DirectoryWorld, mapped_files
-from ..harness.fake_filesystem import FakeWorld
+from ..harness.fake_filesystem import FakeFilesystems
 from ..harness.files import read_tree
 from ..harness.known_secrets import KnownSecrets
 from ..harness.probes import OutsideSnapshot
 from ..harness.session import secrets_redactor, session_runtime
-from ..harness.world import World
+from ..harness.world import FakeWorld
 from ..hooks import PostToolUse, PreToolUse
 from ..redaction import Redactor
 from ..registry import ToolRegistry, WorldKind, checked_world
@@ -296,13 +296,13 @@ class PlaybackTape:
         volatile: Sequence[str] = (),
         capabilities: Capabilities | None = None,
         variables: Mapping[str, str] | None = None,
-        fake_world: FakeWorld | None = None,
+        fake_filesystems: FakeFilesystems | None = None,
         secrets: Mapping[str, str] | None = None,
         world: str = "auto",
     ) -> None:
         """``capabilities`` and ``variables``, when given, are what the test
         asks for now: a difference from the recorded session is reported.
-        ``fake_world`` is the ``FakeWorld`` to play in (default: the
+        ``fake_filesystems`` is the ``FakeFilesystems`` to play in (default: the
         process's). ``secrets`` (``toolguard_secrets``) are redacted by the
         runtime, in matching, and from every difference and message.
         ``world`` (``auto``, ``fake``, ``directory``) chooses the world as
@@ -328,10 +328,10 @@ class PlaybackTape:
         self._before: dict[str, bytes] | None = None
         self._runtime: ToolRuntime | None = None
         self._store: SQLiteAuditStore | None = None
-        self._fake_world = fake_world
+        self._fake_filesystems = fake_filesystems
         self.world: WorldKind = walked_world(cassette, registry, world)
         """The world the tape plays in: ``fake`` or ``directory``."""
-        self._world: World | DirectoryWorld | None = None
+        self._world: FakeWorld | DirectoryWorld | None = None
         self._map: RootMap | None = None
         self._outside: OutsideSnapshot = {}
         self._http = self._checks.http_playback(cassette, registry)  # before the fake world
@@ -342,12 +342,14 @@ class PlaybackTape:
         calls through."""
         cassette = self.cassette
         if self.world == "directory":
-            fake_world = self._fake_world
+            fake_filesystems = self._fake_filesystems
             place = self._stack.enter_context(
                 DirectoryWorld.of(
                     cassette,
                     empty=True,
-                    real_paths=fake_world.real_paths if fake_world is not None else None,
+                    real_paths=fake_filesystems.real_paths
+                    if fake_filesystems is not None
+                    else None,
                 )
             )
             self._world, self._map = place, place.root_map
@@ -363,7 +365,7 @@ class PlaybackTape:
             )
         else:
             self._world = self._stack.enter_context(
-                World.of(cassette, empty=True, fake_world=self._fake_world)
+                FakeWorld.of(cassette, empty=True, fake_filesystems=self._fake_filesystems)
             )
         self._store = SQLiteAuditStore(":memory:")
         runtime = session_runtime(
@@ -469,7 +471,7 @@ class PlaybackTape:
             if self._map is not None:
                 mapping = self._map
                 rows = tuple(row_as_recorded(mapping, row) for row in rows)
-            if isinstance(self._world, World):
+            if isinstance(self._world, FakeWorld):
                 checks.escapes("runtime", self._world.escapes())
             elif isinstance(self._world, DirectoryWorld):
                 checks.escapes("runtime", self._world.escapes())

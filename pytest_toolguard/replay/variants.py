@@ -23,7 +23,7 @@ from typing import Any
 
 from ..contract import ToolCall
 from ..harness.branching import Branch, SessionWalk
-from ..harness.fake_filesystem import FakeWorld
+from ..harness.fake_filesystem import FakeFilesystems
 from ..harness.known_secrets import KnownSecrets
 from ..harness.session import secrets_redactor
 from ..jsondata import canonical_json
@@ -109,7 +109,7 @@ def replay_variants(
     *,
     redactor: Redactor | None = None,
     secrets: Mapping[str, str] | None = None,
-    fake_world: FakeWorld | None = None,
+    fake_filesystems: FakeFilesystems | None = None,
     world: str = "auto",
 ) -> VariantsReport:
     """Replay every variant of ``cassette`` through fresh branches of its
@@ -128,7 +128,7 @@ def replay_variants(
             registry,
             redactor=redactor,
             secrets=secrets,
-            fake_world=fake_world,
+            fake_filesystems=fake_filesystems,
             world=world,
         ) as walk:
             for index, interaction in enumerate(cassette.interactions):

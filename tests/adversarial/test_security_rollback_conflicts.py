@@ -51,7 +51,7 @@ def write(call_id: str, content: str, path: str = PATH) -> ToolCall:
 
 
 @dataclass
-class World:
+class FakeWorld:
     root: Path
     runtime: ToolRuntime
     other: Callable[[], ToolRuntime]  # another runtime on the same workspace
@@ -61,7 +61,7 @@ class World:
         return self.root / PATH
 
 
-def run(world: World, call: ToolCall) -> None:
+def run(world: FakeWorld, call: ToolCall) -> None:
     assert world.runtime.execute(call).ok
 
 
@@ -86,7 +86,7 @@ def rename_over(path: Path, text: str) -> None:
 
 # B's later change of the file A changed: (id, change). Each leaves BY_B (or
 # another content of its own) at PATH, or deletes it.
-LATER: list[tuple[str, Callable[[World], None]]] = [
+LATER: list[tuple[str, Callable[[FakeWorld], None]]] = [
     ("same-runtime", lambda w: run(w, write("B", BY_B))),
     ("other-runtime", lambda w: w.other().execute(write("B", BY_B))),
     ("external-in-place", lambda w: in_place(w.file, BY_B)),
@@ -120,9 +120,9 @@ def state(path: Path) -> Any:
 
 
 @pytest.fixture
-def world(toolguard_runtime, workspace_dir: Path) -> World:
+def world(toolguard_runtime, workspace_dir: Path) -> FakeWorld:
     (workspace_dir / "docs").mkdir()
-    return World(
+    return FakeWorld(
         workspace_dir,
         toolguard_runtime(registry(), CAPS),
         lambda: toolguard_runtime(registry(), CAPS),
@@ -140,7 +140,7 @@ CASES = [
 
 @pytest.mark.parametrize(("kind", "later"), CASES)
 def test_a_later_change_of_what_the_call_wrote_is_a_conflict_and_survives(
-    world: World, kind: str, later: tuple[str, Callable[[World], None]]
+    world: FakeWorld, kind: str, later: tuple[str, Callable[[FakeWorld], None]]
 ) -> None:
     if kind == "modifies":
         world.file.write_text(BEFORE)
@@ -160,7 +160,7 @@ def test_a_later_change_of_what_the_call_wrote_is_a_conflict_and_survives(
     assert row is not None and row.result_code is ErrorCode.ROLLBACK_CONFLICT
 
 
-RECREATIONS: list[tuple[str, Callable[[World], None]]] = [
+RECREATIONS: list[tuple[str, Callable[[FakeWorld], None]]] = [
     ("same-runtime", lambda w: run(w, write("B", BY_B))),
     ("other-runtime", lambda w: w.other().execute(write("B", BY_B))),
     ("external", lambda w: w.file.write_text(BY_B)),
@@ -172,7 +172,7 @@ RECREATIONS: list[tuple[str, Callable[[World], None]]] = [
 
 @pytest.mark.parametrize("later", RECREATIONS, ids=[r[0] for r in RECREATIONS])
 def test_a_file_made_again_after_the_call_deleted_it_is_not_overwritten(
-    world: World, later: tuple[str, Callable[[World], None]]
+    world: FakeWorld, later: tuple[str, Callable[[FakeWorld], None]]
 ) -> None:
     world.file.write_text(BEFORE)
     run(world, ToolCall("A", "delete_file", {"path": PATH}))
@@ -190,7 +190,7 @@ def test_a_file_made_again_after_the_call_deleted_it_is_not_overwritten(
 
 
 @pytest.mark.parametrize("kind", ["creates", "modifies"])
-def test_with_no_later_change_the_rollback_restores(world: World, kind: str) -> None:
+def test_with_no_later_change_the_rollback_restores(world: FakeWorld, kind: str) -> None:
     if kind == "modifies":
         world.file.write_text(BEFORE)
     run(world, write("A", BY_A))
@@ -200,7 +200,7 @@ def test_with_no_later_change_the_rollback_restores(world: World, kind: str) -> 
 
 @pytest.mark.parametrize("kind", ["creates", "modifies"])
 def test_a_chmod_alone_is_not_a_conflict_and_a_restored_file_keeps_it(
-    world: World, kind: str
+    world: FakeWorld, kind: str
 ) -> None:
     """The check is on content: a permission change loses no work that a
     restore does not keep (a restored file keeps its current bits)."""
@@ -225,7 +225,7 @@ def test_a_chmod_alone_is_not_a_conflict_and_a_restored_file_keeps_it(
     ],
 )
 def test_a_path_already_back_to_what_it_held_is_left_alone(
-    world: World, kind: str, later: str, expected: Any
+    world: FakeWorld, kind: str, later: str, expected: Any
 ) -> None:
     if kind != "creates":
         world.file.write_text(BEFORE)
@@ -242,7 +242,7 @@ def test_a_path_already_back_to_what_it_held_is_left_alone(
     assert state(world.file) == expected
 
 
-def test_the_same_content_rewritten_by_another_call_is_rolled_back(world: World) -> None:
+def test_the_same_content_rewritten_by_another_call_is_rolled_back(world: FakeWorld) -> None:
     """What the check compares is content: identical bytes lose no work."""
     world.file.write_text(BEFORE)
     run(world, write("A", BY_A))
@@ -251,7 +251,7 @@ def test_the_same_content_rewritten_by_another_call_is_rolled_back(world: World)
     assert world.file.read_text() == BEFORE
 
 
-def test_the_later_call_rolled_back_first_lets_the_earlier_one_go(world: World) -> None:
+def test_the_later_call_rolled_back_first_lets_the_earlier_one_go(world: FakeWorld) -> None:
     world.file.write_text(BEFORE)
     run(world, write("A", BY_A))
     run(world, write("B", BY_B))
@@ -263,7 +263,7 @@ def test_the_later_call_rolled_back_first_lets_the_earlier_one_go(world: World) 
 
 
 def test_a_call_that_changed_a_path_twice_is_checked_against_its_last_write(
-    world: World, registry_of
+    world: FakeWorld, registry_of
 ) -> None:
     @tool(input_schema={"type": "object"}, risk=Risk.WRITE, paths=[PathAccess.write(PATH)])
     def twice(ctx: Any) -> dict[str, Any]:
@@ -300,13 +300,13 @@ def test_process_isolation_sends_what_the_change_left(
 THREE = ["docs/a.md", "docs/b.md", "docs/sub/c.md"]
 
 
-def run_three(world: World) -> dict[str, str]:
+def run_three(world: FakeWorld) -> dict[str, str]:
     (world.root / "docs" / "b.md").write_text("b before\n")
     assert world.runtime.execute(ToolCall("A", "write_three", {})).ok
     return {path: (world.root / path).read_text() for path in THREE}
 
 
-def tree(world: World) -> dict[str, Any]:
+def tree(world: FakeWorld) -> dict[str, Any]:
     return {path: state(world.root / path) for path in THREE}
 
 
@@ -314,7 +314,7 @@ def tree(world: World) -> dict[str, Any]:
     "changed", [["docs/b.md"], ["docs/a.md"], ["docs/sub/c.md", "docs/a.md"], THREE]
 )
 def test_one_conflict_among_several_paths_restores_nothing(
-    world: World, changed: list[str]
+    world: FakeWorld, changed: list[str]
 ) -> None:
     run_three(world)
     for path in changed:
@@ -331,7 +331,7 @@ def test_one_conflict_among_several_paths_restores_nothing(
     assert sorted(c.path for c in world.runtime.journal.changes("A")) == sorted(THREE)
 
 
-def test_once_the_conflict_is_resolved_the_rollback_restores_everything(world: World) -> None:
+def test_once_the_conflict_is_resolved_the_rollback_restores_everything(world: FakeWorld) -> None:
     by_a = run_three(world)
     (world.root / "docs" / "b.md").write_text(BY_B)
     assert world.runtime.rollback("A").code is ErrorCode.ROLLBACK_CONFLICT
@@ -342,7 +342,7 @@ def test_once_the_conflict_is_resolved_the_rollback_restores_everything(world: W
 
 @pytest.mark.parametrize("at", [1, 2])
 def test_a_change_made_while_the_rollback_acts_stops_it_there_and_is_reported(
-    world: World, monkeypatch, at: int
+    world: FakeWorld, monkeypatch, at: int
 ) -> None:
     """The check passed for every path; then, before the act on the
     ``at``-th path (newest first), another process rewrites that path. What
@@ -375,7 +375,7 @@ def test_a_change_made_while_the_rollback_acts_stops_it_there_and_is_reported(
 @pytest.mark.parametrize("kind", ["creates", "modifies"])
 @pytest.mark.parametrize("race", ["rename-over", "append-in-place", "delete"])
 def test_a_change_between_the_last_check_and_the_act_is_not_overwritten(
-    world: World, monkeypatch, kind: str, race: str
+    world: FakeWorld, monkeypatch, kind: str, race: str
 ) -> None:
     """The entry was judged through its descriptor; right before the act its
     name is looked at once more. Another process changes it just then: at

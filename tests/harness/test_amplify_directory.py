@@ -19,7 +19,7 @@ from pytest_toolguard.amplify import amplify
 from pytest_toolguard.capabilities import Capabilities, Risk
 from pytest_toolguard.harness.branching import SessionWalk
 from pytest_toolguard.harness.directory_world import DirectoryWorld
-from pytest_toolguard.harness.world import World
+from pytest_toolguard.harness.world import FakeWorld
 from pytest_toolguard.registry import ToolRegistry, tool
 from pytest_toolguard.replay import load, record_session
 from pytest_toolguard.replay.cassette import Cassette
@@ -121,10 +121,10 @@ def test_the_walk_runs_in_the_world_replay_chooses(tmp_path: Path) -> None:
     with SessionWalk(cassette, REGISTRY) as walk:
         assert isinstance(walk.world, DirectoryWorld)
     with SessionWalk(cassette, REGISTRY, world="fake") as walk:
-        assert isinstance(walk.world, World)
+        assert isinstance(walk.world, FakeWorld)
     fake = _recorded(tmp_path / "other", "note_or_run")
     with SessionWalk(fake, REGISTRY) as walk:
-        assert isinstance(walk.world, World)
+        assert isinstance(walk.world, FakeWorld)
     with SessionWalk(fake, REGISTRY, world="directory") as walk:
         assert isinstance(walk.world, DirectoryWorld)
 

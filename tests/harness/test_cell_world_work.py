@@ -18,7 +18,7 @@ import pytest
 
 from pytest_toolguard.faults.directory import WorldFiles
 from pytest_toolguard.harness.directory_world import DirectoryWorld
-from pytest_toolguard.harness.world import World
+from pytest_toolguard.harness.world import FakeWorld
 from pytest_toolguard.replay.cassette import WorkspaceState
 
 STATE = WorkspaceState(
@@ -29,7 +29,7 @@ STATE = WorkspaceState(
 )
 
 
-def _saved_directories(world: World | DirectoryWorld) -> frozenset[str]:
+def _saved_directories(world: FakeWorld | DirectoryWorld) -> frozenset[str]:
     entries = world.save_workspace()
     return frozenset(relative for relative, mode, _data in entries if stat.S_ISDIR(mode))
 
@@ -43,7 +43,7 @@ def test_directories_in_the_directory_world_are_those_a_save_lists(tmp_path: Pat
 
 
 def test_directories_in_the_fake_world_are_those_a_save_lists() -> None:
-    with World(STATE) as world:
+    with FakeWorld(STATE) as world:
         found = WorldFiles(world).directories()
         assert found == _saved_directories(world)
         assert "linked" not in found and "notes/deep" in found
@@ -54,9 +54,9 @@ def test_the_fake_worlds_temporary_directory_is_told_and_no_probe_is_written(
 ) -> None:
     for name in ("TMPDIR", "TEMP", "TMP"):  # /tmp: the one pyfakefs makes by itself
         monkeypatch.delenv(name, raising=False)
-    with World(STATE):
+    with FakeWorld(STATE):
         pass
-    with World(STATE):  # from a reset filesystem: told before anything asks
+    with FakeWorld(STATE):  # from a reset filesystem: told before anything asks
         assert tempfile.tempdir == "/tmp"
         assert tempfile.gettempdir() == "/tmp"
         assert os.listdir("/tmp") == []

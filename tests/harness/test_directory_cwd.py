@@ -31,7 +31,7 @@ from pytest_toolguard.fuzz import check_call, fuzz_tool
 from pytest_toolguard.fuzz.directory import CONTAINER_PREFIX
 from pytest_toolguard.harness.branching import SessionWalk
 from pytest_toolguard.harness.directory_world import WORLD_PREFIX, DirectoryWorld
-from pytest_toolguard.harness.world import World
+from pytest_toolguard.harness.world import FakeWorld
 from pytest_toolguard.registry import PathAccess, ToolRegistry, tool
 from pytest_toolguard.replay import load, record_session, replay
 from pytest_toolguard.replay.cassette import Cassette, WorkspaceState
@@ -299,7 +299,7 @@ def test_inside_a_directory_world_the_working_directory_is_its_root(project: Pat
 
 
 def test_inside_the_fake_world_the_working_directory_is_its_root(project: Path) -> None:
-    with World(STATE) as world:
+    with FakeWorld(STATE) as world:
         assert os.getcwd() == "/workspace"
         Path("made.txt").write_text("x")
         assert world.tree() == {"a.txt": b"a\n", "made.txt": b"x"}

@@ -38,7 +38,7 @@ from pytest_toolguard.harness.child_setup import (
     overlay_works,
 )
 from pytest_toolguard.harness.directory_world import DirectoryWorld
-from pytest_toolguard.harness.fake_filesystem import FakeWorld
+from pytest_toolguard.harness.fake_filesystem import FakeFilesystems
 from pytest_toolguard.harness.kernel_watch import KernelAccessLog
 from pytest_toolguard.registry import ToolRegistry, tool
 from pytest_toolguard.replay import load, record_session, replay
@@ -348,7 +348,7 @@ def test_replay_reports_a_write_into_configured_real_data(
     path = _recorded(tmp_path)
     before = tree_snapshot(data)
     PLAN.update(action=action, data=str(data))
-    report = replay(load(path), REGISTRY, fake_world=FakeWorld(real_paths=[str(data)]))
+    report = replay(load(path), REGISTRY, fake_filesystems=FakeFilesystems(real_paths=[str(data)]))
     real = [d for d in report.differences if d.field == "real disk"]
     if name == "writes-its-workspace":
         assert real == []
@@ -382,7 +382,7 @@ def test_a_fault_cell_reports_a_write_into_configured_real_data(
         _CallAgain(),
         target,
         REGISTRY,
-        fake_world=FakeWorld(real_paths=[str(data)]),
+        fake_filesystems=FakeFilesystems(real_paths=[str(data)]),
         world="directory",
         parent=parent,
     )
@@ -406,7 +406,7 @@ def test_the_fuzzer_reports_a_write_into_configured_real_data(data: Path, name: 
         spec,
         {"what": "x"},
         capabilities=CAPS,
-        fake_world=FakeWorld(real_paths=[str(data)]),
+        fake_filesystems=FakeFilesystems(real_paths=[str(data)]),
         world="directory",
     )
     real = [failure for failure in failures if failure.problem is Problem.REAL_DISK]
@@ -432,7 +432,7 @@ def test_a_fuzz_world_kept_between_examples_reports_each_write_once(
         variables=None,
         approve=True,
         timeout_seconds=None,
-        fake_world=FakeWorld(real_paths=[str(data)]),
+        fake_filesystems=FakeFilesystems(real_paths=[str(data)]),
         world="directory",
     )
     found = []

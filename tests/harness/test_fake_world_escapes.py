@@ -34,9 +34,9 @@ from pytest_toolguard.faults import iter_cells, run_cell, select_faults
 from pytest_toolguard.fuzz import fuzz_tool
 from pytest_toolguard.fuzz.report import Problem
 from pytest_toolguard.harness.escapes import RealDiskRefused
-from pytest_toolguard.harness.fake_filesystem import FakeWorld
+from pytest_toolguard.harness.fake_filesystem import FakeFilesystems
 from pytest_toolguard.harness.probes import HandlerProbe
-from pytest_toolguard.harness.world import World
+from pytest_toolguard.harness.world import FakeWorld
 from pytest_toolguard.registry import ToolRegistry, ToolSpec, tool
 from pytest_toolguard.replay import load, record_session, replay
 from pytest_toolguard.replay.cassette import WorkspaceState
@@ -144,15 +144,15 @@ def _run(
     tmp_path: pathlib.Path,
     handler: Callable[..., Any],
     *,
-    fake_world: FakeWorld | None = None,
+    fake_filesystems: FakeFilesystems | None = None,
     probe: bool = False,
-) -> tuple[Any, World]:
+) -> tuple[Any, FakeWorld]:
     """``handler`` as a tool, called once through a runtime in a fake world
     whose workspace is ``tmp_path/ws`` (with a probe over the world's
     access log when ``probe``: its accesses outside go in ``world.outside_accesses``)."""
     root = str(tmp_path / "ws")
     spec = tool(input_schema=OBJECT, name="reach", risk=Risk.WRITE)(handler)
-    with World(WorkspaceState(root=root), fake_world=fake_world) as world:
+    with FakeWorld(WorkspaceState(root=root), fake_filesystems=fake_filesystems) as world:
         if probe:
             spec = spec.with_handler(HandlerProbe(spec.handler, world.accesses))
         runtime = ToolRuntime(ToolRegistry([spec]), root, CAPS, SQLiteAuditStore(":memory:"))
@@ -345,7 +345,7 @@ def test_toolguards_own_store_on_a_real_file_works_in_the_world(tmp_path):
 
     spec = tool(input_schema=OBJECT, name="outer")(handler)
     outer_path = tmp_path / "outer-audit.db"
-    with World(WorkspaceState(root=root)) as world:
+    with FakeWorld(WorkspaceState(root=root)) as world:
         outer_store = SQLiteAuditStore(str(outer_path))
         runtime = ToolRuntime(ToolRegistry([spec]), root, CAPS, outer_store)
         result = runtime.execute(ToolCall(call_id="outer-1", tool_name="outer", arguments={}))
@@ -364,7 +364,7 @@ def test_toolguards_own_store_on_a_real_file_works_in_the_world(tmp_path):
 
 def test_code_outside_a_handler_is_not_refused(tmp_path):
     target = tmp_path / "made-by-the-test"
-    with World(WorkspaceState(root=str(tmp_path / "ws"))) as world:
+    with FakeWorld(WorkspaceState(root=str(tmp_path / "ws"))) as world:
         subprocess.run([TOUCH, str(target)], check=True)
         sqlite3.connect(str(tmp_path / "test.db")).close()
     assert target.exists()
@@ -426,15 +426,15 @@ def test_time_zone_lookups_are_no_false_positive_of_the_fault_matrix(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def shared(tmp_path_factory) -> Iterator[tuple[pathlib.Path, FakeWorld]]:
-    """A real directory given as a real path, and a FakeWorld mapping it."""
+def shared(tmp_path_factory) -> Iterator[tuple[pathlib.Path, FakeFilesystems]]:
+    """A real directory given as a real path, and a FakeFilesystems mapping it."""
     directory = tmp_path_factory.mktemp("shared")
     (directory / "data.txt").write_text("shared data\n")
     (directory / "sub").mkdir()
     (directory / "sub" / "more.txt").write_text("more\n")
-    fake_world = FakeWorld(real_paths=[directory])
-    yield directory, fake_world
-    fake_world.close()
+    fake_filesystems = FakeFilesystems(real_paths=[directory])
+    yield directory, fake_filesystems
+    fake_filesystems.close()
 
 
 def _tree(directory: pathlib.Path) -> dict[str, Any]:
@@ -448,7 +448,7 @@ def _tree(directory: pathlib.Path) -> dict[str, Any]:
 
 
 def test_a_given_real_path_is_read_in_the_world(tmp_path, shared):
-    directory, fake_world = shared
+    directory, fake_filesystems = shared
 
     def handler(ctx: Any) -> dict[str, Any]:
         return {
@@ -457,7 +457,7 @@ def test_a_given_real_path_is_read_in_the_world(tmp_path, shared):
             "more": open(directory / "sub" / "more.txt").read(),  # noqa: SIM115
         }
 
-    result, world = _run(tmp_path, handler, fake_world=fake_world, probe=True)
+    result, world = _run(tmp_path, handler, fake_filesystems=fake_filesystems, probe=True)
 
     assert result.ok, result.message
     assert result.data == {"data": "shared data\n", "names": ["data.txt", "sub"], "more": "more\n"}
@@ -490,7 +490,7 @@ WRITES: dict[str, tuple[str, Callable[[pathlib.Path], object]]] = {
 
 @pytest.mark.parametrize("kind", sorted(WRITES))
 def test_a_write_beneath_a_real_path_is_refused_and_reported(tmp_path, shared, kind):
-    directory, fake_world = shared
+    directory, fake_filesystems = shared
     operation, write = WRITES[kind]
     real_before = _tree(directory)
 
@@ -501,7 +501,7 @@ def test_a_write_beneath_a_real_path_is_refused_and_reported(tmp_path, shared, k
             return {"errno": exc.errno, "refused": isinstance(exc, RealDiskRefused)}
         return {"errno": None}
 
-    result, world = _run(tmp_path, handler, fake_world=fake_world)
+    result, world = _run(tmp_path, handler, fake_filesystems=fake_filesystems)
 
     assert result.data == {"errno": errno.EROFS, "refused": True}
     escapes = world.escapes()
@@ -511,7 +511,7 @@ def test_a_write_beneath_a_real_path_is_refused_and_reported(tmp_path, shared, k
 
 
 def test_a_write_through_a_link_into_a_real_path_is_refused(tmp_path, shared):
-    directory, fake_world = shared
+    directory, fake_filesystems = shared
 
     def handler(ctx: Any) -> dict[str, Any]:
         os.symlink(directory, os.path.join(ctx.workspace.root, "shared"))
@@ -522,7 +522,7 @@ def test_a_write_through_a_link_into_a_real_path_is_refused(tmp_path, shared):
             return {"errno": exc.errno}
         return {"errno": None}
 
-    result, world = _run(tmp_path, handler, fake_world=fake_world)
+    result, world = _run(tmp_path, handler, fake_filesystems=fake_filesystems)
 
     assert result.data == {"errno": errno.EROFS}
     assert world.escapes()[0].detail == str(directory / "data.txt")
@@ -581,15 +581,15 @@ def test_a_module_imported_from_a_real_path_during_a_call_is_no_write(
     (directory / f"{name}.py").write_text("VALUE = 42\n")
     monkeypatch.syspath_prepend(str(directory))
     monkeypatch.setattr(sys, "dont_write_bytecode", False)
-    fake_world = FakeWorld(real_paths=[directory])
+    fake_filesystems = FakeFilesystems(real_paths=[directory])
 
     def handler(ctx: Any) -> dict[str, Any]:
         return {"value": importlib.import_module(name).VALUE}
 
     try:
-        result, world = _run(tmp_path, handler, fake_world=fake_world)
+        result, world = _run(tmp_path, handler, fake_filesystems=fake_filesystems)
     finally:
-        fake_world.close()
+        fake_filesystems.close()
         sys.modules.pop(name, None)
     assert result.ok and result.data == {"value": 42}, result.message
     assert world.escapes() == ()

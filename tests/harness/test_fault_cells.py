@@ -94,7 +94,7 @@ def test_each_call_of_a_cell_gets_its_own_idempotency_key() -> None:
 
 
 def test_a_restored_workspace_holds_the_saved_entries_with_their_modes() -> None:
-    from pytest_toolguard.harness.world import World
+    from pytest_toolguard.harness.world import FakeWorld
     from pytest_toolguard.replay.cassette import WorkspaceState
 
     state = WorkspaceState(
@@ -103,7 +103,7 @@ def test_a_restored_workspace_holds_the_saved_entries_with_their_modes() -> None
         symlinks={"link": "a.txt"},
         outside_files={"/elsewhere/keep.txt": b"outside"},
     )
-    with World(state) as world:
+    with FakeWorld(state) as world:
         world.fs.chmod("/workspace/deep/er/b.sh", 0o755)
         world.fs.chmod("/workspace/a.txt", 0o400)
         world.fs.chmod("/workspace/deep", 0o711)

@@ -21,7 +21,7 @@ from pyfakefs import helpers as fake_helpers
 from pyfakefs.fake_filesystem_unittest import Patcher
 
 from pytest_toolguard.harness import fake_filesystem as fakes
-from pytest_toolguard.harness.fake_filesystem import FakeWorld, process_fake_world
+from pytest_toolguard.harness.fake_filesystem import FakeFilesystems, process_fake_filesystems
 from pytest_toolguard.harness.files import read_tree, read_tree_through_os
 from pytest_toolguard.replay import Cassette, WorkspaceState
 from pytest_toolguard.replay.cassette import Session
@@ -72,17 +72,17 @@ RICH = cassette(
 
 
 @pytest.fixture
-def world() -> Iterator[FakeWorld]:
+def world() -> Iterator[FakeFilesystems]:
     """The shared world, started: a cassette has run, its patcher is kept."""
     with fake_filesystem(cassette()):
         pass
-    assert process_fake_world().started and not process_fake_world().active
-    yield process_fake_world()
+    assert process_fake_filesystems().started and not process_fake_filesystems().active
+    yield process_fake_filesystems()
 
 
 def fake_filesystem(case: Cassette) -> Any:
     """The process's world, holding ``case``'s workspace."""
-    return process_fake_world().filesystem(case.workspace)
+    return process_fake_filesystems().filesystem(case.workspace)
 
 
 def fill_workspace(fs: Any, case: Cassette) -> None:
@@ -122,7 +122,7 @@ def snapshot(fs: Any) -> dict[str, tuple[Any, ...]]:
 
 
 def test_between_cassettes_open_os_and_pathlib_reach_the_real_disk(
-    world: FakeWorld, tmp_path: Path
+    world: FakeFilesystems, tmp_path: Path
 ) -> None:
     target = tmp_path / "written-between-cassettes.txt"
     with open(target, "w", encoding="utf-8") as handle:
@@ -136,14 +136,14 @@ def test_between_cassettes_open_os_and_pathlib_reach_the_real_disk(
     assert not os.path.exists(ROOT)  # the cassette's root was fake
 
 
-def test_between_cassettes_pyfakefs_sees_no_running_patcher(world: FakeWorld) -> None:
+def test_between_cassettes_pyfakefs_sees_no_running_patcher(world: FakeFilesystems) -> None:
     # pyfakefs's pytest plugin resumes Patcher.PATCHER before every test.
     assert Patcher.PATCHER is None
     assert Patcher.REF_COUNT == 0
 
 
 def test_an_error_inside_a_cassette_still_gives_the_real_filesystem_back(
-    world: FakeWorld, tmp_path: Path
+    world: FakeFilesystems, tmp_path: Path
 ) -> None:
     with pytest.raises(RuntimeError, match="inside"), fake_filesystem(cassette()):
         assert os.path.exists(ROOT)
@@ -157,7 +157,7 @@ def test_an_error_inside_a_cassette_still_gives_the_real_filesystem_back(
 # -- each cassette starts from nothing --------------------------------------------
 
 
-def test_the_patcher_is_kept_from_one_cassette_to_the_next(world: FakeWorld) -> None:
+def test_the_patcher_is_kept_from_one_cassette_to_the_next(world: FakeFilesystems) -> None:
     with fake_filesystem(cassette()) as first:
         pass
     with fake_filesystem(cassette()) as second:
@@ -165,7 +165,7 @@ def test_the_patcher_is_kept_from_one_cassette_to_the_next(world: FakeWorld) -> 
     assert second is first
 
 
-def test_a_cassette_sees_none_of_the_files_an_earlier_one_made(world: FakeWorld) -> None:
+def test_a_cassette_sees_none_of_the_files_an_earlier_one_made(world: FakeFilesystems) -> None:
     with fake_filesystem(cassette({"a.txt": b"first"})):
         with open(f"{ROOT}/made-in-the-first.txt", "w", encoding="utf-8") as handle:
             handle.write("x")
@@ -186,7 +186,7 @@ def test_a_cassette_sees_none_of_the_files_an_earlier_one_made(world: FakeWorld)
 
 
 def test_a_module_imported_between_cassettes_is_faked_in_the_next(
-    world: FakeWorld, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    world: FakeFilesystems, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     name = f"toolguard_world_probe_{uuid.uuid4().hex}"
     (tmp_path / f"{name}.py").write_text(
@@ -205,7 +205,7 @@ def test_a_module_imported_between_cassettes_is_faked_in_the_next(
 
 
 def test_a_cleared_pyfakefs_cache_is_filled_again_for_the_next_cassette(
-    world: FakeWorld,
+    world: FakeFilesystems,
 ) -> None:
     Patcher.clear_fs_cache()  # pyfakefs's pytest plugin does it at every session end
     with fake_filesystem(cassette()):
@@ -213,7 +213,7 @@ def test_a_cleared_pyfakefs_cache_is_filled_again_for_the_next_cassette(
 
 
 def test_a_changed_filesystem_setting_gives_the_next_cassette_a_new_patcher(
-    world: FakeWorld,
+    world: FakeFilesystems,
 ) -> None:
     with fake_filesystem(cassette()) as changed:
         default_umask = changed.umask
@@ -226,7 +226,7 @@ def test_a_changed_filesystem_setting_gives_the_next_cassette_a_new_patcher(
         assert mode == 0o666 & ~default_umask
 
 
-def test_the_fake_user_is_put_back_after_a_cassette(world: FakeWorld) -> None:
+def test_the_fake_user_is_put_back_after_a_cassette(world: FakeFilesystems) -> None:
     with fake_filesystem(cassette()):
         fake_helpers.set_uid(4242)
     assert fake_helpers.get_uid() == os.getuid()
@@ -235,7 +235,9 @@ def test_the_fake_user_is_put_back_after_a_cassette(world: FakeWorld) -> None:
 # -- other patchers ----------------------------------------------------------------
 
 
-def test_a_patcher_started_between_cassettes_is_its_own(world: FakeWorld, tmp_path: Path) -> None:
+def test_a_patcher_started_between_cassettes_is_its_own(
+    world: FakeFilesystems, tmp_path: Path
+) -> None:
     with Patcher() as other:  # what pyfakefs's ``fs`` fixture does
         assert other.fs is not None
         assert not os.path.exists(ROOT)
@@ -257,7 +259,7 @@ def test_a_cassette_inside_a_running_fake_filesystem_joins_it(fs: Any) -> None:
     assert Patcher.PATCHER is not None
 
 
-def test_a_cassette_inside_a_cassette_joins_it(world: FakeWorld) -> None:
+def test_a_cassette_inside_a_cassette_joins_it(world: FakeFilesystems) -> None:
     with fake_filesystem(cassette()) as outer:
         with fake_filesystem(cassette({"inner.txt": b"i"}, root="/inner")) as inner:
             assert inner is outer
@@ -271,7 +273,7 @@ def test_a_cassette_inside_a_cassette_joins_it(world: FakeWorld) -> None:
 
 
 def test_close_drops_the_patcher_and_the_next_cassette_starts_a_new_one(
-    world: FakeWorld,
+    world: FakeFilesystems,
 ) -> None:
     with fake_filesystem(cassette()) as before:
         pass
@@ -283,7 +285,7 @@ def test_close_drops_the_patcher_and_the_next_cassette_starts_a_new_one(
 
 
 def test_close_inside_a_cassette_ends_the_patcher_when_the_cassette_ends(
-    world: FakeWorld, tmp_path: Path
+    world: FakeFilesystems, tmp_path: Path
 ) -> None:
     with fake_filesystem(cassette()):
         world.close()
@@ -311,7 +313,9 @@ def _fill_as_pyfakefs_does(fs: Any, case: Cassette) -> None:
         fs.create_symlink(f"{state.root}/{link}", target)
 
 
-def test_the_workspace_is_built_as_pyfakefs_create_functions_build_it(world: FakeWorld) -> None:
+def test_the_workspace_is_built_as_pyfakefs_create_functions_build_it(
+    world: FakeFilesystems,
+) -> None:
     with fake_filesystem(RICH) as fs:
         built = snapshot(fs)
         fs.reset()
@@ -319,7 +323,7 @@ def test_the_workspace_is_built_as_pyfakefs_create_functions_build_it(world: Fak
         assert built == snapshot(fs)
 
 
-def test_the_filesystem_is_emptied_as_pyfakefs_reset_empties_it(world: FakeWorld) -> None:
+def test_the_filesystem_is_emptied_as_pyfakefs_reset_empties_it(world: FakeFilesystems) -> None:
     with fake_filesystem(RICH) as fs:
         fakes.reset_filesystem(fs)
         emptied = snapshot(fs)
@@ -338,7 +342,7 @@ def test_the_filesystem_is_emptied_as_pyfakefs_reset_empties_it(world: FakeWorld
     ids=["root-exists", "directory-twice", "file-as-directory"],
 )
 def test_a_workspace_pyfakefs_refuses_is_refused_the_same_way(
-    world: FakeWorld, case: Cassette, error: type[Exception]
+    world: FakeFilesystems, case: Cassette, error: type[Exception]
 ) -> None:
     with Patcher() as own, pytest.raises(error) as expected:
         _fill_as_pyfakefs_does(own.fs, case)
@@ -348,7 +352,7 @@ def test_a_workspace_pyfakefs_refuses_is_refused_the_same_way(
     assert not os.path.exists(ROOT)
 
 
-def test_paths_that_are_not_plain_go_through_pyfakefs(world: FakeWorld) -> None:
+def test_paths_that_are_not_plain_go_through_pyfakefs(world: FakeFilesystems) -> None:
     odd = cassette({"a/./b.txt": b"1", "c//d.txt": b"2", "e/../f.txt": b"3"})
     with fake_filesystem(odd) as fs:
         built = snapshot(fs)
@@ -360,7 +364,7 @@ def test_paths_that_are_not_plain_go_through_pyfakefs(world: FakeWorld) -> None:
 
 @pytest.mark.parametrize("root", [ROOT, f"{ROOT}/src", f"{ROOT}/link-to-dir", f"{ROOT}/missing"])
 def test_read_tree_in_the_fake_filesystem_answers_as_the_walk_through_os(
-    world: FakeWorld, root: str
+    world: FakeFilesystems, root: str
 ) -> None:
     with fake_filesystem(RICH):
         fast = read_tree(root)
@@ -369,7 +373,7 @@ def test_read_tree_in_the_fake_filesystem_answers_as_the_walk_through_os(
 
 
 def test_read_tree_of_the_rich_workspace_skips_links_and_keeps_every_file(
-    world: FakeWorld,
+    world: FakeFilesystems,
 ) -> None:
     with fake_filesystem(RICH):
         assert list(read_tree(ROOT)) == [
@@ -382,7 +386,7 @@ def test_read_tree_of_the_rich_workspace_skips_links_and_keeps_every_file(
 
 
 def test_read_tree_as_another_user_refuses_an_unreadable_file_as_os_does(
-    world: FakeWorld,
+    world: FakeFilesystems,
 ) -> None:
     with fake_filesystem(cassette({"locked.txt": b"x", "open.txt": b"y"})):
         os.chmod(f"{ROOT}/locked.txt", 0)
