@@ -54,9 +54,13 @@ def test_the_fake_worlds_temporary_directory_is_told_and_no_probe_is_written(
 ) -> None:
     for name in ("TMPDIR", "TEMP", "TMP"):  # /tmp: the one pyfakefs makes by itself
         monkeypatch.delenv(name, raising=False)
+
+    def probes(*_: object) -> str:  # what gettempdir() runs when nobody told it
+        raise AssertionError("gettempdir() wrote a probe file to find the directory")
+
     with FakeWorld(STATE):
         pass
+    monkeypatch.setattr(tempfile, "_get_default_tempdir", probes)
     with FakeWorld(STATE):  # from a reset filesystem: told before anything asks
         assert tempfile.tempdir == "/tmp"
         assert tempfile.gettempdir() == "/tmp"
-        assert os.listdir("/tmp") == []
