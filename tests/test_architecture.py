@@ -9,6 +9,8 @@ import pkgutil
 import re
 from pathlib import Path
 
+import pytest
+
 import pytest_toolguard
 from pytest_toolguard.errors import ToolguardError
 
@@ -320,6 +322,7 @@ def _through_internal_modules(files: dict[str, tuple[str, Path]]) -> list[tuple[
     return found
 
 
+@pytest.mark.slow
 def test_internal_code_imports_a_name_from_where_it_is_defined_or_a_public_package() -> None:
     # A module can then move by rewriting the import lines that name it.
     files = {shown: (_module_name(path), path) for shown, path in _sources().items()}

@@ -72,6 +72,7 @@ def _replay_case(block: Block, pytester: pytest.Pytester) -> None:
     result.assert_outcomes(passed=1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "page",
     [page for page in pages() if _is_project_page(page)],
