@@ -277,8 +277,12 @@ class CoroutineRunner:
 
     The loop is kept for the thread's next call (``asyncio.run`` made and
     closed one per call: about ten times the cost of running on an open
-    loop); what a call leaves running on it is cancelled before ``run``
-    returns, as ``asyncio.run`` does."""
+    loop). Nothing of one call reaches the next: the tasks a call leaves
+    are cancelled before ``run`` returns, as ``asyncio.run`` does, and a
+    call that leaves anything else on the loop (a timer, a callback, an
+    async generator, the default executor's threads) has the loop closed
+    as ``asyncio.run`` closes it, waiting for those threads within the
+    call."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -312,6 +316,8 @@ class CoroutineRunner:
         finally:
             try:
                 _cancel_left_tasks(loop)
+                if _holds_more(loop):
+                    close_thread_loop()
             finally:
                 asyncio.set_event_loop(None)
 
@@ -325,16 +331,36 @@ class CoroutineRunner:
 
 
 _thread_loops = threading.local()
-"""Each thread's event loop for ``CoroutineRunner`` (``loop``), made on first use."""
+"""Each thread's event loop for ``CoroutineRunner`` (``loop``), made on first
+use, with the process it was made in (``pid``)."""
 
 
 def _thread_loop() -> asyncio.AbstractEventLoop:
     import asyncio
 
     loop: asyncio.AbstractEventLoop | None = getattr(_thread_loops, "loop", None)
-    if loop is None or loop.is_closed():
+    # A forked child has its parent's loop object, sharing its selector's
+    # descriptors: it gets one of its own (the parent's is left alone).
+    if loop is None or loop.is_closed() or getattr(_thread_loops, "pid", None) != os.getpid():
         loop = _thread_loops.loop = asyncio.new_event_loop()
+        _thread_loops.pid = os.getpid()
     return loop
+
+
+def _holds_more(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether ``loop`` still holds work of the call that ran on it: a
+    callback or timer not cancelled, an async generator, the default
+    executor. A loop of another kind than asyncio's own is judged to."""
+    try:
+        ready, scheduled = loop._ready, loop._scheduled  # type: ignore[attr-defined]
+        generators, executor = loop._asyncgens, loop._default_executor  # type: ignore[attr-defined]
+    except AttributeError:
+        return True
+    return (
+        any(not handle.cancelled() for handle in (*ready, *scheduled))
+        or bool(generators)
+        or executor is not None
+    )
 
 
 def _cancel_left_tasks(loop: asyncio.AbstractEventLoop) -> None:

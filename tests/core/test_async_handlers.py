@@ -356,6 +356,33 @@ def test_a_task_a_call_leaves_on_its_loop_is_cancelled_before_the_call_returns()
         assert isolation.close() == []
 
 
+def test_a_call_leaving_a_timer_ends_with_its_loop_closed_and_a_clean_one_keeps_it():
+    """Beyond tasks: a timer a call left would fire during a later call on
+    the same thread, so that call's loop is closed as ``asyncio.run``
+    closes it. A call that leaves nothing keeps the loop for the next."""
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    async def clean() -> None:
+        loops.append(asyncio.get_running_loop())
+
+    async def leaves_a_timer() -> None:
+        loops.append(asyncio.get_running_loop())
+        asyncio.get_running_loop().call_later(3600, loops.clear)
+
+    isolation = ThreadIsolation(max_idle=1)
+    closed_after: list[bool] = []
+    try:
+        for body in (clean, clean, leaves_a_timer, clean):
+            isolation.run(lambda body=body: CoroutineRunner().run(body()), 10, body.__name__)
+            closed_after.append(loops[-1].is_closed())
+    finally:
+        assert isolation.close() == []
+    first, again, timer, after = loops
+    assert again is first and timer is first  # one worker thread, its loop kept while clean
+    assert closed_after == [False, False, True, False]  # closed with the timer on it
+    assert after is not timer
+
+
 def test_a_coroutine_past_its_grace_is_tracked_until_it_ends():
     isolation = ThreadIsolation(cancel_grace=0.01)
     marks: list[str] = []
