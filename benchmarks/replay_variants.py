@@ -13,7 +13,7 @@ the store before the first call; tear them down and compare files and
 audit rows after the last). ``execute`` alone is the first part of it.
 
 The world is the other thing a variant changes. ``replay()`` runs in a
-``harness.FakeWorld``, which looks up ``frozen_clock`` in its module when it
+``harness.world.FakeWorld``, which looks up ``frozen_clock`` in its module when it
 starts and takes the ``FakeFilesystems`` to run in as an argument of ``replay()``,
 so a variant can swap either for a stand-in: no frozen clock (a null
 context), or no fake filesystem (a ``FakeFilesystems`` stand-in leaving the real

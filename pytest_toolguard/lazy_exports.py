@@ -1,8 +1,8 @@
 """A package's public names, imported from their modules on first use (PEP 562).
 
-Only the packages the pytest plugin imports in every run need this (the
-top level and ``replay``): importing them then costs no jsonschema, yaml or
-sqlite set-up. The package's ``__init__.py`` writes its names twice, side
+The packages the pytest plugin imports in every run need this (the top
+level and ``replay``): importing them then costs no jsonschema, yaml or
+sqlite set-up. ``bridges`` uses it too: its modules pull in SDK glue. The package's ``__init__.py`` writes its names twice, side
 by side: once as plain imports under ``TYPE_CHECKING`` (what type checkers
 and readers see) and once as the table given here (what runs);
 ``tests/test_architecture.py`` checks that both equal the package's

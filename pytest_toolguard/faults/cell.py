@@ -1,6 +1,6 @@
 """What a fault works with: the ``Cell`` of one fault against one target.
 
-``run.run_cell`` rebuilds the cassette's world (``harness.FakeWorld``: fake
+``run.run_cell`` rebuilds the cassette's world (``harness.world.FakeWorld``: fake
 filesystem, frozen clock; or a fresh ``harness.DirectoryWorld`` of real
 files, where "outside" is the world's own directory around the workspace
 and the access oracle speaks only when one observes it, ``files.access_log``

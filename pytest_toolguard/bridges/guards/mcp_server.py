@@ -13,10 +13,10 @@ is the text blocks, ``structuredContent`` is the data (else the text, else
 the content blocks).
 
 ``from_mcp_command(command)`` wraps a server started as a command (any
-language), spoken to over stdio (``bridges.mcp_stdio``).
+language), spoken to over stdio (``bridges.guards.mcp_stdio``).
 
 ``from_mcp_http(command)`` does the same over Streamable HTTP, for a
-server the command starts on 127.0.0.1 (``bridges.mcp_http``).
+server the command starts on 127.0.0.1 (``bridges.guards.mcp_http``).
 """
 
 from __future__ import annotations
