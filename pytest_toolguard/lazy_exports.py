@@ -2,10 +2,11 @@
 
 The packages the pytest plugin imports in every run need this (the top
 level and ``replay``): importing them then costs no jsonschema, yaml or
-sqlite set-up. ``bridges`` uses it too: its modules pull in SDK glue. The package's ``__init__.py`` writes its names twice, side
-by side: once as plain imports under ``TYPE_CHECKING`` (what type checkers
-and readers see) and once as the table given here (what runs);
-``tests/test_architecture.py`` checks that both equal the package's
+sqlite set-up. ``bridges`` uses it too: its modules pull in SDK glue. Each
+such ``__init__.py`` writes its names twice, side by side: once as plain
+imports under ``TYPE_CHECKING`` (what type checkers and readers see) and
+once as the table given here (what runs); ``tests/test_architecture.py``
+checks that both equal the package's
 documented names in ``ARCHITECTURE.md``.
 """
 

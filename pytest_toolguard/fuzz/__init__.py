@@ -55,7 +55,7 @@ Nested path arguments are reached by random text only.
 
 The fuzz workspace (``fuzz.workspace``). The workspace root is ``WORKSPACE_ROOT``
 holding ``WORKSPACE_FILES`` and ``WORKSPACE_SYMLINKS``; ``OUTSIDE_FILES``
-are decoys, planted in a fresh ``harness.FakeWorld`` for every example.
+are decoys, planted in a fresh ``harness.world.FakeWorld`` for every example.
 A tool that needs a workspace of its own (a git server needs a repository)
 is given one with ``workspace=``: every example starts from that state
 instead, at the same root, beside the same decoys.

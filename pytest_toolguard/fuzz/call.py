@@ -103,7 +103,7 @@ class CallChecker:
         self.workspace = starting_workspace(workspace)
         """What every example's workspace holds before its call."""
         self.world: WorldKind = fuzzed_world(spec, registry, world)
-        """The world each example runs in: ``fake`` (``harness.FakeWorld``) or
+        """The world each example runs in: ``fake`` (``harness.world.FakeWorld``) or
         ``directory`` (``fuzz.directory.FuzzDirectory``)."""
         # Validators compiled afresh from the schemas: the contract, judged
         # independently of whatever the runtime uses.

@@ -65,7 +65,7 @@ container (``PATH_PROBES`` climb four)."""
 
 class FuzzDirectory:
     """One example's fuzz workspace on the real disk (see the module docstring).
-    Has what ``fuzz.call.CallChecker`` asks of ``harness.FakeWorld``."""
+    Has what ``fuzz.call.CallChecker`` asks of ``harness.world.FakeWorld``."""
 
     def __init__(
         self,

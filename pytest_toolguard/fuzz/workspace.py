@@ -4,7 +4,7 @@ outside it, and the path probes tried in path-like arguments.
 The workspace root is ``WORKSPACE_ROOT`` holding ``WORKSPACE_FILES`` and
 ``WORKSPACE_SYMLINKS`` (one leads out); ``FUZZ_DECOYS`` are files outside,
 each holding ``harness.world.DECOY_MARKER``. Every example runs in a fresh
-``harness.FakeWorld`` of ``FUZZ_WORKSPACE`` (or of the starting workspace
+``harness.world.FakeWorld`` of ``FUZZ_WORKSPACE`` (or of the starting workspace
 given, ``starting_workspace``) with the decoys planted.
 """
 

@@ -2,7 +2,7 @@
 
 ``replay(cassette, registry)`` rebuilds the recorded world (a fake
 filesystem holding the recorded workspace, the clock frozen at the
-recorded time: ``harness.FakeWorld``), runs every recorded call through the
+recorded time: ``harness.world.FakeWorld``), runs every recorded call through the
 recorded session's runtime (``harness.session_runtime``: its plan, its
 approvals granted again, its HTTP exchanges served with no network), and
 compares what ``checks.ReplayChecks`` compares: each result and audit row,
