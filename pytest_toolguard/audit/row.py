@@ -281,9 +281,14 @@ def interrupted_row(rec: AuditRecord, now: str) -> AuditRecord:
     )
 
 
-def not_running_error(audit_id: int) -> AuditUnavailable:
+class RowNotRunning(AuditUnavailable):
+    """``finish`` of a row that is not RUNNING (any more): the store is up,
+    and writing again will never succeed, so the write is not queued."""
+
+
+def not_running_error(audit_id: int) -> RowNotRunning:
     """The error ``finish`` raises for a row that is not RUNNING."""
-    return AuditUnavailable(
+    return RowNotRunning(
         f"audit row {audit_id} is not RUNNING: unknown, or finished already "
         "(recover() marks rows whose lease ended INTERRUPTED)",
         "finish",

@@ -350,14 +350,15 @@ class ToolRuntime:
         result: ToolResult,
         data: object = None,
         claim_key: str | None = None,
-    ) -> None:
+    ) -> bool:
         """Finish ``row``, the RUNNING row ``admit`` left for a call another
         program ran, with the ``result`` it reported (a preview of ``data``,
         redacted here; the outcome kept under ``claim_key`` when given).
         Through the audit log's retry queue like every write of the
         runtime: a store that is down gets the write again at the next
-        ``flush_audit``."""
-        self._log.finish_reported(row, result, data, claim_key)
+        ``flush_audit``. False when the row is no longer RUNNING (another
+        process finished it, or recovery marked it INTERRUPTED)."""
+        return self._log.finish_reported(row, result, data, claim_key)
 
     def watch_files(self, watcher: FileWatcher) -> Callable[[], None]:
         """Call ``watcher(call_id, paths)`` once a handler has run, with every

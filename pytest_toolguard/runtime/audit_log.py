@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..audit.lease import call_tag
-from ..audit.row import AuditRecord, AuditUnavailable, Outcome
+from ..audit.row import AuditRecord, AuditUnavailable, Outcome, RowNotRunning
 from ..contract import CallState, ErrorCode, ToolCall, ToolResult
 from ..idempotency import Claim, ClaimOutcome, scope_client_key
 from ..jsondata import canonical_json, json_hash, sha256_text
@@ -333,13 +333,15 @@ class AuditLog:
 
     def finish_reported(
         self, row: AuditRecord, result: ToolResult, data: Any, claim_key: str | None
-    ) -> None:
+    ) -> bool:
         """Finish ``row``, a RUNNING row whose handler another program ran
         (a gate's admitted call), with the ``result`` it reported: a
         redacted preview of ``data`` (its tool's redactor, as ``execute``
         shows one), the result's message as the error, the outcome stored
         under ``claim_key`` when given. Queued for retry when the store is
-        down, as every finishing write."""
+        down, as every finishing write. False when the row is no longer
+        RUNNING (another process finished it, or recovery marked it
+        INTERRUPTED): nothing is queued then."""
         assert row.audit_id is not None
         audit_id = row.audit_id
         preview = ""
@@ -357,9 +359,13 @@ class AuditLog:
             duration_ms=result.duration_ms,
             stored_result=None if claim_key is None else _kept_as_is(result),
         )
-        self._try_or_queue(
-            lambda: self.settings.audit.finish(audit_id, outcome, claim_key=claim_key)
-        )
+        try:
+            self._try_or_queue(
+                lambda: self.settings.audit.finish(audit_id, outcome, claim_key=claim_key)
+            )
+        except RowNotRunning:
+            return False
+        return True
 
     # -- rows ------------------------------------------------------------------------
 
@@ -453,8 +459,12 @@ class AuditLog:
     # -- the retry queue ----------------------------------------------------------------
 
     def _try_or_queue(self, write: Callable[[], object]) -> None:
+        """``write()``, queued for retry when the store is unavailable. A row
+        that is no longer RUNNING is no outage: ``RowNotRunning`` propagates."""
         try:
             write()
+        except RowNotRunning:
+            raise
         except AuditUnavailable as exc:
             with self._pending_lock:
                 if len(self._pending) < PENDING_LIMIT:
@@ -472,6 +482,8 @@ class AuditLog:
         for write in pending:
             try:
                 write()
+            except RowNotRunning as exc:  # finished meanwhile elsewhere: never will be here
+                warn(f"a queued audit write is dropped: {text(exc)}")
             except AuditUnavailable:
                 failed.append(write)
         with self._pending_lock:

@@ -16,7 +16,7 @@ import pytest
 
 from pytest_toolguard import CallState, Capabilities, ErrorCode, Risk, ToolCall
 from pytest_toolguard.audit import SQLiteAuditStore
-from pytest_toolguard.bridges.guards.gate import admit, finish_admitted
+from pytest_toolguard.bridges.guards.gate import admit, finish_admitted, finish_admitted_row
 from pytest_toolguard.harness.failing_store import FailingStore
 from pytest_toolguard.runtime import ToolRuntime
 from pytest_toolguard.tools import builtin_registry
@@ -63,5 +63,33 @@ def test_a_reported_failure_keeps_its_redacted_message_as_the_row_error(tmp_path
         assert row is not None
         assert (row.state, row.result_code) == (CallState.FAILED, ErrorCode.EXECUTION_ERROR)
         assert row.error_message == "it broke"
+    finally:
+        runtime.close()
+
+
+def test_a_row_finished_meanwhile_by_another_process_is_not_finished_again_nor_queued(
+    tmp_path: Path,
+) -> None:
+    """Two hook processes race (PostToolUse and Stop), or recovery marked
+    the row INTERRUPTED: the store is up, so this is no outage to queue,
+    and the gate says the row was not its to finish."""
+    runtime, store = gate_runtime(tmp_path)
+    call = ToolCall(call_id="c3", tool_name="list_files", arguments={})
+    try:
+        assert admit(runtime, call) is None
+        row = store.store.get("c3")
+        assert row is not None
+        other = ToolRuntime(builtin_registry(), runtime.workspace.root, READ_ONLY, store.store)
+        try:  # another process's runtime on the same database finishes it first
+            assert finish_admitted(other, "c3", ok=False, message="closed by Stop")
+        finally:
+            other.close()
+        finished = finish_admitted_row(
+            runtime, row, state=CallState.SUCCEEDED, code=ErrorCode.OK, data={"files": []}
+        )
+        assert finished is False
+        assert runtime.flush_audit() == 0  # nothing queued
+        again = store.store.get("c3")
+        assert again is not None and again.error_message == "closed by Stop"
     finally:
         runtime.close()

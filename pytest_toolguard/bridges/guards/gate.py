@@ -110,7 +110,8 @@ def finish_admitted_row(
     now = datetime.now(timezone.utc)
     result = _result(runtime, row, state, code, data, message, now)
     claim = _claim_key(runtime, call) if call is not None else None
-    runtime.finish_reported(row, result, data, claim)
+    if not runtime.finish_reported(row, result, data, claim):
+        return False  # finished meanwhile by another process, or by recovery
     if call is not None:
         approval = (
             Approval(row.rule, row.reason)
