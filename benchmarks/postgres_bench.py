@@ -45,6 +45,7 @@ from variants import (
 )
 
 from pytest_toolguard import CallState, ErrorCode, ToolCall, ToolRuntime
+from pytest_toolguard.audit import Outcome
 from pytest_toolguard.audit.row import AUDIT_COLUMNS
 from pytest_toolguard.tools import builtin_registry
 
@@ -137,12 +138,14 @@ def store_only(url: str, content: str) -> Variant:
         assert audit_id is not None
         store.finish(
             audit_id,
-            state=CallState.SUCCEEDED,
-            result_code=ErrorCode.OK,
-            result_preview=preview,
-            error_message="",
-            finished_at=TIMESTAMP,
-            duration_ms=0,
+            Outcome(
+                state=CallState.SUCCEEDED,
+                result_code=ErrorCode.OK,
+                result_preview=preview,
+                error_message="",
+                finished_at=TIMESTAMP,
+                duration_ms=0,
+            ),
         )
         return audit_id
 

@@ -29,6 +29,7 @@ from pytest_toolguard import (
     ToolRuntime,
     Workspace,
 )
+from pytest_toolguard.audit import Outcome
 from pytest_toolguard.tools import builtin_registry, read_text
 
 SAMPLE_FILE = "notes.txt"
@@ -210,12 +211,14 @@ def store_only(database: Path, content: str) -> Variant:
         assert audit_id is not None
         store.finish(
             audit_id,
-            state=CallState.SUCCEEDED,
-            result_code=ErrorCode.OK,
-            result_preview=preview,
-            error_message="",
-            finished_at=TIMESTAMP,
-            duration_ms=0,
+            Outcome(
+                state=CallState.SUCCEEDED,
+                result_code=ErrorCode.OK,
+                result_preview=preview,
+                error_message="",
+                finished_at=TIMESTAMP,
+                duration_ms=0,
+            ),
         )
         return audit_id
 
