@@ -11,7 +11,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.installed-docs
 
-.PHONY: test replay matrix demo bench lint clean mutation docs docs-site
+.PHONY: test replay matrix demo bench lint clean mutation docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -62,12 +62,10 @@ $(DOCS_STAMP): pyproject.toml | $(BIN)/python
 # --strict fails the build on a link to a missing page or anchor; the script then
 # reads every built page's links; tests/docs runs every example of the pages and
 # checks that every test they name exists (it runs in `make test` too).
-docs: docs-site
-	$(BIN)/python -m pytest -q -p no:cacheprovider -p no:langsmith_plugin tests/docs
-
-docs-site: $(STAMP) $(DOCS_STAMP)
+docs: $(STAMP) $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --quiet
 	$(BIN)/python scripts/check_site_links.py build/site
+	$(BIN)/python -m pytest -q -p no:cacheprovider -p no:langsmith_plugin tests/docs
 
 mutation: $(STAMP)
 	$(BIN)/python -m pip install --quiet 'cosmic-ray>=8.7,<9'
