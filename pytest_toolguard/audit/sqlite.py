@@ -17,11 +17,9 @@ The table has the one its per-call reads need (``call_id``, for ``get``);
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
 
 from ..contract import CallState, ErrorCode
 from ..idempotency import (
@@ -37,7 +35,6 @@ from .row import (
     AUDIT_COLUMNS,
     INTERRUPTED_MESSAGE,
     LEASE_COLUMNS,
-    LEASE_GRACE_SECONDS,
     AuditRecord,
     Outcome,
     finish_values,
@@ -97,25 +94,6 @@ class SQLiteAuditStore(SQLiteConnections):
     it raises ``AuditUnavailable`` when it cannot, ``ValueError`` for bad
     settings. ``sqlite_connections`` says how threads, processes and forks share it.
     """
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str] = ":memory:",
-        *,
-        synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
-        busy_timeout_ms: int = 5000,
-        uri: bool = False,
-        host: str | None = None,
-        lease_grace_seconds: float = LEASE_GRACE_SECONDS,
-    ) -> None:
-        super().__init__(
-            path,
-            synchronous=synchronous,
-            busy_timeout_ms=busy_timeout_ms,
-            uri=uri,
-            host=host,
-            lease_grace_seconds=lease_grace_seconds,
-        )
 
     # --- writes ---------------------------------------------------------------
 
