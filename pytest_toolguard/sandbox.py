@@ -738,6 +738,40 @@ class _Cursor:
         return _SEPARATORS.split(target)
 
 
+class _Final:
+    """``Workspace._final``'s block: the cursor entered into the parent of a
+    path's final component, and that component. A class, not a generator's
+    context manager: every read and write enters one."""
+
+    __slots__ = ("_cursor", "_parts", "_make_parents")
+
+    def __init__(self, cursor: _Cursor, parts: list[str], make_parents: bool) -> None:
+        self._cursor = cursor
+        self._parts = parts
+        self._make_parents = make_parents
+
+    def __enter__(self) -> tuple[_Cursor, str | None]:
+        cursor, parts = self._cursor, self._parts
+        try:
+            if not parts or parts[-1] == "..":
+                cursor.enter(parts)
+                return cursor, None
+            cursor.enter(parts[:-1], create=self._make_parents)
+            return cursor, parts[-1]
+        except BaseException as exc:
+            # As the block would: closed, and an OS error naming the path only.
+            cursor.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._cursor.__exit__(kind, exc, traceback)
+
+
 class Location:
     """Where a path resolved, held open: ``Workspace.locate``'s answer.
 
@@ -1530,22 +1564,14 @@ class Workspace:
             at.fd, self._rules, path, missing_ok=missing_ok, base=at.base, follow_links=False
         )
 
-    @contextmanager
-    def _final(
-        self, path: str, *, make_parents: bool = False, mode: AccessMode = "read"
-    ) -> Iterator[tuple[_Cursor, str | None]]:
-        """Enter the parent of ``path``'s final component; yield the cursor
-        and that component (None when the path names a directory by ``.``,
-        ``..`` or the root). A pinned path starts from its ``Location``."""
+    def _final(self, path: str, *, make_parents: bool = False, mode: AccessMode = "read") -> _Final:
+        """Enter the parent of ``path``'s final component; the ``with`` block
+        gets the cursor and that component (None when the path names a
+        directory by ``.``, ``..`` or the root). A pinned path starts from
+        its ``Location``."""
         pin = self._pin(path, mode)
         parts = list(pin.parts) if pin is not None else _split(path, self._rules)
-        with self._cursor(path, at=pin) as cursor:
-            if not parts or parts[-1] == "..":
-                cursor.enter(parts)
-                yield cursor, None
-            else:
-                cursor.enter(parts[:-1], create=make_parents)
-                yield cursor, parts[-1]
+        return _Final(self._cursor(path, at=pin), parts, make_parents)
 
     @contextmanager
     def _directory(self, path: str) -> Iterator[_Cursor]:

@@ -52,7 +52,7 @@ def bad_request(message: str, rule: str) -> Refusal:
     return Refusal(ErrorCode.INVALID_REQUEST, message, rule, CallState.FAILED)
 
 
-@dataclass
+@dataclass(slots=True)
 class Attempt:
     """The per-call facts the pipeline gathers as it goes (see the module
     docstring for which step writes which)."""
