@@ -86,6 +86,9 @@ class Attempt:
     longer match its pattern)."""
     redacted_output: Any = None
     """``output`` redacted, once per call (``results.redacted_output``)."""
+    output_text: str | None = None
+    """``output``'s JSON text (keys sorted, non-ASCII kept), when the output
+    check's text is known to be exactly that; None when not known."""
 
     def elapsed_ms(self) -> int:
         """Milliseconds since the call arrived (never negative)."""
