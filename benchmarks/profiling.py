@@ -84,7 +84,7 @@ def component_costs(directory: Path, *, calls: int) -> list[tuple[str, float]]:
     output_validator = read_text.output_validator
     assert output_validator is not None  # read_text declares an output schema
     steps: list[tuple[str, Callable[[], object]]] = [
-        ("timestamp (taken 3 times per call)", timestamp),
+        ("timestamp (taken twice per call)", timestamp),
         ("input schema (compiled validator)", lambda: read_text.input_validator.errors(ARGUMENTS)),
         (
             "policy: authorize (resolve + size the path)",

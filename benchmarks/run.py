@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from handoff import HANDOFFS, handoff_samples
 from profiling import component_costs, profile_main
 from summary import record
 from timing import Samples, in_temp_dir, measure, ratio
@@ -62,6 +63,9 @@ RATIOS = (
     Ratio("main / (a)  executor over the work itself", "main", "a"),
     Ratio("(s) / (b)   audit store over the floor", "s", "b"),
     Ratio("main / (s)  executor over its audit store", "main", "s"),
+    Ratio("(t) / main  thread mode (the default) over inline", "t", "main"),
+    Ratio("(t) / (b)   thread mode over the floor", "t", "b"),
+    Ratio("(t) / (c)   thread mode over naive", "t", "c"),
 )
 
 SUMMARY_KEYS = {("main", "c"): "execute_naive", ("main", "b"): "execute_floor"}
@@ -116,6 +120,8 @@ def _run(options: argparse.Namespace, directory: Path) -> int:
     print(_variant_table(variants, samples))
     print()
     print(_ratio_table(samples))
+    print()
+    print(_handoff_table(options))
     if options.profile:
         print()
         _print_profile(directory, options.profile_calls)
@@ -192,6 +198,35 @@ def _ratio_table(samples: dict[str, Samples]) -> str:
         summary_key = SUMMARY_KEYS.get((item.numerator, item.denominator))
         if summary_key is not None:
             record(summary_key, value, low, high)
+    return "\n".join(lines)
+
+
+def _handoff_table(options: argparse.Namespace) -> str:
+    """What handing a call to a worker thread costs: the runtime's handoff
+    against the bare mechanisms (``handoff.py``), in alternating blocks."""
+    samples = handoff_samples(
+        warmup=options.warmup, blocks=options.blocks, per_block=options.per_block
+    )
+    lines = [_row("handoff of a no-op, round trip", "median µs", "p10 µs", "p90 µs")]
+    for key, label in HANDOFFS:
+        got = samples[key]
+        lines.append(
+            _row(
+                label,
+                f"{got.median_us:.1f}",
+                f"{got.percentile_us(0.1):.1f}",
+                f"{got.percentile_us(0.9):.1f}",
+            )
+        )
+    value, low, high = ratio(samples["isolation"], samples["two_locks"])
+    lines.append(
+        _row(
+            "ThreadIsolation.run / the bare two-lock worker",
+            f"{value:.2f}",
+            f"{low:.2f} - {high:.2f}",
+            widths=(10, 15),
+        )
+    )
     return "\n".join(lines)
 
 

@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from bare_audit import BareAuditTable, running_row
 from naive_executor import NaiveExecutor
@@ -70,7 +71,7 @@ class BenchmarkSetupError(RuntimeError):
 @dataclass(frozen=True, slots=True)
 class Variant:
     key: str
-    """Short name used in ratios: main, a, b, c, s."""
+    """Short name used in ratios: main, a, b, c, s, t."""
     label: str
     call: Callable[[], object]
     close: Callable[[], object]
@@ -106,30 +107,35 @@ def sample_preview(content: str) -> str:
     return json.dumps(output, ensure_ascii=False, sort_keys=True)[:PREVIEW_LIMIT]
 
 
-def runtime_execute(root: Path, database: Path, content: str) -> Variant:
+def runtime_execute(
+    root: Path, database: Path, content: str, isolation: Literal["inline", "thread"] = "inline"
+) -> Variant:
     """main: the whole pipeline, audit on disk, inline isolation (the
-    faster opt-in mode; the default is thread mode), a fresh call id."""
+    faster opt-in mode), a fresh call id. (t): the same in thread mode,
+    the default, whose deadline hands each call to a worker thread."""
     store = SQLiteAuditStore(database)
-    runtime = ToolRuntime(builtin_registry(), root, audit=store, isolation="inline")
+    runtime = ToolRuntime(builtin_registry(), root, audit=store, isolation=isolation)
+    key = "main" if isolation == "inline" else "t"
     ids = itertools.count()
 
     def call() -> object:
         return runtime.execute(
-            ToolCall(call_id=f"main-{next(ids)}", tool_name="read_text", arguments=ARGUMENTS)
+            ToolCall(call_id=f"{key}-{next(ids)}", tool_name="read_text", arguments=ARGUMENTS)
         )
 
     result = runtime.execute(ToolCall(call_id="check", tool_name="read_text", arguments=ARGUMENTS))
     if not (result.ok and result.data["content"] == content):
-        raise BenchmarkSetupError(f"main: read_text answered {result.code}: {result.message}")
+        raise BenchmarkSetupError(f"{key}: read_text answered {result.code}: {result.message}")
     settings = store.settings()
     if (settings.journal_mode, settings.synchronous) != ("wal", "NORMAL"):
-        raise BenchmarkSetupError(f"main: the audit store runs with {settings}")
+        raise BenchmarkSetupError(f"{key}: the audit store runs with {settings}")
 
     def close() -> None:
         runtime.close()
         store.close()
 
-    return Variant("main", "ToolRuntime.execute(read_text)", call, close)
+    label = "ToolRuntime.execute(read_text)"
+    return Variant(key, label if key == "main" else f"{label}, thread mode", call, close)
 
 
 def handler_direct(root: Path, content: str) -> Variant:
@@ -234,4 +240,5 @@ def build_all(directory: Path) -> list[Variant]:
         bare_commits(directory / "bare.db", content),
         naive_executor(root, directory / "naive.db", content),
         store_only(directory / "store.db", content),
+        runtime_execute(root, directory / "thread-audit.db", content, isolation="thread"),
     ]

@@ -43,7 +43,6 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
-import queue
 import select
 import signal
 import sys
@@ -51,7 +50,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from .errors import ToolguardError
@@ -82,35 +81,56 @@ class Isolation(Protocol):
     def close(self, join_timeout: float = 5.0) -> list[str]: ...
 
 
-@dataclass
+@dataclass(slots=True)
 class _Job:
     fn: Callable[[], Any]
     value: Any = None
     error: BaseException | None = None
     finished: bool = False
-    # Held until the job is done: a raw lock's timed acquire is several times
-    # cheaper than Event.wait, and this wait is on every call's path.
-    signal: threading.Lock = field(default_factory=threading.Lock)
-
-    def __post_init__(self) -> None:
-        self.signal.acquire()
 
 
 class _Worker:
-    """A daemon thread that runs jobs from its own queue until told to stop."""
+    """A daemon thread that runs one job at a time until told to stop.
+
+    A job is handed over through two locks the worker keeps for its life,
+    both held while nothing is pending: ``hand`` releases ``_start`` (the
+    worker, blocked acquiring it, takes the job), and the worker releases
+    ``_done`` when the job has ended. A raw lock is the cheapest wait there
+    is (a timed acquire is several times cheaper than ``Event.wait``), and
+    no lock or queue entry is made per call. Every ``hand`` is
+    consumed by the worker before the next: a job is handed only to a
+    worker waiting for one (idle, or new), the stop only to one that will
+    not run another job."""
 
     def __init__(self, pool: ThreadIsolation) -> None:
         self._pool = pool
-        self.jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self.orphaned = False
         self.label = ""
+        self._job: _Job | None = None
+        self._start = threading.Lock()
+        self._start.acquire()
+        self._done = threading.Lock()
+        self._done.acquire()
         self.thread = threading.Thread(target=self._loop, name="toolguard-worker", daemon=True)
         self.thread.start()
+
+    def hand(self, job: _Job | None) -> None:
+        """Run ``job`` next; None: stop."""
+        self._job = job
+        self._start.release()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Whether the job handed ended within ``timeout`` seconds (None: wait
+        for it). Each ending is waited for once."""
+        if timeout is None:
+            return self._done.acquire()
+        return self._done.acquire(timeout=timeout)
 
     def _loop(self) -> None:
         try:
             while True:
-                job = self.jobs.get()
+                self._start.acquire()
+                job, self._job = self._job, None
                 if job is None:
                     return
                 try:
@@ -118,7 +138,7 @@ class _Worker:
                 except BaseException as exc:  # carried back to the caller
                     job.error = exc
                 job.finished = True
-                job.signal.release()
+                self._done.release()
                 if self._pool._leave_after_job(self):
                     return
         finally:
@@ -153,20 +173,25 @@ class ThreadIsolation:
         ``HandlerTimeout`` at the deadline (leaving the thread tracked)."""
         with self._lock:
             worker = self._idle.pop() if self._idle else None
+            if worker is not None:
+                self._busy.add(worker)
         if worker is None:
             worker = _Worker(self)
+            with self._lock:
+                self._busy.add(worker)
         job = _Job(fn)
         worker.label = name
-        with self._lock:
-            self._busy.add(worker)
-        worker.jobs.put(job)
-        if not job.signal.acquire(timeout=timeout):
+        worker.hand(job)
+        if not worker.wait(timeout):
             with self._lock:
                 if not job.finished:
                     self._busy.discard(worker)
                     worker.orphaned = True
                     self._orphans.append(worker)
                     raise HandlerTimeout(timeout)
+            # It ended as the deadline passed: its release is on its way,
+            # and is taken here, not by the worker's next job.
+            worker.wait()
         self._return(worker)
         if job.error is not None:
             raise job.error
@@ -222,7 +247,7 @@ class ThreadIsolation:
             if not self._closed and len(self._idle) < self._max_idle:
                 self._idle.append(worker)
                 return
-        worker.jobs.put(None)
+        worker.hand(None)
 
     def _leave_after_job(self, worker: _Worker) -> bool:
         # Under the lock, so a deadline that passes just as the job ends
@@ -252,7 +277,7 @@ class ThreadIsolation:
             idle, self._idle = self._idle, []
             running = list(self._orphans) + list(self._busy)
         for worker in idle:
-            worker.jobs.put(None)
+            worker.hand(None)
         deadline = time.monotonic() + join_timeout
         for worker in running:
             worker.thread.join(max(0.0, deadline - time.monotonic()))

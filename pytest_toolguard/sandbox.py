@@ -398,23 +398,19 @@ def _not_a_directory(path: str) -> NotADirectoryError:
     return NotADirectoryError(errno.ENOTDIR, "not a directory", path)
 
 
-@contextmanager
-def _relative_errors(path: str) -> Iterator[None]:
-    """Re-raise OS errors naming only the caller's relative path.
+def _raise_relative(exc: OSError, path: str) -> None:
+    """Raise ``exc`` again naming only the caller's relative ``path`` (an
+    error without an errno: return, for the caller to re-raise it as it is).
 
     The OS (and pyfakefs) may put a host path in an error's filename; the
-    caller's path is what it needs, and all it may see.
-    """
+    caller's path is what it needs, and all it may see."""
+    if exc.errno is None:
+        return
     try:
-        yield
-    except OSError as exc:
-        if exc.errno is None:
-            raise
-        try:
-            clean = type(exc)(exc.errno, exc.strerror, path)
-        except Exception:  # an OSError subclass with another constructor
-            clean = OSError(exc.errno, exc.strerror, path)
-        raise clean from None
+        clean = type(exc)(exc.errno, exc.strerror, path)
+    except Exception:  # an OSError subclass with another constructor
+        clean = OSError(exc.errno, exc.strerror, path)
+    raise clean from None
 
 
 # --------------------------------------------------------------------------- data
@@ -577,6 +573,22 @@ class _Cursor:
         while self._fds:
             os.close(self._fds.pop())
 
+    # A class, not a generator's context manager: every operation enters one.
+    def __enter__(self) -> _Cursor:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        try:
+            if isinstance(exc, OSError):
+                _raise_relative(exc, self._path)
+        finally:
+            self.close()
+
     def detach(self) -> tuple[int | None, tuple[str, ...], tuple[str, ...]]:
         """Hand over the deepest directory entered: (its descriptor, now the
         caller's to close, or None for the starting one; the names from the
@@ -724,6 +736,40 @@ class _Cursor:
                 quoted=(link,),
             )
         return _SEPARATORS.split(target)
+
+
+class _Final:
+    """``Workspace._final``'s block: the cursor entered into the parent of a
+    path's final component, and that component. A class, not a generator's
+    context manager: every read and write enters one."""
+
+    __slots__ = ("_cursor", "_parts", "_make_parents")
+
+    def __init__(self, cursor: _Cursor, parts: list[str], make_parents: bool) -> None:
+        self._cursor = cursor
+        self._parts = parts
+        self._make_parents = make_parents
+
+    def __enter__(self) -> tuple[_Cursor, str | None]:
+        cursor, parts = self._cursor, self._parts
+        try:
+            if not parts or parts[-1] == "..":
+                cursor.enter(parts)
+                return cursor, None
+            cursor.enter(parts[:-1], create=self._make_parents)
+            return cursor, parts[-1]
+        except BaseException as exc:
+            # As the block would: closed, and an OS error naming the path only.
+            cursor.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._cursor.__exit__(kind, exc, traceback)
 
 
 class Location:
@@ -1489,7 +1535,6 @@ class Workspace:
             raise ValueError("the workspace is closed")
         return fd
 
-    @contextmanager
     def _cursor(
         self,
         path: str,
@@ -1497,13 +1542,14 @@ class Workspace:
         missing_ok: bool = False,
         at: Location | None = None,
         planted_since: str | None = None,
-    ) -> Iterator[_Cursor]:
+    ) -> _Cursor:
         """A cursor at the root, or at a ``Location``'s directory (then no
         symlink is followed: one met there was swapped in since). With
         ``planted_since`` (what the path was last checked by), no symlink is
-        followed from the root either."""
+        followed from the root either. Use it in a ``with`` block: the block
+        closes it and re-raises OS errors naming ``path`` only."""
         if planted_since is not None:
-            cursor = _Cursor(
+            return _Cursor(
                 self._root_fd(),
                 self._rules,
                 path,
@@ -1511,35 +1557,21 @@ class Workspace:
                 follow_links=False,
                 changed=planted_since,
             )
-        elif at is None:
-            cursor = _Cursor(self._root_fd(), self._rules, path, missing_ok=missing_ok)
-        else:
-            self._root_fd()  # a closed workspace refuses its views' pins too
-            cursor = _Cursor(
-                at.fd, self._rules, path, missing_ok=missing_ok, base=at.base, follow_links=False
-            )
-        try:
-            with _relative_errors(path):
-                yield cursor
-        finally:
-            cursor.close()
+        if at is None:
+            return _Cursor(self._root_fd(), self._rules, path, missing_ok=missing_ok)
+        self._root_fd()  # a closed workspace refuses its views' pins too
+        return _Cursor(
+            at.fd, self._rules, path, missing_ok=missing_ok, base=at.base, follow_links=False
+        )
 
-    @contextmanager
-    def _final(
-        self, path: str, *, make_parents: bool = False, mode: AccessMode = "read"
-    ) -> Iterator[tuple[_Cursor, str | None]]:
-        """Enter the parent of ``path``'s final component; yield the cursor
-        and that component (None when the path names a directory by ``.``,
-        ``..`` or the root). A pinned path starts from its ``Location``."""
+    def _final(self, path: str, *, make_parents: bool = False, mode: AccessMode = "read") -> _Final:
+        """Enter the parent of ``path``'s final component; the ``with`` block
+        gets the cursor and that component (None when the path names a
+        directory by ``.``, ``..`` or the root). A pinned path starts from
+        its ``Location``."""
         pin = self._pin(path, mode)
         parts = list(pin.parts) if pin is not None else _split(path, self._rules)
-        with self._cursor(path, at=pin) as cursor:
-            if not parts or parts[-1] == "..":
-                cursor.enter(parts)
-                yield cursor, None
-            else:
-                cursor.enter(parts[:-1], create=make_parents)
-                yield cursor, parts[-1]
+        return _Final(self._cursor(path, at=pin), parts, make_parents)
 
     @contextmanager
     def _directory(self, path: str) -> Iterator[_Cursor]:

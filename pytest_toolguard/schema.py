@@ -174,17 +174,24 @@ _REGEX_KEYWORDS = ("pattern", "patternProperties", "format")
 
 def _shallow(value: Any) -> bool:
     """True when ``value`` nests at most ``FAST_PATH_MAX_DEPTH`` containers deep."""
-    stack = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
+    # Level by level: each level's children gathered by ``extend``, in C,
+    # rather than a (child, depth) pair pushed per child.
+    level = [value]
+    depth = 0
+    while level:
+        inner: list[Any] = []
+        for item in level:
+            if isinstance(item, dict):
+                children: Iterable[Any] = item.values()
+            elif isinstance(item, (list, tuple)):
+                children = item
+            else:
+                continue
             if depth >= FAST_PATH_MAX_DEPTH:
                 return False
-            stack.extend((child, depth + 1) for child in item.values())
-        elif isinstance(item, (list, tuple)):
-            if depth >= FAST_PATH_MAX_DEPTH:
-                return False
-            stack.extend((child, depth + 1) for child in item)
+            inner.extend(children)
+        level = inner
+        depth += 1
     return True
 
 

@@ -52,7 +52,7 @@ def bad_request(message: str, rule: str) -> Refusal:
     return Refusal(ErrorCode.INVALID_REQUEST, message, rule, CallState.FAILED)
 
 
-@dataclass
+@dataclass(slots=True)
 class Attempt:
     """The per-call facts the pipeline gathers as it goes (see the module
     docstring for which step writes which)."""
@@ -86,6 +86,9 @@ class Attempt:
     longer match its pattern)."""
     redacted_output: Any = None
     """``output`` redacted, once per call (``results.redacted_output``)."""
+    output_text: str | None = None
+    """``output``'s JSON text (keys sorted, non-ASCII kept), when the output
+    check's text is known to be exactly that; None when not known."""
 
     def elapsed_ms(self) -> int:
         """Milliseconds since the call arrived (never negative)."""

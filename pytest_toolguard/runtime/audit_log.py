@@ -449,6 +449,9 @@ class AuditLog:
     def _preview(self, attempt: Attempt, result: ToolResult) -> str:
         if attempt.output is not None:
             redacted = redacted_output(self.settings, attempt)
+            if attempt.output_text is not None and redacted == attempt.output:
+                # Nothing was redacted: the text is the one the output check wrote.
+                return attempt.output_text[:PREVIEW_LIMIT]
         elif result.data is not None:  # a replayed outcome: stored redacted
             redacted = self.settings.redactor_for(attempt.spec).redact(result.data)
         else:

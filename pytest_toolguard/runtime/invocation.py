@@ -23,7 +23,7 @@ import inspect
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..context import ToolContext, workspace_of_call
@@ -57,6 +57,21 @@ _PLAIN_DATA = frozenset({dict, list, str, int, float, bool, type(None)})
 
 class PrepareOverran(ToolguardError):
     """A handler's ``prepare`` ran past its own bound."""
+
+
+def _flat_with_text_keys(value: Any) -> bool:
+    """Whether ``value`` is a dict of ``str`` keys whose values hold no
+    container: then its JSON text (keys sorted) is also that of the data
+    parsed back from it. (Keys of other types are written as text and may
+    sort otherwise once parsed back: ``{10: .., 9: ..}``.)"""
+    return (
+        type(value) is dict
+        and all(type(key) is str for key in value)
+        and not any(isinstance(item, _CONTAINERS) for item in value.values())
+    )
+
+
+_CONTAINERS = (dict, list, tuple, Mapping)
 
 
 def _awaitable(value: Any) -> bool:
@@ -485,6 +500,7 @@ class Invocation:
 
     def _check_output(self, spec: ToolSpec, data: Any, attempt: Attempt) -> ToolResult:
         settings = self.settings
+        given = data
         try:
             text = json.dumps(data, ensure_ascii=False, sort_keys=True, allow_nan=False)
             data = json.loads(text)
@@ -518,6 +534,8 @@ class Invocation:
                     redacted=True,
                 )
         attempt.output = data
+        if _flat_with_text_keys(given):
+            attempt.output_text = text
         shown, total = truncate(data, text, spec.result_limit)
         return ToolResult(
             call_id=attempt.call_id,

@@ -156,6 +156,35 @@ def test_output_over_the_limit_is_truncated_with_flag_and_total_size(
     assert row is not None and len(row.result_preview) <= 500
 
 
+@pytest.mark.parametrize(
+    ("output", "preview"),
+    [
+        ({"b": "two", "a": 1.5, "c": None}, '{"a": 1.5, "b": "two", "c": null}'),
+        # Keys that are not text sort as numbers, then as text once parsed back.
+        ({10: "ten", 9: "nine"}, '{"10": "ten", "9": "nine"}'),
+        ({"z": {9: "x", 10: "y"}}, '{"z": {"10": "y", "9": "x"}}'),
+    ],
+)
+def test_the_preview_is_the_json_text_of_the_output_as_parsed_back(
+    toolguard_runtime, registry_of, spy, output, preview
+):
+    tool = spy_tool(spy, result=lambda ctx, **a: output)
+    runtime = toolguard_runtime(registry_of(tool), WRITE_ANYWHERE)
+    assert runtime.execute(call()).ok
+    row = runtime.audit.get("c1")
+    assert row is not None and row.result_preview == preview
+
+
+def test_the_preview_of_an_output_holding_a_secret_is_redacted(toolguard_runtime, registry_of, spy):
+    token = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    tool = spy_tool(spy, result=lambda ctx, **a: {"note": f"the token is {token}"})
+    runtime = toolguard_runtime(registry_of(tool), WRITE_ANYWHERE)
+    assert runtime.execute(call()).ok
+    row = runtime.audit.get("c1")
+    assert row is not None and row.result_preview.startswith('{"note": "the token is ')
+    assert token not in row.result_preview
+
+
 def test_handler_exception_names_its_type_without_traceback_or_host_path(
     toolguard_runtime, registry_of, spy, workspace_dir
 ):

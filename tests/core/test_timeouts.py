@@ -106,6 +106,34 @@ def test_an_orphaned_worker_is_not_reused():
     assert isolation.close() == []
 
 
+def test_a_job_ending_as_its_deadline_passes_is_answered_and_its_worker_reused(monkeypatch):
+    # The wait gives up just as the job ends: its "done" is still on its way.
+    # The call gets the job's value, and the worker's next job never takes
+    # that stale "done" for its own ending.
+    isolation = ThreadIsolation()
+    assert isolation.run(lambda: "warm", 5, "warm") == "warm"
+    (worker,) = isolation._idle
+    worker_class = type(worker)
+    real_wait = worker_class.wait
+    late = {"once": True}
+
+    def wait_that_gives_up_once(self, timeout=None):
+        if timeout is not None and late.pop("once", False):
+            real_wait(self)  # the job ended...
+            self._done.release()  # ...and its release is still to come
+            return False
+        return real_wait(self, timeout)
+
+    monkeypatch.setattr(worker_class, "wait", wait_that_gives_up_once)
+    assert isolation.run(lambda: "first", 5, "first") == "first"
+    release = threading.Event()
+    with pytest.raises(HandlerTimeout):
+        isolation.run(lambda: release.wait(10), 0.05, "slow")
+    assert isolation.orphans() == ["slow"]
+    release.set()
+    assert isolation.close() == []
+
+
 def test_handler_errors_travel_back_from_the_worker():
     isolation = ThreadIsolation()
     with pytest.raises(ZeroDivisionError):
