@@ -30,7 +30,15 @@ cells, and as many empty test functions.
    start-up of each process: a conftest hook notes, when its collection
    has finished, how long ago the process started (``/proc``): the serial
    process, each xdist worker, and from the command's launch to the last
-   worker collected.
+   worker collected; and the same for a ``-n 2`` run with the third-party
+   plugins no test uses left out (``-p no:langsmith_plugin``, when
+   installed). Every run writes and reads byte code
+   (``PYTHONDONTWRITEBYTECODE`` unset), as a CI's pytest commands after its
+   first: the untimed warm-up run writes the ``.pyc`` files.
+3. What the plugins cost: ``pytest --collect-only`` in an empty directory
+   with every ``pytest11`` plugin, without each in turn (``-p no:NAME``),
+   and with every plugin module assertion-rewritten again (nothing cached,
+   as under ``PYTHONDONTWRITEBYTECODE=1``), in CPU seconds.
 
 ``--profile`` then runs about 50 cells in this process with ``run_cell``
 (no pytest), timing the parts of each cell without a profiler, and prints
@@ -59,6 +67,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -123,11 +132,15 @@ def _run(options: argparse.Namespace, directory: Path) -> int:
         f"{project.files} files, {project.cells} cells ({files.cells_per_copy} per copy), "
         f"{project.empty_tests} empty tests; in {project.root}{subset}"
     )
-    _pytest(project, "--collect-only", *MATRIX, "cassettes", "cases")  # warm-up: not timed
+    # Warm-up, not timed: writes the .pyc files every later run reads, a worker's too.
+    _pytest(project, "--collect-only", *MATRIX, "cassettes", "cases")
+    _pytest(project, *MATRIX, "cassettes", "cases", "-n", "2", *DESELECT_ALL, ok=(0, 5))
     print()
     _per_cell(options, project)
     print()
     _parallel(options, project)
+    print()
+    _plugin_startup(options, directory)
     print(f"\nmatrix benchmark: {CLOCK() - started:.1f} s in all")
     if options.profile:
         print()
@@ -177,7 +190,7 @@ def _pytest(
     """One pytest subprocess in the project; its wall time, start-up included.
     Raises ``BenchmarkSetupError`` on an unexpected exit status, or when
     ``passed`` is given and the summary does not say so."""
-    env = {key: value for key, value in os.environ.items() if key != "PYTEST_ADDOPTS"}
+    env = _pytest_env()
     startup = project.root / "startup.jsonl"
     startup.unlink(missing_ok=True)
     used = _children_cpu()
@@ -207,6 +220,16 @@ def _pytest(
         for line in map(json.loads, lines)
     )
     return Run(seconds, cpu_seconds, done.stdout, launched, collected)
+
+
+def _pytest_env(*, bytecode: bool = True) -> dict[str, str]:
+    """This process's environment less ``PYTEST_ADDOPTS``. With ``bytecode``,
+    ``PYTHONDONTWRITEBYTECODE`` is unset, as in a CI whose first pytest
+    command wrote the ``.pyc`` files (pytest's assertion-rewritten ones of
+    every plugin's modules and ``conftest.py`` included) and whose later
+    commands read them; the untimed warm-up run is that first command."""
+    drop = {"PYTEST_ADDOPTS", *(("PYTHONDONTWRITEBYTECODE",) if bytecode else ())}
+    return {key: value for key, value in os.environ.items() if key not in drop}
 
 
 def _children_cpu() -> float:
@@ -370,7 +393,18 @@ def _span(low: int, high: int | None) -> str:
 # -- 2. -n 2 against serial --------------------------------------------------------------
 
 
-RUNS = ("serial", "xdist", "xdist_load", "collect", "xdist_start")
+LEAN_OUT = tuple(
+    name
+    for name in ("langsmith_plugin",)
+    if any(entry.name == name for entry in entry_points(group="pytest11"))
+)
+"""Third-party plugins a user of the matrix can leave out with ``-p no:NAME``
+(no test of theirs uses them), where installed: the ``xdist_lean`` run."""
+LEAN = tuple(arg for name in LEAN_OUT for arg in ("-p", f"no:{name}"))
+
+RUNS = ("serial", "xdist", "xdist_load", "collect", "xdist_start") + (
+    ("xdist_lean",) if LEAN_OUT else ()
+)
 
 RUN_LABELS = {
     "serial": "serial",
@@ -378,6 +412,7 @@ RUN_LABELS = {
     "xdist_load": "-n 2 --dist loadgroup (one worker per file's cells)",
     "collect": "--collect-only (start-up + collection)",
     "xdist_start": "-n 2, every item deselected (xdist start-up + collection)",
+    "xdist_lean": f"the same, {' '.join(LEAN)}",
 }
 
 
@@ -392,6 +427,7 @@ def _parallel(options: argparse.Namespace, project: Project) -> None:
         ),
         "collect": lambda: _pytest(project, *matrix, "--collect-only"),
         "xdist_start": lambda: _pytest(project, *matrix, "-n", "2", *DESELECT_ALL, ok=(0, 5)),
+        "xdist_lean": lambda: _pytest(project, *matrix, "-n", "2", *DESELECT_ALL, *LEAN, ok=(0, 5)),
     }
     load_before = os.getloadavg()[0]
     started = CLOCK()
@@ -407,6 +443,7 @@ def _parallel(options: argparse.Namespace, project: Project) -> None:
         f"{plural(options.rounds, 'round')} of the {len(RUNS)} (order rotating); {elapsed:.1f} s; "
         f"load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
     )
+    print(_how_started())
     widths = (10, 15, 10)
     print(_row("run (start-up included)", "median s", "round range", "CPU s", widths=widths))
     for name in RUNS:
@@ -493,6 +530,22 @@ def _startup(runs: dict[str, list[Run]]) -> None:
         ("serial pytest process, CPU s", cpu["serial_startup"], Goal(None), ""),
         ("-n 2 worker, CPU s", cpu["xdist_worker_startup"], Goal(None), ""),
     )
+    lean = runs.get("xdist_lean", [])
+    if lean:
+        rows += (
+            (
+                f"-n 2 worker, {' '.join(LEAN)}",
+                [age for run in lean for age in run.ages(True)],
+                Goal(2.0),
+                "",
+            ),
+            (
+                f"-n 2 worker, {' '.join(LEAN)}, CPU s",
+                [seconds for run in lean for seconds in run.cpus(True)],
+                Goal(None),
+                "",
+            ),
+        )
     for label, values, goal, key in rows:
         if not values:
             print(f"{label}: not measured (no /proc?)")
@@ -503,6 +556,81 @@ def _startup(runs: dict[str, list[Run]]) -> None:
             used = statistics.median(cpu[key]) if cpu[key] else float("nan")
             note = f"{len(values)} processes, {used:.1f} CPU s each"
             record(key, value, min(values), max(values), note)
+
+
+def _how_started() -> str:
+    """How the runs start, as the tables below measure them."""
+    was_set = " (set here, unset for the runs)" if os.environ.get("PYTHONDONTWRITEBYTECODE") else ""
+    names = ", ".join(sorted({entry.name for entry in entry_points(group="pytest11")}))
+    return (
+        f"start-up measured as a CI's later pytest commands find it: byte code written and read, "
+        f"PYTHONDONTWRITEBYTECODE unset{was_set}, the .pyc files (pytest's rewritten ones "
+        f"of the plugins and conftest.py included) written by the untimed warm-up run; "
+        f"every pytest11 plugin installed is loaded ({names}) but randomly and cacheprovider"
+    )
+
+
+COLD_REWRITE = """\
+\"\"\"Loaded with -p by matrix_bench.py: pytest finds no rewritten .pyc, as in a
+CI that sets PYTHONDONTWRITEBYTECODE=1 and keeps no cache between runs.\"\"\"
+from _pytest.assertion import rewrite
+
+rewrite._read_pyc = lambda *args, **kwargs: None
+"""
+
+COLD = "every plugin, rewritten again (PYTHONDONTWRITEBYTECODE=1, no cache)"
+
+
+def _plugin_startup(options: argparse.Namespace, directory: Path) -> None:
+    """CPU seconds of ``pytest --collect-only`` in an empty directory: with
+    every ``pytest11`` plugin of the environment, without each in turn
+    (``-p no:NAME``, what a user can do), and with every plugin's modules
+    assertion-rewritten again (pytest rewrites every module of a
+    distribution that declares a ``pytest11`` entry point, and caches the
+    result only where byte code is written)."""
+    empty = directory / "empty"
+    empty.mkdir()
+    (empty / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    (empty / "matrix_cold_rewrite.py").write_text(COLD_REWRITE, encoding="utf-8")
+    names = sorted({entry.name for entry in entry_points(group="pytest11")})
+    variants: dict[str, tuple[str, ...]] = {"every plugin": ()}
+    variants.update({f"-p no:{name}": ("-p", f"no:{name}") for name in names})
+    variants[COLD] = ("-p", "matrix_cold_rewrite")
+    cpu: dict[str, list[float]] = {label: [] for label in variants}
+    labels = list(variants)
+    started = CLOCK()
+    for round_ in range(options.rounds):
+        shift = round_ % len(labels)
+        for label in labels[shift:] + labels[:shift]:
+            used = _children_cpu()
+            done = subprocess.run(
+                [*PYTEST, "--collect-only", *variants[label]],
+                cwd=empty,
+                env=_pytest_env(bytecode=label != COLD),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                check=False,
+            )
+            cpu[label].append(_children_cpu() - used)
+            if done.returncode != 5:  # no tests collected
+                tail = "\n".join(done.stdout.splitlines()[-10:])
+                raise BenchmarkSetupError(
+                    f"pytest --collect-only {label}: {done.returncode}\n{tail}"
+                )
+    print(
+        f"3. What the plugins cost a pytest process: CPU s (user + system) of pytest "
+        f"--collect-only in an empty directory, {len(names)} pytest11 plugins installed, "
+        f"{plural(options.rounds, 'round')} (order rotating); {CLOCK() - started:.1f} s"
+    )
+    every = statistics.median(cpu["every plugin"])
+    widths = (10, 15, 12)
+    print(_row("run", "median CPU s", "round range", "vs every", widths=widths))
+    for label in labels:
+        value = statistics.median(cpu[label])
+        change = "" if label == "every plugin" else f"{value - every:+.2f}"
+        spread = f"{min(cpu[label]):.2f} - {max(cpu[label]):.2f}"
+        print(_row(label, f"{value:.2f}", spread, change, widths=widths))
 
 
 def _wall(runs: dict[str, Run], name: str, minus: str = "") -> float:

@@ -40,6 +40,8 @@ from .collection import RegistryAtCollection, RegistryUnavailable, registry_at_c
 from .run import run_of
 
 if TYPE_CHECKING:
+    from _pytest.fixtures import FuncFixtureInfo
+
     from ..faults import Fault, Target
     from ..fuzz import FuzzReport
     from ..registry import ToolRegistry, ToolSpec
@@ -76,6 +78,9 @@ class FuzzFailed(ToolguardError, AssertionError):
 class CassetteFile(pytest.File):
     """A cassette or case file: one ``replay`` item, then with
     ``--toolguard-faults`` one collector per interaction holding its cells."""
+
+    cell_fixtures: FuncFixtureInfo | None = None
+    """The fixtures of this file's fault cells, once the first is made."""
 
     def collect(self) -> Iterator[pytest.Item | pytest.Collector]:
         if run_of(self.config).amplifying:
@@ -169,8 +174,17 @@ class InteractionCells(pytest.Collector):
         self.faults = faults
 
     def collect(self) -> Iterator[pytest.Item]:
+        file = self.parent
+        assert isinstance(file, CassetteFile)
         for fault in self.faults:
-            cell = FaultCell.from_parent(self, name=fault.name, callobj=run_fault_cell)
+            # Every cell of a file asks for the same fixtures from the same
+            # place, so they share one closure, as pytest's own parametrized
+            # functions do: computing it per cell was a sixth of collecting
+            # the matrix.
+            cell = FaultCell.from_parent(
+                self, name=fault.name, callobj=run_fault_cell, fixtureinfo=file.cell_fixtures
+            )
+            file.cell_fixtures = cell._fixtureinfo
             # With pytest-xdist's --dist loadgroup, one worker runs the cells of
             # one file, so the state before each target is replayed once per run
             # (the prefix cache is per process; plugin/scheduling.py groups by
@@ -236,13 +250,12 @@ def replay_file_variants(
     toolguard_secrets: Mapping[str, str],
 ) -> None:
     """The body of every VariantsItem."""
-    from ..replay.cassette import load
     from ..replay.report import ReplayFailed, format_differences, how_to_rerecord
     from ..replay.variants import replay_variants
 
     item, run = request.node, run_of(request.config)
     shown = item.nodeid.split("::")[0]
-    cassette = load(item.path, source=shown)
+    cassette = run.cassette(item.path, shown)  # the file's replay item read it
     report = replay_variants(
         cassette,
         toolguard_registry,

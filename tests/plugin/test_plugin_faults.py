@@ -367,3 +367,39 @@ def test_a_cassette_is_loaded_once_for_its_collection_and_its_items(
     result = project.runpytest("--toolguard-faults=unknown_tool,schema_drift", *NO_XDIST)
     assert result.ret == pytest.ExitCode.OK
     assert (project.path / "loads.txt").read_text() == "1"
+
+
+RECORDS_FIXTURES = """
+import json
+
+def pytest_collection_modifyitems(config, items):
+    fixtures = {item.nodeid: list(item.fixturenames) for item in items}
+    with open("fixtures.json", "w") as out:
+        json.dump(fixtures, out)
+"""
+
+AUTOUSE_HERE = """
+import pytest
+
+@pytest.fixture(autouse=True)
+def only_in_this_directory():
+    yield
+"""
+
+
+def test_each_fault_cell_gets_the_fixtures_of_its_own_directory(
+    project: pytest.Pytester,
+) -> None:
+    """The cells of one file share their fixture closure; a file elsewhere
+    gets its own, with the fixtures its directory's conftest.py adds."""
+    project.makeconftest(RECORDS_FIXTURES)
+    project.makefile(".yaml", **{"cases/inner/other": CASE.replace("name: notes", "name: other")})
+    (project.path / "cases" / "inner" / "conftest.py").write_text(AUTOUSE_HERE)
+    project.runpytest("--toolguard-faults=all", "--collect-only", "-q", *NO_XDIST)
+    fixtures = json.loads((project.path / "fixtures.json").read_text())
+    inner = {k: v for k, v in fixtures.items() if k.startswith("cases/inner/other.yaml::")}
+    outer = {k: v for k, v in fixtures.items() if k.startswith("cases/notes.yaml::")}
+    assert sum(nodeid.count("::") == 2 for nodeid in inner) > 5
+    assert all("only_in_this_directory" in names for names in inner.values())
+    assert not any("only_in_this_directory" in names for names in outer.values())
+    assert all("toolguard_registry" in names for names in fixtures.values())
