@@ -79,6 +79,7 @@ class SchemaValidator:
         fast: bool = True,
         regexes_agree: bool = False,
         depth_bounded: bool = False,
+        checked: bool = False,
     ) -> None:
         """``regexes_agree``: the schema's ``pattern``s are known to mean the
         same to Rust's regex and Python's ``re`` (or Rust's to be stricter,
@@ -87,12 +88,15 @@ class SchemaValidator:
         that compares whole values (``uniqueItems``, ``const``, an ``enum`` of
         containers), so jsonschema-rs never descends deeper than the schema
         itself, however deep a value is: the depth walk before it (a pass
-        over every node, a tenth of a second on a 6 MB document) is skipped."""
+        over every node, a tenth of a second on a 6 MB document) is skipped.
+        ``checked``: the schema is one this package ships, held to the
+        metaschema by its tests, so it is not checked again in every process
+        (a tenth of a second of each pytest start that loads a cassette)."""
         key = _canonical(schema)
         if key is None:
-            validator, quick = _compile(schema, fast, regexes_agree)
+            validator, quick = _compile(schema, fast, regexes_agree, checked)
         else:
-            validator, quick = _compile_once(key, fast, regexes_agree)
+            validator, quick = _compile_once(key, fast, regexes_agree, checked)
         self.schema = schema
         self.root = root
         self._validator = validator
@@ -195,24 +199,27 @@ def _shallow(value: Any) -> bool:
     return True
 
 
-def _compile(schema: Mapping[str, Any], fast: bool, regexes_agree: bool) -> tuple[Any, Any]:
+def _compile(
+    schema: Mapping[str, Any], fast: bool, regexes_agree: bool, checked: bool = False
+) -> tuple[Any, Any]:
     """The checked schema's validator, and jsonschema-rs's when it may answer."""
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
-        raise InvalidSchema(
-            f"invalid JSON Schema at {format_path('schema', exc.path)}: {exc.message}"
-        ) from None
+    if not checked:
+        try:
+            Draft202012Validator.check_schema(schema)
+        except SchemaError as exc:
+            raise InvalidSchema(
+                f"invalid JSON Schema at {format_path('schema', exc.path)}: {exc.message}"
+            ) from None
     return Draft202012Validator(schema), _fast_validator(schema, regexes_agree) if fast else None
 
 
 @functools.lru_cache(maxsize=1024)
-def _compile_once(key: str, fast: bool, regexes_agree: bool) -> tuple[Any, Any]:
+def _compile_once(key: str, fast: bool, regexes_agree: bool, checked: bool) -> tuple[Any, Any]:
     """``_compile`` for a schema spelt as canonical JSON: the harness copies
     tools (each fault cell, each fuzzed tool) and checking a schema against
     the metaschema costs milliseconds, the same every time. An invalid
     schema raises and is never cached."""
-    return _compile(json.loads(key), fast, regexes_agree)
+    return _compile(json.loads(key), fast, regexes_agree, checked)
 
 
 def _canonical(schema: Mapping[str, Any]) -> str | None:

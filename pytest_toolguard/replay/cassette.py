@@ -397,7 +397,9 @@ def _quick_check() -> SchemaValidator:
     ``const``, ``enum``s of strings; arguments and data are any value), so
     no walk of the document's depth goes before jsonschema-rs.
     ``tests/harness/test_cassette_json.py`` holds the schema to that."""
-    return SchemaValidator(schema(), root="$", regexes_agree=True, depth_bounded=True)
+    return SchemaValidator(
+        schema(), root="$", regexes_agree=True, depth_bounded=True, checked=True
+    )
 
 
 def load(path: str | os.PathLike[str], *, source: str | None = None) -> Cassette:

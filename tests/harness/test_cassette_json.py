@@ -165,6 +165,21 @@ def test_the_cassette_schema_has_no_recursive_reference():
     assert [name for name in graph if reaches(name, name, set())] == []
 
 
+def test_the_cassette_schema_holds_to_the_metaschema():
+    # The loader skips this check in every process and relies on this test.
+    from jsonschema import Draft202012Validator
+
+    Draft202012Validator.check_schema(cassette_module.schema())
+
+
+def test_a_schema_not_marked_checked_is_still_held_to_the_metaschema():
+    from pytest_toolguard.schema import InvalidSchema
+
+    with pytest.raises(InvalidSchema):
+        SchemaValidator({"type": "no such type"})
+    SchemaValidator({"type": "no such type"}, checked=True)
+
+
 def test_the_cassette_schema_compares_no_whole_values():
     for key, value in _keywords(cassette_module.schema()):
         assert key not in ("uniqueItems", "const", "$dynamicRef")
