@@ -305,9 +305,10 @@ class CoroutineRunner:
     loop). Nothing of one call reaches the next: the tasks a call leaves
     are cancelled before ``run`` returns, as ``asyncio.run`` does, and a
     call that leaves anything else on the loop (a timer, a callback, an
-    async generator, the default executor's threads) has the loop closed
-    as ``asyncio.run`` closes it, waiting for those threads within the
-    call."""
+    async generator, work still running in the default executor's
+    threads) has the loop closed as ``asyncio.run`` closes it, waiting for
+    those threads within the call. The default executor's idle threads
+    are kept with the loop."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -334,14 +335,16 @@ class CoroutineRunner:
                 with self._lock:
                     self._loop = self._task = None
 
-        loop = _thread_loop()
+        from .thread_loops import cancel_left_tasks, holds_more, thread_loop
+
+        loop = thread_loop()
         asyncio.set_event_loop(loop)  # as asyncio.run: get_event_loop() finds it meanwhile
         try:
             return loop.run_until_complete(main())
         finally:
             try:
-                _cancel_left_tasks(loop)
-                if _holds_more(loop):
+                cancel_left_tasks(loop)
+                if holds_more(loop):
                     close_thread_loop()
             finally:
                 asyncio.set_event_loop(None)
@@ -355,66 +358,13 @@ class CoroutineRunner:
                     self._loop.call_soon_threadsafe(self._task.cancel)
 
 
-_thread_loops = threading.local()
-"""Each thread's event loop for ``CoroutineRunner`` (``loop``), made on first
-use, with the process it was made in (``pid``)."""
-
-
-def _thread_loop() -> asyncio.AbstractEventLoop:
-    import asyncio
-
-    loop: asyncio.AbstractEventLoop | None = getattr(_thread_loops, "loop", None)
-    # A forked child has its parent's loop object, sharing its selector's
-    # descriptors: it gets one of its own (the parent's is left alone).
-    if loop is None or loop.is_closed() or getattr(_thread_loops, "pid", None) != os.getpid():
-        loop = _thread_loops.loop = asyncio.new_event_loop()
-        _thread_loops.pid = os.getpid()
-    return loop
-
-
-def _holds_more(loop: asyncio.AbstractEventLoop) -> bool:
-    """Whether ``loop`` still holds work of the call that ran on it: a
-    callback or timer not cancelled, an async generator, the default
-    executor. A loop of another kind than asyncio's own is judged to."""
-    try:
-        ready, scheduled = loop._ready, loop._scheduled  # type: ignore[attr-defined]
-        generators, executor = loop._asyncgens, loop._default_executor  # type: ignore[attr-defined]
-    except AttributeError:
-        return True
-    return (
-        any(not handle.cancelled() for handle in (*ready, *scheduled))
-        or bool(generators)
-        or executor is not None
-    )
-
-
-def _cancel_left_tasks(loop: asyncio.AbstractEventLoop) -> None:
-    """Cancel what a call left on ``loop`` and let it end, as ``asyncio.run``
-    does before closing its loop: nothing of one call runs in the next."""
-    import asyncio
-
-    left = [task for task in asyncio.all_tasks(loop) if not task.done()]
-    if not left:
-        return
-    for task in left:
-        task.cancel()
-    loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
-
-
 def close_thread_loop() -> None:
     """Close this thread's ``CoroutineRunner`` loop, if it made one, as
     ``asyncio.run`` closes its own (a thread ends with its loop closed:
     an open one warns when it is collected)."""
-    loop = getattr(_thread_loops, "loop", None)
-    if loop is None or loop.is_closed():
-        return
-    try:
-        _cancel_left_tasks(loop)
-        loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.run_until_complete(loop.shutdown_default_executor())
-    finally:
-        _thread_loops.loop = None
-        loop.close()
+    loops = sys.modules.get(f"{__package__}.thread_loops")
+    if loops is not None:  # no coroutine ever ran in this process: no loop
+        loops.close_thread_loop()
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

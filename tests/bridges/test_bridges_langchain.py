@@ -29,7 +29,7 @@ from pytest_toolguard import (
     ToolRuntime,
 )
 from pytest_toolguard.bridges import from_langchain
-from pytest_toolguard.bridges.guards.langgraph import toolguard_wrap_tool_call
+from pytest_toolguard.bridges.guards.langgraph import tool_output, toolguard_wrap_tool_call
 
 
 class NoteArguments(BaseModel):
@@ -132,3 +132,25 @@ def test_wrap_tool_call_answers_a_refusal_as_an_error_message_without_the_tool(
     assert "PATH_OUTSIDE_WORKSPACE" in message.content
     assert guarded.calls == []
     assert row is not None and row.state is CallState.DENIED
+
+
+@pytest.mark.parametrize(
+    ("content", "value"),
+    [
+        ("hello", "hello"),
+        ("", ""),
+        (' {"a": 1}', ' {"a": 1}'),  # not as LangChain writes a value: text
+        ('"quoted"', '"quoted"'),  # a JSON string is text
+        ('{"a": 1}', {"a": 1}),
+        ("[1, 2]", [1, 2]),
+        ("-3", -3),
+        ("true", True),
+        ("null", None),
+        ("Infinity", float("inf")),
+        ("nothing", "nothing"),  # starts like null, is text
+    ],
+)
+def test_tool_output_reads_langchains_json_of_a_value_and_keeps_text(
+    content: str, value: Any
+) -> None:
+    assert tool_output(content) == value

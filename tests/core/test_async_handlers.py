@@ -35,6 +35,7 @@ from pytest_toolguard.isolation import CoroutineRunner, HandlerTimeout, ThreadIs
 from pytest_toolguard.replay.cassette import load
 from pytest_toolguard.replay.recorder import record_session
 from pytest_toolguard.sandbox import CallCancelled
+from pytest_toolguard.thread_loops import CountingExecutor, holds_more
 
 TEXT_SCHEMA = {
     "type": "object",
@@ -381,6 +382,46 @@ def test_a_call_leaving_a_timer_ends_with_its_loop_closed_and_a_clean_one_keeps_
     assert again is first and timer is first  # one worker thread, its loop kept while clean
     assert closed_after == [False, False, True, False]  # closed with the timer on it
     assert after is not timer
+
+
+def test_a_call_whose_to_thread_work_finished_keeps_its_loop():
+    """A handler calling ``asyncio.to_thread`` on every call (the Agents
+    SDK's sync function tools) leaves the executor idle: the next call on
+    that worker runs on the same loop, its executor's threads kept."""
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    async def off_the_loop() -> None:
+        await asyncio.to_thread(threading.get_ident)
+        loops.append(asyncio.get_running_loop())
+
+    isolation = ThreadIsolation(max_idle=1)
+    try:
+        for _ in range(3):
+            isolation.run(lambda: CoroutineRunner().run(off_the_loop()), 10, "to_thread")
+            assert not loops[-1].is_closed()
+    finally:
+        assert isolation.close() == []
+    assert loops[0] is loops[1] is loops[2]
+    assert loops[0].is_closed()  # the worker's end closed it, its executor joined
+
+
+def test_a_loop_whose_executor_still_runs_work_holds_more_until_the_work_finished():
+    """Work still running in the default executor (a ``to_thread`` whose
+    awaiting task was cancelled) has the loop closed after the call, its
+    threads joined: ``holds_more`` says so until the work has finished."""
+    loop = asyncio.new_event_loop()
+    loop.set_default_executor(CountingExecutor(thread_name_prefix="asyncio"))
+    release = threading.Event()
+    try:
+        work = loop.run_in_executor(None, release.wait, 10)
+        assert holds_more(loop)
+        release.set()
+        assert loop.run_until_complete(work) is True
+        assert not holds_more(loop)
+    finally:
+        release.set()
+        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
 
 
 def test_a_coroutine_past_its_grace_is_tracked_until_it_ends():

@@ -144,6 +144,9 @@ def _raise_again(context: Any, error: Exception) -> str:
 
 
 def is_json(value: Any) -> bool:
+    """Whether ``json.dumps`` takes ``value`` (NaN and infinities refused)."""
+    if type(value) is str:  # what a FunctionTool gives most: always dumped
+        return True
     try:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError):

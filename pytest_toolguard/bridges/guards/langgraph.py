@@ -19,6 +19,11 @@ from ...context import workspace_of_call
 from ...contract import ToolCall
 from ...runtime import ToolRuntime
 
+_NOT_TEXT_STARTS = frozenset("{[-0123456789tfnNI")
+"""The first characters of the JSON LangChain writes for a value that is
+not text (``NaN`` and ``Infinity`` included); any other content, a JSON
+string's included, is the text itself."""
+
 
 def tool_output(content: Any) -> Any:
     """What a tool returned, from the ``ToolMessage`` content LangChain made
@@ -29,6 +34,8 @@ def tool_output(content: Any) -> Any:
     returned such JSON text itself is read as the value too: its replay
     then reports the data as different, never as equal by mistake."""
     if not isinstance(content, str):
+        return content
+    if not content or content[0] not in _NOT_TEXT_STARTS:  # text as it is: no parse
         return content
     try:
         value = documents.parse_json(content)
