@@ -1,0 +1,88 @@
+"""``install_plain_walks``: pyfakefs's ``resolve_path`` answered from the
+directory objects gives pyfakefs's own answer, for every kind of path."""
+
+from __future__ import annotations
+
+import itertools
+import pathlib
+from typing import Any
+
+import pytest
+from pyfakefs.fake_filesystem import FakeFilesystem, OSType
+
+from pytest_toolguard.harness.plain_walks import install_plain_walks
+from pytest_toolguard.harness.world import FakeWorld
+from pytest_toolguard.replay.cassette import WorkspaceState
+
+NAMES = ("ws", "a", "b", "f.txt", "link", "up", "loop", "gone", "x", "..", ".", "")
+
+
+def _tree(fs: FakeFilesystem) -> None:
+    fs.create_file("/ws/a/f.txt", contents="x")
+    fs.create_dir("/ws/b")
+    fs.create_symlink("/ws/link", "/ws/a")  # absolute, to a directory
+    fs.create_symlink("/ws/a/up", "..")  # relative, climbing
+    fs.create_symlink("/ws/b/loop", "/ws/b/loop")  # a loop
+    fs.create_symlink("/ws/b/gone", "/nowhere/at/all")  # dangling
+    fs.create_symlink("/ws/b/f.txt", "../a/f.txt")  # to a file
+
+
+def _paths() -> list[Any]:
+    paths: list[Any] = ["/", "", "/dev/null", "ws", "a/f.txt", "/ws/", "//ws", b"/ws/a"]
+    for depth in (1, 2, 3):
+        for names in itertools.product(NAMES, repeat=depth):
+            paths.append("/" + "/".join(names))
+    paths.append(pathlib.PurePosixPath("/ws/a/f.txt"))
+    return paths
+
+
+def _answer(resolve: Any, path: Any) -> tuple[str, Any]:
+    try:
+        return "value", resolve(path)
+    except Exception as exc:  # the same exception, or the same value
+        return type(exc).__name__, getattr(exc, "errno", None)
+
+
+@pytest.mark.parametrize("os_type", [OSType.LINUX, OSType.MACOS, OSType.WINDOWS])
+def test_resolve_path_gives_pyfakefs_answer_for_every_path(os_type: OSType) -> None:
+    fs = FakeFilesystem()
+    fs.os = os_type
+    if os_type is OSType.LINUX:
+        _tree(fs)
+    else:
+        fs.create_file("/ws/a/f.txt", contents="x")
+    fs.cwd = "/ws"
+    paths = _paths()
+    want = [_answer(fs.resolve_path, path) for path in paths]
+    uninstall = install_plain_walks(fs)
+    try:
+        got = [_answer(fs.resolve_path, path) for path in paths]
+    finally:
+        uninstall()
+    assert got == want
+    assert "resolve_path" not in fs.__dict__
+
+
+def test_resolve_path_sees_a_link_made_after_it_walked() -> None:
+    fs = FakeFilesystem()
+    fs.os = OSType.LINUX
+    fs.create_dir("/ws/a")
+    uninstall = install_plain_walks(fs)
+    try:
+        assert fs.resolve_path("/ws/b/f.txt") == "/ws/b/f.txt"
+        fs.create_symlink("/ws/b", "/ws/a")
+        assert fs.resolve_path("/ws/b/f.txt") == "/ws/a/f.txt"
+        fs.remove_object("/ws/b")
+        assert fs.resolve_path("/ws/b/f.txt") == "/ws/b/f.txt"
+    finally:
+        uninstall()
+
+
+def test_fake_world_walks_plainly_inside_and_puts_pyfakefs_back_after() -> None:
+    with FakeWorld(WorkspaceState(root="/ws", files={"a/f.txt": "x"})) as world:
+        fs = world.fs
+        assert "resolve_path" in fs.__dict__  # the access log's wrapper, over the plain walk
+        fs.create_symlink("/ws/l", "/ws/a")
+        assert fs.resolve_path("/ws/l/f.txt") == "/ws/a/f.txt"
+        assert fs.resolve_path("/ws/a/f.txt") == "/ws/a/f.txt"
+    assert "resolve_path" not in fs.__dict__
