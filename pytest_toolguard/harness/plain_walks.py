@@ -1,5 +1,5 @@
-"""pyfakefs's ``resolve_path`` answered from the directory objects when the
-answer is the path itself.
+"""pyfakefs's ``resolve_path`` and ``get_object_from_normpath`` answered
+from the directory objects, for a plain path that meets no link.
 
 pyfakefs resolves a path as a string many times over: it normalises it,
 splits it, validates it, walks the components and joins them again (about
@@ -18,6 +18,13 @@ POSIX one, or ``/dev/null`` goes to pyfakefs's own method, which answers
 or raises as always. The answer is the same in every case: only the
 number of string operations differs.
 
+``get_object_from_normpath`` (the object at a path ``resolve_path``
+answered) is walked the same way when the fake user is root (pyfakefs then
+checks no permission): every component found, through directories and no
+link, gives the object pyfakefs would give; anything else (missing, a file
+or a link on the way, another user) goes to pyfakefs, which raises or
+follows as always.
+
 Installed on the filesystem object (an attribute of the instance, as
 ``harness.accesses`` and ``harness.escapes`` wrap it, and before they do,
 so that they record and guard what it answers); ``uninstall`` puts
@@ -30,6 +37,7 @@ import stat
 from collections.abc import Callable
 from typing import Any
 
+from pyfakefs import helpers as fake_helpers
 from pyfakefs.fake_file import FakeDirectory
 from pyfakefs.fake_filesystem import FakeFilesystem
 
@@ -40,21 +48,40 @@ _S_IFMT = 0o170000
 
 
 def install_plain_walks(fs: FakeFilesystem) -> Callable[[], None]:
-    """Make ``fs.resolve_path`` walk the directory objects for a plain
-    absolute path (see the module docstring); returns the function that
-    puts pyfakefs's own method back."""
-    original = fs.resolve_path
+    """Make ``fs.resolve_path`` and ``fs.get_object_from_normpath`` walk
+    the directory objects for a plain absolute path (see the module
+    docstring); returns the function that puts pyfakefs's own methods back."""
+    original_resolve = fs.resolve_path
+    original_get = fs.get_object_from_normpath
 
     def resolve_path(file_path: Any, allow_fd: bool = False) -> Any:
         if type(file_path) is str and _settled(fs, file_path):
             return file_path
-        return original(file_path, allow_fd)
+        return original_resolve(file_path, allow_fd)
 
-    fs.resolve_path = resolve_path  # type: ignore[method-assign]
+    def get_object_from_normpath(
+        file_path: Any,
+        check_read_perm: bool = True,
+        check_exe_perm: bool = True,
+        check_owner: bool = False,
+    ) -> Any:
+        if type(file_path) is str:
+            found = _found(fs, file_path)
+            if found is not None:
+                return found
+        return original_get(file_path, check_read_perm, check_exe_perm, check_owner)
+
+    installed = {
+        "resolve_path": resolve_path,
+        "get_object_from_normpath": get_object_from_normpath,
+    }
+    for name, method in installed.items():
+        setattr(fs, name, method)
 
     def uninstall() -> None:
-        if fs.__dict__.get("resolve_path") is resolve_path:
-            del fs.__dict__["resolve_path"]
+        for name, method in installed.items():
+            if fs.__dict__.get(name) is method:
+                del fs.__dict__[name]
 
     return uninstall
 
@@ -80,3 +107,24 @@ def _settled(fs: FakeFilesystem, path: str) -> bool:
             return False  # a link: pyfakefs follows it
         current = entry
     return True
+
+
+def _found(fs: FakeFilesystem, path: str) -> Any:
+    """The object pyfakefs's ``get_object_from_normpath(path)`` gives, when
+    known by a walk through directories only, as root (no permission
+    checked) in a case-sensitive POSIX filesystem; None when unsure."""
+    if not fake_helpers.is_root():
+        return None
+    names = plain_components(path)
+    if names is None or path == fs.devnull:
+        return None
+    if fs.is_windows_fs or fs.is_macos or not fs.is_case_sensitive:
+        return None
+    current: Any = fs.root
+    for name in names:
+        if not (isinstance(current, FakeDirectory) and stat.S_ISDIR(current.st_mode)):
+            return None  # a file (ENOTDIR) or a link (followed) on the way
+        current = current.entries.get(name)
+        if current is None:
+            return None  # ENOENT
+    return current

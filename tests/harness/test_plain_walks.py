@@ -8,6 +8,7 @@ import pathlib
 from typing import Any
 
 import pytest
+from pyfakefs import helpers as fake_helpers
 from pyfakefs.fake_filesystem import FakeFilesystem, OSType
 
 from pytest_toolguard.harness.plain_walks import install_plain_walks
@@ -38,9 +39,10 @@ def _paths() -> list[Any]:
 
 def _answer(resolve: Any, path: Any) -> tuple[str, Any]:
     try:
-        return "value", resolve(path)
-    except Exception as exc:  # the same exception, or the same value
+        answer = resolve(path)
+    except Exception as exc:  # the same exception, or the same value (the same object)
         return type(exc).__name__, getattr(exc, "errno", None)
+    return "value", answer if isinstance(answer, (str, bytes)) else id(answer)
 
 
 @pytest.mark.parametrize("os_type", [OSType.LINUX, OSType.MACOS, OSType.WINDOWS])
@@ -61,6 +63,28 @@ def test_resolve_path_gives_pyfakefs_answer_for_every_path(os_type: OSType) -> N
         uninstall()
     assert got == want
     assert "resolve_path" not in fs.__dict__
+
+
+@pytest.mark.parametrize("uid", [0, 1000], ids=["root", "user"])
+def test_get_object_from_normpath_gives_pyfakefs_object_for_every_path(uid: int) -> None:
+    fs = FakeFilesystem()
+    fs.os = OSType.LINUX
+    _tree(fs)
+    fs.create_dir("/ws/closed", perm_bits=0o000)
+    fs.create_file("/ws/closed/inner.txt")
+    paths = _paths() + ["/ws/closed/inner.txt", "/ws/closed"]
+    fake_helpers.set_uid(uid)
+    try:
+        want = [_answer(fs.get_object_from_normpath, path) for path in paths]
+        uninstall = install_plain_walks(fs)
+        try:
+            got = [_answer(fs.get_object_from_normpath, path) for path in paths]
+        finally:
+            uninstall()
+    finally:
+        fake_helpers.reset_ids()
+    assert got == want
+    assert "get_object_from_normpath" not in fs.__dict__
 
 
 def test_resolve_path_sees_a_link_made_after_it_walked() -> None:
