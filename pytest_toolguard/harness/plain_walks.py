@@ -14,9 +14,11 @@ component or at a file on the way, and appends the rest as given.
 objects for such a path (``entries``, as pyfakefs reads them: a real
 directory mapped in is loaded the same way) and return it; any other
 argument, a link met on the way, a filesystem that is not a case-sensitive
-POSIX one, or ``/dev/null`` goes to pyfakefs's own method, which answers
-or raises as always. The answer is the same in every case: only the
-number of string operations differs.
+POSIX one, ``/dev/null``, or a path holding ``/..`` (pyfakefs then looks
+up each prefix before it, through ``resolve_path`` again: calls the access
+log records) goes to pyfakefs's own method, which answers or raises as
+always. The answer is the same in every case, and so are the calls pyfakefs
+makes of the methods the harness wraps: only the string work differs.
 
 ``get_object_from_normpath`` (the object at a path ``resolve_path``
 answered) is walked the same way when the fake user is root (pyfakefs then
@@ -92,7 +94,10 @@ def _settled(fs: FakeFilesystem, path: str) -> bool:
     a missing component or a file, through no link, in a case-sensitive
     POSIX filesystem. False when unsure (pyfakefs answers then)."""
     names = plain_components(path)
-    if names is None or path == fs.devnull:
+    if names is None or path == fs.devnull or "/.." in path:
+        # "/.." anywhere (a name starting with "..", "..%2f"): pyfakefs asks
+        # whether each prefix before it exists, through the very
+        # resolve_path the access log records; let it.
         return False
     if fs.is_windows_fs or fs.is_macos or not fs.is_case_sensitive:
         return False

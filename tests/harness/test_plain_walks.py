@@ -110,3 +110,34 @@ def test_fake_world_walks_plainly_inside_and_puts_pyfakefs_back_after() -> None:
         assert fs.resolve_path("/ws/l/f.txt") == "/ws/a/f.txt"
         assert fs.resolve_path("/ws/a/f.txt") == "/ws/a/f.txt"
     assert "resolve_path" not in fs.__dict__
+
+
+def _wrapped_calls(install: bool) -> list[Any]:
+    """The paths pyfakefs hands ``resolve_path`` when it is wrapped as the
+    access log wraps it, for lookups of every kind (an inner call is an
+    access the log records)."""
+    fs = FakeFilesystem()
+    fs.os = OSType.LINUX
+    _tree(fs)
+    uninstall = install_plain_walks(fs) if install else (lambda: None)
+    inner = fs.resolve_path
+    seen: list[Any] = []
+
+    def recording(file_path: Any, allow_fd: bool = False) -> Any:
+        seen.append(file_path)
+        return inner(file_path, allow_fd)
+
+    fs.resolve_path = recording  # type: ignore[method-assign]
+    try:
+        for path in _paths() + ["/ws/..%2fx", "/ws/a/..b/c", "/ws/a/f.txt/..x"]:
+            for lookup in (fs.resolve_path, fs.resolve, fs.lresolve, fs.exists, fs.islink):
+                _answer(lookup, path)
+            _answer(fs.get_object_from_normpath, path)
+    finally:
+        del fs.__dict__["resolve_path"]
+        uninstall()
+    return seen
+
+
+def test_pyfakefs_makes_the_same_wrapped_calls_with_plain_walks() -> None:
+    assert _wrapped_calls(install=True) == _wrapped_calls(install=False)
