@@ -41,8 +41,11 @@ cells, and as many empty test functions.
    as under ``PYTHONDONTWRITEBYTECODE=1``), in CPU seconds.
 
 ``--profile`` then runs about 50 cells in this process with ``run_cell``
-(no pytest), timing the parts of each cell without a profiler, and prints
-cProfile's top entries by cumulative time for one pass over them.
+(no pytest) as the plugin runs them (in order, one ``FakeFilesystems`` for
+all, a ``PrefixCache`` per pass: the interactions before a target are
+replayed once per interaction, not once per cell), timing the parts of each
+cell without a profiler, and prints cProfile's top entries by cumulative
+time for one pass over them.
 
 A missed target prints MISS and the exit status stays 0; a run that does
 not pass (its items fail, or their count is wrong) exits 1, since its
@@ -80,6 +83,8 @@ import pytest_toolguard
 from pytest_toolguard.faults import Fault, Target, run_cell
 from pytest_toolguard.faults import cell as cell_module
 from pytest_toolguard.faults import run as run_module
+from pytest_toolguard.faults.prefixes import PrefixCache
+from pytest_toolguard.harness.fake_filesystem import FakeFilesystems
 from pytest_toolguard.harness.world import FakeWorld
 from pytest_toolguard.runtime import ToolRuntime
 from pytest_toolguard.tools import builtin_registry
@@ -657,20 +662,38 @@ def _profile(files: Shipped, count: int, top: int) -> None:
     registry = builtin_registry()
     step = max(1, files.cells_per_copy // count)
     cells = list(files.cells[::step])[:count]
-    for target, fault in cells:  # warm-up, and a check
-        outcome = run_cell(fault, target, registry)
+    fake_filesystems = FakeFilesystems()
+
+    def one_pass() -> list[Any]:
+        """The cells in order, as the plugin runs them: one cache per pass."""
+        prefixes = PrefixCache()
+        return [
+            run_cell(fault, target, registry, prefixes=prefixes, fake_filesystems=fake_filesystems)
+            for target, fault in cells
+        ]
+
+    try:
+        _profile_passes(cells, one_pass, top)
+    finally:
+        fake_filesystems.close()
+
+
+def _profile_passes(
+    cells: Sequence[tuple[Target, Fault]], one_pass: Callable[[], list[Any]], top: int
+) -> None:
+    """A checked warm-up pass, a timed one by parts, a profiled one."""
+    for outcome in one_pass():  # warm-up, and a check
         if outcome.status != "pass":
-            raise BenchmarkSetupError(f"{outcome.nodeid or target.label}: {outcome.problems}")
-    replayed = sum(target.index for target, _fault in cells)
+            raise BenchmarkSetupError(f"{outcome.nodeid}: {outcome.problems}")
     with _timed_parts() as parts:
         start = CLOCK()
-        for target, fault in cells:
-            run_cell(fault, target, registry)
+        one_pass()
         total = CLOCK() - start
     print(
-        f"Where a cell's time goes: {len(cells)} cells (every {step}th of one copy), run with "
-        f"run_cell in this process, no pytest; {parts['calls']:.0f} calls through the "
-        f"executor, {replayed} of them replaying interactions before a target"
+        f"Where a cell's time goes: {len(cells)} cells (spread over one copy), run with "
+        f"run_cell in this process as the plugin runs them, no pytest; "
+        f"{parts['calls']:.0f} calls through the executor, {parts['replayed']:.0f} of them "
+        "replaying interactions before a target"
     )
     widths = (12, 8)
     print(
@@ -690,14 +713,13 @@ def _profile(files: Shipped, count: int, top: int) -> None:
             )
         )
     print(_row("a whole cell", f"{total / len(cells) * 1000:.2f}", "100%", widths=widths))
-    if replayed:
-        each = parts[PARTS[3]] / replayed * 1000
+    if parts["replayed"]:
+        each = parts[PARTS[3]] / parts["replayed"] * 1000
         print(f"one replayed interaction: {each:.2f} ms")
     print()
     profiler = cProfile.Profile()
     profiler.enable()
-    for target, fault in cells:
-        run_cell(fault, target, registry)
+    one_pass()
     profiler.disable()
     stats = pstats.Stats(profiler)
     print(
@@ -712,7 +734,8 @@ def _profile(files: Shipped, count: int, top: int) -> None:
 def _timed_parts() -> Iterator[dict[str, float]]:
     """For the block's duration, the parts of a cell are timed into
     the yielded dict (seconds summed over the cells, by ``PARTS``; "calls":
-    the executor's calls)."""
+    the executor's calls; "replayed": the interactions replayed before a
+    target)."""
     parts: dict[str, float] = defaultdict(float)
 
     def timing(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
@@ -741,7 +764,13 @@ def _timed_parts() -> Iterator[dict[str, float]]:
     cell = cell_module.Cell
     swap(cell, "__init__", timing(PARTS[1], cell.__init__))
     swap(FakeWorld, "plant", timing(PARTS[2], FakeWorld.plant))
-    swap(cell, "replay_before", timing(PARTS[3], cell.replay_before))
+    replay_before = timing(PARTS[3], cell.replay_before)
+
+    def replaying(self: Any, first: int = 0) -> None:
+        parts["replayed"] += self.target.index - first
+        replay_before(self, first)
+
+    swap(cell, "replay_before", replaying)
     swap(FakeWorld, "outside", timing(PARTS[4], FakeWorld.outside))
     swap(cell, "finish", timing(PARTS[6], cell.finish))
     swap(ToolRuntime, "execute", counting(ToolRuntime.execute))

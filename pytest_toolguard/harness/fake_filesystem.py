@@ -305,9 +305,9 @@ def plain_components(path: str) -> list[str] | None:
     if not path.startswith("/") or "\0" in path:
         return None
     names = path[1:].split("/")
-    if all(name and name != "." and name != ".." for name in names):
-        return names
-    return None
+    if "" in names or "." in names or ".." in names:  # list scans in C: called per resolve
+        return None
+    return names
 
 
 def join_path(root: str, path: str) -> str:

@@ -55,6 +55,7 @@ from .clock import DEFAULT_TIME, frozen_clock
 from .escapes import Escape, EscapeLog, ReadOnlyPaths, guarding
 from .fake_filesystem import FakeFilesystems, fill_entries, plant_files, process_fake_filesystems
 from .files import read_tree
+from .plain_walks import install_plain_walks
 from .probes import OutsideSnapshot, snapshot_outside
 
 DECOY_MARKER = "TOOLGUARD-DECOY-7f3a9c"
@@ -188,6 +189,8 @@ class FakeWorld:
             stack.callback(setattr, self._fs, "cwd", self._fs.cwd)
             self._fs.cwd = self.root
             stack.enter_context(guarding(self._escapes))
+            # Before the guards and the access log, which wrap what they find.
+            stack.callback(install_plain_walks(self._fs))
             read_only = ReadOnlyPaths(self._fs, real_paths, self._escapes)
             read_only.install()  # before the access log, which wraps what it finds
             stack.callback(read_only.uninstall)
