@@ -138,10 +138,13 @@ def fill_workspace(fs: FakeFilesystem, state: WorkspaceState) -> None:
 def default_real_paths() -> tuple[str, ...]:
     """The real directories every world maps in read-only: the time-zone
     database's (``zoneinfo.TZPATH``, existing or not: a lookup there is
-    never an access outside), the ``tzdata`` package's, and the installed
+    never an access outside), the ``tzdata`` package's, the installed
     packages' (``sysconfig``'s ``purelib`` and ``platlib``: their data
-    through ``importlib.resources`` and ``importlib.metadata``)."""
-    paths: list[str] = []
+    through ``importlib.resources`` and ``importlib.metadata``), and this
+    package's own, wherever it is installed from: an editable install
+    keeps it outside them, and the runtime imports some of its modules
+    only once a handler needs them (the event loop kept for coroutines)."""
+    paths: list[str] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
     try:
         import zoneinfo
 

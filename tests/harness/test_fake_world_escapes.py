@@ -425,6 +425,24 @@ def test_time_zone_lookups_are_no_false_positive_of_the_fault_matrix(tmp_path):
     assert [o.problems for o in outcomes if o.status == "fail"] == []
 
 
+def test_the_packages_own_modules_are_read_in_the_world_and_not_outside(tmp_path):
+    # An editable install keeps them outside site-packages, and the runtime
+    # imports some of them only once a handler needs them.
+    import pytest_toolguard
+
+    source = pathlib.Path(pytest_toolguard.__file__).parent / "thread_loops.py"
+
+    def handler(ctx: Any) -> dict[str, Any]:
+        return {"head": source.read_text(encoding="utf-8")[:3]}
+
+    result, world = _run(tmp_path, handler, probe=True)
+
+    assert result.ok, result.message
+    assert result.data == {"head": '"""'}
+    assert world.outside_accesses == []
+    assert world.escapes() == ()
+
+
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory) -> Iterator[tuple[pathlib.Path, FakeFilesystems]]:
     """A real directory given as a real path, and a FakeFilesystems mapping it."""
