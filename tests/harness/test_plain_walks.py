@@ -45,6 +45,19 @@ def _answer(resolve: Any, path: Any) -> tuple[str, Any]:
     return "value", answer if isinstance(answer, (str, bytes)) else id(answer)
 
 
+def _assert_same_answers(fs: FakeFilesystem, method: str, paths: list[Any]) -> None:
+    """``fs``'s ``method`` answers every path the same with the plain walks
+    installed as without them, and is pyfakefs's own again once they are gone."""
+    want = [_answer(getattr(fs, method), path) for path in paths]
+    uninstall = install_plain_walks(fs)
+    try:
+        got = [_answer(getattr(fs, method), path) for path in paths]
+    finally:
+        uninstall()
+    assert got == want
+    assert method not in fs.__dict__
+
+
 @pytest.mark.parametrize("os_type", [OSType.LINUX, OSType.MACOS, OSType.WINDOWS])
 def test_resolve_path_gives_pyfakefs_answer_for_every_path(os_type: OSType) -> None:
     fs = FakeFilesystem()
@@ -54,15 +67,7 @@ def test_resolve_path_gives_pyfakefs_answer_for_every_path(os_type: OSType) -> N
     else:
         fs.create_file("/ws/a/f.txt", contents="x")
     fs.cwd = "/ws"
-    paths = _paths()
-    want = [_answer(fs.resolve_path, path) for path in paths]
-    uninstall = install_plain_walks(fs)
-    try:
-        got = [_answer(fs.resolve_path, path) for path in paths]
-    finally:
-        uninstall()
-    assert got == want
-    assert "resolve_path" not in fs.__dict__
+    _assert_same_answers(fs, "resolve_path", _paths())
 
 
 @pytest.mark.parametrize("uid", [0, 1000], ids=["root", "user"])
@@ -75,16 +80,9 @@ def test_get_object_from_normpath_gives_pyfakefs_object_for_every_path(uid: int)
     paths = _paths() + ["/ws/closed/inner.txt", "/ws/closed"]
     fake_helpers.set_uid(uid)
     try:
-        want = [_answer(fs.get_object_from_normpath, path) for path in paths]
-        uninstall = install_plain_walks(fs)
-        try:
-            got = [_answer(fs.get_object_from_normpath, path) for path in paths]
-        finally:
-            uninstall()
+        _assert_same_answers(fs, "get_object_from_normpath", paths)
     finally:
         fake_helpers.reset_ids()
-    assert got == want
-    assert "get_object_from_normpath" not in fs.__dict__
 
 
 def test_resolve_path_sees_a_link_made_after_it_walked() -> None:
