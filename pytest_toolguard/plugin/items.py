@@ -179,7 +179,7 @@ class InteractionCells(pytest.Collector):
         for fault in self.faults:
             # Every cell of a file asks for the same fixtures from the same
             # place, so they share one closure, as pytest's own parametrized
-            # functions do: computing it per cell was a sixth of collecting
+            # functions do: computing it per cell costs a sixth of collecting
             # the matrix.
             cell = FaultCell.from_parent(
                 self, name=fault.name, callobj=run_fault_cell, fixtureinfo=file.cell_fixtures
